@@ -1,0 +1,225 @@
+"""Framework layer against a recording transport: routing, batching, control tuples."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from typhoon.operators import resolve_operator
+from typhoon.runtime.framework import EOS_PAYLOAD, Framework
+from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
+from typhoon.topology import load_topology_text, schedule
+from typhoon.wire import Control, ControlTuple
+
+WORDCOUNT = """
+name: wc
+spouts:
+  - id: source
+    operator: sentence_source
+    args: {count: 10, seed: 3}
+bolts:
+  - id: split
+    operator: split_words
+    parallelism: 2
+  - id: count
+    operator: count_by_key
+    parallelism: 3
+    stateful: true
+streams:
+  - from: source
+    to: split
+    grouping: shuffle
+  - from: split
+    to: count
+    grouping: {type: fields, fields: [word]}
+"""
+
+BROADCAST = """
+name: bc
+spouts:
+  - id: source
+    operator: sequence_source
+    args: {count: 10}
+bolts:
+  - id: sink
+    operator: sequence_check
+    parallelism: 4
+streams:
+  - from: source
+    to: sink
+    grouping: all
+"""
+
+
+class Recorder(Transport):
+    def __init__(self, multicast: bool = False) -> None:
+        super().__init__()
+        self.multicast = multicast
+        self.sent: list[tuple[str, object, int, list[bytes]]] = []
+        self.replies: list[ControlTuple] = []
+
+    def poll(self, timeout):
+        return []
+
+    def send(self, dst, stream, payloads):
+        self.sent.append(("unicast", dst, stream, list(payloads)))
+
+    def send_group(self, stream, dsts, payloads):
+        self.sent.append(("group", tuple(dsts), stream, list(payloads)))
+
+    def reply(self, ct):
+        self.replies.append(ct)
+
+    def tuples(self, stream=None):
+        return [
+            (kind, dst, msgpack.unpackb(p))
+            for kind, dst, s, ps in self.sent
+            for p in ps
+            if stream is None or s == stream
+        ]
+
+
+def make(text: str, node: str, index: int = 0, multicast: bool = False, batch: int = 1):
+    topo = load_topology_text(text, "t.yaml")
+    phys = schedule(topo, ["h1", "h2"], 7)
+    wid = phys.of_node(node)[index].worker_id
+    spec = WorkerSpec(topo, phys, wid, batch_size=batch)
+    n = topo.nodes[node]
+    op = resolve_operator(n.operator)(**n.args)
+    io = Recorder(multicast)
+    return Framework(spec, op, io), io, phys
+
+
+def test_spout_waits_for_activate_then_emits_round_robin():
+    fw, io, phys = make(WORDCOUNT, "source")
+    fw.step_spout()
+    assert io.sent == []
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.step_spout()
+    dsts = [d for _, d, _ in io.tuples(stream=1)]
+    assert set(dsts) == {w.worker_id for w in phys.of_node("split")}
+    assert fw.done  # 10 sentences < one chunk: exhausted, EOS sent
+    eos = [(d, ps) for k, d, s, ps in io.sent if s == EOS_STREAM]
+    assert sorted(d for d, _ in eos) == sorted(w.worker_id for w in phys.of_node("split"))
+    assert all(ps == [EOS_PAYLOAD] for _, ps in eos)
+
+
+def test_batching_by_size_and_delay():
+    fw, io, _ = make(WORDCOUNT, "split", batch=4)
+    fw.deliver(Inbound(1, 1, [msgpack.packb(["a b c"])]))
+    assert io.sent == []  # 3 tuples spread over receivers, none full
+    fw.now += 1.0
+    fw.flush()
+    assert sum(len(ps) for *_, ps in io.sent) == 3
+    assert fw.out == {}
+
+
+def test_fields_grouping_keeps_key_on_one_worker():
+    fw, io, _ = make(WORDCOUNT, "split")
+    fw.deliver(Inbound(1, 1, [msgpack.packb(["x y x y x"])] * 5))
+    by_word: dict[str, set[int]] = {}
+    for _, dst, (word,) in io.tuples(stream=2):
+        by_word.setdefault(word, set()).add(dst)
+    assert all(len(d) == 1 for d in by_word.values())
+
+
+def test_broadcast_serializes_once_with_multicast():
+    fw, io, phys = make(BROADCAST, "source", multicast=True)
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.step_spout()
+    assert fw.serializations == 10
+    data = [x for x in io.sent if x[2] == 1]
+    assert {x[0] for x in data} == {"group"}
+
+
+def test_broadcast_serializes_per_receiver_without_multicast():
+    fw, io, phys = make(BROADCAST, "source", multicast=False)
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.step_spout()
+    assert fw.serializations == 40
+    assert len(io.tuples(stream=1)) == 40
+
+
+def test_routing_control_tuple_replaces_next_hops():
+    fw, io, phys = make(WORDCOUNT, "split")
+    only = phys.of_node("count")[0].worker_id
+    body = {"stream": 2, "policy": "global", "next_hops": [only], "version": 9}
+    fw.control(ControlTuple(Control.ROUTING, body))
+    fw.deliver(Inbound(1, 1, [msgpack.packb(["p q r s"])]))
+    assert {d for _, d, _ in io.tuples(stream=2)} == {only}
+    assert io.replies[-1].body["metrics"] == {"ack": "ROUTING", "version": 9}
+
+
+def test_routing_for_unknown_stream_is_refused():
+    fw, _, _ = make(WORDCOUNT, "split")
+    with pytest.raises(ValueError):
+        fw.control(ControlTuple(Control.ROUTING, {"stream": 1, "policy": "shuffle",
+                                                  "next_hops": [], "version": 1}))
+
+
+def test_signal_flushes_stateful_cache():
+    fw, io, _ = make(WORDCOUNT, "count")
+    fw.deliver(Inbound(2, 2, [msgpack.packb(["w"])] * 3))
+    assert io.sent == []  # no output stream, and cache not flushed yet
+    fw.control(ControlTuple(Control.SIGNAL, {"version": 4}))
+    assert fw.op.cache == {}
+    assert fw.op.result() == {"counts": {"w": 3}}
+    assert io.replies[-1].body["metrics"] == {"ack": "SIGNAL", "version": 4}
+
+
+def test_metric_req_gets_metric_resp():
+    fw, io, _ = make(WORDCOUNT, "count")
+    fw.deliver(Inbound(2, 2, [msgpack.packb(["w"])] * 3))
+    fw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 77}))
+    resp = io.replies[-1]
+    assert resp.type == Control.METRIC_RESP
+    assert resp.body["request_id"] == 77
+    assert resp.body["metrics"]["in"] == {"2": 3}
+    assert "queue" in resp.body["metrics"] and "proc_us" in resp.body["metrics"]
+
+
+def test_input_rate_limits_spout():
+    fw, io, _ = make(BROADCAST.replace("count: 10", "count: 100000"), "source")
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.control(ControlTuple(Control.INPUT_RATE, {"rate": 1000.0}))
+    t = fw.now
+    for i in range(100):  # one simulated second in 10 ms steps
+        fw.now = t + (i + 1) * 0.01
+        fw.step_spout()
+    assert 900 <= fw.op.next_seq <= 1050
+
+
+def test_deactivate_stops_spout_and_batch_size_applies():
+    fw, io, _ = make(BROADCAST.replace("count: 10", "count: 1000"), "source")
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.control(ControlTuple(Control.BATCH_SIZE, {"size": 7, "max_delay_ms": 3.0}))
+    assert fw.batch_size == 7 and fw.max_delay == pytest.approx(0.003)
+    fw.control(ControlTuple(Control.DEACTIVATE, {}))
+    fw.step_spout()
+    assert fw.op.next_seq == 0
+
+
+def test_drain_finishes_spout_with_eos():
+    fw, io, _ = make(BROADCAST.replace("count: 10", "count: 1000"), "source")
+    fw.control(ControlTuple(Control.DRAIN, {"version": 5}))
+    assert fw.done
+    assert io.replies[-1].body["metrics"] == {"ack": "DRAIN", "version": 5}
+
+
+def test_bolt_finishes_after_eos_from_every_upstream():
+    fw, io, phys = make(WORDCOUNT, "count")
+    splits = [w.worker_id for w in phys.of_node("split")]
+    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["w"])]))
+    fw.deliver(Inbound(splits[0], EOS_STREAM, [EOS_PAYLOAD]))
+    assert not fw.done
+    fw.deliver(Inbound(splits[1], EOS_STREAM, [EOS_PAYLOAD]))
+    assert fw.done
+    assert fw.op.result() == {"counts": {"w": 1}}
+
+
+def test_malformed_tuples_are_counted_not_fatal():
+    fw, io, _ = make(WORDCOUNT, "count")
+    fw.deliver(Inbound(2, 2, [b"\xc1garbage", msgpack.packb({"a": 1}), msgpack.packb(["ok"])]))
+    assert io.stats.drops == {"malformed_tuple": 2}
+    assert fw.op.result() == {"counts": {"ok": 1}}

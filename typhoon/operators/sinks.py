@@ -1,0 +1,208 @@
+"""Built-in stateful bolt and sinks whose results make the run report."""
+
+from __future__ import annotations
+
+import base64
+import time
+import zlib
+from typing import Any, ClassVar
+
+from typhoon.operators.base import Bolt, Context, Emit
+
+
+class CountByKey(Bolt):
+    """Counts tuples per key in an in-memory cache; emits ``[key, count]`` on SIGNAL.
+
+    The cache holds counts since the last flush (paper Listing 2); ``totals``
+    holds everything this worker counted, for the report.  Summing the totals
+    of all workers of the node gives the exact count per key even when the
+    key space was remapped between flushes.
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ("key", "count")
+
+    def __init__(self, key: str | None = None) -> None:
+        super().__init__(key=key)
+        self.key = key
+        self.index = 0
+        self.cache: dict[Any, int] = {}
+        self.totals: dict[Any, int] = {}
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        key = args.get("key")
+        if key is not None and key not in input_fields:
+            raise ValueError(f"key field '{key}' is not one of the input fields {input_fields}")
+        if not input_fields and key is None:
+            raise ValueError("count_by_key needs an input field to count by")
+        return list(cls.fields)
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        if self.key is not None:
+            self.index = context.input_fields.index(self.key)
+
+    def process(self, values: list, emit: Emit) -> None:
+        k = values[self.index]
+        cache = self.cache
+        cache[k] = cache.get(k, 0) + 1
+
+    def on_signal(self, emit: Emit) -> None:
+        totals = self.totals
+        for k, c in self.cache.items():
+            totals[k] = totals.get(k, 0) + c
+            emit([k, c])
+        self.cache = {}
+
+    def result(self) -> dict[str, Any]:
+        merged = dict(self.totals)
+        for k, c in self.cache.items():
+            merged[k] = merged.get(k, 0) + c
+        return {"counts": {str(k): v for k, v in merged.items()}}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for r in results:
+            for k, v in r["counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        return {"counts": counts}
+
+
+class SequenceCheck(Bolt):
+    """Checks ``[src, seq, ...]`` tuples for loss, duplicates and order, per source.
+
+    Each worker keeps a bitmap of the sequence numbers it received per source
+    (one bit per tuple), so the run report can OR the bitmaps of all workers of
+    the node and compare with what each source emitted: exact missing and
+    duplicate counts even when a node's workers each see only a share.  It
+    also samples latency from the ``ts`` field (sender's clock).
+    """
+
+    MAX_SAMPLES: ClassVar[int] = 100_000
+
+    def __init__(self, src: str = "src", seq: str = "seq", ts: str = "ts") -> None:
+        super().__init__(src=src, seq=seq, ts=ts)
+        self.names = (src, seq, ts)
+        self.idx = (0, 1, 2)
+        self.bitmaps: dict[Any, bytearray] = {}
+        self.highest: dict[Any, int] = {}
+        self.received = 0
+        self.duplicates = 0
+        self.out_of_order = 0
+        self.latencies: list[float] = []
+        self.stride = 1
+        self._tick = 0
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        for role in ("src", "seq"):
+            name = args.get(role, role)
+            if name not in input_fields:
+                raise ValueError(f"{role} field '{name}' is not one of the input fields")
+        return []
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        f = context.input_fields
+        ts = f.index(self.names[2]) if self.names[2] in f else -1
+        self.idx = (f.index(self.names[0]), f.index(self.names[1]), ts)
+
+    def process(self, values: list, emit: Emit) -> None:
+        isrc, iseq, its = self.idx
+        src, seq = values[isrc], values[iseq]
+        self.received += 1
+        bm = self.bitmaps.get(src)
+        if bm is None:
+            bm = self.bitmaps[src] = bytearray(1024)
+            self.highest[src] = -1
+        byte = seq >> 3
+        if byte >= len(bm):
+            bm.extend(bytes(max(byte + 1 - len(bm), len(bm))))
+        bit = 1 << (seq & 7)
+        if bm[byte] & bit:
+            self.duplicates += 1
+        else:
+            bm[byte] |= bit
+            if seq < self.highest[src]:
+                self.out_of_order += 1
+            else:
+                self.highest[src] = seq
+        if its >= 0:
+            self._tick += 1
+            if self._tick >= self.stride:
+                self._tick = 0
+                self.latencies.append(time.time() - values[its])
+                if len(self.latencies) >= self.MAX_SAMPLES:
+                    self.latencies = self.latencies[::2]
+                    self.stride *= 2
+
+    def result(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> float | None:
+            return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+
+        return {
+            "received": self.received,
+            "duplicates": self.duplicates,
+            "out_of_order": self.out_of_order,
+            "bitmaps": {str(s): encode_bitmap(bm) for s, bm in self.bitmaps.items()},
+            "latency_s": {"p50": pct(0.5), "p99": pct(0.99), "p999": pct(0.999)},
+        }
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        """Node-wide result; bitmaps are ORed, and bits seen by two workers are duplicates."""
+        merged: dict[str, int] = {}
+        dups = 0
+        for r in results:
+            for src, enc in r["bitmaps"].items():
+                bits = decode_bitmap(enc)
+                prev = merged.get(src, 0)
+                dups += (prev & bits).bit_count()
+                merged[src] = prev | bits
+        return {
+            "received": sum(r["received"] for r in results),
+            "duplicates": sum(r["duplicates"] for r in results) + dups,
+            "out_of_order": sum(r["out_of_order"] for r in results),
+            "distinct": {src: bits.bit_count() for src, bits in merged.items()},
+            "latency_s": max((r["latency_s"] for r in results), key=lambda x: x["p50"] or 0),
+        }
+
+
+def encode_bitmap(bm: bytearray) -> str:
+    """Compact text form of a sequence bitmap for the JSON report."""
+    return base64.b64encode(zlib.compress(bytes(bm))).decode("ascii")
+
+
+def decode_bitmap(text: str) -> int:
+    """Bitmap as an int (bit n = sequence number n received)."""
+    return int.from_bytes(zlib.decompress(base64.b64decode(text)), "little")
+
+
+class Collect(Bolt):
+    """Keeps received tuples (up to ``limit``) for the report."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        if not isinstance(limit, int) or limit < 0:
+            raise ValueError("limit must be a non-negative integer")
+        super().__init__(limit=limit)
+        self.limit = limit
+        self.count = 0
+        self.tuples: list[list] = []
+
+    def process(self, values: list, emit: Emit) -> None:
+        self.count += 1
+        if len(self.tuples) < self.limit:
+            self.tuples.append(values)
+
+    def result(self) -> dict[str, Any]:
+        return {"count": self.count, "tuples": self.tuples}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {
+            "count": sum(r["count"] for r in results),
+            "tuples": [t for r in results for t in r["tuples"]],
+        }

@@ -1,0 +1,1 @@
+"""Worker runtime: application, framework and I/O layers (paper Fig. 4)."""

@@ -1,0 +1,360 @@
+"""Framework layer of a worker (paper Fig. 4, middle layer).
+
+Routes what the operator emits, batches it per (receiver, stream) for the I/O
+layer, hands arriving tuples to the operator, and applies control tuples
+(paper Table 2 plus DRAIN) through one code path for every transport.
+
+End of stream travels in-band: when a sender finishes it sends an EOS
+punctuation on reserved stream 0 to every receiver, after its last tuple on
+the same link; a bolt finishes once every upstream worker has sent EOS.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from typhoon.operators.base import Context, Operator
+from typhoon.runtime.policies import Router
+from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
+from typhoon.topology.model import DEFAULT_STREAM
+from typhoon.topology.routing import Route, routes_for, upstream_of
+from typhoon.wire import Control, ControlTuple
+
+log = logging.getLogger(__name__)
+
+EOS_PAYLOAD = msgpack.packb(["eos"], use_bin_type=True)
+DRAIN_QUIET_S = 0.2  # a draining worker finishes after this long without input
+SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
+
+
+class Framework:
+    """Routing state, batching, control tuples and metrics of one worker."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        operator: Operator,
+        transport: Transport,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        me = spec.assignment
+        topo = spec.topology
+        node = topo.nodes[me.node]
+        self.spec = spec
+        self.op = operator
+        self.io = transport
+        self.clock = clock
+        self.worker_id = me.worker_id
+        self.node = node
+        self.is_spout = node.kind == "spout"
+        self.stream_names = {s.id: s.name for s in topo.outputs_of(me.node)}
+        self.routers: dict[int, Router] = {}
+        self.routes: dict[str, list[Router]] = {}
+        for route in routes_for(topo, spec.physical, me.worker_id):
+            self.install_route(route)
+        upstream = upstream_of(topo, spec.physical, me.worker_id)
+        self.pending_upstream: set[int] = {w for ws in upstream.values() for w in ws}
+        self.batch_size = spec.batch_size
+        self.max_delay = spec.max_delay_ms / 1000.0
+        self.out: dict[tuple[int, int], list[bytes]] = {}
+        self.out_since: dict[tuple[int, int], float] = {}
+        self.now = clock()
+        # spouts wait for ACTIVATE (paper Table 2): the topology starts when its flows exist
+        self.active = not self.is_spout
+        self.rate = float(getattr(operator, "rate", 0.0) or 0.0)
+        self.tokens = 0.0
+        self.last_refill = self.now
+        self.exhausted = False
+        self.draining = False
+        self.drain_version = 0
+        self.last_input = self.now
+        self.done = False
+        # metrics
+        self.tuples_in: dict[int, int] = {}
+        self.tuples_out: dict[int, int] = {}
+        self.serializations = 0
+        self.unrouted = 0
+        self.proc_ns = 0
+        self.proc_count = 0
+        self.in_bytes = 0
+        self._pack = msgpack.Packer(use_bin_type=True).pack
+        self.context = Context(
+            topology=topo.name,
+            node=node.name,
+            worker_id=me.worker_id,
+            index=me.index,
+            parallelism=len(spec.physical.of_node(node.name)),
+            input_fields=self._input_fields(),
+            output_fields=list(node.output_fields),
+        )
+        operator.open(self.context)
+
+    def _input_fields(self) -> list[str]:
+        ins = self.spec.topology.inputs_of(self.node.name)
+        return list(self.spec.topology.nodes[ins[0].src].output_fields) if ins else []
+
+    # ----- routing -------------------------------------------------------------------------
+
+    def install_route(self, route: Route) -> None:
+        """Replace one output stream's routing state (ROUTING control tuple)."""
+        name = self.stream_names.get(route.stream)
+        if name is None:
+            raise ValueError(f"stream {route.stream} is not an output of node {self.node.name}")
+        router = Router(route)
+        self.routers[route.stream] = router
+        self.routes[name] = [self.routers[s] for s, n in self.stream_names.items()
+                             if n == name and s in self.routers]
+
+    def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
+        """Route one tuple from the operator (called on the hot path)."""
+        routers = self.routes.get(stream)
+        if not routers:
+            self.unrouted += 1
+            return
+        for r in routers:
+            sid = r.route.stream
+            self.tuples_out[sid] = self.tuples_out.get(sid, 0) + 1
+            if r.broadcast:
+                self._broadcast(r, values, sid)
+                continue
+            if r.route.policy == "sdn" and self.io.switch_balancing:
+                self.serializations += 1
+                self._buffer((-1 - r.route.lb_node, sid), self._pack(values))
+                continue
+            dst = r.select(values)
+            if dst < 0:
+                self.unrouted += 1
+                continue
+            self.serializations += 1
+            self._buffer((dst, sid), self._pack(values))
+
+    def _broadcast(self, r: Router, values: list, sid: int) -> None:
+        if self.io.multicast:
+            # one serialization; the switch copies the frame to every receiver
+            self.serializations += 1
+            self._buffer((0, sid), self._pack(values))
+            return
+        for dst in r.hops:
+            # Storm-like baseline: one serialization per destination
+            self.serializations += 1
+            self._buffer((dst, sid), self._pack(values))
+
+    def _buffer(self, key: tuple[int, int], payload: bytes) -> None:
+        buf = self.out.get(key)
+        if buf is None:
+            buf = self.out[key] = []
+            self.out_since[key] = self.now
+        buf.append(payload)
+        if len(buf) >= self.batch_size:
+            self._send(key, buf)
+            del self.out[key]
+            del self.out_since[key]
+
+    def _send(self, key: tuple[int, int], payloads: list[bytes]) -> None:
+        dst, sid = key
+        if dst > 0:
+            self.io.send(dst, sid, payloads)
+        elif dst == 0:
+            self.io.send_group(sid, self.routers[sid].hops, payloads)
+        else:
+            self.io.send_balanced(sid, -1 - dst, self.routers[sid].lb_slot(), payloads)
+
+    def flush(self, force: bool = False) -> None:
+        """Send every batch older than the max delay (or all of them)."""
+        if not self.out:
+            return
+        limit = self.now - self.max_delay
+        for key in [k for k, t in self.out_since.items() if force or t <= limit]:
+            self._send(key, self.out.pop(key))
+            del self.out_since[key]
+
+    def next_deadline(self) -> float:
+        """Seconds until the oldest batch must go out (for the poll timeout)."""
+        if not self.out_since:
+            return 0.05
+        return max(0.0, min(self.out_since.values()) + self.max_delay - self.now)
+
+    # ----- input ---------------------------------------------------------------------------
+
+    def deliver(self, item: Inbound) -> None:
+        """Hand arriving tuples to the operator."""
+        if item.stream == EOS_STREAM:
+            self._eos_from(item.src)
+            return
+        self.last_input = self.now
+        process, emit = self.op.process, self.emit
+        unpack = msgpack.unpackb
+        good = 0
+        t0 = time.perf_counter_ns()
+        for p in item.payloads:
+            try:
+                values = unpack(p, raw=False, strict_map_key=False)
+            except Exception:  # msgpack raises several types for garbage
+                self.io.stats.drop("malformed_tuple")
+                continue
+            if type(values) is not list:
+                self.io.stats.drop("malformed_tuple")
+                continue
+            process(values, emit)
+            good += 1
+        self.proc_ns += time.perf_counter_ns() - t0
+        self.proc_count += good
+        self.in_bytes += sum(map(len, item.payloads))
+        self.tuples_in[item.stream] = self.tuples_in.get(item.stream, 0) + good
+
+    def _eos_from(self, src: int) -> None:
+        self.pending_upstream.discard(src)
+        if not self.pending_upstream and not self.is_spout and not self.done:
+            log.info("worker %d: every upstream worker finished", self.worker_id)
+            self.finish()
+
+    # ----- spouts --------------------------------------------------------------------------
+
+    def spout_ready(self) -> bool:
+        return self.is_spout and self.active and not self.exhausted and not self.done
+
+    def step_spout(self) -> None:
+        """Let the spout emit a chunk, within its input rate."""
+        if not self.spout_ready():
+            return
+        n = SPOUT_CHUNK
+        if self.rate > 0:
+            elapsed = self.now - self.last_refill
+            self.last_refill = self.now
+            self.tokens = min(self.tokens + elapsed * self.rate, max(1.0, self.rate * 0.05))
+            n = min(n, int(self.tokens))
+            if n <= 0:
+                return
+            self.tokens -= n
+        t0 = time.perf_counter_ns()
+        more = self.op.next_batch(self.emit, n)
+        self.proc_ns += time.perf_counter_ns() - t0
+        self.proc_count += n
+        if not more:
+            self.exhausted = True
+            log.info("worker %d: source exhausted", self.worker_id)
+            self.finish()
+
+    def throttle_delay(self) -> float:
+        """How long a rate-limited spout has nothing to emit."""
+        if not self.spout_ready():
+            return 0.05
+        if self.rate <= 0 or self.tokens >= 1:
+            return 0.0
+        return min(0.05, (1 - self.tokens) / self.rate)
+
+    # ----- lifecycle -----------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Flush state and batches, then tell every receiver this link is finished."""
+        self.op.on_signal(self.emit)
+        self.flush(force=True)
+        for sid, r in self.routers.items():
+            if r.broadcast and self.io.multicast:
+                self.io.send_group(sid, r.hops, [EOS_PAYLOAD])
+            else:
+                for dst in r.hops:
+                    self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+        self.done = True
+        if self.draining:
+            self._ack("DRAIN", self.drain_version)
+
+    def tick(self) -> None:
+        """Periodic work of the event loop: batches due, drain completion."""
+        self.flush()
+        if self.draining and not self.done and self.now - self.last_input >= DRAIN_QUIET_S:
+            self.finish()
+
+    # ----- control tuples ------------------------------------------------------------------
+
+    def control(self, ct: ControlTuple) -> None:
+        """Apply one control tuple from the controller (or the tcp runner)."""
+        t, body = ct.type, ct.body
+        if t == Control.ROUTING:
+            self.flush(force=True)
+            self.install_route(Route.from_body(body))
+            self._ack("ROUTING", body["version"])
+        elif t == Control.SIGNAL:
+            self.op.on_signal(self.emit)
+            self.flush(force=True)
+            self._ack("SIGNAL", body["version"])
+        elif t == Control.METRIC_REQ:
+            self.io.reply(
+                ControlTuple(
+                    Control.METRIC_RESP,
+                    {
+                        "request_id": body["request_id"],
+                        "worker": self.worker_id,
+                        "metrics": self.metrics(),
+                    },
+                )
+            )
+        elif t == Control.INPUT_RATE:
+            self.rate = float(body["rate"])
+            self.tokens = 0.0
+            self.last_refill = self.now
+        elif t == Control.ACTIVATE:
+            self.active = True
+            self.last_refill = self.now
+        elif t == Control.DEACTIVATE:
+            self.active = False
+        elif t == Control.BATCH_SIZE:
+            self.batch_size = int(body["size"])
+            self.max_delay = float(body["max_delay_ms"]) / 1000.0
+        elif t == Control.DRAIN:
+            self.draining = True
+            self.drain_version = body["version"]
+            self.last_input = self.now
+            if self.is_spout:
+                self.exhausted = True
+                self.finish()
+        else:
+            self.io.stats.drop("unexpected_control")
+
+    def _ack(self, what: str, version: int) -> None:
+        self.io.reply(
+            ControlTuple(
+                Control.METRIC_RESP,
+                {
+                    "request_id": version,
+                    "worker": self.worker_id,
+                    "metrics": {"ack": what, "version": version},
+                },
+            )
+        )
+
+    # ----- metrics -------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Worker statistics for METRIC_RESP and the run report."""
+        st = self.io.stats
+        qbytes = self.io.queue_bytes()
+        avg = self.in_bytes / max(1, sum(self.tuples_in.values()))
+        return {
+            "node": self.node.name,
+            "in": {str(k): v for k, v in self.tuples_in.items()},
+            "out": {str(k): v for k, v in self.tuples_out.items()},
+            "queue_bytes": qbytes,
+            "queue": int(qbytes / avg) if avg else 0,
+            "proc_us": (self.proc_ns / self.proc_count / 1000.0) if self.proc_count else 0.0,
+            "serializations": self.serializations,
+            "unrouted": self.unrouted,
+            "frames_in": st.frames_in,
+            "frames_out": st.frames_out,
+            "bytes_in": st.bytes_in,
+            "bytes_out": st.bytes_out,
+            "seq_gaps": st.seq_gaps,
+            "credit_stalls": st.credit_stalls,
+            "drops": dict(st.drops),
+            "active": int(self.active),
+            "done": int(self.done),
+            "rate": self.rate,
+            "batch_size": self.batch_size,
+            "time": time.time(),
+        }

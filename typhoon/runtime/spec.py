@@ -1,0 +1,56 @@
+"""What a worker process is told when it starts (its row of the physical topology)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+
+
+@dataclass
+class WorkerSpec:
+    topology: Topology
+    physical: PhysicalTopology
+    worker_id: int
+    batch_size: int = 100
+    max_delay_ms: float = 2.0
+    report_dir: str = ""
+    # transport name and its parameters, e.g. {"kind": "tcp", "control": ["127.0.0.1", 4000]}
+    transport: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def assignment(self) -> WorkerAssignment:
+        return self.physical.by_id(self.worker_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology.to_dict(),
+            "physical": self.physical.to_dict(),
+            "worker_id": self.worker_id,
+            "batch_size": self.batch_size,
+            "max_delay_ms": self.max_delay_ms,
+            "report_dir": self.report_dir,
+            "transport": self.transport,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkerSpec:
+        return cls(
+            Topology.from_dict(d["topology"]),
+            PhysicalTopology.from_dict(d["physical"]),
+            d["worker_id"],
+            d.get("batch_size", 100),
+            d.get("max_delay_ms", 2.0),
+            d.get("report_dir", ""),
+            dict(d.get("transport", {})),
+        )
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: Path) -> WorkerSpec:
+        return cls.from_dict(json.loads(Path(path).read_text()))

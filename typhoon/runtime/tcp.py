@@ -1,0 +1,256 @@
+"""The ``tcp`` I/O layer: one TCP connection per next hop, like Storm's Netty transport.
+
+Frames are the same wire frames the ``sdn`` transport puts on a TAP port,
+each preceded by a u32 length.  There is no multicast, so the framework layer
+serializes a broadcast tuple once per receiver: the baseline the paper
+compares against.  Control tuples come from the run coordinator on a
+separate control connection, with the same encoding as over the switch.
+
+Control connection messages are ``u32 length, u8 type, body``: type 0 is a
+wire-encoded control tuple, type 1 a msgpack map used only for bootstrap
+(``hello`` from the worker, ``peers`` from the coordinator).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import selectors
+import socket
+import struct
+import termios
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from typhoon import wire
+from typhoon.runtime.transport import Inbound, Transport
+from typhoon.wire import ControlTuple, Kind, WireError
+
+U32 = struct.Struct(">I")
+MSG_CONTROL = 0
+MSG_BOOT = 1
+READ_CHUNK = 1 << 18
+MAX_MESSAGE = 1 << 26
+
+
+def encode_message(mtype: int, body: bytes) -> bytes:
+    return U32.pack(len(body) + 1) + bytes((mtype,)) + body
+
+
+def encode_boot(msg: dict[str, Any]) -> bytes:
+    return encode_message(MSG_BOOT, msgpack.packb(msg, use_bin_type=True))
+
+
+def encode_control_message(ct: ControlTuple) -> bytes:
+    return encode_message(MSG_CONTROL, wire.encode_control(ct))
+
+
+class MessageReader:
+    """Splits a byte stream into u32-length-prefixed messages."""
+
+    def __init__(self, limit: int = MAX_MESSAGE) -> None:
+        self.buf = bytearray()
+        self.limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self.buf
+        buf += data
+        out = []
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = U32.unpack_from(buf, pos)
+            if size > self.limit:
+                raise WireError(f"message of {size} bytes exceeds the limit of {self.limit}")
+            if n - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    reader: MessageReader = field(default_factory=MessageReader)
+
+
+class TcpTransport(Transport):
+    """Worker-side I/O over TCP."""
+
+    def __init__(
+        self,
+        worker_id: int,
+        app_id: int,
+        control: tuple[str, int],
+        bind_host: str = "127.0.0.1",
+        mtu: int = wire.DEFAULT_MTU,
+    ) -> None:
+        super().__init__()
+        self.worker_id = worker_id
+        self.app_id = app_id
+        self.mac = wire.worker_mac(app_id, worker_id)
+        self.mtu = mtu
+        self.sel = selectors.DefaultSelector()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((bind_host, 0))
+        self.listener.listen(64)
+        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+        self.control = socket.create_connection(control, timeout=30)
+        self.control.settimeout(None)
+        self.control_conn = _Conn(self.control)
+        self.sel.register(self.control, selectors.EVENT_READ, self.control_conn)
+        self.inbound: list[_Conn] = []
+        self.peers: dict[int, tuple[str, int]] = {}
+        self.out: dict[int, socket.socket] = {}
+        self.seq_out: dict[int, int] = {}
+        self.seq_in: dict[tuple[bytes, int], int] = {}
+        self.reassembly: dict[tuple[bytes, int], wire.Reassembler] = {}
+        self.control.sendall(
+            encode_boot({"hello": worker_id, "host": bind_host, "port": self.listener.getsockname()[1]})
+        )
+
+    # ----- receiving -----------------------------------------------------------------------
+
+    def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
+        out: list[Inbound | ControlTuple] = []
+        for key, _ in self.sel.select(timeout):
+            if key.data == "listen":
+                sock, _addr = self.listener.accept()
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = _Conn(sock)
+                self.inbound.append(conn)
+                self.sel.register(sock, selectors.EVENT_READ, conn)
+                continue
+            conn = key.data
+            try:
+                data = conn.sock.recv(READ_CHUNK)
+            except ConnectionError:
+                data = b""
+            if not data:
+                self._closed(conn)
+                continue
+            try:
+                messages = conn.reader.feed(data)
+            except WireError:
+                self.stats.drop("malformed_stream")
+                self._closed(conn)
+                continue
+            if conn is self.control_conn:
+                self._control_messages(messages, out)
+            else:
+                self._data_messages(messages, out)
+        return out
+
+    def _closed(self, conn: _Conn) -> None:
+        self.sel.unregister(conn.sock)
+        conn.sock.close()
+        if conn is self.control_conn:
+            # the coordinator went away: nothing will control this worker any more
+            raise ConnectionError("control connection closed")
+        self.inbound.remove(conn)
+
+    def _control_messages(self, messages: list[bytes], out: list) -> None:
+        for m in messages:
+            if not m:
+                self.stats.drop("malformed_control")
+                continue
+            if m[0] == MSG_BOOT:
+                try:
+                    msg = msgpack.unpackb(m[1:], raw=False, strict_map_key=False)
+                    peers = msg["peers"]
+                    self.peers.update({int(k): (str(v[0]), int(v[1])) for k, v in peers.items()})
+                except Exception:
+                    self.stats.drop("malformed_control")
+                continue
+            try:
+                out.append(wire.decode_control(m[1:]))
+            except WireError:
+                self.stats.drop("malformed_control")
+
+    def _data_messages(self, messages: list[bytes], out: list) -> None:
+        st = self.stats
+        for m in messages:
+            st.frames_in += 1
+            st.bytes_in += len(m)
+            try:
+                frame = wire.decode_frame(m, mtu=self.mtu)
+                src = wire.parse_mac(frame.src)
+            except WireError:
+                st.drop("malformed_frame")
+                continue
+            if frame.kind != Kind.DATA or src.cls != wire.AddrClass.WORKER:
+                st.drop("unexpected_frame")
+                continue
+            key = (frame.src, frame.stream)
+            expect = self.seq_in.get(key)
+            if expect is not None and frame.seq != expect:
+                st.seq_gaps += (frame.seq - expect) & 0xFFFFFFFF
+            self.seq_in[key] = (frame.seq + 1) & 0xFFFFFFFF
+            payloads = frame.payloads
+            if frame.flags & wire.SEG:
+                r = self.reassembly.setdefault(key, wire.Reassembler())
+                try:
+                    payloads = r.feed(frame)
+                except WireError:
+                    st.drop("bad_segment")
+                    continue
+                if not payloads:
+                    continue
+            out.append(Inbound(src.value, frame.stream, payloads))
+
+    # ----- sending -------------------------------------------------------------------------
+
+    def _link(self, dst: int) -> socket.socket | None:
+        sock = self.out.get(dst)
+        if sock is None:
+            addr = self.peers.get(dst)
+            if addr is None:
+                return None
+            sock = socket.create_connection(addr, timeout=30)
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.out[dst] = sock
+        return sock
+
+    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        sock = self._link(dst)
+        if sock is None:
+            self.stats.drop("no_peer", len(payloads))
+            return
+        seq = self.seq_out.get((dst, stream), 0)
+        frames = wire.pack_frames(
+            wire.worker_mac(self.app_id, dst), self.mac, Kind.DATA, stream, seq, payloads, self.mtu
+        )
+        self.seq_out[(dst, stream)] = (seq + len(frames)) & 0xFFFFFFFF
+        data = b"".join([U32.pack(len(f)) + f for f in frames])
+        sock.sendall(data)
+        self.stats.frames_out += len(frames)
+        self.stats.bytes_out += len(data)
+
+    def reply(self, ct: ControlTuple) -> None:
+        self.control.sendall(encode_control_message(ct))
+
+    def queue_bytes(self) -> int:
+        total = 0
+        buf = bytearray(4)
+        for conn in self.inbound:
+            try:
+                fcntl.ioctl(conn.sock.fileno(), termios.FIONREAD, buf)
+            except OSError:
+                continue
+            total += int.from_bytes(buf, "little") + len(conn.reader.buf)
+        return total
+
+    def close(self) -> None:
+        for sock in self.out.values():
+            sock.close()
+        for conn in self.inbound:
+            conn.sock.close()
+        self.listener.close()
+        self.control.close()
+        self.sel.close()

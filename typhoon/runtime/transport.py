@@ -1,0 +1,80 @@
+"""The boundary between the framework layer and the I/O layer (paper Fig. 4).
+
+The framework layer hands the I/O layer batches of serialized tuples per
+(receiver, stream) and gets back what arrived.  Only the I/O layer differs
+between the ``tcp`` transport (one connection per next hop, Storm-like) and
+the ``sdn`` transport (frames on a TAP port of an Open vSwitch bridge).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from typhoon.wire import ControlTuple
+
+EOS_STREAM = 0  # reserved stream ID: end-of-stream punctuation on a link
+
+
+@dataclass
+class Inbound:
+    """Tuples that arrived from one sender on one stream (decoded frames, reassembled)."""
+
+    src: int  # sender worker ID
+    stream: int
+    payloads: list[bytes]
+
+
+@dataclass
+class IOStats:
+    """I/O-layer counters reported in METRIC_RESP."""
+
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seq_gaps: int = 0  # frames missing on a link, by sequence number
+    credit_stalls: int = 0
+    drops: dict[str, int] = field(default_factory=dict)  # reason -> count
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + n
+
+
+class Transport(ABC):
+    """I/O layer of one worker."""
+
+    #: True when one serialized copy can reach a whole group (switch-side multicast)
+    multicast: bool = False
+    #: True when the ``sdn`` policy can hand receiver choice to the switch
+    switch_balancing: bool = False
+
+    def __init__(self) -> None:
+        self.stats = IOStats()
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
+        """Wait up to ``timeout`` seconds; return what arrived (data and control)."""
+
+    @abstractmethod
+    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        """Send serialized tuples to one receiver (batched into frames)."""
+
+    def send_group(self, stream: int, dsts: list[int], payloads: list[bytes]) -> None:
+        """Send one copy that the network delivers to every worker in ``dsts``."""
+        raise NotImplementedError(f"{type(self).__name__} has no multicast")
+
+    def send_balanced(self, stream: int, lb_node: int, slot: int, payloads: list[bytes]) -> None:
+        """Send to a load-balancer virtual address; the switch picks the worker."""
+        raise NotImplementedError(f"{type(self).__name__} has no switch-side balancing")
+
+    @abstractmethod
+    def reply(self, ct: ControlTuple) -> None:
+        """Send a control tuple (METRIC_RESP) back to the controller."""
+
+    def queue_bytes(self) -> int:
+        """Bytes received by the host but not yet read by the worker."""
+        return 0
+
+    def close(self) -> None:
+        """Release sockets and devices."""

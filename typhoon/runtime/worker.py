@@ -1,0 +1,138 @@
+"""Worker process entry point: ``python -m typhoon.runtime.worker SPEC.json``.
+
+Builds the three layers, runs the event loop until the worker has finished
+(end of stream, DRAIN) or is told to stop, then writes its report file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from typhoon.operators import resolve_operator
+from typhoon.runtime.framework import Framework
+from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import Transport
+from typhoon.wire import ControlTuple
+
+log = logging.getLogger("typhoon.worker")
+
+
+def make_transport(spec: WorkerSpec) -> Transport:
+    """The I/O layer named in the spec."""
+    params = spec.transport
+    kind = params.get("kind")
+    if kind == "tcp":
+        from typhoon.runtime.tcp import TcpTransport
+
+        host, port = params["control"]
+        return TcpTransport(
+            spec.worker_id, spec.physical.app_id, (host, int(port)), params.get("bind", "127.0.0.1")
+        )
+    if kind == "sdn":
+        from typhoon.runtime.sdn import SdnTransport
+
+        return SdnTransport.from_spec(spec)
+    raise ValueError(f"unknown transport {kind!r}")
+
+
+def json_safe(value: Any) -> Any:
+    """Report values as JSON: bytes become text, tuples lists, keys strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value
+
+
+class Worker:
+    """One worker process: the event loop around the framework layer."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        node = spec.topology.nodes[spec.assignment.node]
+        self.operator = resolve_operator(node.operator)(**node.args)
+        self.io = make_transport(spec)
+        self.fw = Framework(spec, self.operator, self.io)
+        self.stopping = False
+        self.error: str | None = None
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        fw, io = self.fw, self.io
+        clock = time.monotonic
+        try:
+            while not fw.done and not self.stopping:
+                fw.now = clock()
+                if fw.spout_ready():
+                    timeout = fw.throttle_delay()
+                else:
+                    timeout = min(fw.next_deadline(), 0.05)
+                for item in io.poll(timeout):
+                    fw.now = clock()
+                    if isinstance(item, ControlTuple):
+                        fw.control(item)
+                    else:
+                        fw.deliver(item)
+                fw.now = clock()
+                fw.step_spout()
+                fw.tick()
+            fw.flush(force=True)
+        except ConnectionError as e:
+            self.error = f"connection lost: {e}"
+            log.error("worker %d: %s", fw.worker_id, self.error)
+        finally:
+            self.write_report()
+            self.operator.close()
+            io.close()
+
+    def report(self) -> dict[str, Any]:
+        a = self.spec.assignment
+        return json_safe(
+            {
+                "worker": a.worker_id,
+                "node": a.node,
+                "index": a.index,
+                "host": a.host,
+                "port": a.port,
+                "finished": self.fw.done,
+                "error": self.error,
+                "metrics": self.fw.metrics(),
+                "result": self.operator.result(),
+            }
+        )
+
+    def write_report(self) -> None:
+        if not self.spec.report_dir:
+            return
+        path = Path(self.spec.report_dir) / f"worker-{self.spec.worker_id}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.report()))
+        tmp.rename(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m typhoon.runtime.worker SPEC.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    spec = WorkerSpec.load(Path(argv[0]))
+    worker = Worker(spec)
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    worker.run()
+    return 0 if worker.error is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

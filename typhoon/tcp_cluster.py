@@ -1,0 +1,309 @@
+"""Runs a topology over the ``tcp`` transport: the Storm-like baseline, no OVS needed.
+
+The run coordinator here plays the manager and controller roles for tcp:
+it schedules workers, launches them (locally, or through a launcher such as
+a Mininet host), tells them where their peers listen, sends control tuples on
+their control connections, polls METRIC_REQ for live rates, and collects the
+report when every worker has finished.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import selectors
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgpack
+
+from typhoon.live import LiveRates
+from typhoon.report import build_report, read_worker_reports
+from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
+from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.topology.scheduler import app_id_for, schedule
+from typhoon.wire import Control, ControlTuple, WireError, decode_control
+
+log = logging.getLogger(__name__)
+
+Launcher = Callable[[str, list[str], Path], subprocess.Popen]
+
+
+def local_launcher(host: str, argv: list[str], logfile: Path) -> subprocess.Popen:
+    """Start a worker process on this machine (every emulated host is local)."""
+    out = open(logfile, "wb")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+@dataclass
+class RunOptions:
+    hosts: list[str] = field(default_factory=lambda: ["h1"])
+    bind: dict[str, str] = field(default_factory=dict)  # host -> address workers listen on
+    duration: float | None = None  # seconds; then sources are drained
+    batch_size: int = 100
+    max_delay_ms: float = 2.0
+    live: bool = True
+    live_every: float = 1.0
+    timeout: float = 900.0  # hard limit for the whole run
+    start_timeout: float = 60.0
+
+
+@dataclass
+class _WorkerConn:
+    worker_id: int
+    sock: socket.socket
+    reader: MessageReader = field(default_factory=MessageReader)
+
+
+class TcpCluster:
+    """Workers of one topology connected by TCP, with their control connections."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        options: RunOptions,
+        workdir: Path | None = None,
+        launcher: Launcher = local_launcher,
+        out: TextIO = sys.stderr,
+    ) -> None:
+        self.topology = topology
+        self.options = options
+        self.launcher = launcher
+        self.out = out
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="typhoon-tcp-")
+        self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.report_dir = self.workdir / "reports"
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        self.physical: PhysicalTopology = schedule(
+            topology, options.hosts, app_id_for(topology.name), first_port=0
+        )
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.conns: dict[int, _WorkerConn] = {}
+        self.sel = selectors.DefaultSelector()
+        self.metrics: dict[int, dict[str, Any]] = {}
+        self.acks: list[dict[str, Any]] = []
+        self.request_ids = itertools.count(1)
+        self.started_at = 0.0
+        self.live = LiveRates(list(topology.nodes))
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("0.0.0.0", 0))
+        self.server.listen(256)
+
+    # ----- start ---------------------------------------------------------------------------
+
+    def control_address(self, host: str) -> tuple[str, int]:
+        addr = self.options.bind.get(host, "127.0.0.1")
+        return (addr if addr != "0.0.0.0" else "127.0.0.1", self.server.getsockname()[1])
+
+    def start(self) -> None:
+        """Launch every worker, wait for each to say hello, tell them their peers."""
+        o = self.options
+        for w in self.physical.workers:
+            spec = WorkerSpec(
+                self.topology,
+                self.physical,
+                w.worker_id,
+                batch_size=o.batch_size,
+                max_delay_ms=o.max_delay_ms,
+                report_dir=str(self.report_dir),
+                transport={
+                    "kind": "tcp",
+                    "control": list(self.control_address(w.host)),
+                    "bind": o.bind.get(w.host, "127.0.0.1"),
+                },
+            )
+            path = self.workdir / f"worker-{w.worker_id}.spec.json"
+            spec.save(path)
+            argv = [sys.executable, "-m", "typhoon.runtime.worker", str(path)]
+            self.procs[w.worker_id] = self.launcher(
+                w.host, argv, self.workdir / f"worker-{w.worker_id}.log"
+            )
+        peers = self._accept_hellos()
+        boot = encode_boot({"peers": {str(k): list(v) for k, v in peers.items()}})
+        for c in self.conns.values():
+            c.sock.sendall(boot)
+        self.started_at = time.monotonic()
+
+    def _accept_hellos(self) -> dict[int, tuple[str, int]]:
+        deadline = time.monotonic() + self.options.start_timeout
+        peers: dict[int, tuple[str, int]] = {}
+        self.server.settimeout(0.2)
+        pending: list[_WorkerConn] = []
+        while len(peers) < len(self.procs):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only {len(peers)} of {len(self.procs)} workers started in "
+                    f"{self.options.start_timeout:.0f} s; see logs in {self.workdir}"
+                )
+            self._check_alive(peers)
+            try:
+                sock, _ = self.server.accept()
+                sock.settimeout(None)
+                pending.append(_WorkerConn(0, sock))
+            except TimeoutError:
+                pass
+            for c in list(pending):
+                c.sock.settimeout(0.05)
+                try:
+                    data = c.sock.recv(4096)
+                except TimeoutError:
+                    continue
+                finally:
+                    c.sock.settimeout(None)
+                for m in c.reader.feed(data):
+                    if m and m[0] == MSG_BOOT:
+                        hello = msgpack.unpackb(m[1:], raw=False)
+                        c.worker_id = int(hello["hello"])
+                        peers[c.worker_id] = (str(hello["host"]), int(hello["port"]))
+                        self.conns[c.worker_id] = c
+                        self.sel.register(c.sock, selectors.EVENT_READ, c)
+                        pending.remove(c)
+        return peers
+
+    def _check_alive(self, started: dict[int, Any]) -> None:
+        for wid, p in self.procs.items():
+            if p.poll() is not None and wid not in started:
+                logtext = (self.workdir / f"worker-{wid}.log").read_text(errors="replace")
+                raise RuntimeError(f"worker {wid} exited with {p.returncode}:\n{logtext[-2000:]}")
+
+    # ----- control -------------------------------------------------------------------------
+
+    def send(self, worker_id: int, ct: ControlTuple) -> None:
+        """Send a control tuple to one worker over its control connection."""
+        c = self.conns.get(worker_id)
+        if c is None:
+            raise KeyError(f"worker {worker_id} is not connected")
+        try:
+            c.sock.sendall(encode_control_message(ct))
+        except OSError:
+            log.warning("worker %d: control connection closed", worker_id)
+
+    def workers_of(self, node: str) -> list[int]:
+        return [w.worker_id for w in self.physical.of_node(node)]
+
+    def activate(self) -> None:
+        for n in self.topology.spouts():
+            for wid in self.workers_of(n.name):
+                self.send(wid, ControlTuple(Control.ACTIVATE, {}))
+
+    def request_metrics(self) -> None:
+        rid = next(self.request_ids)
+        for wid, p in self.procs.items():
+            if p.poll() is None and wid in self.conns:
+                self.send(wid, ControlTuple(Control.METRIC_REQ, {"request_id": rid}))
+
+    def pump(self, timeout: float) -> None:
+        """Read METRIC_RESP replies that arrived."""
+        for key, _ in self.sel.select(timeout):
+            c: _WorkerConn = key.data
+            try:
+                data = c.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self.sel.unregister(c.sock)
+                c.sock.close()
+                self.conns.pop(c.worker_id, None)
+                continue
+            for m in c.reader.feed(data):
+                if not m or m[0] == MSG_BOOT:
+                    continue
+                try:
+                    ct = decode_control(m[1:])
+                except WireError:
+                    log.warning("worker %d sent a malformed control tuple", c.worker_id)
+                    continue
+                if ct.type != Control.METRIC_RESP:
+                    continue
+                metrics = ct.body["metrics"]
+                if "ack" in metrics:
+                    self.acks.append({"worker": ct.body["worker"], **metrics})
+                else:
+                    self.metrics[ct.body["worker"]] = metrics
+
+    # ----- run -----------------------------------------------------------------------------
+
+    def running(self) -> list[int]:
+        return [wid for wid, p in self.procs.items() if p.poll() is None]
+
+    def wait(self) -> bool:
+        """Run until every worker has exited; drain sources at the duration. True if clean."""
+        o = self.options
+        next_poll = time.monotonic() + o.live_every
+        drained = False
+        while self.running():
+            now = time.monotonic()
+            elapsed = now - self.started_at
+            if o.duration is not None and elapsed >= o.duration and not drained:
+                drained = True
+                for n in self.topology.spouts():
+                    for wid in self.workers_of(n.name):
+                        if wid in self.conns:  # finite sources may be done already
+                            self.send(wid, ControlTuple(Control.DRAIN, {"version": 0}))
+            if elapsed > o.timeout:
+                log.error("run exceeded %.0f s; stopping workers", o.timeout)
+                self.stop()
+                return False
+            if now >= next_poll:
+                next_poll = now + o.live_every
+                if self.metrics:
+                    rates = self.live.update(elapsed, self.metrics)
+                    if o.live:
+                        print(LiveRates.format(elapsed, rates), file=self.out, flush=True)
+                self.request_metrics()
+            self.pump(min(0.1, max(0.0, next_poll - time.monotonic())))
+        return all(p.returncode == 0 for p in self.procs.values())
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def close(self) -> None:
+        self.stop()
+        for c in self.conns.values():
+            c.sock.close()
+        self.server.close()
+        self.sel.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def report(self, clean: bool) -> dict[str, Any]:
+        elapsed = time.monotonic() - self.started_at
+        return build_report(
+            self.topology,
+            read_worker_reports(self.report_dir),
+            transport="tcp",
+            hosts=self.options.hosts,
+            elapsed_s=round(elapsed, 3),
+            ok=clean,
+            exit_codes={str(k): p.returncode for k, p in self.procs.items()},
+            rates=self.live.history,
+        )
+
+
+def run_tcp(topology: Topology, options: RunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:
+    """Run a topology to completion over tcp and return its report."""
+    cluster = TcpCluster(topology, options, out=out)
+    try:
+        cluster.start()
+        cluster.activate()
+        clean = cluster.wait()
+        return cluster.report(clean)
+    finally:
+        cluster.close()

@@ -1,0 +1,186 @@
+"""Logical and physical topology: the state the coordinator holds (paper Table 1).
+
+Pure data.  The loader (``loader.py``) builds a :class:`Topology` from a YAML
+file; the scheduler (``scheduler.py``) turns it into a :class:`PhysicalTopology`;
+``routing_table`` says what each worker's framework layer routes to.
+Everything here round-trips through plain dicts (``to_dict``/``from_dict``) so
+it can be stored in SQLite or ZooKeeper as JSON and handed to worker processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn")
+ENGINES = ("python", "spark")
+DEFAULT_STREAM = "default"
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a stream spreads tuples over the receiving node's workers."""
+
+    type: str
+    fields: tuple[str, ...] = ()
+    # direct grouping: key value (as str) -> receiving worker index (0-based)
+    table: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "fields": list(self.fields), "table": dict(self.table)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Grouping:
+        return cls(d["type"], tuple(d.get("fields", ())), dict(d.get("table", {})))
+
+
+@dataclass
+class Node:
+    """A spout or bolt of the logical topology."""
+
+    name: str
+    kind: str  # "spout" | "bolt"
+    operator: str  # built-in name or "module:Class"
+    args: dict[str, Any] = field(default_factory=dict)
+    parallelism: int = 1
+    engine: str = "python"
+    stateful: bool = False
+    output_fields: tuple[str, ...] = ()
+    line: int = 0  # line in the YAML file, for error messages
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["output_fields"] = list(self.output_fields)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Node:
+        d = dict(d)
+        d["output_fields"] = tuple(d.get("output_fields", ()))
+        return cls(**d)
+
+
+@dataclass
+class Stream:
+    """An edge of the logical topology: ``src`` node's output stream to ``dst``.
+
+    ``id`` is the numeric stream ID carried in every frame header; it is unique
+    within a topology (assigned in file order, from 1).
+    """
+
+    id: int
+    src: str
+    dst: str
+    grouping: Grouping
+    name: str = DEFAULT_STREAM  # the src node's output stream name
+    line: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "src": self.src,
+            "dst": self.dst,
+            "grouping": self.grouping.to_dict(),
+            "name": self.name,
+            "line": self.line,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Stream:
+        return cls(
+            d["id"], d["src"], d["dst"], Grouping.from_dict(d["grouping"]), d["name"], d["line"]
+        )
+
+
+@dataclass
+class Topology:
+    """The logical topology: nodes in file order and the streams between them."""
+
+    name: str
+    nodes: dict[str, Node]
+    streams: list[Stream]
+    config: dict[str, Any] = field(default_factory=dict)
+    source_file: str = ""
+
+    def spouts(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "spout"]
+
+    def inputs_of(self, node: str) -> list[Stream]:
+        return [s for s in self.streams if s.dst == node]
+
+    def outputs_of(self, node: str) -> list[Stream]:
+        return [s for s in self.streams if s.src == node]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "nodes": [n.to_dict() for n in self.nodes.values()],
+            "streams": [s.to_dict() for s in self.streams],
+            "config": self.config,
+            "source_file": self.source_file,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Topology:
+        nodes = [Node.from_dict(n) for n in d["nodes"]]
+        return cls(
+            d["name"],
+            {n.name: n for n in nodes},
+            [Stream.from_dict(s) for s in d["streams"]],
+            dict(d.get("config", {})),
+            d.get("source_file", ""),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerAssignment:
+    """One physical worker: where it runs and how the network knows it."""
+
+    worker_id: int  # unique within the application, 1..0xFFFE
+    node: str
+    index: int  # 0-based index among its node's workers
+    host: str
+    port: int  # OpenFlow port on the host bridge (sdn) / 0 (tcp)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkerAssignment:
+        return cls(**d)
+
+
+@dataclass
+class PhysicalTopology:
+    """Per-worker assignment of one application (paper Table 1, row 2)."""
+
+    name: str
+    app_id: int  # 16-bit application prefix of worker addresses
+    workers: list[WorkerAssignment]
+    version: int = 1
+
+    def of_node(self, node: str) -> list[WorkerAssignment]:
+        return sorted((w for w in self.workers if w.node == node), key=lambda w: w.index)
+
+    def by_id(self, worker_id: int) -> WorkerAssignment:
+        for w in self.workers:
+            if w.worker_id == worker_id:
+                return w
+        raise KeyError(worker_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "app_id": self.app_id,
+            "workers": [w.to_dict() for w in self.workers],
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PhysicalTopology:
+        return cls(
+            d["name"],
+            d["app_id"],
+            [WorkerAssignment.from_dict(w) for w in d["workers"]],
+            d.get("version", 1),
+        )

@@ -1,0 +1,95 @@
+"""Per-worker routing state derived from the logical and physical topology.
+
+This is what a worker's framework layer needs for each output stream (paper
+§3.3.2: next hops, policy, policy state) and what a ROUTING control tuple
+carries when it changes.  Pure functions: the controller, the manager and the
+tcp runner compute the same tables from the same topology.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from typhoon.topology.model import PhysicalTopology, Topology
+
+
+@dataclass
+class Route:
+    """Routing state of one output stream of one worker."""
+
+    stream: int  # stream ID (frame header)
+    policy: str  # a grouping type
+    next_hops: list[int]  # receiving worker IDs, in index order
+    fields: list[int] = field(default_factory=list)  # key field indices (fields, direct)
+    table: dict[str, int] = field(default_factory=dict)  # direct: key -> worker ID
+    local: list[int] = field(default_factory=list)  # next hops on the sender's host
+    lb_node: int = 0  # sdn: index of the receiving node (load-balancer address)
+    version: int = 0
+
+    def to_body(self) -> dict[str, Any]:
+        """The body of the ROUTING control tuple that installs this route."""
+        return {
+            "stream": self.stream,
+            "policy": self.policy,
+            "next_hops": list(self.next_hops),
+            "fields": list(self.fields),
+            "table": dict(self.table),
+            "local": list(self.local),
+            "lb_node": self.lb_node,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Route:
+        return cls(
+            stream=body["stream"],
+            policy=body["policy"],
+            next_hops=list(body["next_hops"]),
+            fields=list(body.get("fields", [])),
+            table=dict(body.get("table", {})),
+            local=list(body.get("local", [])),
+            lb_node=body.get("lb_node", 0),
+            version=body.get("version", 0),
+        )
+
+
+def node_index(topology: Topology, node: str) -> int:
+    """Position of a node in the file (stable id used in load-balancer addresses)."""
+    return list(topology.nodes).index(node)
+
+
+def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -> list[Route]:
+    """Routes of every output stream of ``worker_id``, in stream order."""
+    me = physical.by_id(worker_id)
+    routes = []
+    for s in topology.outputs_of(me.node):
+        receivers = physical.of_node(s.dst)
+        hops = [w.worker_id for w in receivers]
+        src_fields = list(topology.nodes[s.src].output_fields)
+        key = [src_fields.index(f) for f in s.grouping.fields if f in src_fields]
+        table = {}
+        for k, idx in s.grouping.table.items():
+            if 0 <= idx < len(receivers):
+                table[str(k)] = receivers[idx].worker_id
+        routes.append(
+            Route(
+                stream=s.id,
+                policy=s.grouping.type,
+                next_hops=hops,
+                fields=key,
+                table=table,
+                local=[w.worker_id for w in receivers if w.host == me.host],
+                lb_node=node_index(topology, s.dst),
+                version=physical.version,
+            )
+        )
+    return routes
+
+
+def upstream_of(topology: Topology, physical: PhysicalTopology, worker_id: int) -> dict[int, list[int]]:
+    """Stream ID -> worker IDs that send to ``worker_id`` on that stream."""
+    me = physical.by_id(worker_id)
+    return {
+        s.id: [w.worker_id for w in physical.of_node(s.src)] for s in topology.inputs_of(me.node)
+    }
