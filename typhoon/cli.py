@@ -86,8 +86,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             live=not args.quiet,
         )
         report = run_tcp(topo, options)
-    else:  # argparse restricts the choices
-        raise UsageError(f"transport '{args.transport}' is not available")
+    else:
+        # the CLI is the top layer: the only core module that reaches into mininet_env
+        from mininet_env.fabric import FabricPlan
+        from mininet_env.run import SdnRunOptions, run_sdn
+
+        try:
+            plan = FabricPlan(hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw,
+                              delay=args.delay)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        options = SdnRunOptions(
+            plan=plan,
+            apps=args.app or [],
+            duration=args.duration,
+            batch_size=args.batch_size,
+            max_delay_ms=args.max_delay_ms,
+            live=not args.quiet,
+            workdir=Path(args.workdir) if args.workdir else None,
+        )
+        report = run_sdn(topo, options)
     text = json.dumps(report, indent=2)
     if args.report:
         Path(args.report).write_text(text)
@@ -114,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a topology until its sources finish")
     r.add_argument("file")
-    r.add_argument("--transport", choices=["tcp"], default="tcp")
+    r.add_argument("--transport", choices=["tcp", "sdn"], default="tcp")
     r.add_argument("--hosts", type=int, default=1)
     r.add_argument("--duration", type=float, default=None, help="seconds, then drain sources")
     r.add_argument("--report", help="write the JSON report here")
@@ -122,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-delay-ms", type=float, default=2.0)
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
     r.add_argument("-q", "--quiet", action="store_true", help="no live rates")
+    r.add_argument("--fabric", choices=["mesh", "line", "star"], default="mesh",
+                   help="sdn: how emulated hosts are linked")
+    r.add_argument("--bw", type=float, default=None, help="sdn: link bandwidth in Mbit/s")
+    r.add_argument("--delay", default=None, help="sdn: link delay, e.g. 1ms")
+    r.add_argument("--app", action="append", metavar="apps/APP.py",
+                   help="sdn: control-plane app to load into the controller")
+    r.add_argument("--workdir", help="sdn: keep logs, coordinator and reports here")
     r.set_defaults(func=cmd_run)
     return p
 

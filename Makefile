@@ -1,0 +1,32 @@
+# Contract commands: `make demo` and `make test` (both set up the machine first).
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup test lint demo clean-net
+
+## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
+setup:
+	bash scripts/setup.sh
+
+## test: unit and integration tests (integration = marker `integration`, needs root)
+test: setup
+	@rc=0; $(PY) -m pytest tests || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$rc
+
+## lint: ruff, read-only
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## demo: run the word-count topology end to end and write demo-report.json
+demo: setup
+	$(VENV)/bin/typhoon run topologies/wordcount.yaml --transport tcp --report demo-report.json
+
+## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
+## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.
+clean-net:
+	mn -c

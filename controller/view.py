@@ -1,0 +1,89 @@
+"""What the controller knows, read fresh from the coordinator (it keeps no state of its own).
+
+A :class:`ClusterView` is a snapshot of paper Table 1 plus worker statuses:
+from it the controller derives the rules every bridge must hold, which
+worker sits behind a switch port, and whether an application may start.
+Pure Python: unit-tested without Ryu or a switch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.flows import RuleSpec, compile_default_rules, compile_rules
+from typhoon.cluster import Cluster
+from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+
+
+@dataclass
+class AppView:
+    topology: Topology
+    physical: PhysicalTopology
+    statuses: dict[int, Any] = field(default_factory=dict)  # worker id -> WorkerStatus
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def all_attached(self) -> bool:
+        """Every worker of the physical topology has its port on the bridge."""
+        return all(
+            (s := self.statuses.get(w.worker_id)) is not None and s.state in ("attached", "running")
+            for w in self.physical.workers
+        )
+
+    def spout_workers(self) -> list[int]:
+        spouts = {n.name for n in self.topology.spouts()}
+        return [w.worker_id for w in self.physical.workers if w.node in spouts]
+
+
+@dataclass
+class ClusterView:
+    cluster: Cluster
+    apps: dict[str, AppView]
+
+    @classmethod
+    def read(cls, coordinator: Any) -> ClusterView:
+        """Snapshot the coordinator; apps without a physical topology are not deployed."""
+        apps = {}
+        for name in coordinator.topology_names():
+            topo = coordinator.get_topology(name)
+            phys = coordinator.get_physical(name)
+            if topo is None or phys is None:
+                continue
+            apps[name] = AppView(
+                topo,
+                phys,
+                coordinator.worker_statuses(name),
+                coordinator.get_app_state(name) or {},
+            )
+        return cls(coordinator.get_cluster() or Cluster(), apps)
+
+    def desired(
+        self, extra: dict[str, frozenset[RuleSpec]] | None = None
+    ) -> dict[str, frozenset[RuleSpec]]:
+        """Every host bridge's complete rule set: default, each app's, and app extras."""
+        out: dict[str, set[RuleSpec]] = {
+            h: set(compile_default_rules()) for h in self.cluster.hosts
+        }
+        for app in self.apps.values():
+            for host, rules in compile_rules(app.topology, app.physical, self.cluster).items():
+                out.setdefault(host, set(compile_default_rules())).update(rules)
+        for host, rules in (extra or {}).items():
+            out.setdefault(host, set(compile_default_rules())).update(rules)
+        return {h: frozenset(r) for h, r in out.items()}
+
+    def host_of_dpid(self, dpid: int) -> str | None:
+        h = self.cluster.by_dpid(dpid)
+        return h.name if h else None
+
+    def worker_at(self, host: str, port: int) -> tuple[str, WorkerAssignment] | None:
+        for name, app in self.apps.items():
+            for w in app.physical.workers:
+                if w.host == host and w.port == port:
+                    return name, w
+        return None
+
+    def app_by_id(self, app_id: int) -> str | None:
+        for name, app in self.apps.items():
+            if app.physical.app_id == app_id:
+                return name
+        return None

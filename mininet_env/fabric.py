@@ -1,0 +1,69 @@
+"""Emulated cluster fabric: one userspace OVS bridge per host, links between bridges.
+
+One description (:class:`FabricPlan`) yields both the Mininet network and the
+:class:`typhoon.cluster.Cluster` the controller reads, so the two cannot
+disagree about which port leads where (Faucet's "one generator" rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from typhoon.cluster import FIRST_WORKER_PORT, Cluster, FabricLink, HostInfo
+
+SHAPES = ("mesh", "line", "star")
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    """How many hosts, how they are wired, and what the links are like."""
+
+    hosts: int = 3
+    shape: str = "mesh"
+    prefix: str = "tys"  # bridge names: tys1, tys2, ... (short: Linux names are <= 15 chars)
+    bw_mbit: float | None = None
+    delay: str | None = None  # e.g. "1ms"
+    dpid_base: int = 0x7479_0000
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1:
+            raise ValueError("a cluster needs at least one host")
+        if self.shape not in SHAPES:
+            raise ValueError(f"fabric shape must be one of {', '.join(SHAPES)}")
+        if len(self.prefix) + len(str(self.hosts)) + len("-eth99") > 15:
+            raise ValueError("bridge prefix too long for Linux interface names")
+
+    def host_names(self) -> list[str]:
+        return [f"h{i}" for i in range(1, self.hosts + 1)]
+
+    def bridge(self, host_index: int) -> str:
+        return f"{self.prefix}{host_index}"
+
+    def dpid(self, host_index: int) -> int:
+        return self.dpid_base + host_index
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Host index pairs (1-based) joined by a link, in a fixed order."""
+        n = self.hosts
+        if self.shape == "mesh":
+            return [(a, b) for a in range(1, n + 1) for b in range(a + 1, n + 1)]
+        if self.shape == "line":
+            return [(a, a + 1) for a in range(1, n)]
+        return [(1, b) for b in range(2, n + 1)]
+
+    def cluster(self) -> Cluster:
+        """The cluster as the controller sees it: Mininet numbers a bridge's link
+        ports 1, 2, ... in the order links are added, which ``pairs`` fixes."""
+        next_port = {i: 1 for i in range(1, self.hosts + 1)}
+        links = []
+        for a, b in self.pairs():
+            links.append(FabricLink(f"h{a}", next_port[a], f"h{b}", next_port[b]))
+            next_port[a] += 1
+            next_port[b] += 1
+        if max(next_port.values()) >= FIRST_WORKER_PORT:
+            raise ValueError("too many fabric links for the worker port range")
+        hosts = {
+            f"h{i}": HostInfo(f"h{i}", self.bridge(i), self.dpid(i))
+            for i in range(1, self.hosts + 1)
+        }
+        return Cluster(hosts, links)

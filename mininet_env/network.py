@@ -1,0 +1,93 @@
+"""The Mininet part: build the bridges and links of a :class:`FabricPlan`, and tear down.
+
+Bridges use the userspace datapath (no kernel module here), OpenFlow 1.3,
+``fail_mode=secure`` (nothing is forwarded without a rule) and a remote
+controller on this machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from functools import partial
+
+from mininet.link import Link, TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import OVSSwitch, RemoteController
+
+from mininet_env.fabric import FabricPlan
+from typhoon.cluster import Cluster
+
+log = logging.getLogger(__name__)
+
+
+class EmulatedNetwork:
+    """A started Mininet network made from a plan; ``stop()`` always removes it."""
+
+    def __init__(self, plan: FabricPlan, controller_port: int) -> None:
+        self.plan = plan
+        self.controller_port = controller_port
+        self.net: Mininet | None = None
+
+    def start(self) -> Cluster:
+        setLogLevel("warning")
+        switch = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
+        shaped = self.plan.bw_mbit is not None or self.plan.delay is not None
+        net = Mininet(
+            switch=switch,
+            controller=None,
+            link=TCLink if shaped else Link,
+            build=False,
+            autoSetMacs=False,
+            cleanup=False,
+        )
+        self.net = net
+        net.addController(
+            "c0", controller=RemoteController, ip="127.0.0.1", port=self.controller_port
+        )
+        names = {}
+        for i in range(1, self.plan.hosts + 1):
+            names[i] = net.addSwitch(self.plan.bridge(i), dpid=f"{self.plan.dpid(i):016x}")
+        link_opts = {}
+        if self.plan.bw_mbit is not None:
+            link_opts["bw"] = self.plan.bw_mbit
+        if self.plan.delay is not None:
+            link_opts["delay"] = self.plan.delay
+        for a, b in self.plan.pairs():
+            net.addLink(names[a], names[b], **link_opts)
+        net.build()
+        net.start()
+        cluster = self.plan.cluster()
+        self._check_ports(cluster)
+        return cluster
+
+    def _check_ports(self, cluster: Cluster) -> None:
+        """The plan's port numbers must be the ones Mininet gave the links."""
+        assert self.net is not None
+        by_bridge = {h.bridge: h.name for h in cluster.hosts.values()}
+        actual = set()
+        for link in self.net.links:
+            i1, i2 = link.intf1, link.intf2
+            actual.add(
+                (by_bridge[i1.node.name], i1.node.ports[i1], by_bridge[i2.node.name], i2.node.ports[i2])
+            )
+        planned = {(x.a, x.a_port, x.b, x.b_port) for x in cluster.links}
+        if actual != planned:
+            raise RuntimeError(f"fabric ports differ from the plan: {actual} != {planned}")
+
+    def bridges(self) -> list[str]:
+        return [self.plan.bridge(i) for i in range(1, self.plan.hosts + 1)]
+
+    def stop(self) -> None:
+        """Stop Mininet, then make sure no bridge of the plan is left."""
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception:  # keep tearing down whatever Mininet left
+                log.exception("mininet stop failed; removing bridges directly")
+            self.net = None
+        for br in self.bridges():
+            subprocess.run(
+                ["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True, timeout=30
+            )

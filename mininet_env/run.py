@@ -1,0 +1,196 @@
+"""Run a topology end to end on an emulated cluster over the ``sdn`` transport.
+
+Order of events: Mininet bridges and links -> coordinator (cluster written)
+-> Ryu controller (connects to every bridge) -> one agent per host ->
+manager submits the topology -> agents launch workers and attach their TAP
+ports, the controller installs the rules and, once every worker port is up,
+sends ACTIVATE -> live rates from the metrics the controller collects ->
+every worker finished -> report -> kill (workers, ports and rules go) ->
+teardown, which also runs when anything above fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from mininet_env.fabric import FabricPlan
+from mininet_env.network import EmulatedNetwork
+from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
+from typhoon.coordinator import open_coordinator
+from typhoon.live import LiveRates
+from typhoon.manager import Manager
+from typhoon.report import build_report, read_worker_reports
+from typhoon.topology.model import Topology
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SdnRunOptions:
+    plan: FabricPlan = field(default_factory=FabricPlan)
+    apps: list[str] = field(default_factory=list)  # extra Ryu apps, e.g. apps/fault_detector.py
+    duration: float | None = None
+    batch_size: int = 100
+    max_delay_ms: float = 2.0
+    live: bool = True
+    live_every: float = 1.0
+    timeout: float = 900.0
+    start_timeout: float = 60.0
+    controller_config: str = ""  # extra lines for the Ryu config file
+    workdir: Path | None = None
+
+
+class EmulatedCluster:
+    """Bridges, coordinator, controller and agents of one emulated cluster."""
+
+    def __init__(self, options: SdnRunOptions, out: TextIO = sys.stderr) -> None:
+        self.options = options
+        self.out = out
+        self._tmp = None
+        if options.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="typhoon-sdn-")
+        self.workdir = Path(options.workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.coordinator_url = str(self.workdir / "coordinator.db")
+        self.coordinator = open_coordinator(self.coordinator_url)
+        self.ofp_port = free_port()
+        self.wsapi_port = free_port()
+        self.network = EmulatedNetwork(options.plan, self.ofp_port)
+        self.controller: Child | None = None
+        self.agents: list[Child] = []
+        self.manager = Manager(self.coordinator)
+
+    def children(self) -> list[Child]:
+        return [c for c in [self.controller, *self.agents] if c is not None]
+
+    def start(self) -> None:
+        """Everything up to agents ready; raises (after cleanup by close()) on failure."""
+        o = self.options
+        cluster = self.network.start()
+        self.coordinator.put_cluster(cluster)
+        self.controller = start_controller(
+            self.workdir, self.coordinator_url, o.apps, self.ofp_port, self.wsapi_port,
+            o.controller_config,
+        )
+        wait_until(
+            lambda: all(self._connected(b) for b in self.network.bridges()),
+            o.start_timeout, "every bridge to connect to the controller", self.children(),
+        )
+        for host in cluster.host_names():
+            self.agents.append(start_agent(self.workdir, self.coordinator_url, host))
+
+    @staticmethod
+    def _connected(bridge: str) -> bool:
+        """Does OVS say the bridge's controller connection is up?"""
+        def vsctl(*args: str) -> str:
+            return subprocess.run(
+                ["ovs-vsctl", *args], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+
+        uuids = vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
+        return any(vsctl("get", "Controller", u, "is_connected") == "true" for u in uuids if u)
+
+    def submit(self, topology: Topology) -> None:
+        topology.config.setdefault("batch_size", self.options.batch_size)
+        topology.config.setdefault("max_delay_ms", self.options.max_delay_ms)
+        self.manager.submit(topology)
+
+    def wait_active(self, name: str) -> None:
+        wait_until(
+            lambda: (self.coordinator.get_app_state(name) or {}).get("active"),
+            self.options.start_timeout, f"topology '{name}' to become active", self.children(),
+        )
+
+    def report_dir(self, name: str) -> Path:
+        return self.workdir / name / "reports"
+
+    def wait_finished(self, name: str, on_tick: Callable[[float], None] | None = None) -> bool:
+        """Until every worker has exited; drain sources at the duration.  True if clean."""
+        o = self.options
+        started = time.monotonic()
+        next_tick = started + o.live_every
+        drained = False
+        physical = self.coordinator.get_physical(name)
+        expected = {w.worker_id for w in physical.workers}
+        while True:
+            statuses = self.coordinator.worker_statuses(name)
+            exited = {wid for wid, s in statuses.items() if s.state == "exited"}
+            if expected <= exited:
+                return all(statuses[w].exit_code == 0 for w in expected)
+            now = time.monotonic()
+            elapsed = now - started
+            if o.duration is not None and elapsed >= o.duration and not drained:
+                drained = True
+                state = self.coordinator.get_app_state(name) or {}
+                self.coordinator.put_app_state(name, {**state, "drain": True})
+            if elapsed > o.timeout:
+                log.error("run exceeded %.0f s", o.timeout)
+                return False
+            for c in self.children():
+                if not c.alive():
+                    raise RuntimeError(f"{c.name} died during the run:\n{c.tail()}")
+            if now >= next_tick:
+                next_tick = now + o.live_every
+                if on_tick:
+                    on_tick(elapsed)
+            time.sleep(0.05)
+
+    def kill(self, name: str, timeout: float = 30.0) -> None:
+        self.manager.kill(name)
+        wait_until(
+            lambda: not self.coordinator.worker_statuses(name), timeout,
+            f"workers of '{name}' to be gone", self.children(),
+        )
+
+    def close(self) -> None:
+        for c in reversed(self.children()):
+            c.stop()
+        self.network.stop()
+        self.coordinator.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def run_sdn(topology: Topology, options: SdnRunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:
+    """Run a topology to completion on an emulated cluster and return its report."""
+    cluster = EmulatedCluster(options, out)
+    live = LiveRates(list(topology.nodes))
+    name = topology.name
+
+    def tick(elapsed: float) -> None:
+        metrics = cluster.coordinator.get_metrics(name)
+        if metrics:
+            rates = live.update(elapsed, metrics)
+            if options.live:
+                print(LiveRates.format(elapsed, rates), file=out, flush=True)
+
+    try:
+        cluster.start()
+        cluster.submit(topology)
+        cluster.wait_active(name)
+        started = time.monotonic()
+        clean = cluster.wait_finished(name, tick)
+        elapsed = time.monotonic() - started
+        physical = cluster.coordinator.get_physical(name)
+        report = build_report(
+            topology,
+            read_worker_reports(cluster.report_dir(name)),
+            transport="sdn",
+            hosts=options.plan.host_names(),
+            elapsed_s=round(elapsed, 3),
+            ok=clean,
+            app_id=physical.app_id,
+            rates=live.history,
+        )
+        cluster.kill(name)
+        return report
+    finally:
+        cluster.close()

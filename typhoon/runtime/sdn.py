@@ -1,0 +1,433 @@
+"""The ``sdn`` I/O layer: tuples as Ethernet frames on the worker's TAP port.
+
+Every worker owns a TAP device (:mod:`typhoon.runtime.tap`) that its agent plugs
+into the host's Open vSwitch bridge; the switch forwards frames on their
+Ethernet addresses alone (DESIGN §3).  This layer
+
+* batches serialized tuples into frames (:func:`typhoon.wire.pack_frames`), one
+  sequence counter per (receiver, stream), or per stream for the one-to-many
+  address: the switch copies a multicast frame, the worker writes it once;
+* paces every link with credits (:mod:`typhoon.runtime.credits`): a frame goes out
+  only when its receiver(s) granted room for it.  While a sender waits it keeps
+  reading its port: credit frames count at once, everything else is queued for the
+  next :meth:`SdnTransport.poll` *unconsumed*, so no credit goes back for it and
+  back-pressure propagates upstream hop by hop;
+* checks what arrives: malformed frames, control tuples not from the controller
+  address, frames for another worker are counted in ``stats.drops`` and dropped
+  (a worker never dies of a bad frame); sequence gaps per link are counted in
+  ``stats.seq_gaps``; segmented payloads are reassembled.
+
+Credit frames (kind CREDIT, one u32 entry) travel on the same path as data:
+stream 0 (GRANT) receiver -> sender, stream 1 (SYNC) sender -> receiver.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import logging
+import select
+import termios
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from typhoon import wire
+from typhoon.runtime import credits as cr
+from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
+from typhoon.runtime.transport import Inbound, Transport
+from typhoon.wire import AddrClass, ControlTuple, Frame, Kind, WireError
+
+log = logging.getLogger(__name__)
+
+READ_BATCH = 512  # frames read per poll() before handing out what arrived
+DEFAULT_CREDIT_TIMEOUT_S = 10.0
+
+
+class Device(Protocol):
+    """What the transport needs of its port (a :class:`Tap`; tests may fake it)."""
+
+    def fileno(self) -> int: ...
+    def read(self, size: int | None = None) -> bytes | None: ...
+    def write(self, frame: bytes) -> int: ...
+    def close(self) -> None: ...
+
+
+class SdnTransport(Transport):
+    """Worker-side I/O over a TAP port of an Open vSwitch bridge."""
+
+    multicast = True
+    switch_balancing = False  # the switch-side load balancer comes later
+
+    def __init__(
+        self,
+        app_id: int,
+        worker_id: int,
+        tap: str | None = None,
+        mtu: int = wire.DEFAULT_MTU,
+        window: int = cr.DEFAULT_WINDOW,
+        ethertype: int = wire.ETHERTYPE,
+        credit_timeout_s: float = DEFAULT_CREDIT_TIMEOUT_S,
+        txqueuelen: int | None = DEFAULT_TXQUEUELEN,
+        device: Device | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        if not wire.MIN_MTU <= mtu <= 65535:
+            raise ValueError(f"mtu must be in {wire.MIN_MTU}..65535, got {mtu}")
+        self.app_id = app_id
+        self.worker_id = worker_id
+        self.mac = wire.worker_mac(app_id, worker_id)
+        self.controller = wire.controller_mac(app_id)
+        self._mcast_prefix = wire.multicast_mac(app_id, 0)[:4]
+        self.mtu = mtu
+        self.ethertype = ethertype
+        self.credit_timeout_s = float(credit_timeout_s)
+        self.clock = clock
+        self.tx = cr.SenderCredits(window)
+        self.rx = cr.ReceiverCredits(window)
+        self.name = tap or tap_name(app_id, worker_id)
+        self.dev: Device = (
+            device
+            if device is not None
+            else Tap(self.name, mtu=mtu, txqueuelen=txqueuelen, mac=self.mac)
+        )
+        self.fd = self.dev.fileno()
+        self._read_size = wire.ETH_HLEN + mtu + 64  # larger frames arrive truncated: malformed
+        self.seq_out: dict[tuple[int, int], int] = {}  # (dst, stream), dst 0 = multicast
+        self.seq_in: dict[tuple[bytes, bytes, int], int] = {}  # (src MAC, dst MAC, stream)
+        self.reassembler = wire.Reassembler()
+        self.ctrl_seq = 0
+        self.credit_seq = 0
+        self.lost_frames = 0  # data frames a SYNC proved lost in the network
+        # frames read off the port but not handed out yet: (frame, sender id or 0, bytes)
+        self.pending: deque[tuple[Frame, int, int]] = deque()
+        self.pending_bytes = 0
+        self._src_ids: dict[bytes, int] = {}
+        self._dst_macs: dict[int, bytes] = {}
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> SdnTransport:
+        """Build from a :class:`~typhoon.runtime.spec.WorkerSpec` (``transport.kind == "sdn"``)."""
+        p = spec.transport
+        return cls(
+            spec.physical.app_id,
+            spec.worker_id,
+            tap=p.get("tap") or None,
+            mtu=int(p.get("mtu", wire.DEFAULT_MTU)),
+            window=int(p.get("window", cr.DEFAULT_WINDOW)),
+            ethertype=int(p.get("ethertype", wire.ETHERTYPE)),
+            credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
+        )
+
+    # ----- addresses -----------------------------------------------------------------------
+
+    def _worker_mac(self, wid: int) -> bytes:
+        mac = self._dst_macs.get(wid)
+        if mac is None:
+            mac = self._dst_macs[wid] = wire.worker_mac(self.app_id, wid)
+        return mac
+
+    def _worker_id(self, mac: bytes) -> int:
+        """Worker id of a source address of this application, or 0."""
+        wid = self._src_ids.get(mac)
+        if wid is None:
+            try:
+                a = wire.parse_mac(mac)
+            except WireError:
+                return 0
+            if a.cls != AddrClass.WORKER or a.app_id != self.app_id:
+                return 0
+            wid = self._src_ids[bytes(mac)] = a.value
+        return wid
+
+    def _for_me(self, dst: bytes) -> bool:
+        # our own address, or the one-to-many address of any stream of this application
+        return dst == self.mac or dst[:4] == self._mcast_prefix
+
+    # ----- receiving -----------------------------------------------------------------------
+
+    def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
+        if not self.pending:
+            # wake up in time to refresh grants even when the framework has nothing to do
+            readable, _, _ = select.select([self.fd], [], [], min(max(0.0, timeout), 0.05))
+            if readable:
+                self._read_batch()
+        else:
+            self._read_batch()
+        out = self._hand_out()
+        self._send_grants(self.clock())
+        return out
+
+    def _read_batch(self, limit: int = READ_BATCH) -> int:
+        """Read up to ``limit`` frames without blocking; returns how many."""
+        read, size, ingest = self.dev.read, self._read_size, self._ingest
+        now = self.clock()
+        n = 0
+        while n < limit:
+            try:
+                raw = read(size)
+            except OSError as e:  # e.g. EIO once the device is gone
+                self.stats.drop("read_error")
+                log.warning("worker %d: read from %s failed: %s", self.worker_id, self.name, e)
+                break
+            if raw is None:
+                break
+            n += 1
+            ingest(raw, now)
+        return n
+
+    def _ingest(self, raw: bytes, now: float) -> None:
+        """Decode and check one frame; credits take effect, the rest waits in ``pending``."""
+        st = self.stats
+        st.frames_in += 1
+        st.bytes_in += len(raw)
+        try:
+            f = wire.decode_frame(raw, self.ethertype, self.mtu)
+        except WireError:
+            st.drop("malformed_frame")
+            return
+        kind = f.kind
+        if kind == Kind.DATA:
+            src = self._worker_id(f.src)
+            if not src:
+                st.drop("foreign_src")
+            elif not self._for_me(f.dst):
+                st.drop("not_for_me")
+            else:
+                self.rx.on_receive(src, now)
+                self.pending.append((f, src, len(raw)))
+                self.pending_bytes += len(raw)
+        elif kind == Kind.CREDIT:
+            self._credit_frame(f)
+        elif f.src != self.controller:
+            st.drop("spoofed_control")
+        elif f.dst != self.mac:
+            st.drop("not_for_me")
+        else:
+            self.pending.append((f, 0, len(raw)))
+            self.pending_bytes += len(raw)
+
+    def _credit_frame(self, f: Frame) -> None:
+        st = self.stats
+        src = self._worker_id(f.src)
+        if not src:
+            st.drop("foreign_src")
+            return
+        if f.dst != self.mac:
+            st.drop("not_for_me")
+            return
+        if f.flags or len(f.payloads) != 1:
+            st.drop("malformed_credit")
+            return
+        try:
+            value = wire.decode_credit(f.payloads[0])
+        except WireError:
+            st.drop("malformed_credit")
+            return
+        if f.stream == cr.GRANT:
+            if self.tx.on_grant(src, value):
+                log.info("worker %d: credit from worker %d again", self.worker_id, src)
+        elif f.stream == cr.SYNC:
+            lost = self.rx.on_sync(src, value)
+            if lost > 0:
+                self.lost_frames += lost
+            elif lost < 0:
+                log.info("worker %d: worker %d restarted its link count", self.worker_id, src)
+        else:
+            st.drop("malformed_credit")
+
+    def _hand_out(self) -> list[Inbound | ControlTuple]:
+        """Turn pending frames into what poll() returns; data frames count as consumed."""
+        out: list[Inbound | ControlTuple] = []
+        pending = self.pending
+        st = self.stats
+        seq_in = self.seq_in
+        consume = self.rx.on_consume
+        while pending:
+            f, src, size = pending.popleft()
+            self.pending_bytes -= size
+            payloads = f.payloads
+            if f.flags & wire.SEG:
+                try:
+                    payloads = self.reassembler.feed(f)
+                except WireError:
+                    st.drop("bad_segment")
+                    payloads = []
+            if not src:  # control tuple from the controller
+                for p in payloads:
+                    try:
+                        out.append(wire.decode_control(p))
+                    except WireError:
+                        st.drop("malformed_control")
+                continue
+            consume(src)
+            key = (f.src, f.dst, f.stream)
+            expect = seq_in.get(key)
+            if expect is not None and f.seq != expect:
+                gap = (f.seq - expect) & cr.MASK
+                if gap < 1 << 31:  # a frame from the past (duplicate) is not a gap
+                    st.seq_gaps += gap
+            seq_in[key] = (f.seq + 1) & cr.MASK
+            if payloads:
+                out.append(Inbound(src, f.stream, payloads))
+        return out
+
+    # ----- credit frames -------------------------------------------------------------------
+
+    def _credit(self, wid: int, stream: int, value: int) -> None:
+        frame = wire.pack_frames(
+            self._worker_mac(wid),
+            self.mac,
+            Kind.CREDIT,
+            stream,
+            self.credit_seq,
+            [wire.encode_credit(value)],
+            self.mtu,
+            self.ethertype,
+        )[0]
+        self.credit_seq = (self.credit_seq + 1) & cr.MASK
+        self._write(frame)
+
+    def _send_grants(self, now: float) -> None:
+        for src in self.rx.due(now):
+            self._credit(src, cr.GRANT, self.rx.grant(src, now))
+
+    def _sync(self, dst: int) -> None:
+        self._credit(dst, cr.SYNC, self.tx.sent(dst))
+
+    # ----- sending -------------------------------------------------------------------------
+
+    def _write(self, frame: bytes) -> bool:
+        try:
+            self.dev.write(frame)
+        except BlockingIOError:
+            # the tap driver does not push back; wait briefly in case another does
+            select.select([], [self.fd], [], 0.01)
+            try:
+                self.dev.write(frame)
+            except OSError:
+                self.stats.drop("write_error")
+                return False
+        except OSError as e:
+            self.stats.drop("write_error")
+            log.warning("worker %d: write to %s failed: %s", self.worker_id, self.name, e)
+            return False
+        self.stats.frames_out += 1
+        self.stats.bytes_out += len(frame)
+        return True
+
+    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        key = (dst, stream)
+        seq = self.seq_out.get(key, 0)
+        frames = wire.pack_frames(
+            self._worker_mac(dst), self.mac, Kind.DATA, stream, seq, payloads, self.mtu,
+            self.ethertype,
+        )  # fmt: skip
+        self.seq_out[key] = (seq + len(frames)) & cr.MASK
+        self._transmit(frames, (dst,))
+
+    def send_group(self, stream: int, dsts: list[int], payloads: list[bytes]) -> None:
+        if not dsts:
+            return
+        key = (0, stream)
+        seq = self.seq_out.get(key, 0)
+        frames = wire.pack_frames(
+            wire.multicast_mac(self.app_id, stream), self.mac, Kind.DATA, stream, seq, payloads,
+            self.mtu, self.ethertype,
+        )  # fmt: skip
+        self.seq_out[key] = (seq + len(frames)) & cr.MASK
+        self._transmit(frames, tuple(dsts))
+
+    def _transmit(self, frames: list[bytes], dsts: tuple[int, ...]) -> None:
+        tx = self.tx
+        for d in dsts:
+            if tx.needs_first_sync(d):
+                # tells a receiver that counted an earlier incarnation of us to start over
+                self._sync(d)
+        for frame in frames:
+            if not tx.can_send(dsts) and not self._wait_credit(dsts):
+                self.stats.drop("credit_timeout")
+                continue
+            if self._write(frame):
+                tx.consume(dsts)
+
+    def _wait_credit(self, dsts: tuple[int, ...]) -> bool:
+        """Wait until every live receiver of ``dsts`` has room; False: drop the frame.
+
+        A receiver that let a wait time out is *dead* until a grant arrives from it:
+        frames to it are dropped without waiting (a one-to-many frame still goes to
+        the live receivers).  Each wait and each frame missed by a dead receiver is
+        counted.
+        """
+        tx, st = self.tx, self.stats
+        now = self.clock()
+        lacking = tx.lacking(dsts)
+        dead = [d for d in lacking if tx.is_dead(d)]
+        for d in dead:
+            if tx.sync_due(d, now):
+                self._sync(d)  # a probe: if it is alive after all, its grant revives it
+        if dead:
+            if len(dead) == len(dsts):
+                return False
+            st.drop("credit_timeout", len(dead))
+            lacking = [d for d in lacking if d not in dead]
+            if not lacking:
+                return True
+        st.credit_stalls += 1
+        tx.start_wait(lacking, now)
+        deadline = now + self.credit_timeout_s
+        while True:
+            wait = min(deadline - now, tx.sync_s)
+            readable, _, _ = select.select([self.fd], [], [], max(0.0, wait))
+            if readable:
+                self._read_batch()
+            now = self.clock()
+            # SYNCs from upstream are answered even now: a grant only ever covers
+            # what was consumed, so this releases no back-pressure
+            self._send_grants(now)
+            lacking = tx.lacking(lacking)
+            if not lacking:
+                return True
+            for d in lacking:
+                if tx.sync_due(d, now):
+                    self._sync(d)
+            if now >= deadline:
+                for d in lacking:
+                    if tx.mark_dead(d):
+                        log.warning(
+                            "worker %d: no credit from worker %d for %.1f s: dropping its frames",
+                            self.worker_id, d, self.credit_timeout_s,
+                        )  # fmt: skip
+                if len(lacking) == len(dsts):
+                    return False
+                st.drop("credit_timeout", len(lacking))  # frames the dead receivers miss
+                return True
+
+    # ----- control -------------------------------------------------------------------------
+
+    def reply(self, ct: ControlTuple) -> None:
+        frames = wire.pack_frames(
+            self.controller, self.mac, Kind.CONTROL, 0, self.ctrl_seq, [wire.encode_control(ct)],
+            self.mtu, self.ethertype,
+        )  # fmt: skip
+        self.ctrl_seq = (self.ctrl_seq + len(frames)) & cr.MASK
+        for frame in frames:
+            self._write(frame)
+
+    # ----- housekeeping --------------------------------------------------------------------
+
+    def queue_bytes(self) -> int:
+        """Bytes read off the port but not handed out, plus the next frame waiting in it."""
+        total = self.pending_bytes
+        buf = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, buf)
+            total += buf[0]
+        except OSError:
+            pass
+        return total
+
+    def close(self) -> None:
+        self.dev.close()

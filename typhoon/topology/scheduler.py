@@ -1,0 +1,130 @@
+"""Logical -> physical topology: worker IDs, hosts and switch ports (paper §5).
+
+Typhoon's scheduler replaces Storm's round-robin: it lays the workers out in
+topological order and fills one host after another, so workers that talk to
+each other share a host and their tuples stay on the local switch.  What
+:func:`schedule` guarantees, for the same input, always the same output:
+
+* worker IDs 1..N follow the topological order of nodes (ties: file order),
+  then the worker index;
+* every host gets at most ``ceil(N / len(hosts))`` workers (balance), hosts
+  are filled in list order, and each host holds a contiguous run of worker
+  IDs, so along the topological order the workers change host at most
+  ``len(hosts) - 1`` times;
+* ports on each host are ``first_port, first_port + 1, ...`` in worker ID order.
+
+:func:`reschedule` changes a running application: it never moves a worker
+that can stay, so only added or removed workers need flows and routing.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import networkx as nx
+
+from .model import PhysicalTopology, Topology, WorkerAssignment
+
+MAX_ID = 0xFFFE  # worker and application IDs are 16-bit; 0 and 0xFFFF stay reserved
+
+
+def app_id_for(name: str) -> int:
+    """Stable 16-bit application ID (1..0xFFFE) from the topology name.
+
+    ``zlib.crc32`` is the same in every process and Python version, unlike
+    ``hash()``, so every host derives the same worker addresses.  Reducing it
+    modulo 0xFFFE spreads similar names better than XOR-folding the halves.
+    Different names can still collide: whoever admits an application should
+    check that its ID is not in use on the same switches.
+    """
+    return zlib.crc32(name.encode("utf-8")) % MAX_ID + 1
+
+
+def topological_order(topology: Topology) -> list[str]:
+    """Node names, sources first; ties keep file order so the result never varies."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(topology.nodes)
+    graph.add_edges_from((s.src, s.dst) for s in topology.streams)
+    position = {name: i for i, name in enumerate(topology.nodes)}
+    return list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
+
+
+def schedule(
+    topology: Topology, hosts: list[str], app_id: int, first_port: int = 10
+) -> PhysicalTopology:
+    """Place every worker of ``topology`` on ``hosts`` (see the module docstring)."""
+    _check_hosts(hosts)
+    if not 1 <= app_id <= MAX_ID:
+        raise ValueError(f"app_id must be in 1..{MAX_ID}, not {app_id}")
+    slots = [
+        (name, i)
+        for name in topological_order(topology)
+        for i in range(topology.nodes[name].parallelism)
+    ]
+    if len(slots) > MAX_ID:
+        raise ValueError(f"{len(slots)} workers do not fit in 16-bit worker IDs")
+    capacity = math.ceil(len(slots) / len(hosts)) if slots else 0
+    workers = []
+    for n, (node, index) in enumerate(slots):
+        host_no, slot_on_host = divmod(n, capacity)
+        workers.append(
+            WorkerAssignment(n + 1, node, index, hosts[host_no], first_port + slot_on_host)
+        )
+    return PhysicalTopology(topology.name, app_id, workers)
+
+
+def reschedule(
+    topology: Topology, old: PhysicalTopology, hosts: list[str], first_port: int = 10
+) -> PhysicalTopology:
+    """Adapt ``old`` to a changed ``topology`` (parallelism, nodes) or host list.
+
+    Keeps every worker (same ID, host, port) whose node still exists, whose
+    index is below the node's new parallelism and whose host is still listed.
+    Missing (node, index) pairs get new workers with IDs above every old ID,
+    on the host with the fewest workers (ties: a host already running that
+    node, then host order), at the lowest port >= ``first_port`` that no old
+    worker on that host used, since a removed worker may still be draining
+    while its replacement starts.
+    """
+    _check_hosts(hosts)
+    if topology.name != old.name:
+        raise ValueError(f"cannot reschedule '{old.name}' as '{topology.name}'")
+    kept = [
+        w
+        for w in old.workers
+        if w.node in topology.nodes
+        and w.index < topology.nodes[w.node].parallelism
+        and w.host in hosts
+    ]
+    have = {(w.node, w.index) for w in kept}
+    load = dict.fromkeys(hosts, 0)
+    for w in kept:
+        load[w.host] += 1
+    used = {(w.host, w.port) for w in old.workers}
+    next_id = max((w.worker_id for w in old.workers), default=0) + 1
+    workers = list(kept)
+    for name in topological_order(topology):
+        for index in range(topology.nodes[name].parallelism):
+            if (name, index) in have:
+                continue
+            if next_id > MAX_ID:
+                raise ValueError("no 16-bit worker IDs left for new workers")
+            home = {w.host for w in workers if w.node == name}
+            host = min(hosts, key=lambda h: (load[h], h not in home, hosts.index(h)))
+            port = first_port
+            while (host, port) in used:
+                port += 1
+            used.add((host, port))
+            load[host] += 1
+            workers.append(WorkerAssignment(next_id, name, index, host, port))
+            next_id += 1
+    workers.sort(key=lambda w: w.worker_id)
+    return PhysicalTopology(old.name, old.app_id, workers, old.version + 1)
+
+
+def _check_hosts(hosts: list[str]) -> None:
+    if not hosts:
+        raise ValueError("need at least one host")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"host list names a host twice: {hosts}")
