@@ -39,6 +39,7 @@ class AppView:
 class ClusterView:
     cluster: Cluster
     apps: dict[str, AppView]
+    problems: dict[str, str] = field(default_factory=dict)  # app -> why its rules are missing
 
     @classmethod
     def read(cls, coordinator: Any) -> ClusterView:
@@ -64,8 +65,15 @@ class ClusterView:
         out: dict[str, set[RuleSpec]] = {
             h: set(compile_default_rules()) for h in self.cluster.hosts
         }
-        for app in self.apps.values():
-            for host, rules in compile_rules(app.topology, app.physical, self.cluster).items():
+        self.problems = {}
+        for name, app in self.apps.items():
+            try:
+                compiled = compile_rules(app.topology, app.physical, self.cluster)
+            except ValueError as e:
+                # one broken application must not keep the others from their rules
+                self.problems[name] = str(e)
+                continue
+            for host, rules in compiled.items():
                 out.setdefault(host, set(compile_default_rules())).update(rules)
         for host, rules in (extra or {}).items():
             out.setdefault(host, set(compile_default_rules())).update(rules)

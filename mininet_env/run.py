@@ -144,11 +144,10 @@ class EmulatedCluster:
             time.sleep(0.05)
 
     def kill(self, name: str, timeout: float = 30.0) -> None:
+        """Remove the application; returns once no agent runs a worker of it."""
         self.manager.kill(name)
-        wait_until(
-            lambda: not self.coordinator.worker_statuses(name), timeout,
-            f"workers of '{name}' to be gone", self.children(),
-        )
+        if not self.manager.wait_stopped(name, timeout=timeout):
+            raise TimeoutError(f"workers of '{name}' still running {timeout:.0f} s after kill")
 
     def close(self) -> None:
         for c in reversed(self.children()):

@@ -29,6 +29,7 @@ coordinator data is logged and skipped; the agent keeps running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
@@ -36,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -115,6 +116,7 @@ class _Worker:
     deadline: float  # starting: TAP deadline; stopping: when to SIGKILL
     remove: bool = False  # left the topology: delete the status when gone
     killed: bool = False
+    ended: bool = False  # exit seen and port removed
     error: str = ""
     logfile: IO[bytes] | None = field(default=None, repr=False)
 
@@ -319,25 +321,10 @@ class Agent:
         name, wid = physical.name, w.worker_id
         tap = tap_name(physical.app_id, wid)
         status = WorkerStatus(wid, self.host, "starting", port=w.port, tap=tap)
-        appdir = self.workdir / name
         try:
-            if not self.port_range[0] <= w.port <= self.port_range[1]:
-                raise ValueError(f"port {w.port} is outside this host's {self.port_range}")
-            (appdir / "reports").mkdir(parents=True, exist_ok=True)
-            config = topology.config
-            spec = WorkerSpec(
-                topology,
-                physical,
-                wid,
-                batch_size=int(config.get("batch_size", 100)),
-                max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
-                report_dir=str(appdir / "reports"),
-                transport={"kind": "sdn", "tap": tap, "mtu": WORKER_MTU},
-            )
-            spec_path = appdir / f"worker-{wid}.spec.json"
-            spec.save(spec_path)
+            spec_path = self._write_spec(topology, physical, w, tap)
             self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
-            logfile = open(appdir / f"worker-{wid}.log", "ab")  # noqa: SIM115 - closed on exit
+            logfile = open(spec_path.with_name(f"worker-{wid}.log"), "ab")  # noqa: SIM115
             try:
                 proc = subprocess.Popen(
                     [*self.worker_cmd, str(spec_path)],
@@ -351,38 +338,39 @@ class Agent:
                 raise
         except (OSError, ValueError, TypeError, OvsError) as e:
             log.error("cannot launch %s worker %d: %s", name, wid, e)
-            status.state, status.error, status.updated = (
-                "exited",
-                f"launch failed: {e}",
-                time.time(),
-            )
-            self.c.put_worker_status(name, status)
+            status = replace(status, state="exited", error=f"launch failed: {e}")
+            self.c.put_worker_status(name, replace(status, updated=time.time()))
             return
-        wk = _Worker(
-            name,
-            physical.app_id,
-            w,
-            tap,
-            self.bridge,
-            proc,
-            proc.pid,
-            "starting",
-            time.monotonic() + self.tap_timeout,
-            logfile=logfile,
-        )
+        deadline = time.monotonic() + self.tap_timeout
+        wk = _Worker(name, physical.app_id, w, tap, self.bridge, proc, proc.pid, "starting",
+                     deadline, logfile=logfile)  # fmt: skip
         self.workers[wk.key] = wk
         self._publish_now = True
-        log.info(
-            "launched %s worker %d (%s[%d]) pid %d, waiting for TAP %s",
-            name,
-            wid,
-            w.node,
-            w.index,
-            proc.pid,
-            tap,
+        log.info("launched %s worker %d (%s[%d]) pid %d, waiting for TAP %s",
+                 name, wid, w.node, w.index, proc.pid, tap)  # fmt: skip
+        self.c.put_worker_status(name, replace(status, pid=proc.pid, updated=time.time()))
+
+    def _write_spec(
+        self, topology: Topology, physical: PhysicalTopology, w: WorkerAssignment, tap: str
+    ) -> Path:
+        """``DIR/NAME/worker-WID.spec.json``: what the worker process is told."""
+        if not self.port_range[0] <= w.port <= self.port_range[1]:
+            raise ValueError(f"port {w.port} is outside this host's range {self.port_range}")
+        appdir = self.workdir / physical.name
+        (appdir / "reports").mkdir(parents=True, exist_ok=True)
+        config = topology.config
+        spec = WorkerSpec(
+            topology,
+            physical,
+            w.worker_id,
+            batch_size=int(config.get("batch_size", 100)),
+            max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
+            report_dir=str(appdir / "reports"),
+            transport={"kind": "sdn", "tap": tap, "mtu": WORKER_MTU},
         )
-        status.pid, status.updated = proc.pid, time.time()
-        self.c.put_worker_status(name, status)
+        path = appdir / f"worker-{w.worker_id}.spec.json"
+        spec.save(path)
+        return path
 
     def supervise(self) -> None:
         """Advance every worker: attach TAPs, notice exits, escalate stops."""
@@ -434,29 +422,30 @@ class Agent:
         wk.send(signal.SIGTERM)
 
     def finish(self, wk: _Worker, code: int | None) -> None:
-        """The process is gone: free its port, then record (or forget) it."""
-        del self.workers[wk.key]
-        self._publish_now = self._dirty = True
-        if wk.logfile is not None:
-            wk.logfile.close()
-        log.info(
-            "%s worker %d (pid %d) exited with %s%s",
-            *wk.key,
-            wk.pid,
-            code,
-            f" ({wk.error})" if wk.error else "",
-        )
-        try:
-            wk.bridge.detach(wk.tap)
-            log.info("removed port %s from %s", wk.tap, wk.bridge.name)
-        except OvsError as e:
-            log.error("cannot remove port %s: %s", wk.tap, e)
+        """The process is gone: free its port, record (or forget) it, then drop it.
+
+        The worker stays supervised until its status is written, so a failed
+        coordinator write is retried on the next round.
+        """
+        if not wk.ended:
+            wk.ended = True
+            why = f" ({wk.error})" if wk.error else ""
+            log.info("%s worker %d (pid %d) exited with %s%s", *wk.key, wk.pid, code, why)
+            try:
+                wk.bridge.detach(wk.tap)
+                log.info("removed port %s from %s", wk.tap, wk.bridge.name)
+            except OvsError as e:
+                log.error("cannot remove port %s: %s", wk.tap, e)
         if wk.remove:
             self.c.delete_worker_status(wk.app, wk.assignment.worker_id)
         else:
             status = self._status(wk, "exited")
             status.exit_code = code
             self.c.put_worker_status(wk.app, status)
+        del self.workers[wk.key]
+        self._publish_now = self._dirty = True
+        if wk.logfile is not None:
+            wk.logfile.close()
 
     def _status(self, wk: _Worker, state: str) -> WorkerStatus:
         a = wk.assignment
@@ -508,23 +497,16 @@ class Agent:
             app_id = spec.physical.app_id
             tap = s.tap or tap_name(app_id, s.worker_id)
             phase = "attached" if s.state in ("attached", "running") else "starting"
-            wk = _Worker(
-                app,
-                app_id,
-                spec.assignment,
-                tap,
-                self.bridge,
-                None,
-                s.pid,
-                phase,
-                time.monotonic() + self.tap_timeout,
-            )
+            deadline = time.monotonic() + self.tap_timeout
+            wk = _Worker(app, app_id, spec.assignment, tap, self.bridge, None, s.pid, phase,
+                         deadline)  # fmt: skip
             self.workers[wk.key] = wk
             log.info("adopted %s worker %d (pid %d, %s)", app, s.worker_id, s.pid, phase)
             return
         if ours:  # alive, but without its spec or bridge it cannot be supervised
             log.warning("stopping %s worker %d (pid %d): cannot adopt it", app, s.worker_id, s.pid)
-            os.kill(s.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(s.pid, signal.SIGTERM)
         if self.bridge is not None and s.tap:
             try:
                 self.bridge.detach(s.tap)

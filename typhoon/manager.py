@@ -72,7 +72,7 @@ class Manager:
         """Schedule ``topology`` and write it (logical, state, then physical)."""
         c = self.coordinator
         name = topology.name
-        if c.get_topology(name) is not None or c.get_physical(name) is not None:
+        if name in c.topology_names() or name in c.physical_names():
             raise ManagerError(f"application '{name}' is already running; kill it first")
         draining = [h for h, a in c.agents().items() if name in a.workers]
         if draining:
@@ -92,14 +92,15 @@ class Manager:
         physical = self._place(topology, cluster, app_id)
         if not c.create(f"topology/{name}", topology.to_dict()):
             raise ManagerError(f"application '{name}' is already running; kill it first")
-        c.put_app_state(name, {"active": True, "submitted": time.time()})
+        # fresh state: "active" is the controller's to set, once it has ACTIVATEd the spouts
+        c.put_app_state(name, {"submitted": time.time()})
         c.put_physical(physical)
         return physical
 
     def kill(self, name: str) -> None:
         """Remove ``name``: physical topology first (workers, flows), then the rest."""
         c = self.coordinator
-        if c.get("topology/" + name) is None and c.get("physical/" + name) is None:
+        if name not in c.topology_names() and name not in c.physical_names():
             raise ManagerError(f"no application named '{name}'")
         c.delete_application(name)  # deletes physical/NAME first
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from typhoon.cluster import Cluster, HostInfo
-from typhoon.coordinator import AgentState, SqliteCoordinator, WorkerStatus
+from typhoon.coordinator import AgentState, CoordinatorError, SqliteCoordinator, WorkerStatus
 from typhoon.manager import Manager, ManagerError
 from typhoon.topology import app_id_for, load_topology_text, reschedule
 
@@ -67,10 +67,16 @@ def test_submit_writes_logical_state_then_physical(manager: Manager, coord) -> N
     assert coord.changes_since(v)[1] == ["topology/wc", "state/wc", "physical/wc"]
     assert coord.get_topology("wc") == pipeline()
     assert coord.get_physical("wc") == physical
-    assert coord.get_app_state("wc")["active"] is True
+    assert "active" not in coord.get_app_state("wc")  # the controller activates
     assert physical.app_id == app_id_for("wc")
     assert [w.worker_id for w in physical.workers] == [1, 2, 3, 4, 5, 6]
     assert ports(physical) == {"h1": [100, 101, 102], "h2": [100, 101, 102]}
+
+
+def test_submit_replaces_a_stale_application_state(manager: Manager, coord) -> None:
+    coord.put_app_state("wc", {"active": True})  # written by a controller after a kill
+    manager.submit(pipeline())
+    assert "active" not in coord.get_app_state("wc")
 
 
 def test_submit_refuses_a_duplicate_name(manager: Manager) -> None:
@@ -157,7 +163,7 @@ def test_get_and_list(manager: Manager, coord) -> None:
     coord.put_worker_status("wc", WorkerStatus(2, "h1", "attached", port=101))
     app = manager.get("wc")
     assert app.name == "wc" and app.physical == physical
-    assert app.state["active"] is True
+    assert set(app.state) == {"submitted"}
     assert list(app.statuses) == [2]
     assert manager.list() == ["wc"]
     with pytest.raises(ManagerError, match="no application named 'nope'"):
@@ -188,3 +194,14 @@ def test_update_physical_refuses_foreign_ports_and_hosts(manager: Manager) -> No
     lost = [replace(w, host="h9") if w.worker_id == 1 else w for w in old.workers]
     with pytest.raises(ManagerError, match="unknown host 'h9'"):
         manager.update_physical("wc", replace(old, workers=lost, version=2))
+
+
+def test_an_application_with_corrupt_state_can_still_be_killed(manager: Manager, coord) -> None:
+    coord.put("physical/broken", [1, 2])
+    coord.put("topology/broken", "not a topology")
+    with pytest.raises(CoordinatorError, match="'physical/broken' holds malformed data"):
+        manager.submit(pipeline())  # placement needs every application's ports
+    assert manager.list() == ["broken"]
+    manager.kill("broken")
+    assert manager.list() == [] and coord.physical_names() == []
+    manager.submit(pipeline())

@@ -8,7 +8,7 @@ Key layout (segments are ``[A-Za-z0-9_.:-]+``, joined by ``/``)::
 
     topology/NAME        logical topology          Topology.to_dict()
     physical/NAME        physical topology         PhysicalTopology.to_dict()
-    state/NAME           application state         e.g. {"active": true}
+    state/NAME           application state         e.g. {"active": true} (controller)
     status/NAME/WID      runtime status of worker  WorkerStatus.to_dict()
     metrics/NAME/WID     last metrics of worker    free-form dict
     cluster              hosts, bridges, links     Cluster.to_dict()
@@ -214,15 +214,18 @@ class Coordinator(ABC):
         value = self.get(key)
         return None if value is None else _typed(key, build, value)
 
+    def _child_names(self, prefix: str) -> list[str]:
+        """Last segments of the direct children of ``prefix`` (values are not read)."""
+        start = len(prefix) + 1
+        return [key[start:] for key in self.list(prefix) if "/" not in key[start:]]
+
     def _children(self, prefix: str) -> dict[str, Any]:
         """Direct children of ``prefix``: last segment -> value (skips vanished keys)."""
         out = {}
-        for key in self.list(prefix):
-            rest = key[len(prefix) + 1 :]
-            if "/" not in rest:
-                value = self.get(key)
-                if value is not None:
-                    out[rest] = value
+        for name in self._child_names(prefix):
+            value = self.get(f"{prefix}/{name}")
+            if value is not None:
+                out[name] = value
         return out
 
     # ----- logical and physical topology ---------------------------------------------------
@@ -234,7 +237,7 @@ class Coordinator(ABC):
         return self._get_typed(f"topology/{name}", Topology.from_dict)
 
     def topology_names(self) -> list[str]:
-        return sorted(self._children("topology"))
+        return self._child_names("topology")
 
     def put_physical(self, physical: PhysicalTopology) -> None:
         self.put(f"physical/{physical.name}", physical.to_dict())
@@ -243,7 +246,7 @@ class Coordinator(ABC):
         return self._get_typed(f"physical/{name}", PhysicalTopology.from_dict)
 
     def physical_names(self) -> list[str]:
-        return sorted(self._children("physical"))
+        return self._child_names("physical")
 
     def delete_application(self, name: str) -> None:
         """Physical first: readers that see it vanish stop workers and remove flows."""

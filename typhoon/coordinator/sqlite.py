@@ -103,8 +103,11 @@ class SqliteCoordinator(Coordinator):
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
+            if self._conn is not None:
+                if self._pid == os.getpid():
+                    self._conn.close()
+                else:
+                    self._stale.append(self._conn)  # the parent's: leave it alone
             self._conn, self._pid = None, -1
 
     # ----- backend contract ----------------------------------------------------------------

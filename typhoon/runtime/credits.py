@@ -2,7 +2,7 @@
 
 Userspace Open vSwitch drops what a sender pushes faster than it forwards, so a
 worker may only put a frame on a link when the receiver has granted room for it.
-One credit = one frame, whatever its size (the window is sized for full frames).
+One credit = one frame.
 
 Loss tolerance: every count is CUMULATIVE modulo 2**32, never a delta, so any later
 credit frame repairs a lost one.
@@ -17,12 +17,27 @@ credit frame repairs a lost one.
   group and takes one credit from each.
 * Lost DATA frames would leak credit (never consumed, never granted back).  A sender
   that has waited for ``sync_s`` sends a SYNC (credit frame, stream :data:`SYNC`)
-  carrying its cumulative count of frames sent; frames on a link stay in order, so
-  the receiver knows that whatever it has not received by then is lost, counts it
-  as consumed and answers with a grant.  The same message resynchronizes a restarted
-  receiver (its counts start again at 0: the sender's are ahead) or a restarted
-  sender (its count is behind the receiver's), and a sender sends one before its
-  first frame on a link for that reason.  Credit frames themselves need no credit.
+  carrying its cumulative count of frames sent; frames of one flow stay in order
+  through the switch, so the receiver knows that whatever it has not received by
+  then is lost, counts it as consumed and answers with a grant at once.  The same
+  message resynchronizes a restarted receiver (its counts start again at 0: the
+  sender's are ahead) or a restarted sender (its count is behind the receiver's),
+  and a sender sends one before its first frame on a link for that reason.  Credit
+  frames themselves need no credit.
+
+Bytes.  What a frame costs the switch is kernel memory, not a frame count: the
+bridge reads each port through a packet socket whose receive buffer
+(``net.core.rmem_default``, 208 KB by default) is charged the *truesize* of every
+queued frame -- measured on kernel 6.x: 768 bytes for a 100-byte frame, 12.5 KB
+for a 9014-byte jumbo frame.  When the switch thread is not scheduled, a sender's
+frames pile up in that buffer and the kernel drops what does not fit.  So besides
+the per-link frame window the sender keeps what it has in flight (sent, not yet
+granted back) within ``budget`` bytes of estimated truesize, per link and over all
+links of its port together (its frames all enter the switch through that one
+socket).  The defaults fit exactly: 16 jumbo frames (half of the default window of
+32, the point at which the receiver grants) are 200 KB <= 208 KB, while a window of
+32 small frames is only 26 KB.  When only the port total blocks a sender, it asks
+the receivers holding its bytes for their grants at once with a SYNC.
 
 Everything here is pure bookkeeping; time is passed in.
 """
@@ -30,23 +45,23 @@ Everything here is pure bookkeeping; time is passed in.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 U32 = 1 << 32
 MASK = U32 - 1
 GRANT = 0  # stream id of a credit frame receiver -> sender: cumulative grant
 SYNC = 1  # stream id of a credit frame sender -> receiver: cumulative frames sent
 
-# 32 frames of at most 9014 bytes: 288 KB in flight per link, which the tap's
-# txqueuelen (4096 frames) holds 128 times over and the switch's per-port ingress
-# (a packet socket of rmem_default = 208 KB) absorbs because it drains while the
-# sender writes (measured: no loss at 32 x 9000-byte frames; see tests/integration).
 DEFAULT_WINDOW = 32
 MAX_WINDOW = 1 << 30  # cumulative differences must stay far inside the signed 32-bit range
+DEFAULT_BUDGET = 212992  # Linux net.core.rmem_default
 REFRESH_S = 0.1
 LINGER_S = 1.0
 SYNC_S = 0.1
+REQUEST_S = 0.002  # at most one credit request (SYNC) per link this often
 
 
 def diff32(a: int, b: int) -> int:
@@ -61,6 +76,35 @@ def check_window(window: int) -> int:
     return window
 
 
+def truesize(frame_len: int) -> int:
+    """Kernel memory one frame written to a TAP occupies in a socket queue (an upper bound).
+
+    Measured on Linux 6.x (tun, no vnet header): frames up to ~3.6 KB are one linear
+    buffer (data + ~700 bytes of overhead); longer ones are a 4 KB head plus pages.
+    """
+    if frame_len <= 1500:
+        return 704 + ((frame_len + 63) & ~63)
+    return 4352 + 4096 * ((frame_len - 1500 + 4095) // 4096)
+
+
+def default_budget() -> int:
+    """The receive buffer the switch's packet sockets get: ``net.core.rmem_default``."""
+    try:
+        return int(Path("/proc/sys/net/core/rmem_default").read_text())
+    except (OSError, ValueError):
+        return DEFAULT_BUDGET
+
+
+def grant_threshold(window: int, budget: int | None, max_frame: int) -> int:
+    """Frames consumed between grants: half a window, or fewer if a sender's byte
+    budget cannot hold half a window of the largest frames (else the sender would
+    block before the receiver ever grants)."""
+    half = max(1, window // 2)
+    if budget is not None:
+        half = min(half, max(1, budget // truesize(max_frame)))
+    return half
+
+
 # --------------------------------------------------------------------------- sender side
 
 
@@ -68,17 +112,33 @@ def check_window(window: int) -> int:
 class _Out:
     grant: int  # latest cumulative grant from the receiver
     sent: int = 0  # cumulative frames sent on the link (mod 2**32)
+    # frames in flight, oldest first: [cost, links still holding it], shared by a group
+    inflight: deque = field(default_factory=deque)
+    bytes: int = 0  # sum of the costs in ``inflight``
     synced: bool = False  # SYNC sent before the first frame
     dead: bool = False  # a credit wait timed out; cleared by the next grant
     last_sync: float = -math.inf
 
 
 class SenderCredits:
-    """Credits a worker holds for the links to its receivers."""
+    """Credits a worker holds for the links to its receivers.
 
-    def __init__(self, window: int = DEFAULT_WINDOW, sync_s: float = SYNC_S) -> None:
+    ``budget``: bytes of estimated truesize (:func:`truesize`) allowed in flight per
+    link and over all links together; None counts frames only.
+    """
+
+    def __init__(
+        self,
+        window: int = DEFAULT_WINDOW,
+        budget: int | None = None,
+        sync_s: float = SYNC_S,
+        request_s: float = REQUEST_S,
+    ) -> None:
         self.window = check_window(window)
+        self.budget = budget
         self.sync_s = sync_s
+        self.request_s = request_s
+        self.port_bytes = 0
         self._links: dict[int, _Out] = {}
 
     def _link(self, dst: int) -> _Out:
@@ -88,25 +148,63 @@ class SenderCredits:
         return link
 
     def available(self, dst: int) -> int:
-        """Frames the sender may still put on the link (0..window)."""
+        """Frames the sender may still put on the link by credit alone (0..window)."""
         link = self._link(dst)
         # a grant more than a window ahead only comes from a receiver that still counts
         # an earlier incarnation of this sender: never trust more than one window
         return max(0, min(self.window, diff32(link.grant, link.sent)))
 
-    def can_send(self, dsts: Iterable[int]) -> bool:
-        """Room for one frame on every link of ``dsts``."""
-        return all(self.available(d) > 0 for d in dsts)
+    def _link_ok(self, link: _Out, cost: int) -> bool:
+        if diff32(link.grant, link.sent) <= 0 or len(link.inflight) >= self.window:
+            return False
+        budget = self.budget
+        return budget is None or not link.inflight or link.bytes + cost <= budget
 
-    def lacking(self, dsts: Iterable[int]) -> list[int]:
-        """The links of ``dsts`` without room for one frame."""
-        return [d for d in dsts if self.available(d) <= 0]
+    def port_full(self, cost: int = 0) -> bool:
+        """The bytes in flight over all links leave no room for a frame of ``cost``."""
+        budget = self.budget
+        return budget is not None and self.port_bytes > 0 and self.port_bytes + cost > budget
 
-    def consume(self, dsts: Iterable[int], n: int = 1) -> None:
-        """``n`` frames went to every link of ``dsts``."""
+    def can_send(self, dsts: Iterable[int], cost: int = 0) -> bool:
+        """Room for one frame of ``cost`` bytes on every link of ``dsts``."""
+        if self.port_full(cost):
+            return False
+        link = self._link
+        ok = self._link_ok
+        return all(ok(link(d), cost) for d in dsts)
+
+    def lacking(self, dsts: Iterable[int], cost: int = 0) -> list[int]:
+        """The links of ``dsts`` without room (credit or bytes) for one frame."""
+        return [d for d in dsts if not self._link_ok(self._link(d), cost)]
+
+    def holders(self) -> list[int]:
+        """Live links with frames in flight (whose grants would free port bytes)."""
+        return [d for d, link in self._links.items() if link.inflight and not link.dead]
+
+    def consume(self, dsts: Iterable[int], cost: int = 0) -> None:
+        """One frame of ``cost`` bytes went to every link of ``dsts``.
+
+        Links marked dead count the frame (their SYNC must say so) but hold no bytes.
+        """
+        entry = [cost, 0]
         for d in dsts:
             link = self._link(d)
-            link.sent = (link.sent + n) & MASK
+            link.sent = (link.sent + 1) & MASK
+            if not link.dead:
+                link.inflight.append(entry)
+                link.bytes += cost
+                entry[1] += 1
+        if entry[1]:
+            self.port_bytes += cost
+
+    def _release(self, link: _Out, keep: int) -> None:
+        inflight = link.inflight
+        while len(inflight) > keep:
+            entry = inflight.popleft()
+            link.bytes -= entry[0]
+            entry[1] -= 1
+            if not entry[1]:
+                self.port_bytes -= entry[0]
 
     def sent(self, dst: int) -> int:
         """Cumulative frames sent to ``dst`` (the body of a SYNC)."""
@@ -120,6 +218,8 @@ class SenderCredits:
         """
         link = self._link(dst)
         link.grant = cumulative & MASK
+        # frames still in flight: sent - (grant - window)
+        self._release(link, max(0, self.window - diff32(link.grant, link.sent)))
         revived = link.dead
         link.dead = False
         return revived
@@ -132,10 +232,11 @@ class SenderCredits:
         link.synced = True
         return True
 
-    def sync_due(self, dst: int, now: float) -> bool:
-        """Rate limit for SYNCs on a stalled link (one per ``sync_s``); records the send."""
+    def sync_due(self, dst: int, now: float, interval: float | None = None) -> bool:
+        """Rate limit for SYNCs on a link (one per ``interval``, default ``sync_s``);
+        records the send when it returns True."""
         link = self._link(dst)
-        if now - link.last_sync < self.sync_s:
+        if now - link.last_sync < (self.sync_s if interval is None else interval):
             return False
         link.last_sync = now
         return True
@@ -147,10 +248,14 @@ class SenderCredits:
             link.last_sync = max(link.last_sync, now)
 
     def mark_dead(self, dst: int) -> bool:
-        """A credit wait on ``dst`` timed out; True if it was alive until now."""
+        """A credit wait on ``dst`` timed out; True if it was alive until now.
+
+        Its frames in flight stop counting against the port.
+        """
         link = self._link(dst)
         was_alive = not link.dead
         link.dead = True
+        self._release(link, 0)
         return was_alive
 
     def is_dead(self, dst: int) -> bool:
@@ -176,11 +281,12 @@ class ReceiverCredits:
     def __init__(
         self,
         window: int = DEFAULT_WINDOW,
+        threshold: int | None = None,
         refresh_s: float = REFRESH_S,
         linger_s: float = LINGER_S,
     ) -> None:
         self.window = check_window(window)
-        self.half = max(1, window // 2)
+        self.half = threshold or max(1, window // 2)
         self.refresh_s = refresh_s
         self.linger_s = linger_s
         self._links: dict[int, _In] = {}
@@ -198,6 +304,8 @@ class ReceiverCredits:
         link = self._link(src)
         link.received = (link.received + 1) & MASK
         link.last_rx = now
+        if link.last_grant == -math.inf:  # a new link: the first refresh is due in refresh_s
+            link.last_grant = now
 
     def on_consume(self, src: int, n: int = 1) -> None:
         """``n`` frames from ``src`` were handed to the framework."""

@@ -69,6 +69,7 @@ class SdnTransport(Transport):
         window: int = cr.DEFAULT_WINDOW,
         ethertype: int = wire.ETHERTYPE,
         credit_timeout_s: float = DEFAULT_CREDIT_TIMEOUT_S,
+        port_budget: int | None = None,
         txqueuelen: int | None = DEFAULT_TXQUEUELEN,
         device: Device | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -85,8 +86,12 @@ class SdnTransport(Transport):
         self.ethertype = ethertype
         self.credit_timeout_s = float(credit_timeout_s)
         self.clock = clock
-        self.tx = cr.SenderCredits(window)
-        self.rx = cr.ReceiverCredits(window)
+        # bytes in flight a sender keeps within (see credits.py); 0 = count frames only
+        budget = cr.default_budget() if port_budget is None else port_budget or None
+        self.tx = cr.SenderCredits(window, budget)
+        self.rx = cr.ReceiverCredits(
+            window, cr.grant_threshold(window, budget, wire.ETH_HLEN + mtu)
+        )
         self.name = tap or tap_name(app_id, worker_id)
         self.dev: Device = (
             device
@@ -101,6 +106,8 @@ class SdnTransport(Transport):
         self.ctrl_seq = 0
         self.credit_seq = 0
         self.lost_frames = 0  # data frames a SYNC proved lost in the network
+        self.credit_frames_in = 0  # credit frames (grants and SYNCs), also in stats.frames_*
+        self.credit_frames_out = 0
         # frames read off the port but not handed out yet: (frame, sender id or 0, bytes)
         self.pending: deque[tuple[Frame, int, int]] = deque()
         self.pending_bytes = 0
@@ -119,6 +126,7 @@ class SdnTransport(Transport):
             window=int(p.get("window", cr.DEFAULT_WINDOW)),
             ethertype=int(p.get("ethertype", wire.ETHERTYPE)),
             credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
+            port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
         )
 
     # ----- addresses -----------------------------------------------------------------------
@@ -211,6 +219,7 @@ class SdnTransport(Transport):
 
     def _credit_frame(self, f: Frame) -> None:
         st = self.stats
+        self.credit_frames_in += 1
         src = self._worker_id(f.src)
         if not src:
             st.drop("foreign_src")
@@ -288,7 +297,8 @@ class SdnTransport(Transport):
             self.ethertype,
         )[0]
         self.credit_seq = (self.credit_seq + 1) & cr.MASK
-        self._write(frame)
+        if self._write(frame):
+            self.credit_frames_out += 1
 
     def _send_grants(self, now: float) -> None:
         for src in self.rx.due(now):
@@ -346,24 +356,28 @@ class SdnTransport(Transport):
             if tx.needs_first_sync(d):
                 # tells a receiver that counted an earlier incarnation of us to start over
                 self._sync(d)
+        truesize = cr.truesize
         for frame in frames:
-            if not tx.can_send(dsts) and not self._wait_credit(dsts):
+            cost = truesize(len(frame))
+            if not tx.can_send(dsts, cost) and not self._wait_credit(dsts, cost):
                 self.stats.drop("credit_timeout")
                 continue
             if self._write(frame):
-                tx.consume(dsts)
+                tx.consume(dsts, cost)
 
-    def _wait_credit(self, dsts: tuple[int, ...]) -> bool:
+    def _wait_credit(self, dsts: tuple[int, ...], cost: int) -> bool:
         """Wait until every live receiver of ``dsts`` has room; False: drop the frame.
 
         A receiver that let a wait time out is *dead* until a grant arrives from it:
         frames to it are dropped without waiting (a one-to-many frame still goes to
         the live receivers).  Each wait and each frame missed by a dead receiver is
-        counted.
+        counted.  When only the port's byte budget blocks, the receivers holding its
+        bytes are asked for their grants (a SYNC) instead of waiting for their
+        half-window or refresh grants.
         """
         tx, st = self.tx, self.stats
         now = self.clock()
-        lacking = tx.lacking(dsts)
+        lacking = tx.lacking(dsts, cost)
         dead = [d for d in lacking if tx.is_dead(d)]
         for d in dead:
             if tx.sync_due(d, now):
@@ -372,37 +386,47 @@ class SdnTransport(Transport):
             if len(dead) == len(dsts):
                 return False
             st.drop("credit_timeout", len(dead))
-            lacking = [d for d in lacking if d not in dead]
-            if not lacking:
+            live = tuple(d for d in dsts if d not in dead)
+            if tx.can_send(live, cost):
                 return True
+        else:
+            live = dsts
         st.credit_stalls += 1
         tx.start_wait(lacking, now)
         deadline = now + self.credit_timeout_s
         while True:
-            wait = min(deadline - now, tx.sync_s)
-            readable, _, _ = select.select([self.fd], [], [], max(0.0, wait))
+            lacking = tx.lacking(live, cost)
+            if not lacking and tx.port_full(cost):
+                for d in tx.holders():
+                    if tx.sync_due(d, now, tx.request_s):
+                        self._sync(d)
+                wait = tx.request_s
+            else:
+                for d in lacking:
+                    if tx.sync_due(d, now):
+                        self._sync(d)
+                wait = tx.sync_s
+            readable, _, _ = select.select([self.fd], [], [], max(0.0, min(deadline - now, wait)))
             if readable:
                 self._read_batch()
             now = self.clock()
             # SYNCs from upstream are answered even now: a grant only ever covers
             # what was consumed, so this releases no back-pressure
             self._send_grants(now)
-            lacking = tx.lacking(lacking)
-            if not lacking:
+            if tx.can_send(live, cost):
                 return True
-            for d in lacking:
-                if tx.sync_due(d, now):
-                    self._sync(d)
             if now >= deadline:
-                for d in lacking:
+                blocking = tx.lacking(live, cost) or tx.holders()
+                for d in blocking:
                     if tx.mark_dead(d):
                         log.warning(
                             "worker %d: no credit from worker %d for %.1f s: dropping its frames",
                             self.worker_id, d, self.credit_timeout_s,
                         )  # fmt: skip
-                if len(lacking) == len(dsts):
+                rest = [d for d in live if d not in blocking]
+                if not rest:
                     return False
-                st.drop("credit_timeout", len(lacking))  # frames the dead receivers miss
+                st.drop("credit_timeout", len(live) - len(rest))  # frames the dead ones miss
                 return True
 
     # ----- control -------------------------------------------------------------------------
