@@ -13,8 +13,8 @@ from typhoon.runtime.credits import (
     MASK,
     ReceiverCredits,
     SenderCredits,
+    byte_threshold,
     diff32,
-    grant_threshold,
     truesize,
 )
 
@@ -247,13 +247,48 @@ def test_truesize_matches_the_measured_kernel_charges():
 
 
 def test_default_window_of_jumbo_frames_fits_the_socket_buffer():
-    # the receiver grants every half window; that much must fit in the budget
-    half = grant_threshold(cr.DEFAULT_WINDOW, cr.DEFAULT_BUDGET, 9014)
-    assert half == cr.DEFAULT_WINDOW // 2
-    assert half * truesize(9014) <= cr.DEFAULT_BUDGET
-    # a bigger window of jumbo frames would not: the receiver grants sooner
-    assert grant_threshold(64, cr.DEFAULT_BUDGET, 9014) == cr.DEFAULT_BUDGET // truesize(9014)
-    assert grant_threshold(64, None, 9014) == 32
+    jumbo = truesize(9014)
+    assert cr.DEFAULT_BUDGET // jumbo == 16  # 16 jumbo frames: 200 KB of 208 KB
+    half = byte_threshold(cr.DEFAULT_BUDGET, 9014)
+    assert half == cr.DEFAULT_BUDGET // 2
+    # a sender blocked by its budget always has at least ``half`` bytes in flight
+    assert cr.DEFAULT_BUDGET - jumbo >= half
+    assert byte_threshold(None, 9014) is None
+    assert byte_threshold(20_000, 9014) == 20_000 - jumbo  # tiny budgets: grant sooner
+    assert byte_threshold(1000, 9014) == 1
+
+
+def test_receiver_grants_after_half_the_bytes():
+    r = ReceiverCredits(W, half_bytes=byte_threshold(cr.DEFAULT_BUDGET, 9014))
+    jumbo = truesize(9014)
+    n = 0
+    while not r.due(0.0):
+        r.on_receive(A, 0.0)
+        r.on_consume(A, 1, jumbo)
+        n += 1
+    assert n == -(-(cr.DEFAULT_BUDGET // 2) // jumbo) == 9  # not 16 frames
+    assert r.grant(A, 0.0) == W + n
+    for _ in range(W // 2 - 1):  # small frames: the frame count triggers first
+        r.on_receive(A, 0.0)
+        r.on_consume(A, 1, truesize(100))
+    assert r.due(0.0) == []
+    r.on_consume(A, 1, truesize(100))
+    assert r.due(0.0) == [A]
+
+
+def test_budget_blocked_sender_always_gets_a_grant():
+    """No deadlock between the sender's byte budget and the receiver's threshold."""
+    budget = cr.DEFAULT_BUDGET
+    for size in (60, 1214, 4014, 9014, 5000):
+        s = SenderCredits(W, budget)
+        r = ReceiverCredits(W, byte_threshold(budget, 9014))
+        cost = truesize(size)
+        n = send(s, [A], 1000, cost)
+        assert 0 < n <= W
+        for _ in range(n):
+            r.on_receive(A, 0.0)
+            r.on_consume(A, 1, cost)
+        assert r.due(0.0) == [A], size
 
 
 def test_byte_budget_per_link():
@@ -304,15 +339,18 @@ def test_a_group_frame_holds_port_bytes_once_until_every_member_grants():
     lose_data=st.lists(st.booleans(), min_size=0, max_size=400),
     lose_credit=st.lists(st.booleans(), min_size=0, max_size=400),
     consume_every=st.integers(1, 5),
+    budget=st.sampled_from([None, 30_000, cr.DEFAULT_BUDGET]),
+    sizes=st.lists(st.sampled_from([60, 1214, 4014, 9014]), min_size=1, max_size=7),
 )
 def test_lossy_links_never_overflow_and_always_recover(
-    window, lose_data, lose_credit, consume_every
+    window, lose_data, lose_credit, consume_every, budget, sizes
 ):
     """Frames and credit frames are lost at random (while the loss lists last); the
-    receiver consumes slowly.  Frames in flight never exceed the window, and once
-    the losses stop every frame offered afterwards is delivered."""
-    s = SenderCredits(window)
-    r = ReceiverCredits(window, refresh_s=0.1)
+    receiver consumes slowly.  Frames and bytes in flight never exceed the window and
+    the budget, the sender never deadlocks, and every frame not lost is delivered."""
+    s = SenderCredits(window, budget)
+    r = ReceiverCredits(window, byte_threshold(budget, 9014), refresh_s=0.1)
+    queued_bytes: deque = deque()
     to_r: deque = deque()  # ("data",) | ("sync", sent)
     to_s: deque = deque()  # grant values
     queued = 0  # received, not consumed
@@ -325,11 +363,12 @@ def test_lossy_links_never_overflow_and_always_recover(
         now += 0.01
         # sender: one frame per step if it may, else SYNC when due
         if offered < target:
-            if s.can_send([A]):
-                s.consume([A])
+            cost = truesize(sizes[offered % len(sizes)])
+            if s.can_send([A], cost):
+                s.consume([A], cost)
                 offered += 1
                 if not next(data_losses, False):
-                    to_r.append(("data",))
+                    to_r.append(("data", cost))
             elif s.sync_due(A, now):
                 to_r.append(("sync", s.sent(A)))
         # the network delivers everything in order
@@ -338,14 +377,17 @@ def test_lossy_links_never_overflow_and_always_recover(
             if msg[0] == "data":
                 r.on_receive(A, now)
                 queued += 1
+                queued_bytes.append(msg[1])
             else:
                 r.on_sync(A, msg[1])
         # in flight (never lost): what the receiver holds unconsumed
         assert queued <= window
+        if budget is not None and queued > 1:
+            assert sum(queued_bytes) <= budget
         if step % consume_every == 0 and queued:
             queued -= 1
             delivered += 1
-            r.on_consume(A)
+            r.on_consume(A, 1, queued_bytes.popleft())
         for src in r.due(now):
             g = r.grant(src, now)
             if not next(credit_losses, False):

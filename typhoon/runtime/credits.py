@@ -34,10 +34,10 @@ frames pile up in that buffer and the kernel drops what does not fit.  So beside
 the per-link frame window the sender keeps what it has in flight (sent, not yet
 granted back) within ``budget`` bytes of estimated truesize, per link and over all
 links of its port together (its frames all enter the switch through that one
-socket).  The defaults fit exactly: 16 jumbo frames (half of the default window of
-32, the point at which the receiver grants) are 200 KB <= 208 KB, while a window of
-32 small frames is only 26 KB.  When only the port total blocks a sender, it asks
-the receivers holding its bytes for their grants at once with a SYNC.
+socket).  The window is thus the smaller of 32 frames and 208 KB (16 jumbo frames;
+32 small frames take only 26 KB), and the receiver grants when half of either was
+consumed.  When only the port total blocks a sender, it asks the receivers holding
+its bytes for their grants at once with a SYNC.
 
 Everything here is pure bookkeeping; time is passed in.
 """
@@ -79,8 +79,9 @@ def check_window(window: int) -> int:
 def truesize(frame_len: int) -> int:
     """Kernel memory one frame written to a TAP occupies in a socket queue (an upper bound).
 
-    Measured on Linux 6.x (tun, no vnet header): frames up to ~3.6 KB are one linear
-    buffer (data + ~700 bytes of overhead); longer ones are a 4 KB head plus pages.
+    Measured on Linux 6.x (tun, no vnet header): a short frame is one linear buffer
+    (data + ~700 bytes of overhead), a long one a 4 KB head plus pages.  Exact for
+    100- and 9014-byte frames; frames of 1.5-3.6 KB are overestimated.
     """
     if frame_len <= 1500:
         return 704 + ((frame_len + 63) & ~63)
@@ -95,14 +96,16 @@ def default_budget() -> int:
         return DEFAULT_BUDGET
 
 
-def grant_threshold(window: int, budget: int | None, max_frame: int) -> int:
-    """Frames consumed between grants: half a window, or fewer if a sender's byte
-    budget cannot hold half a window of the largest frames (else the sender would
-    block before the receiver ever grants)."""
-    half = max(1, window // 2)
-    if budget is not None:
-        half = min(half, max(1, budget // truesize(max_frame)))
-    return half
+def byte_threshold(budget: int | None, max_frame: int) -> int | None:
+    """Bytes (truesize) consumed from a sender after which the receiver grants.
+
+    Half the budget, as half the frame window, but never more than a sender blocked
+    by its budget can have in flight (``budget - truesize(max_frame)``), else the
+    receiver would wait for bytes that cannot come.  None: frames only.
+    """
+    if budget is None:
+        return None
+    return max(1, min(budget // 2, budget - truesize(max_frame)))
 
 
 # --------------------------------------------------------------------------- sender side
@@ -271,22 +274,28 @@ class _In:
     received: int = 0  # cumulative frames read off the port from this sender
     consumed: int = 0  # cumulative frames handed to the framework (or known lost)
     granted: int = 0  # ``consumed`` when the last grant was sent
+    cost: int = 0  # bytes (truesize) consumed since the last grant
     last_grant: float = -math.inf
     last_rx: float = -math.inf
 
 
 class ReceiverCredits:
-    """Grants a worker owes the senders it receives from."""
+    """Grants a worker owes the senders it receives from.
+
+    A grant is due when half the window -- in frames, or in bytes when the senders
+    keep a byte budget (``half_bytes``, see :func:`byte_threshold`) -- was consumed.
+    """
 
     def __init__(
         self,
         window: int = DEFAULT_WINDOW,
-        threshold: int | None = None,
+        half_bytes: int | None = None,
         refresh_s: float = REFRESH_S,
         linger_s: float = LINGER_S,
     ) -> None:
         self.window = check_window(window)
-        self.half = threshold or max(1, window // 2)
+        self.half = max(1, window // 2)
+        self.half_bytes = half_bytes if half_bytes is not None else math.inf
         self.refresh_s = refresh_s
         self.linger_s = linger_s
         self._links: dict[int, _In] = {}
@@ -307,11 +316,12 @@ class ReceiverCredits:
         if link.last_grant == -math.inf:  # a new link: the first refresh is due in refresh_s
             link.last_grant = now
 
-    def on_consume(self, src: int, n: int = 1) -> None:
-        """``n`` frames from ``src`` were handed to the framework."""
+    def on_consume(self, src: int, n: int = 1, cost: int = 0) -> None:
+        """``n`` frames from ``src`` (``cost`` bytes of truesize) reached the framework."""
         link = self._link(src)
         link.consumed = (link.consumed + n) & MASK
-        if diff32(link.consumed, link.granted) >= self.half:
+        link.cost += cost
+        if diff32(link.consumed, link.granted) >= self.half or link.cost >= self.half_bytes:
             self._urgent.add(src)
 
     def on_sync(self, src: int, sent: int) -> int:
@@ -340,6 +350,7 @@ class ReceiverCredits:
         """The cumulative grant to send to ``src`` now (records that it was sent)."""
         link = self._link(src)
         link.granted = link.consumed
+        link.cost = 0
         link.last_grant = now
         self._urgent.discard(src)
         return (self.window + link.consumed) & MASK

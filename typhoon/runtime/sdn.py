@@ -18,16 +18,31 @@ Ethernet addresses alone (DESIGN §3).  This layer
   ``stats.seq_gaps``; segmented payloads are reassembled.
 
 Credit frames (kind CREDIT, one u32 entry) travel on the same path as data:
-stream 0 (GRANT) receiver -> sender, stream 1 (SYNC) sender -> receiver.
+stream 0 (GRANT) receiver -> sender, stream 1 (SYNC) sender -> receiver, so the
+flow rules of a link must forward both directions.  Control tuples go to the
+controller address (``reply``) without credit.
+
+Spec (``WorkerSpec.transport``)::
+
+    {"kind": "sdn",
+     "tap": "ty007a0002",        # optional, default tap_name(app, worker)
+     "mtu": 9000, "window": 32,  # window in frames per link
+     "ethertype": 0x88B5,        # optional
+     "credit_timeout_s": 10,     # then the receiver counts as dead (frames dropped)
+     "port_budget": 212992}      # optional, bytes in flight; default rmem_default, 0 = off
+
+The port must be (re-)added to the bridge by the agent *after* the worker created
+its TAP; when a worker is restarted under the same device name, the agent must
+``del-port`` and then ``add-port`` again in two transactions: the switch marks the
+old port LIVE again on its own but its userspace datapath never reads the new
+device (measured on OVS 3.1).
 """
 
 from __future__ import annotations
 
-import array
-import fcntl
 import logging
+import math
 import select
-import termios
 import time
 from collections import deque
 from collections.abc import Callable
@@ -89,9 +104,7 @@ class SdnTransport(Transport):
         # bytes in flight a sender keeps within (see credits.py); 0 = count frames only
         budget = cr.default_budget() if port_budget is None else port_budget or None
         self.tx = cr.SenderCredits(window, budget)
-        self.rx = cr.ReceiverCredits(
-            window, cr.grant_threshold(window, budget, wire.ETH_HLEN + mtu)
-        )
+        self.rx = cr.ReceiverCredits(window, cr.byte_threshold(budget, wire.ETH_HLEN + mtu))
         self.name = tap or tap_name(app_id, worker_id)
         self.dev: Device = (
             device
@@ -99,6 +112,8 @@ class SdnTransport(Transport):
             else Tap(self.name, mtu=mtu, txqueuelen=txqueuelen, mac=self.mac)
         )
         self.fd = self.dev.fileno()
+        self._poller = select.poll()  # not select.select: no FD_SETSIZE limit
+        self._poller.register(self.fd, select.POLLIN)
         self._read_size = wire.ETH_HLEN + mtu + 64  # larger frames arrive truncated: malformed
         self.seq_out: dict[tuple[int, int], int] = {}  # (dst, stream), dst 0 = multicast
         self.seq_in: dict[tuple[bytes, bytes, int], int] = {}  # (src MAC, dst MAC, stream)
@@ -157,16 +172,16 @@ class SdnTransport(Transport):
     # ----- receiving -----------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
-        if not self.pending:
-            # wake up in time to refresh grants even when the framework has nothing to do
-            readable, _, _ = select.select([self.fd], [], [], min(max(0.0, timeout), 0.05))
-            if readable:
-                self._read_batch()
-        else:
+        # wake up in time to refresh grants even when the framework has nothing to do
+        if self.pending or self._readable(min(timeout, 0.05)):
             self._read_batch()
         out = self._hand_out()
         self._send_grants(self.clock())
         return out
+
+    def _readable(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a frame on the port."""
+        return bool(self._poller.poll(max(0, math.ceil(timeout * 1000))))
 
     def _read_batch(self, limit: int = READ_BATCH) -> int:
         """Read up to ``limit`` frames without blocking; returns how many."""
@@ -254,6 +269,7 @@ class SdnTransport(Transport):
         st = self.stats
         seq_in = self.seq_in
         consume = self.rx.on_consume
+        truesize = cr.truesize
         while pending:
             f, src, size = pending.popleft()
             self.pending_bytes -= size
@@ -271,7 +287,7 @@ class SdnTransport(Transport):
                     except WireError:
                         st.drop("malformed_control")
                 continue
-            consume(src)
+            consume(src, 1, truesize(size))
             key = (f.src, f.dst, f.stream)
             expect = seq_in.get(key)
             if expect is not None and f.seq != expect:
@@ -313,8 +329,8 @@ class SdnTransport(Transport):
         try:
             self.dev.write(frame)
         except BlockingIOError:
-            # the tap driver does not push back; wait briefly in case another does
-            select.select([], [self.fd], [], 0.01)
+            # the tap driver does not push back; wait briefly in case another device does
+            time.sleep(0.001)
             try:
                 self.dev.write(frame)
             except OSError:
@@ -379,9 +395,15 @@ class SdnTransport(Transport):
         now = self.clock()
         lacking = tx.lacking(dsts, cost)
         dead = [d for d in lacking if tx.is_dead(d)]
-        for d in dead:
-            if tx.sync_due(d, now):
-                self._sync(d)  # a probe: if it is alive after all, its grant revives it
+        if dead:
+            for d in dead:
+                if tx.sync_due(d, now):
+                    self._sync(d)  # a probe: if it is alive after all, its grant revives it
+            self._read_batch()  # without waiting: picks up the grant that answers a probe
+            if tx.can_send(dsts, cost):
+                return True
+            lacking = tx.lacking(dsts, cost)
+            dead = [d for d in lacking if tx.is_dead(d)]
         if dead:
             if len(dead) == len(dsts):
                 return False
@@ -406,8 +428,7 @@ class SdnTransport(Transport):
                     if tx.sync_due(d, now):
                         self._sync(d)
                 wait = tx.sync_s
-            readable, _, _ = select.select([self.fd], [], [], max(0.0, min(deadline - now, wait)))
-            if readable:
+            if self._readable(min(deadline - now, wait)):
                 self._read_batch()
             now = self.clock()
             # SYNCs from upstream are answered even now: a grant only ever covers
@@ -443,15 +464,12 @@ class SdnTransport(Transport):
     # ----- housekeeping --------------------------------------------------------------------
 
     def queue_bytes(self) -> int:
-        """Bytes read off the port but not handed out, plus the next frame waiting in it."""
-        total = self.pending_bytes
-        buf = array.array("i", [0])
-        try:
-            fcntl.ioctl(self.fd, termios.FIONREAD, buf)
-            total += buf[0]
-        except OSError:
-            pass
-        return total
+        """Bytes read off the port but not handed out yet (queued while blocked sending).
+
+        Frames still in the TAP device's queue are not counted: the tun driver does
+        not answer FIONREAD (EINVAL).
+        """
+        return self.pending_bytes
 
     def close(self) -> None:
         self.dev.close()

@@ -11,6 +11,12 @@ port; Open vSwitch reads it through a packet socket, so what the worker
 ``write()``s is what the switch receives on that port and what the switch outputs
 to the port is what the worker ``read()``s, one frame per call.
 
+Measured with OVS 3.1 (``datapath_type=netdev``): the bridge takes a device created
+by another process as a plain system port; after the worker is killed the port
+reports ``LINK_DOWN`` within ~10 ms.  A device created again under the same name
+shows the port LIVE again but the datapath keeps reading the vanished one: the
+agent must delete and re-add the port (two separate ``ovs-vsctl`` calls).
+
 Before the device goes up its IPv6 is switched off, so the kernel never emits
 neighbour discovery or MLD frames of its own into the port (there is no IPv4
 address either): every frame on a worker port is a Typhoon frame.
