@@ -15,6 +15,7 @@ Services for other apps (get the instance with ``core_app()``):
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 from collections.abc import Iterable
@@ -28,14 +29,16 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.flows import RuleSpec
+from controller.flows import RuleSpec, compile_default_rules
 from controller.reconcile import diff
+from controller.rest import TyphoonRest
 from controller.ryu_compat import (
     CONFIG_DISPATCHER,
     DEAD_DISPATCHER,
     MAIN_DISPATCHER,
     Datapath,
     RyuApp,
+    WSGIApplication,
     cfg,
     hub,
     lookup_service_brick,
@@ -54,11 +57,13 @@ CONF.register_opts(
         cfg.StrOpt("coordinator", default="", help="coordinator URL or SQLite path"),
         cfg.FloatOpt("poll_interval", default=0.05, help="seconds between coordinator reads"),
         cfg.FloatOpt("metrics_interval", default=1.0, help="seconds between METRIC_REQ rounds"),
+        cfg.StrOpt("api_token", default="", help="token required by REST requests that change"),
     ],
     group="typhoon",
 )
 
 APP_NAME = "TyphoonController"
+DEFAULT_RULES = frozenset(compile_default_rules())
 
 
 def core_app() -> TyphoonController:
@@ -71,6 +76,7 @@ def core_app() -> TyphoonController:
 
 class TyphoonController(RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
     _EVENTS = [
         EventWorkerUp,
         EventWorkerDown,
@@ -86,6 +92,7 @@ class TyphoonController(RyuApp):
         self.coordinator = open_coordinator(CONF.typhoon.coordinator or None)
         self.version = -1
         self.view = ClusterView.read(self.coordinator)
+        self.desired_rules: dict[str, frozenset[RuleSpec]] = {}
         self.datapaths: dict[int, Datapath] = {}
         self.installed: dict[int, set[RuleSpec]] = {}  # dpid -> rules on the switch
         self._stats: dict[int, list[RuleSpec]] = {}  # flow stats being received
@@ -97,6 +104,11 @@ class TyphoonController(RyuApp):
         self.request_ids = itertools.count(1)
         self.physical_versions: dict[str, int] = {}
         self.drops: dict[str, int] = {}
+        self.acks: collections.deque[dict] = collections.deque(maxlen=1000)
+        # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
+        self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
+        self.refresh_desired()
+        kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": CONF.typhoon.api_token})
         self.threads.append(hub.spawn(self._watch_loop))
         self.threads.append(hub.spawn(self._metrics_loop))
 
@@ -152,7 +164,7 @@ class TyphoonController(RyuApp):
         if installed is None:
             return  # flow stats not read yet: the stats reply will reconcile
         host = self.view.host_of_dpid(dp.id)
-        desired = self._desired().get(host, self._desired_default())
+        desired = self.desired_rules.get(host, DEFAULT_RULES)
         plan = diff(desired, installed)
         if not (plan.add or plan.modify or plan.delete):
             return
@@ -171,17 +183,13 @@ class TyphoonController(RyuApp):
             "switch %s: +%d ~%d -%d rules", host, len(plan.add), len(plan.modify), len(plan.delete)
         )
 
-    def _desired(self) -> dict[str, frozenset[RuleSpec]]:
+    def refresh_desired(self) -> None:
+        """Recompute every bridge's rule set from the view and the apps' extra rules."""
         merged: dict[str, frozenset[RuleSpec]] = {}
         for per_host in self.extra.values():
             for host, rules in per_host.items():
                 merged[host] = merged.get(host, frozenset()) | rules
-        return self.view.desired(merged)
-
-    def _desired_default(self) -> frozenset[RuleSpec]:
-        from controller.flows import compile_default_rules
-
-        return frozenset(compile_default_rules())
+        self.desired_rules = self.view.desired(merged)
 
     def reconcile_all(self) -> None:
         for dp in list(self.datapaths.values()):
@@ -205,8 +213,13 @@ class TyphoonController(RyuApp):
         version, keys = self.coordinator.changes_since(self.version)
         if version != self.version:
             self.version = version
+            problems = dict(self.view.problems)
             self.view = ClusterView.read(self.coordinator)
+            self.refresh_desired()
             self.reconcile_all()
+            for name, why in self.view.problems.items():
+                if problems.get(name) != why:
+                    self.logger.error("app %s: cannot compile its rules: %s", name, why)
             self._announce_changes()
         self._start_or_drain()
 
@@ -340,15 +353,21 @@ class TyphoonController(RyuApp):
             if ct.type != Control.METRIC_RESP or ct.body["worker"] != src.value:
                 self._drop("unexpected_control")
                 continue
-            self._worker_reply(app, src.value, ct.body["metrics"])
+            self._worker_reply(app, src.value, ct.body["metrics"], ct.body["request_id"])
 
-    def _worker_reply(self, app: str, worker_id: int, metrics: dict) -> None:
+    def _worker_reply(self, app: str, worker_id: int, metrics: dict, request_id: int) -> None:
         now = time.monotonic()
         if "ack" in metrics:
+            self.acks.append({"app": app, "worker": worker_id, "ack": metrics["ack"],
+                              "version": metrics["version"], "time": time.time()})
             self.send_event_to_observers(
                 EventWorkerAck(app, worker_id, metrics["ack"], metrics["version"], now)
             )
             return
+        metrics = {**metrics, "request_id": request_id}
+        self.responses.setdefault(request_id, {})[worker_id] = metrics
+        while len(self.responses) > 256:
+            self.responses.popitem(last=False)
         self.coordinator.put_metrics(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
 
@@ -394,8 +413,10 @@ class TyphoonController(RyuApp):
     def set_extra_rules(self, owner: str, rules: dict[str, frozenset[RuleSpec]]) -> None:
         """Rules an app needs besides the topology's (mirrors, LB groups); installed now."""
         self.extra[owner] = dict(rules)
+        self.refresh_desired()
         self.reconcile_all()
 
     def clear_extra_rules(self, owner: str) -> None:
         if self.extra.pop(owner, None) is not None:
+            self.refresh_desired()
             self.reconcile_all()

@@ -21,6 +21,8 @@ from typhoon.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
+LINK_MTU = 9000  # like worker TAPs: a full worker frame (9000-byte payload) fits
+
 
 class EmulatedNetwork:
     """A started Mininet network made from a plan; ``stop()`` always removes it."""
@@ -60,7 +62,19 @@ class EmulatedNetwork:
         net.start()
         cluster = self.plan.cluster()
         self._check_ports(cluster)
+        self._jumbo_links()
         return cluster
+
+    def _jumbo_links(self) -> None:
+        """Fabric links carry 9000-byte worker frames: raise the veth and OVS MTUs."""
+        assert self.net is not None
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                subprocess.run(["ip", "link", "set", "dev", intf.name, "mtu", str(LINK_MTU)],
+                               check=True, capture_output=True, timeout=10)
+                subprocess.run(["ovs-vsctl", "set", "Interface", intf.name,
+                                f"mtu_request={LINK_MTU}"],
+                               check=True, capture_output=True, timeout=10)
 
     def _check_ports(self, cluster: Cluster) -> None:
         """The plan's port numbers must be the ones Mininet gave the links."""

@@ -11,8 +11,13 @@ teardown, which also runs when anything above fails or is interrupted.
 
 from __future__ import annotations
 
+import json
 import logging
+import secrets
+import socket
 import subprocess
+import urllib.error
+import urllib.request
 import sys
 import tempfile
 import time
@@ -63,6 +68,8 @@ class EmulatedCluster:
         self.coordinator = open_coordinator(self.coordinator_url)
         self.ofp_port = free_port()
         self.wsapi_port = free_port()
+        self.token = secrets.token_hex(16)
+        self.rest_url = f"http://127.0.0.1:{self.wsapi_port}/typhoon"
         self.network = EmulatedNetwork(options.plan, self.ofp_port)
         self.controller: Child | None = None
         self.agents: list[Child] = []
@@ -74,12 +81,15 @@ class EmulatedCluster:
     def start(self) -> None:
         """Everything up to agents ready; raises (after cleanup by close()) on failure."""
         o = self.options
-        cluster = self.network.start()
+        cluster = o.plan.cluster()
         self.coordinator.put_cluster(cluster)
         self.controller = start_controller(
             self.workdir, self.coordinator_url, o.apps, self.ofp_port, self.wsapi_port,
-            o.controller_config,
+            f"api_token = {self.token}\n{o.controller_config}",
         )
+        wait_until(lambda: port_open(self.ofp_port), o.start_timeout,
+                   "the controller to listen", self.children())
+        self.network.start()
         wait_until(
             lambda: all(self._connected(b) for b in self.network.bridges()),
             o.start_timeout, "every bridge to connect to the controller", self.children(),
@@ -97,6 +107,10 @@ class EmulatedCluster:
 
         uuids = vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
         return any(vsctl("get", "Controller", u, "is_connected") == "true" for u in uuids if u)
+
+    def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
+        """Call the controller's REST API (with the token); returns (status, JSON body)."""
+        return rest_call(self.rest_url, method, path, body, self.token)
 
     def submit(self, topology: Topology) -> None:
         topology.config.setdefault("batch_size", self.options.batch_size)
@@ -149,6 +163,30 @@ class EmulatedCluster:
         if not self.manager.wait_stopped(name, timeout=timeout):
             raise TimeoutError(f"workers of '{name}' still running {timeout:.0f} s after kill")
 
+    def run(
+        self, topology: Topology, on_tick: Callable[[float], None] | None = None
+    ) -> dict[str, Any]:
+        """Submit, run until every worker finished, report, kill; the cluster stays up."""
+        name = topology.name
+        self.submit(topology)
+        self.wait_active(name)
+        started = time.monotonic()
+        try:
+            clean = self.wait_finished(name, on_tick)
+        finally:
+            elapsed = time.monotonic() - started
+            physical = self.coordinator.get_physical(name)
+            self.kill(name)
+        return build_report(
+            topology,
+            read_worker_reports(self.report_dir(name)),
+            transport="sdn",
+            hosts=self.options.plan.host_names(),
+            elapsed_s=round(elapsed, 3),
+            ok=clean,
+            app_id=physical.app_id,
+        )
+
     def close(self) -> None:
         for c in reversed(self.children()):
             c.stop()
@@ -156,6 +194,29 @@ class EmulatedCluster:
         self.coordinator.close()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def rest_call(
+    base: str, method: str, path: str, body: dict | None = None, token: str | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, Any]:
+    """One JSON request to the controller's REST API."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("X-Typhoon-Token", token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
 
 
 def run_sdn(topology: Topology, options: SdnRunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:
@@ -173,23 +234,8 @@ def run_sdn(topology: Topology, options: SdnRunOptions, out: TextIO = sys.stderr
 
     try:
         cluster.start()
-        cluster.submit(topology)
-        cluster.wait_active(name)
-        started = time.monotonic()
-        clean = cluster.wait_finished(name, tick)
-        elapsed = time.monotonic() - started
-        physical = cluster.coordinator.get_physical(name)
-        report = build_report(
-            topology,
-            read_worker_reports(cluster.report_dir(name)),
-            transport="sdn",
-            hosts=options.plan.host_names(),
-            elapsed_s=round(elapsed, 3),
-            ok=clean,
-            app_id=physical.app_id,
-            rates=live.history,
-        )
-        cluster.kill(name)
+        report = cluster.run(topology, tick)
+        report["rates"] = live.history
         return report
     finally:
         cluster.close()

@@ -2,7 +2,9 @@
 # Set up everything Typhoon needs on a Debian 12 machine, as root. Idempotent.
 #
 #   1. Debian packages: Open vSwitch, Mininet (for `mnexec` and `mn -c`), iproute2,
-#      tcpdump, and ZooKeeper when the archive has it (installed, not started).
+#      tcpdump and ZooKeeper (installed, not started: the tests start their own
+#      server on a free port, tests/zkserver.py; a deployment points
+#      TYPHOON_COORDINATOR=zk://... at its ensemble).
 #   2. $REPO/.venv with Python 3.11: Ryu 4.34 (with the fixes below), then the
 #      project itself (`pip install -e .[test]`), which pulls every other dependency
 #      from pyproject.toml.
@@ -31,8 +33,10 @@ FIX_SRC="$REPO/scripts/ryu_eventlet_fix.py"
 RYU_VERSION="4.34"
 EVENTLET_VERSION="0.33.3"
 
-APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump)
-APT_OPTIONAL=(zookeeper zookeeperd) # for the ZooKeeper coordinator backend
+# zookeeper: jars and a JVM for the ZooKeeper coordinator backend's tests
+APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper)
+APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
+ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 
 export DEBIAN_FRONTEND=noninteractive
@@ -194,6 +198,10 @@ verify() {
     "$VENV/bin/python" -c 'import ryu.app.wsgi' || die "ryu.app.wsgi does not import"
     command -v mnexec >/dev/null || die "mnexec not found (Debian package mininet)"
     ovs-vsctl --timeout=5 show >/dev/null || die "Open vSwitch is not running"
+    local zk_version
+    zk_version=$(java -cp "$ZK_JAR" org.apache.zookeeper.version.VersionInfoMain 2>/dev/null) ||
+        die "ZooKeeper does not run: java -cp $ZK_JAR (Debian package zookeeper)"
+    log "ok: $zk_version"
     log "ok: $("$VENV/bin/python" --version), pyspark $("$VENV/bin/python" -c \
         'import pyspark; print(pyspark.__version__)'), $(ovs-vsctl --version | head -1)"
 }

@@ -60,6 +60,22 @@ WORKER_MTU = 9000
 SYS_NET = Path("/sys/class/net")
 
 
+
+SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s")
+
+
+def sdn_options(config: dict) -> dict:
+    """I/O-layer settings from the topology's ``config``.
+
+    ``flow_control: false`` turns credits off (an unbounded window, no byte
+    budget): only for showing what flow control prevents.  ``sdn: {window,
+    port_budget, credit_timeout_s}`` tunes it.
+    """
+    opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
+    if config.get("flow_control") is False:
+        opts.update(window=1 << 30, port_budget=0)
+    return opts
+
 class OvsError(RuntimeError):
     """An ovs-vsctl command failed."""
 
@@ -366,7 +382,7 @@ class Agent:
             batch_size=int(config.get("batch_size", 100)),
             max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
             report_dir=str(appdir / "reports"),
-            transport={"kind": "sdn", "tap": tap, "mtu": WORKER_MTU},
+            transport={"kind": "sdn", "tap": tap, "mtu": WORKER_MTU, **sdn_options(config)},
         )
         path = appdir / f"worker-{w.worker_id}.spec.json"
         spec.save(path)

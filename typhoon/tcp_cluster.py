@@ -10,6 +10,7 @@ report when every worker has finished.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import selectors
 import socket
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 
 import msgpack
 
+from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.report import build_report, read_worker_reports
 from typhoon.runtime.spec import WorkerSpec
@@ -35,6 +37,7 @@ from typhoon.wire import Control, ControlTuple, WireError, decode_control
 log = logging.getLogger(__name__)
 
 Launcher = Callable[[str, list[str], Path], subprocess.Popen]
+MAX_SERVICE_RESTARTS = 3
 
 
 def local_launcher(host: str, argv: list[str], logfile: Path) -> subprocess.Popen:
@@ -85,11 +88,17 @@ class TcpCluster:
         self.physical: PhysicalTopology = schedule(
             topology, options.hosts, app_id_for(topology.name), first_port=0
         )
+        # engines other than python (spark) need processes next to the workers: a Spark driver
+        # per host, launched before the workers and restarted if it dies (typhoon.engines)
+        self.topology, self.services = plan_engines(topology, self.physical, self.workdir)
+        self.service_procs: dict[str, subprocess.Popen] = {}
+        self.service_restarts: dict[str, int] = {}
         self.procs: dict[int, subprocess.Popen] = {}
         self.conns: dict[int, _WorkerConn] = {}
         self.sel = selectors.DefaultSelector()
         self.metrics: dict[int, dict[str, Any]] = {}
         self.acks: list[dict[str, Any]] = []
+        self.spark_progress: list[dict[str, Any]] = []  # what the controller gets as EventSparkMetrics
         self.request_ids = itertools.count(1)
         self.started_at = 0.0
         self.live = LiveRates(list(topology.nodes))
@@ -107,6 +116,8 @@ class TcpCluster:
     def start(self) -> None:
         """Launch every worker, wait for each to say hello, tell them their peers."""
         o = self.options
+        for svc in self.services:
+            self._launch_service(svc)
         for w in self.physical.workers:
             spec = WorkerSpec(
                 self.topology,
@@ -175,6 +186,24 @@ class TcpCluster:
                 logtext = (self.workdir / f"worker-{wid}.log").read_text(errors="replace")
                 raise RuntimeError(f"worker {wid} exited with {p.returncode}:\n{logtext[-2000:]}")
 
+    def _launch_service(self, svc: EngineService) -> None:
+        n = self.service_restarts.get(svc.name, 0)
+        logfile = self.workdir / (f"{svc.name}.log" if n == 0 else f"{svc.name}.{n}.log")
+        self.service_procs[svc.name] = self.launcher(svc.host, svc.argv, logfile)
+
+    def supervise(self) -> None:
+        """Restart an engine service that died (a clean exit means its nodes are done)."""
+        for svc in self.services:
+            p = self.service_procs.get(svc.name)
+            if p is None or p.poll() is None or p.returncode == 0:
+                continue
+            n = self.service_restarts.get(svc.name, 0)
+            if n >= MAX_SERVICE_RESTARTS:
+                continue
+            self.service_restarts[svc.name] = n + 1
+            log.warning("%s exited with %s; restarting it", svc.name, p.returncode)
+            self._launch_service(svc)
+
     # ----- control -------------------------------------------------------------------------
 
     def send(self, worker_id: int, ct: ControlTuple) -> None:
@@ -228,6 +257,9 @@ class TcpCluster:
                 if "ack" in metrics:
                     self.acks.append({"worker": ct.body["worker"], **metrics})
                 else:
+                    spark = metrics.get("spark")
+                    if isinstance(spark, dict) and isinstance(spark.get("events"), str):
+                        self.spark_progress.extend(json.loads(spark["events"]))
                     self.metrics[ct.body["worker"]] = metrics
 
     # ----- run -----------------------------------------------------------------------------
@@ -260,14 +292,16 @@ class TcpCluster:
                     if o.live:
                         print(LiveRates.format(elapsed, rates), file=self.out, flush=True)
                 self.request_metrics()
+            self.supervise()
             self.pump(min(0.1, max(0.0, next_poll - time.monotonic())))
         return all(p.returncode == 0 for p in self.procs.values())
 
     def stop(self) -> None:
-        for p in self.procs.values():
+        procs = [*self.procs.values(), *self.service_procs.values()]
+        for p in procs:
             if p.poll() is None:
                 p.terminate()
-        for p in self.procs.values():
+        for p in procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -294,6 +328,10 @@ class TcpCluster:
             ok=clean,
             exit_codes={str(k): p.returncode for k, p in self.procs.items()},
             rates=self.live.history,
+            services={s.name: {"host": s.host, "nodes": s.nodes,
+                               "restarts": self.service_restarts.get(s.name, 0)}
+                      for s in self.services},
+            spark_progress=self.spark_progress,
         )
 
 

@@ -2,21 +2,24 @@
 
 Each backend is one ``Store`` param: a URL that ``open_coordinator`` accepts
 (also from another process) and a way to write raw bytes behind the API's
-back.  Adding ZooKeeper means adding one param to ``store``.
+back.  ``sqlite`` uses a file in the test's temp dir; ``zookeeper`` a fresh
+prefix on the session's ZooKeeper server (``tests/conftest.py``), so tests
+never see each other's keys.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import queue
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from typhoon.cluster import Cluster, FabricLink, HostInfo
 from typhoon.coordinator import (
@@ -28,6 +31,7 @@ from typhoon.coordinator import (
     open_coordinator,
     parse_zk_url,
 )
+from typhoon.coordinator.zookeeper import KV, ZooKeeperCoordinator
 from typhoon.topology import load_topology_text, schedule
 
 WORDCOUNT = """
@@ -70,9 +74,31 @@ def _sqlite_store(tmp_path: Path) -> Store:
     return Store(f"sqlite://{path}", corrupt)
 
 
-@pytest.fixture(params=["sqlite"])
+def _zookeeper_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    server = request.getfixturevalue("zookeeper_server")  # started on first use only
+    prefix = f"/typhoon-test/{uuid.uuid4().hex}"
+
+    def corrupt(key: str, raw: bytes) -> None:
+        zk = KazooClient(server.hosts)
+        zk.start(timeout=10)
+        try:
+            path = f"{prefix}/{KV}/{key}"
+            if zk.exists(path):
+                zk.set(path, raw)
+            else:
+                zk.create(path, raw, makepath=True)
+        finally:
+            zk.stop()
+            zk.close()
+
+    return Store(f"zk://{server.hosts}{prefix}", corrupt)
+
+
+@pytest.fixture(params=["sqlite", "zookeeper"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return {"sqlite": _sqlite_store}[request.param](tmp_path)
+    if request.param == "zookeeper":
+        return _zookeeper_store(request, tmp_path)
+    return _sqlite_store(tmp_path)
 
 
 @pytest.fixture
@@ -414,8 +440,10 @@ def test_unreadable_database_gives_a_clear_error(tmp_path: Path) -> None:
         SqliteCoordinator(bad)
 
 
-def test_zookeeper_before_its_backend_exists_is_a_clear_error() -> None:
-    if importlib.util.find_spec("typhoon.coordinator.zookeeper") is not None:
-        pytest.skip("the ZooKeeper backend exists: covered by the contract params")
-    with pytest.raises(CoordinatorError, match="not implemented yet"):
-        open_coordinator("zk://127.0.0.1:2181/typhoon")
+def test_open_coordinator_picks_zookeeper(zookeeper_server) -> None:
+    c = open_coordinator(f"zk://{zookeeper_server.hosts}/typhoon-test/url")
+    try:
+        assert isinstance(c, ZooKeeperCoordinator)
+        assert (c.hosts, c.prefix) == (zookeeper_server.hosts, "/typhoon-test/url")
+    finally:
+        c.close()

@@ -58,6 +58,7 @@ class Recorder(Transport):
         self.multicast = multicast
         self.sent: list[tuple[str, object, int, list[bytes]]] = []
         self.replies: list[ControlTuple] = []
+        self.groups: list[int] = []
 
     def poll(self, timeout):
         return []
@@ -65,8 +66,10 @@ class Recorder(Transport):
     def send(self, dst, stream, payloads):
         self.sent.append(("unicast", dst, stream, list(payloads)))
 
-    def send_group(self, stream, dsts, payloads):
-        self.sent.append(("group", tuple(dsts), stream, list(payloads)))
+    def send_group(self, group, dsts, payloads, stream=None):
+        self.groups.append(group)
+        self.sent.append(("group", tuple(dsts), group if stream is None else stream,
+                          list(payloads)))
 
     def reply(self, ct):
         self.replies.append(ct)
@@ -131,6 +134,10 @@ def test_broadcast_serializes_once_with_multicast():
     assert fw.serializations == 10
     data = [x for x in io.sent if x[2] == 1]
     assert {x[0] for x in data} == {"group"}
+    # end of stream follows the data's one-to-many path, on the reserved stream
+    eos = [x for x in io.sent if x[2] == EOS_STREAM]
+    assert [x[0] for x in eos] == ["group"] and eos[0][3] == [EOS_PAYLOAD]
+    assert set(io.groups) == {1}
 
 
 def test_broadcast_serializes_per_receiver_without_multicast():
@@ -223,3 +230,24 @@ def test_malformed_tuples_are_counted_not_fatal():
     fw.deliver(Inbound(2, 2, [b"\xc1garbage", msgpack.packb({"a": 1}), msgpack.packb(["ok"])]))
     assert io.stats.drops == {"malformed_tuple": 2}
     assert fw.op.result() == {"counts": {"ok": 1}}
+
+
+def test_eos_reaches_a_receiver_removed_by_routing():
+    fw, io, phys = make(WORDCOUNT, "source")
+    splits = [w.worker_id for w in phys.of_node("split")]
+    fw.control(ControlTuple(Control.ROUTING, {"stream": 1, "policy": "global",
+                                               "next_hops": [splits[0]], "version": 2}))
+    fw.control(ControlTuple(Control.DRAIN, {"version": 3}))
+    eos = sorted(d for k, d, s, ps in io.sent if s == EOS_STREAM)
+    assert eos == sorted(splits)
+
+
+def test_sender_added_at_run_time_is_waited_for():
+    fw, io, phys = make(WORDCOUNT, "count")
+    splits = [w.worker_id for w in phys.of_node("split")]
+    fw.deliver(Inbound(99, 2, [msgpack.packb(["w"])]))  # a new split worker
+    for s in splits:
+        fw.deliver(Inbound(s, EOS_STREAM, [EOS_PAYLOAD]))
+    assert not fw.done
+    fw.deliver(Inbound(99, EOS_STREAM, [EOS_PAYLOAD]))
+    assert fw.done

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout
 from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
@@ -39,13 +40,24 @@ BUILTINS: dict[str, type[Operator]] = {
     "identity": Identity,
     "sequence_check": SequenceCheck,
     "collect": Collect,
+    "ad_event_source": AdEventSource,
+    "parse_json": ParseJson,
+    "project": Project,
 }
 
 
-def resolve_operator(name: str) -> type[Operator]:
-    """Built-in name or ``package.module:Class`` -> operator class."""
+def resolve_operator(name: str, engine: str | None = None) -> type[Operator]:
+    """Built-in name or ``package.module:Class`` -> operator class.
+
+    Nodes on another engine (``engine: spark``) name a function that engine
+    runs; their workers run the bolt the engine module gives for it (see
+    ``typhoon.engines``).  Without ``engine`` a ``module:function`` is taken as
+    such a function, so callers that only know the name still get a class.
+    """
     if not isinstance(name, str) or not name:
         raise OperatorError("operator must be a non-empty name")
+    if engine not in (None, "python"):
+        return _engine_bolt(name, engine)
     if name in BUILTINS:
         return BUILTINS[name]
     if ":" not in name:
@@ -57,6 +69,25 @@ def resolve_operator(name: str) -> type[Operator]:
     except ImportError as e:
         raise OperatorError(f"operator '{name}': cannot import module '{module_name}' ({e})") from e
     cls = getattr(module, attr, None)
-    if not isinstance(cls, type) or not issubclass(cls, Operator):
-        raise OperatorError(f"operator '{name}' is not a Spout or Bolt class")
-    return cls
+    if isinstance(cls, type) and issubclass(cls, Operator):
+        return cls
+    if engine is None and callable(cls) and not isinstance(cls, type):
+        return _engine_bolt(name, "spark")  # the one engine that runs functions today
+    if callable(cls) and not isinstance(cls, type):
+        raise OperatorError(f"operator '{name}' is a function: functions run on 'engine: spark'")
+    raise OperatorError(f"operator '{name}' is not a Spout or Bolt class")
+
+
+def _engine_bolt(name: str, engine: str) -> type[Operator]:
+    from typhoon.engines import engine_module  # imported late: engines are optional
+
+    try:
+        module = engine_module(engine)
+    except ImportError as e:
+        raise OperatorError(f"operator '{name}': engine '{engine}' is not installed ({e})") from e
+    except ValueError as e:
+        raise OperatorError(f"operator '{name}': {e}") from e
+    try:
+        return module.bolt_for(name)
+    except ValueError as e:
+        raise OperatorError(f"operator '{name}': {e}") from e

@@ -56,10 +56,14 @@ class Framework:
         self.stream_names = {s.id: s.name for s in topo.outputs_of(me.node)}
         self.routers: dict[int, Router] = {}
         self.routes: dict[str, list[Router]] = {}
+        # every receiver a stream ever had: each must get end of stream, even one that a
+        # ROUTING update took out of the next hops (it may still wait for our EOS)
+        self.eos_targets: dict[int, set[int]] = {}
         for route in routes_for(topo, spec.physical, me.worker_id):
             self.install_route(route)
         upstream = upstream_of(topo, spec.physical, me.worker_id)
         self.pending_upstream: set[int] = {w for ws in upstream.values() for w in ws}
+        self.finished_upstream: set[int] = set()
         self.batch_size = spec.batch_size
         self.max_delay = spec.max_delay_ms / 1000.0
         self.out: dict[tuple[int, int], list[bytes]] = {}
@@ -75,6 +79,12 @@ class Framework:
         self.drain_version = 0
         self.last_input = self.now
         self.done = False
+        # Optional operator hooks, for output that process() does not emit (an external
+        # engine such as Spark, timers): pump(emit, input_done) -> True while output is still
+        # in flight (the worker finishes only after that); metrics() -> entries for METRIC_RESP.
+        self._pump = getattr(operator, "pump", None)
+        self._op_metrics = getattr(operator, "metrics", None)
+        self.input_done = False
         # metrics
         self.tuples_in: dict[int, int] = {}
         self.tuples_out: dict[int, int] = {}
@@ -108,6 +118,7 @@ class Framework:
             raise ValueError(f"stream {route.stream} is not an output of node {self.node.name}")
         router = Router(route)
         self.routers[route.stream] = router
+        self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
         self.routes[name] = [self.routers[s] for s, n in self.stream_names.items()
                              if n == name and s in self.routers]
 
@@ -188,6 +199,10 @@ class Framework:
             self._eos_from(item.src)
             return
         self.last_input = self.now
+        src = item.src
+        if src not in self.pending_upstream and src not in self.finished_upstream:
+            # a sender added at run time (scale-up): wait for its end of stream too
+            self.pending_upstream.add(src)
         process, emit = self.op.process, self.emit
         unpack = msgpack.unpackb
         good = 0
@@ -210,8 +225,15 @@ class Framework:
 
     def _eos_from(self, src: int) -> None:
         self.pending_upstream.discard(src)
+        self.finished_upstream.add(src)
         if not self.pending_upstream and not self.is_spout and not self.done:
             log.info("worker %d: every upstream worker finished", self.worker_id)
+            self.end_of_input()
+
+    def end_of_input(self) -> None:
+        """No more input: finish now, or once the operator's pump has nothing in flight."""
+        self.input_done = True
+        if self._pump is None:
             self.finish()
 
     # ----- spouts --------------------------------------------------------------------------
@@ -256,20 +278,30 @@ class Framework:
         self.op.on_signal(self.emit)
         self.flush(force=True)
         for sid, r in self.routers.items():
+            targets = self.eos_targets.get(sid, set())
             if r.broadcast and self.io.multicast:
-                self.io.send_group(sid, r.hops, [EOS_PAYLOAD])
-            else:
-                for dst in r.hops:
-                    self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+                self.io.send_group(sid, r.hops, [EOS_PAYLOAD], stream=EOS_STREAM)
+                targets = targets - set(r.hops)
+            for dst in sorted(targets):
+                self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
         self.done = True
         if self.draining:
             self._ack("DRAIN", self.drain_version)
 
     def tick(self) -> None:
-        """Periodic work of the event loop: batches due, drain completion."""
+        """Periodic work of the event loop: operator pump, batches due, drain completion."""
+        if self._pump is not None and not self.done:
+            busy = self._pump(self.emit, self.input_done)
+            if self.input_done and not busy:
+                self.finish()
         self.flush()
-        if self.draining and not self.done and self.now - self.last_input >= DRAIN_QUIET_S:
-            self.finish()
+        if (
+            self.draining
+            and not self.done
+            and not self.input_done
+            and self.now - self.last_input >= DRAIN_QUIET_S
+        ):
+            self.end_of_input()
 
     # ----- control tuples ------------------------------------------------------------------
 
@@ -357,4 +389,5 @@ class Framework:
             "rate": self.rate,
             "batch_size": self.batch_size,
             "time": time.time(),
+            **(self._op_metrics() if self._op_metrics is not None else {}),
         }

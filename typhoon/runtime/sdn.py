@@ -354,13 +354,16 @@ class SdnTransport(Transport):
         self.seq_out[key] = (seq + len(frames)) & cr.MASK
         self._transmit(frames, (dst,))
 
-    def send_group(self, stream: int, dsts: list[int], payloads: list[bytes]) -> None:
+    def send_group(
+        self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
+    ) -> None:
         if not dsts:
             return
+        stream = group if stream is None else stream
         key = (0, stream)
         seq = self.seq_out.get(key, 0)
         frames = wire.pack_frames(
-            wire.multicast_mac(self.app_id, stream), self.mac, Kind.DATA, stream, seq, payloads,
+            wire.multicast_mac(self.app_id, group), self.mac, Kind.DATA, stream, seq, payloads,
             self.mtu, self.ethertype,
         )  # fmt: skip
         self.seq_out[key] = (seq + len(frames)) & cr.MASK

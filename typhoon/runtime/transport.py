@@ -60,8 +60,14 @@ class Transport(ABC):
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
         """Send serialized tuples to one receiver (batched into frames)."""
 
-    def send_group(self, stream: int, dsts: list[int], payloads: list[bytes]) -> None:
-        """Send one copy that the network delivers to every worker in ``dsts``."""
+    def send_group(
+        self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
+    ) -> None:
+        """Send one copy that the network delivers to every worker in ``dsts``.
+
+        ``group`` is the stream whose one-to-many address the frames carry;
+        ``stream`` the stream ID in their header (default: the same), so that
+        end-of-stream punctuation can follow the data's path."""
         raise NotImplementedError(f"{type(self).__name__} has no multicast")
 
     def send_balanced(self, stream: int, lb_node: int, slot: int, payloads: list[bytes]) -> None:

@@ -58,7 +58,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         node = spec.topology.nodes[spec.assignment.node]
-        self.operator = resolve_operator(node.operator)(**node.args)
+        self.operator = resolve_operator(node.operator, node.engine)(**node.args)
         self.io = make_transport(spec)
         self.fw = Framework(spec, self.operator, self.io)
         self.stopping = False

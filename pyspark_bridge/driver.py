@@ -1,0 +1,301 @@
+"""Spark driver for one host: ``python -m pyspark_bridge.driver PLAN.json``.
+
+One Spark session serves every spark node of the plan (``pyspark_bridge.plan``
+writes it): a Structured Streaming query per node, from the ``typhoon`` source
+(the node's offset logs) through the node's function to the ``typhoon`` sink
+(the node's outbox).  Checkpoints live in ``<node dir>/checkpoint``, so a
+driver killed at any point and started again resumes where Spark committed:
+the source re-reads the same offset ranges, the sink drops a replayed batch
+that was already published.
+
+A ``StreamingQueryListener`` appends every progress event, compacted, to
+``<node dir>/metrics/progress.jsonl``; the node's worker 0 forwards new events
+in METRIC_RESP (``spark`` entry) toward the controller.
+
+A node is done when every worker wrote its ``eos`` mark, the last committed
+batch covers every log up to it, and no batch ran for a few triggers (so a
+no-data batch that closes windows has had its turn): the driver writes
+``out/done`` with that batch ID, stops the query, and exits when all its nodes
+are done.  Workers finish after routing up to that batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark_bridge import log
+from pyspark_bridge.node import load_function
+from pyspark_bridge.outbox import manifest_path, out_dir
+
+logger = logging.getLogger("pyspark_bridge.driver")
+
+PROGRESS_ROTATE_BYTES = 8 << 20
+QUIET_TRIGGERS = 3  # triggers without a new batch before a finished node is declared done
+MIN_QUIET_S = 1.0
+
+
+def compact_progress(p: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a StreamingQueryProgress the controller and autoscaler use."""
+    return {
+        "node": p.get("name"),
+        "batch": p.get("batchId"),
+        "timestamp": p.get("timestamp"),
+        "input_rows": p.get("numInputRows"),
+        "input_rows_per_s": p.get("inputRowsPerSecond"),
+        "processed_rows_per_s": p.get("processedRowsPerSecond"),
+        "batch_ms": p.get("batchDuration"),
+        "trigger_ms": (p.get("durationMs") or {}).get("triggerExecution"),
+        "durations_ms": p.get("durationMs") or {},
+        "state": [
+            {
+                "operator": s.get("operatorName"),
+                "rows": s.get("numRowsTotal"),
+                "updated": s.get("numRowsUpdated"),
+                "memory_bytes": s.get("memoryUsedBytes"),
+                "dropped_by_watermark": s.get("numRowsDroppedByWatermark"),
+            }
+            for s in p.get("stateOperators") or []
+        ],
+        "watermark": (p.get("eventTime") or {}).get("watermark"),
+        "sources": [
+            {"start": s.get("startOffset"), "end": s.get("endOffset"),
+             "latest": s.get("latestOffset"), "rows": s.get("numInputRows")}
+            for s in p.get("sources") or []
+        ],
+    }
+
+
+def append_progress(node_dir: Path, event: dict[str, Any]) -> None:
+    mdir = node_dir / "metrics"
+    mdir.mkdir(parents=True, exist_ok=True)
+    path = mdir / "progress.jsonl"
+    if path.exists() and path.stat().st_size > PROGRESS_ROTATE_BYTES:
+        os.replace(path, mdir / "progress.jsonl.1")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(event) + "\n")
+
+
+def make_listener(node_dirs: dict[str, Path]) -> Any:
+    """A listener writing each query's progress next to its node (pyspark imported late)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = json.loads(event.progress.json)
+            d = node_dirs.get(p.get("name"))
+            if d is not None:
+                append_progress(d, compact_progress(p))
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if event.exception:
+                logger.error("query %s failed: %s", event.id, event.exception)
+
+    return ProgressListener()
+
+
+def last_committed(checkpoint: Path) -> tuple[int, dict[str, Any]] | None:
+    """(batch ID, source end offsets) of the newest batch in Spark's commit log, if any."""
+    try:
+        ids = [int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit()]
+    except FileNotFoundError:
+        return None
+    if not ids:
+        return None
+    batch = max(ids)
+    # offsets/<batch>: a version line, a metadata line, then one JSON line per source
+    for line in (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]:
+        if line.startswith("{"):
+            return batch, json.loads(line)
+    return batch, {}
+
+
+class Batches:
+    """Routes micro-batches to the outbox (update mode, ``foreachBatch``); replays are dropped."""
+
+    def __init__(self, node_dir: str, parallelism: int) -> None:
+        self.node_dir, self.parallelism = node_dir, parallelism
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if manifest_path(out_dir(self.node_dir), batch_id).exists():
+            from pyspark_bridge.outbox import publish
+
+            publish(out_dir(self.node_dir), batch_id, [], self.parallelism)  # records the replay
+            return
+        (df.write.format("typhoon").mode("append").option("dir", self.node_dir)
+         .option("batch", str(batch_id)).option("parallelism", str(self.parallelism)).save())
+
+
+@dataclass
+class NodeQuery:
+    """One spark node's streaming query and its end-of-stream bookkeeping."""
+
+    spec: dict[str, Any]
+    query: Any = None
+    finished: bool = False
+    last_batch: int | None = None
+    last_change: float = field(default_factory=time.monotonic)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.spec["dir"])
+
+    def start(self, spark: Any) -> None:
+        s = self.spec
+        if (out_dir(self.dir) / "done").exists():
+            self.finished = True
+            return
+        for k, v in s["sql_conf"].items():
+            spark.conf.set(k, v)
+        ids = ",".join(str(w) for w in s["workers"])
+        src = (spark.readStream.format("typhoon").option("dir", str(self.dir))
+               .option("schema", s["schema"]).option("workers", ids).load())
+        out = load_function(s["function"])(src, **s["params"])
+        if list(out.columns) != s["fields"]:
+            if sorted(out.columns) != sorted(s["fields"]):
+                raise ValueError(f"node {s['node']}: the function returns columns {out.columns}, "
+                                 f"the topology declares fields {s['fields']}")
+            out = out.select(*s["fields"])
+        writer = (out.writeStream.queryName(s["node"]).outputMode(s["output_mode"])
+                  .option("checkpointLocation", str(self.dir / "checkpoint"))
+                  .trigger(processingTime=f"{s['trigger_ms']} milliseconds"))
+        parallelism = str(len(s["workers"]))
+        if s["output_mode"] == "update":  # the Python stream writer takes append/complete only
+            writer = writer.foreachBatch(Batches(str(self.dir), len(s["workers"])))
+        else:
+            writer = writer.format("typhoon").option("dir", str(self.dir)).option(
+                "parallelism", parallelism)
+        self.query = writer.start()
+        logger.info("node %s: query started (%s mode)", s["node"], s["output_mode"])
+
+    def check(self) -> None:
+        """Raise if the query failed; declare the node done once Spark processed all input."""
+        if self.finished or self.query is None:
+            return
+        if not self.query.isActive:
+            raise RuntimeError(f"node {self.spec['node']}: query stopped: {self.query.exception()}")
+        committed = last_committed(self.dir / "checkpoint")
+        batch = committed[0] if committed else -1
+        now = time.monotonic()
+        if batch != self.last_batch:
+            self.last_batch, self.last_change = batch, now
+        eos = [log.read_json(log.worker_dir(self.dir, w) / "eos") for w in self.spec["workers"]]
+        if any(e is None for e in eos):
+            return
+        ends = committed[1] if committed else {}
+        for w, e in zip(self.spec["workers"], eos, strict=True):
+            if e["pos"] > ends.get(str(w), log.ZERO)["pos"]:
+                return
+        quiet = max(MIN_QUIET_S, QUIET_TRIGGERS * self.spec["trigger_ms"] / 1000.0)
+        if now - self.last_change < quiet or self.query.status.get("isTriggerActive"):
+            return
+        log.write_json(out_dir(self.dir) / "done", {"batch": batch})
+        logger.info("node %s: all input processed, last batch %d", self.spec["node"], batch)
+        self.query.stop()
+        self.finished = True
+
+
+def wait_for_previous_jvm(pidfile: Path, timeout: float = 30.0) -> None:
+    """A killed driver's JVM exits when its stdin closes; never share a checkpoint with it."""
+    pid = log.read_json(pidfile)
+    if not pid:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(int(pid), 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    logger.warning("previous JVM %s still running after %.0f s; killing it", pid, timeout)
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def build_session(plan: dict[str, Any]) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        **plan["conf"],
+    }
+    builder = SparkSession.builder.appName(f"typhoon-{plan['app']}-{plan['host']}")
+    for k, v in conf.items():
+        builder = builder.master(v) if k == "spark.master" else builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    from pyspark_bridge.source import TyphoonDataSource
+
+    spark.dataSource.register(TyphoonDataSource)
+    return spark
+
+
+class Driver:
+    def __init__(self, plan_path: Path) -> None:
+        self.plan_path = Path(plan_path)
+        self.plan = json.loads(self.plan_path.read_text())
+        self.nodes = [NodeQuery(spec) for spec in self.plan["nodes"]]
+        self.stopping = False
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        pidfile = self.plan_path.with_suffix(".jvm.pid")
+        wait_for_previous_jvm(pidfile)
+        spark = build_session(self.plan)
+        proc = getattr(spark.sparkContext._gateway, "proc", None)
+        if proc is not None:
+            log.write_json(pidfile, proc.pid)
+        spark.streams.addListener(make_listener({n.spec["node"]: n.dir for n in self.nodes}))
+        try:
+            for n in self.nodes:
+                n.start(spark)
+            while not self.stopping and not all(n.finished for n in self.nodes):
+                for n in self.nodes:
+                    n.check()
+                time.sleep(0.1)
+            return 0
+        except Exception:
+            logger.exception("spark driver failed")
+            return 1
+        finally:
+            for n in self.nodes:
+                if n.query is not None and n.query.isActive:
+                    n.query.stop()
+            spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m pyspark_bridge.driver PLAN.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    driver = Driver(Path(argv[0]))
+    signal.signal(signal.SIGTERM, driver.stop)
+    signal.signal(signal.SIGINT, driver.stop)
+    return driver.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Engines other than ``python``: where they live and what they add to a run.
+
+A node with ``engine: spark`` runs its computation outside the worker process
+(DESIGN §7).  The core never imports an engine statically (layering rule): an
+engine is a module named here, imported by name only when a topology uses it.
+Such a module provides:
+
+* ``bolt_for(operator: str) -> type[Bolt]``: the bolt the node's workers run
+  (framework and I/O layers stay the same; the bolt hands tuples to the engine
+  and emits what the engine produces);
+* ``plan(topology, physical, workdir) -> (topology, [EngineService])``: the
+  processes the engine needs next to the workers (one Spark driver per host),
+  and the topology the workers should get (e.g. with state directories filled in).
+
+Whoever launches workers (``tcp_cluster`` for tcp runs, the worker agent for
+sdn runs) launches these services the same way, on the named host, and
+restarts one that dies while the application runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from typhoon.topology.model import PhysicalTopology, Topology
+
+ENGINE_MODULES: dict[str, str] = {"spark": "pyspark_bridge"}
+
+
+@dataclass
+class EngineService:
+    """A process an engine needs on one host while the application runs."""
+
+    name: str  # unique within the run, e.g. "spark-driver-h1"
+    host: str
+    argv: list[str]
+    nodes: list[str] = field(default_factory=list)  # the nodes it serves
+
+
+def engine_module(engine: str) -> ModuleType:
+    """The module implementing ``engine`` (ValueError for python or an unknown engine)."""
+    name = ENGINE_MODULES.get(engine)
+    if name is None:
+        raise ValueError(f"no engine module for engine '{engine}'")
+    return importlib.import_module(name)
+
+
+def plan_engines(
+    topology: Topology, physical: PhysicalTopology, workdir: Path
+) -> tuple[Topology, list[EngineService]]:
+    """Let every engine the topology uses add its services and fill in its nodes."""
+    services: list[EngineService] = []
+    for engine in sorted({n.engine for n in topology.nodes.values()} - {"python"}):
+        topology, more = engine_module(engine).plan(topology, physical, Path(workdir))
+        services.extend(more)
+    return topology, services

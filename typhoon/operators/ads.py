@@ -1,0 +1,356 @@
+"""Ad analytics, the shape of the Yahoo streaming benchmark (paper Fig. 13).
+
+Events are generated deterministically (like the benchmark's generator, but
+from a seed), so the expected per-campaign, per-window counts come from
+:func:`reference_window_counts` without running anything.  The pipeline is
+source -> ``parse_json`` -> ``filter`` (views) -> ``project`` -> join with the
+campaign table -> 10-second event-time window count per campaign; the last
+two steps run on Spark (``pyspark_bridge.examples``) or, for comparison, in
+:class:`CampaignWindowCount` on the python engine.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from typhoon.operators.base import Bolt, Context, Emit, Spout
+from typhoon.operators.sinks import Collect
+from typhoon.operators.sources import _mix
+
+AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
+EVENT_TYPES = ("view", "click", "purchase")
+START_MS = 1_700_000_000_000  # event time of event 0 (ms since the epoch)
+EVENT_KEYS = ("user_id", "page_id", "ad_id", "ad_type", "event_type", "event_time")
+
+
+def _uuid(namespace: int, k: int) -> str:
+    """A stable UUID-shaped id (the benchmark uses UUIDs for users, pages, ads, campaigns)."""
+    h = f"{_mix(namespace * 0x1000193 + k):016x}{_mix(namespace + k * 0x9E3779B9):016x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def ad_id(k: int) -> str:
+    return _uuid(0xAD, k)
+
+
+def campaign_id(c: int) -> str:
+    return _uuid(0xCA, c)
+
+
+def campaign_table(campaigns: int = 100, ads: int = 10) -> list[tuple[str, str]]:
+    """``(ad_id, campaign_id)`` rows: ``ads`` ads per campaign, as in the benchmark."""
+    return [(ad_id(k), campaign_id(k // ads)) for k in range(campaigns * ads)]
+
+
+def write_campaign_table(path: str | Path, campaigns: int = 100, ads: int = 10) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["ad_id", "campaign_id"])
+        w.writerows(campaign_table(campaigns, ads))
+
+
+def read_campaign_table(path: str | Path) -> dict[str, str]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return {row["ad_id"]: row["campaign_id"] for row in csv.DictReader(f)}
+
+
+def ad_event(
+    i: int, seed: int, campaigns: int, ads: int, start_ms: int, per_second: int
+) -> dict[str, Any]:
+    """Event number ``i``; event time advances ``per_second`` events per second."""
+    r = _mix((seed * 0x100000001B3 + i) & 0xFFFFFFFFFFFFFFFF)
+    return {
+        "user_id": _uuid(0x05E4, r & 0xFFFF),
+        "page_id": _uuid(0x9A6E, (r >> 16) & 0xFFFF),
+        "ad_id": ad_id((r >> 32) % (campaigns * ads)),
+        "ad_type": AD_TYPES[(r >> 48) % len(AD_TYPES)],
+        "event_type": EVENT_TYPES[(r >> 56) % len(EVENT_TYPES)],
+        "event_time": start_ms + i * 1000 // per_second,
+        "ip_address": "1.2.3.4",
+    }
+
+
+def generate_ad_events(
+    count: int,
+    seed: int = 1,
+    campaigns: int = 100,
+    ads: int = 10,
+    start_ms: int = START_MS,
+    per_second: int = 1000,
+) -> Iterator[dict[str, Any]]:
+    """Every event ``ad_event_source`` with these arguments emits, over all its workers."""
+    for i in range(count):
+        yield ad_event(i, seed, campaigns, ads, start_ms, per_second)
+
+
+def reference_window_counts(
+    count: int,
+    seed: int = 1,
+    campaigns: int = 100,
+    ads: int = 10,
+    start_ms: int = START_MS,
+    per_second: int = 1000,
+    window_ms: int = 10_000,
+    event_type: str = "view",
+) -> dict[tuple[str, int], int]:
+    """``(campaign_id, window_start_ms) -> count`` of ``event_type`` events: the expected result."""
+    table = dict(campaign_table(campaigns, ads))
+    counts: dict[tuple[str, int], int] = {}
+    for e in generate_ad_events(count, seed, campaigns, ads, start_ms, per_second):
+        if e["event_type"] != event_type:
+            continue
+        key = (table[e["ad_id"]], e["event_time"] - e["event_time"] % window_ms)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+class AdEventSource(Spout):
+    """Ad events ``[event, ts]``: ``event`` is the JSON text, ``ts`` the wall-clock emit time.
+
+    Args: ``count`` events over all workers (worker i takes events i, i+P, ...),
+    ``seed``, ``rate`` tuples/s per worker (0 = unlimited), ``campaigns`` and
+    ``ads`` per campaign (the campaign table must match), ``start_ms`` and
+    ``per_second`` for the event-time clock.
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ("event", "ts")
+
+    def __init__(
+        self,
+        count: int = 10_000,
+        seed: int = 1,
+        rate: float = 0.0,
+        campaigns: int = 100,
+        ads: int = 10,
+        start_ms: int = START_MS,
+        per_second: int = 1000,
+    ) -> None:
+        for name, val, low in (
+            ("count", count, 0),
+            ("campaigns", campaigns, 1),
+            ("ads", ads, 1),
+            ("per_second", per_second, 1),
+        ):
+            if not isinstance(val, int) or val < low:
+                raise ValueError(f"{name} must be an integer >= {low}")
+        if not isinstance(rate, (int, float)) or rate < 0:
+            raise ValueError("rate must be a non-negative number")
+        super().__init__(
+            count=count, seed=seed, rate=rate, campaigns=campaigns, ads=ads,
+            start_ms=start_ms, per_second=per_second,
+        )
+        self.count, self.seed, self.rate = count, seed, float(rate)
+        self.campaigns, self.ads, self.start_ms, self.per_second = (
+            campaigns, ads, start_ms, per_second)
+        self.next_i = 0
+        self.step = 1
+        self.emitted = 0
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.next_i, self.step = context.index, context.parallelism
+
+    def next_batch(self, emit: Emit, max_count: int) -> bool:
+        dumps, now = json.dumps, time.time()
+        for _ in range(max_count):
+            if self.next_i >= self.count:
+                return False
+            e = ad_event(self.next_i, self.seed, self.campaigns, self.ads, self.start_ms,
+                         self.per_second)
+            emit([dumps(e, separators=(",", ":")), now])
+            self.next_i += self.step
+            self.emitted += 1
+        return self.next_i < self.count
+
+    def result(self) -> dict[str, Any]:
+        return {"emitted": self.emitted}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {"emitted": sum(r["emitted"] for r in results)}
+
+
+class ParseJson(Bolt):
+    """Parses the JSON object in ``field`` into the fields ``keys``; other fields follow it.
+
+    A tuple whose text is not a JSON object is dropped (counted in the result).
+    """
+
+    def __init__(self, keys: list[str], field: str | None = None) -> None:
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+            raise ValueError("keys must be a non-empty list of field names")
+        super().__init__(keys=keys, field=field)
+        self.keys, self.field = keys, field
+        self.index = 0
+        self.rest: list[int] = []
+        self.malformed = 0
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        field = args.get("field") or (input_fields[0] if input_fields else None)
+        if field not in input_fields:
+            raise ValueError(f"field '{field}' is not one of the input fields {input_fields}")
+        return list(args["keys"]) + [f for f in input_fields if f != field]
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        fields = context.input_fields
+        self.index = fields.index(self.field) if self.field else 0
+        self.rest = [i for i in range(len(fields)) if i != self.index]
+
+    def process(self, values: list, emit: Emit) -> None:
+        try:
+            obj = json.loads(values[self.index])
+        except (TypeError, ValueError):
+            obj = None
+        if not isinstance(obj, dict):
+            self.malformed += 1
+            return
+        emit([obj.get(k) for k in self.keys] + [values[i] for i in self.rest])
+
+    def result(self) -> dict[str, Any]:
+        return {"malformed": self.malformed}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {"malformed": sum(r["malformed"] for r in results)}
+
+
+class Project(Bolt):
+    """Keeps the named ``fields``, in that order."""
+
+    def __init__(self, fields: list[str]) -> None:
+        if not isinstance(fields, list) or not fields:
+            raise ValueError("fields must be a non-empty list of field names")
+        super().__init__(fields=fields)
+        self.keep = fields
+        self.indexes: list[int] = []
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        missing = [f for f in args["fields"] if f not in input_fields]
+        if missing:
+            raise ValueError(f"fields {missing} are not among the input fields {input_fields}")
+        return list(args["fields"])
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.indexes = [context.input_fields.index(f) for f in self.keep]
+
+    def process(self, values: list, emit: Emit) -> None:
+        emit([values[i] for i in self.indexes])
+
+
+class CampaignWindowCount(Bolt):
+    """The Spark node's computation on the python engine, for side-by-side numbers.
+
+    Input ``[ad_id, event_time (ms), ts]``; joins the campaign table, counts per
+    campaign and event-time window, and every ``emit_every_ms`` emits the windows
+    that changed as ``[campaign_id, window_start, window_end, count, ts]`` (Spark's
+    update mode; ``ts`` is the newest emit time counted).  Windows older than the
+    watermark are forgotten, late events dropped, as Spark does.
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ("campaign_id", "window_start", "window_end", "count", "ts")
+
+    def __init__(
+        self, campaigns: str, window_ms: int = 10_000, watermark_ms: int = 10_000,
+        emit_every_ms: float = 200.0,
+    ) -> None:
+        super().__init__(campaigns=campaigns, window_ms=window_ms, watermark_ms=watermark_ms,
+                         emit_every_ms=emit_every_ms)
+        self.path, self.window, self.delay = campaigns, window_ms, watermark_ms
+        self.every = emit_every_ms / 1000.0
+        self.table: dict[str, str] = {}
+        self.windows: dict[tuple[str, int], list] = {}  # (campaign, start) -> [count, max ts]
+        self.changed: set[tuple[str, int]] = set()
+        self.max_event = -(1 << 62)
+        self.late = 0
+        self.last_emit = 0.0
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.table = read_campaign_table(self.path)
+
+    def process(self, values: list, emit: Emit) -> None:
+        ad, t, ts = values[0], values[1], values[2]
+        campaign = self.table.get(ad)
+        if campaign is None:
+            return
+        if t < self.max_event - self.delay:
+            self.late += 1
+            return
+        self.max_event = max(self.max_event, t)
+        key = (campaign, t - t % self.window)
+        w = self.windows.get(key)
+        if w is None:
+            self.windows[key] = [1, ts]
+        else:
+            w[0] += 1
+            w[1] = max(w[1], ts)
+        self.changed.add(key)
+
+    def pump(self, emit: Emit, input_done: bool) -> bool:
+        now = time.monotonic()
+        if now - self.last_emit >= self.every:
+            self.last_emit = now
+            self.on_signal(emit)
+        return False
+
+    def on_signal(self, emit: Emit) -> None:
+        for key in sorted(self.changed):
+            count, ts = self.windows[key]
+            emit([key[0], key[1], key[1] + self.window, count, ts])
+        self.changed.clear()
+        watermark = self.max_event - self.delay
+        for key in [k for k in self.windows if k[1] + self.window <= watermark]:
+            del self.windows[key]
+
+    def result(self) -> dict[str, Any]:
+        return {"late": self.late}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {"late": sum(r["late"] for r in results)}
+
+
+class LatencyCollect(Collect):
+    """``collect`` that also samples latency: arrival time minus the tuple's ``ts`` field."""
+
+    MAX_SAMPLES: ClassVar[int] = 200_000
+
+    def __init__(self, limit: int = 100_000, ts: str = "ts") -> None:
+        super().__init__(limit=limit)
+        self.args["ts"] = ts
+        self.ts_field = ts
+        self.ts_index = -1
+        self.latencies: list[float] = []
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.ts_index = context.input_fields.index(self.ts_field)
+
+    def process(self, values: list, emit: Emit) -> None:
+        super().process(values, emit)
+        if len(self.latencies) < self.MAX_SAMPLES:
+            self.latencies.append(time.time() - values[self.ts_index])
+
+    def result(self) -> dict[str, Any]:
+        return {**super().result(), "latencies": self.latencies}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        merged = Collect.merge_results(results)
+        lat = sorted(x for r in results for x in r["latencies"])
+
+        def pct(p: float) -> float | None:
+            return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+
+        merged["latency_s"] = {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None,
+                               "samples": len(lat)}
+        return merged
