@@ -120,11 +120,19 @@ class TyphoonController(RyuApp):
         self.datapaths[dp.id] = dp
         self.installed.pop(dp.id, None)
         self._stats[dp.id] = []
-        self.logger.info("switch connected: dpid=%016x host=%s", dp.id, self.view.host_of_dpid(dp.id))
+        self.logger.info(
+            "switch connected: dpid=%016x host=%s", dp.id, self.view.host_of_dpid(dp.id)
+        )
         parser = dp.ofproto_parser
         dp.send_msg(
             parser.OFPFlowStatsRequest(
-                dp, 0, dp.ofproto.OFPTT_ALL, dp.ofproto.OFPP_ANY, dp.ofproto.OFPG_ANY, 0, 0,
+                dp,
+                0,
+                dp.ofproto.OFPTT_ALL,
+                dp.ofproto.OFPP_ANY,
+                dp.ofproto.OFPG_ANY,
+                0,
+                0,
                 parser.OFPMatch(),
             )
         )
@@ -242,12 +250,14 @@ class TyphoonController(RyuApp):
                 if not hosts <= connected:
                     continue
                 self.send_control(name, app.spout_workers(), ControlTuple(Control.ACTIVATE, {}))
-                self.coordinator.put_app_state(name, {**state, "active": True,
-                                                      "activated_at": time.time()})
+                self.coordinator.put_app_state(
+                    name, {**state, "active": True, "activated_at": time.time()}
+                )
                 self.logger.info("app %s: all workers attached, spouts activated", name)
             elif state.get("drain") and not state.get("drained"):
-                self.send_control(name, app.spout_workers(),
-                                  ControlTuple(Control.DRAIN, {"version": 0}))
+                self.send_control(
+                    name, app.spout_workers(), ControlTuple(Control.DRAIN, {"version": 0})
+                )
                 self.coordinator.put_app_state(name, {**state, "drained": True})
                 self.logger.info("app %s: sources drained on request", name)
 
@@ -297,8 +307,9 @@ class TyphoonController(RyuApp):
                 wid for wid, s in view.statuses.items() if s.state in ("attached", "running")
             ]
         rid = next(self.request_ids) & 0x7FFFFFFF
-        return self.send_control(app, worker_ids, ControlTuple(Control.METRIC_REQ,
-                                                               {"request_id": rid}))
+        return self.send_control(
+            app, worker_ids, ControlTuple(Control.METRIC_REQ, {"request_id": rid})
+        )
 
     def _metrics_loop(self):
         while True:
@@ -358,8 +369,15 @@ class TyphoonController(RyuApp):
     def _worker_reply(self, app: str, worker_id: int, metrics: dict, request_id: int) -> None:
         now = time.monotonic()
         if "ack" in metrics:
-            self.acks.append({"app": app, "worker": worker_id, "ack": metrics["ack"],
-                              "version": metrics["version"], "time": time.time()})
+            self.acks.append(
+                {
+                    "app": app,
+                    "worker": worker_id,
+                    "ack": metrics["ack"],
+                    "version": metrics["version"],
+                    "time": time.time(),
+                }
+            )
             self.send_event_to_observers(
                 EventWorkerAck(app, worker_id, metrics["ack"], metrics["version"], now)
             )
@@ -402,11 +420,10 @@ class TyphoonController(RyuApp):
         if up:
             self.send_event_to_observers(EventWorkerUp(app, w.worker_id, host, port, now))
         else:
-            self.logger.info("app %s: worker %d port %s/%d %s", app, w.worker_id, host, port,
-                             reason)
-            self.send_event_to_observers(
-                EventWorkerDown(app, w.worker_id, host, port, reason, now)
+            self.logger.info(
+                "app %s: worker %d port %s/%d %s", app, w.worker_id, host, port, reason
             )
+            self.send_event_to_observers(EventWorkerDown(app, w.worker_id, host, port, reason, now))
 
     # ----- services for apps ---------------------------------------------------------------
 

@@ -47,7 +47,12 @@ class EventWorkerAck(event.EventBase):
     def __init__(self, app: str, worker_id: int, what: str, version: int, at: float) -> None:
         super().__init__()
         self.app, self.worker_id, self.what, self.version, self.at = (
-            app, worker_id, what, version, at)
+            app,
+            worker_id,
+            what,
+            version,
+            at,
+        )
 
 
 class EventSparkMetrics(event.EventBase):

@@ -29,8 +29,12 @@ class ApiError(Exception):
 
 
 def json_response(status: int, body: Any) -> Response:
-    return Response(status=status, content_type="application/json", charset="utf-8",
-                    body=json.dumps(body).encode())
+    return Response(
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+        body=json.dumps(body).encode(),
+    )
 
 
 def handler(mutating: bool = False) -> Callable:
@@ -103,14 +107,27 @@ class TyphoonRest(ControllerBase):
         for w in app.physical.workers:
             s = app.statuses.get(w.worker_id)
             m = metrics.get(w.worker_id, {})
-            workers.append({
-                "worker": w.worker_id, "node": w.node, "index": w.index, "host": w.host,
-                "port": w.port, "state": s.state if s else "unknown",
-                "in": m.get("in", {}), "out": m.get("out", {}), "queue": m.get("queue"),
-            })
-        return 200, {"name": name, "app_id": app.physical.app_id,
-                     "version": app.physical.version, "state": app.state, "workers": workers,
-                     "problem": self.core.view.problems.get(name)}
+            workers.append(
+                {
+                    "worker": w.worker_id,
+                    "node": w.node,
+                    "index": w.index,
+                    "host": w.host,
+                    "port": w.port,
+                    "state": s.state if s else "unknown",
+                    "in": m.get("in", {}),
+                    "out": m.get("out", {}),
+                    "queue": m.get("queue"),
+                }
+            )
+        return 200, {
+            "name": name,
+            "app_id": app.physical.app_id,
+            "version": app.physical.version,
+            "state": app.state,
+            "workers": workers,
+            "problem": self.core.view.problems.get(name),
+        }
 
     @route(API, PREFIX + "/apps/{name}/metrics", methods=["GET"])
     @handler()

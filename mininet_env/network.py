@@ -70,11 +70,18 @@ class EmulatedNetwork:
         assert self.net is not None
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):
-                subprocess.run(["ip", "link", "set", "dev", intf.name, "mtu", str(LINK_MTU)],
-                               check=True, capture_output=True, timeout=10)
-                subprocess.run(["ovs-vsctl", "set", "Interface", intf.name,
-                                f"mtu_request={LINK_MTU}"],
-                               check=True, capture_output=True, timeout=10)
+                subprocess.run(
+                    ["ip", "link", "set", "dev", intf.name, "mtu", str(LINK_MTU)],
+                    check=True,
+                    capture_output=True,
+                    timeout=10,
+                )
+                subprocess.run(
+                    ["ovs-vsctl", "set", "Interface", intf.name, f"mtu_request={LINK_MTU}"],
+                    check=True,
+                    capture_output=True,
+                    timeout=10,
+                )
 
     def _check_ports(self, cluster: Cluster) -> None:
         """The plan's port numbers must be the ones Mininet gave the links."""
@@ -84,7 +91,12 @@ class EmulatedNetwork:
         for link in self.net.links:
             i1, i2 = link.intf1, link.intf2
             actual.add(
-                (by_bridge[i1.node.name], i1.node.ports[i1], by_bridge[i2.node.name], i2.node.ports[i2])
+                (
+                    by_bridge[i1.node.name],
+                    i1.node.ports[i1],
+                    by_bridge[i2.node.name],
+                    i2.node.ports[i2],
+                )
             )
         planned = {(x.a, x.a_port, x.b, x.b_port) for x in cluster.links}
         if actual != planned:

@@ -82,16 +82,24 @@ class Child:
 
 
 def start_controller(
-    workdir: Path, coordinator: str, apps: list[str], ofp_port: int, wsapi_port: int,
+    workdir: Path,
+    coordinator: str,
+    apps: list[str],
+    ofp_port: int,
+    wsapi_port: int,
     extra_config: str = "",
 ) -> Child:
     conf = write_controller_config(workdir / "controller.conf", coordinator, extra_config)
     argv = [
         ryu_manager(),
-        "--ofp-tcp-listen-port", str(ofp_port),
-        "--wsapi-host", "127.0.0.1",
-        "--wsapi-port", str(wsapi_port),
-        "--config-file", str(conf),
+        "--ofp-tcp-listen-port",
+        str(ofp_port),
+        "--wsapi-host",
+        "127.0.0.1",
+        "--wsapi-port",
+        str(wsapi_port),
+        "--config-file",
+        str(conf),
         CORE_APP,
         *apps,
     ]
@@ -100,10 +108,15 @@ def start_controller(
 
 def start_agent(workdir: Path, coordinator: str, host: str) -> Child:
     argv = [
-        sys.executable, "-m", "typhoon.agent",
-        "--host", host,
-        "--coordinator", coordinator,
-        "--workdir", str(workdir),
+        sys.executable,
+        "-m",
+        "typhoon.agent",
+        "--host",
+        host,
+        "--coordinator",
+        coordinator,
+        "--workdir",
+        str(workdir),
     ]
     return Child(f"agent-{host}", argv, workdir / f"agent-{host}.log")
 
@@ -117,8 +130,9 @@ def wait_until(predicate, timeout: float, what: str, children: list[Child] = (),
             return value
         for c in children:
             if not c.alive():
-                raise RuntimeError(f"{c.name} exited ({c.proc.returncode}) while waiting for "
-                                   f"{what}:\n{c.tail()}")
+                raise RuntimeError(
+                    f"{c.name} exited ({c.proc.returncode}) while waiting for {what}:\n{c.tail()}"
+                )
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)

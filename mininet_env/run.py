@@ -16,11 +16,11 @@ import logging
 import secrets
 import socket
 import subprocess
-import urllib.error
-import urllib.request
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,15 +84,25 @@ class EmulatedCluster:
         cluster = o.plan.cluster()
         self.coordinator.put_cluster(cluster)
         self.controller = start_controller(
-            self.workdir, self.coordinator_url, o.apps, self.ofp_port, self.wsapi_port,
+            self.workdir,
+            self.coordinator_url,
+            o.apps,
+            self.ofp_port,
+            self.wsapi_port,
             f"api_token = {self.token}\n{o.controller_config}",
         )
-        wait_until(lambda: port_open(self.ofp_port), o.start_timeout,
-                   "the controller to listen", self.children())
+        wait_until(
+            lambda: port_open(self.ofp_port),
+            o.start_timeout,
+            "the controller to listen",
+            self.children(),
+        )
         self.network.start()
         wait_until(
             lambda: all(self._connected(b) for b in self.network.bridges()),
-            o.start_timeout, "every bridge to connect to the controller", self.children(),
+            o.start_timeout,
+            "every bridge to connect to the controller",
+            self.children(),
         )
         for host in cluster.host_names():
             self.agents.append(start_agent(self.workdir, self.coordinator_url, host))
@@ -100,6 +110,7 @@ class EmulatedCluster:
     @staticmethod
     def _connected(bridge: str) -> bool:
         """Does OVS say the bridge's controller connection is up?"""
+
         def vsctl(*args: str) -> str:
             return subprocess.run(
                 ["ovs-vsctl", *args], capture_output=True, text=True, timeout=10
@@ -120,7 +131,9 @@ class EmulatedCluster:
     def wait_active(self, name: str) -> None:
         wait_until(
             lambda: (self.coordinator.get_app_state(name) or {}).get("active"),
-            self.options.start_timeout, f"topology '{name}' to become active", self.children(),
+            self.options.start_timeout,
+            f"topology '{name}' to become active",
+            self.children(),
         )
 
     def report_dir(self, name: str) -> Path:
@@ -203,7 +216,11 @@ def port_open(port: int) -> bool:
 
 
 def rest_call(
-    base: str, method: str, path: str, body: dict | None = None, token: str | None = None,
+    base: str,
+    method: str,
+    path: str,
+    body: dict | None = None,
+    token: str | None = None,
     timeout: float = 30.0,
 ) -> tuple[int, Any]:
     """One JSON request to the controller's REST API."""

@@ -52,8 +52,13 @@ def session_conf(topology: Topology, args: dict[str, Any]) -> dict[str, str]:
     """Spark settings of a node's session: topology config, then node args (spark.sql.* apart)."""
     conf = {"spark.master": DEFAULT_MASTER}
     for source in (topology.config, args):
-        conf.update({k: str(v) for k, v in source.items()
-                     if k.startswith("spark.") and not k.startswith("spark.sql.")})
+        conf.update(
+            {
+                k: str(v)
+                for k, v in source.items()
+                if k.startswith("spark.") and not k.startswith("spark.sql.")
+            }
+        )
     return conf
 
 
@@ -109,5 +114,6 @@ def plan(
         doc = {"app": topology.name, "host": host, "conf": json.loads(conf_text), "nodes": nodes}
         path.write_text(json.dumps(doc, indent=1))
         argv = [sys.executable, "-m", "pyspark_bridge.driver", str(path)]
-        services.append(EngineService(name, host, argv, [n["node"] for n in nodes]))
+        services.append(EngineService(name, host, argv, [n["node"] for n in nodes],
+                                      ready_file=str(path.with_suffix(".ready"))))
     return topology, services

@@ -27,13 +27,14 @@ import os
 import signal
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark_bridge import log
 from pyspark_bridge.node import load_function
-from pyspark_bridge.outbox import manifest_path, out_dir
+from pyspark_bridge.outbox import manifest_path, out_dir, publish, stage_rows
 
 logger = logging.getLogger("pyspark_bridge.driver")
 
@@ -66,8 +67,12 @@ def compact_progress(p: dict[str, Any]) -> dict[str, Any]:
         ],
         "watermark": (p.get("eventTime") or {}).get("watermark"),
         "sources": [
-            {"start": s.get("startOffset"), "end": s.get("endOffset"),
-             "latest": s.get("latestOffset"), "rows": s.get("numInputRows")}
+            {
+                "start": s.get("startOffset"),
+                "end": s.get("endOffset"),
+                "latest": s.get("latestOffset"),
+                "rows": s.get("numInputRows"),
+            }
             for s in p.get("sources") or []
         ],
     }
@@ -124,19 +129,28 @@ def last_committed(checkpoint: Path) -> tuple[int, dict[str, Any]] | None:
 
 
 class Batches:
-    """Routes micro-batches to the outbox (update mode, ``foreachBatch``); replays are dropped."""
+    """Update mode (``foreachBatch``): collect each micro-batch and publish it under its ID.
+
+    The Python stream writer takes append and complete mode only.  Collecting
+    in the driver suits the small outputs of aggregations; rows are spread over
+    the node's workers by their first column, so each key's updates leave
+    through one worker, in batch order.  A replayed batch is dropped.
+    """
 
     def __init__(self, node_dir: str, parallelism: int) -> None:
-        self.node_dir, self.parallelism = node_dir, parallelism
+        self.outdir, self.parallelism = out_dir(node_dir), parallelism
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        if manifest_path(out_dir(self.node_dir), batch_id).exists():
-            from pyspark_bridge.outbox import publish
-
-            publish(out_dir(self.node_dir), batch_id, [], self.parallelism)  # records the replay
+        if manifest_path(self.outdir, batch_id).exists():
+            publish(self.outdir, batch_id, [], self.parallelism)  # records the replay
             return
-        (df.write.format("typhoon").mode("append").option("dir", self.node_dir)
-         .option("batch", str(batch_id)).option("parallelism", str(self.parallelism)).save())
+        table = df.toArrow()
+        rows = list(zip(*(c.to_pylist() for c in table.columns), strict=True))
+        parts: list[list[tuple]] = [[] for _ in range(self.parallelism)]
+        for row in rows:
+            parts[zlib.crc32(str(row[0]).encode()) % self.parallelism].append(row)
+        staged = [stage_rows(self.outdir, i, part) for i, part in enumerate(parts) if part]
+        publish(self.outdir, batch_id, staged, self.parallelism)
 
 
 @dataclass
@@ -158,26 +172,43 @@ class NodeQuery:
         if (out_dir(self.dir) / "done").exists():
             self.finished = True
             return
-        for k, v in s["sql_conf"].items():
+        conf = dict(s["sql_conf"])
+        if s["output_mode"] == "update":
+            # no-data batches only evict state in update mode; they emit nothing
+            conf.setdefault("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        for k, v in conf.items():
             spark.conf.set(k, v)
         ids = ",".join(str(w) for w in s["workers"])
-        src = (spark.readStream.format("typhoon").option("dir", str(self.dir))
-               .option("schema", s["schema"]).option("workers", ids).load())
+        src = (
+            spark.readStream.format("typhoon")
+            .option("dir", str(self.dir))
+            .option("schema", s["schema"])
+            .option("workers", ids)
+            .load()
+        )
         out = load_function(s["function"])(src, **s["params"])
         if list(out.columns) != s["fields"]:
             if sorted(out.columns) != sorted(s["fields"]):
-                raise ValueError(f"node {s['node']}: the function returns columns {out.columns}, "
-                                 f"the topology declares fields {s['fields']}")
+                raise ValueError(
+                    f"node {s['node']}: the function returns columns {out.columns}, "
+                    f"the topology declares fields {s['fields']}"
+                )
             out = out.select(*s["fields"])
-        writer = (out.writeStream.queryName(s["node"]).outputMode(s["output_mode"])
-                  .option("checkpointLocation", str(self.dir / "checkpoint"))
-                  .trigger(processingTime=f"{s['trigger_ms']} milliseconds"))
+        writer = (
+            out.writeStream.queryName(s["node"])
+            .outputMode(s["output_mode"])
+            .option("checkpointLocation", str(self.dir / "checkpoint"))
+            .trigger(processingTime=f"{s['trigger_ms']} milliseconds")
+        )
         parallelism = str(len(s["workers"]))
         if s["output_mode"] == "update":  # the Python stream writer takes append/complete only
             writer = writer.foreachBatch(Batches(str(self.dir), len(s["workers"])))
         else:
-            writer = writer.format("typhoon").option("dir", str(self.dir)).option(
-                "parallelism", parallelism)
+            writer = (
+                writer.format("typhoon")
+                .option("dir", str(self.dir))
+                .option("parallelism", parallelism)
+            )
         self.query = writer.start()
         logger.info("node %s: query started (%s mode)", s["node"], s["output_mode"])
 
@@ -234,8 +265,7 @@ def build_session(plan: dict[str, Any]) -> Any:
     conf = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
         **plan["conf"],
     }
     builder = SparkSession.builder.appName(f"typhoon-{plan['app']}-{plan['host']}")
@@ -270,6 +300,7 @@ class Driver:
         try:
             for n in self.nodes:
                 n.start(spark)
+            log.write_json(self.plan_path.with_suffix(".ready"), {"time": time.time()})
             while not self.stopping and not all(n.finished for n in self.nodes):
                 for n in self.nodes:
                     n.check()

@@ -48,4 +48,9 @@ def campaign_window_counts(
 
 
 campaign_window_counts.output_fields = (  # type: ignore[attr-defined]
-    "campaign_id", "window_start", "window_end", "count", "ts")
+    "campaign_id",
+    "window_start",
+    "window_end",
+    "count",
+    "ts",
+)

@@ -100,8 +100,9 @@ class SparkBolt(Bolt):
                 "sets it through pyspark_bridge.plan"
             )
         self.log = OffsetLog(worker_dir(self.dir, context.worker_id), self.segment_bytes)
-        self.outbox = OutboxReader(out_dir(self.dir), context.worker_id, context.index,
-                                   context.parallelism)
+        self.outbox = OutboxReader(
+            out_dir(self.dir), context.worker_id, context.index, context.parallelism
+        )
 
     def process(self, values: list, emit: Emit) -> None:
         self.log.append(self._pack(values))  # type: ignore[union-attr]
@@ -133,8 +134,9 @@ class SparkBolt(Bolt):
         if self.context is None or self.context.index != 0 or not self.dir:
             return {}
         events = self._new_progress()
-        return {"spark": {"node": self.context.node, "events": json.dumps(events),
-                          "count": len(events)}}
+        return {
+            "spark": {"node": self.context.node, "events": json.dumps(events), "count": len(events)}
+        }
 
     def _new_progress(self) -> list[dict[str, Any]]:
         path = Path(self.dir) / "metrics" / "progress.jsonl"

@@ -96,7 +96,9 @@ class LogReader(DataSourceStreamReader):
         for w, e in end.items():
             s = start.get(w, log.ZERO)
             if e["pos"] > s["pos"]:
-                parts.append(LogPartition(str(log.worker_dir(self.node_dir, w)), s["pos"], e["pos"]))
+                parts.append(
+                    LogPartition(str(log.worker_dir(self.node_dir, w)), s["pos"], e["pos"])
+                )
         return parts
 
     def read(self, partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -142,8 +144,10 @@ class ArrowRows:
         arrays = []
         for col, t, micros in zip(columns, self.types, self.micros, strict=True):
             if micros:
-                col = [None if v is None or not isinstance(v, (int, float)) else int(v * 1e6)
-                       for v in col]
+                col = [
+                    None if v is None or not isinstance(v, (int, float)) else int(v * 1e6)
+                    for v in col
+                ]
             arrays.append(pa.array(col, type=t))
         return pa.RecordBatch.from_arrays(arrays, names=self.names)
 
@@ -190,7 +194,9 @@ class OutboxStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         outbox.publish(
-            outbox.out_dir(self.options["dir"]), batchId, _staged(messages),
+            outbox.out_dir(self.options["dir"]),
+            batchId,
+            _staged(messages),
             int(self.options.get("parallelism", "1")),
         )
 
@@ -209,7 +215,9 @@ class OutboxBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         outbox.publish(
-            outbox.out_dir(self.options["dir"]), int(self.options["batch"]), _staged(messages),
+            outbox.out_dir(self.options["dir"]),
+            int(self.options["batch"]),
+            _staged(messages),
             int(self.options.get("parallelism", "1")),
         )
 

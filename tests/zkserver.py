@@ -91,7 +91,7 @@ def _serving(port: int) -> bool:
     running, and the server fails to close the connection).
     """
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
             s.sendall(b"srvr")
             reply = b""
             while chunk := s.recv(4096):

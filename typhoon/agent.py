@@ -60,7 +60,6 @@ WORKER_MTU = 9000
 SYS_NET = Path("/sys/class/net")
 
 
-
 SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s")
 
 
@@ -75,6 +74,7 @@ def sdn_options(config: dict) -> dict:
     if config.get("flow_control") is False:
         opts.update(window=1 << 30, port_budget=0)
     return opts
+
 
 class OvsError(RuntimeError):
     """An ovs-vsctl command failed."""

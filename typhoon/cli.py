@@ -92,8 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from mininet_env.run import SdnRunOptions, run_sdn
 
         try:
-            plan = FabricPlan(hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw,
-                              delay=args.delay)
+            plan = FabricPlan(
+                hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw, delay=args.delay
+            )
         except ValueError as e:
             raise UsageError(str(e)) from e
         options = SdnRunOptions(
@@ -140,12 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-delay-ms", type=float, default=2.0)
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
     r.add_argument("-q", "--quiet", action="store_true", help="no live rates")
-    r.add_argument("--fabric", choices=["mesh", "line", "star"], default="mesh",
-                   help="sdn: how emulated hosts are linked")
+    r.add_argument(
+        "--fabric",
+        choices=["mesh", "line", "star"],
+        default="mesh",
+        help="sdn: how emulated hosts are linked",
+    )
     r.add_argument("--bw", type=float, default=None, help="sdn: link bandwidth in Mbit/s")
     r.add_argument("--delay", default=None, help="sdn: link delay, e.g. 1ms")
-    r.add_argument("--app", action="append", metavar="apps/APP.py",
-                   help="sdn: control-plane app to load into the controller")
+    r.add_argument(
+        "--app",
+        action="append",
+        metavar="apps/APP.py",
+        help="sdn: control-plane app to load into the controller",
+    )
     r.add_argument("--workdir", help="sdn: keep logs, coordinator and reports here")
     r.set_defaults(func=cmd_run)
     return p

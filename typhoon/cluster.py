@@ -68,4 +68,6 @@ class Cluster:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Cluster:
         hosts = [HostInfo.from_dict(h) for h in d.get("hosts", [])]
-        return cls({h.name: h for h in hosts}, [FabricLink.from_dict(x) for x in d.get("links", [])])
+        return cls(
+            {h.name: h for h in hosts}, [FabricLink.from_dict(x) for x in d.get("links", [])]
+        )

@@ -13,8 +13,9 @@ Such a module provides:
   and the topology the workers should get (e.g. with state directories filled in).
 
 Whoever launches workers (``tcp_cluster`` for tcp runs, the worker agent for
-sdn runs) launches these services the same way, on the named host, and
-restarts one that dies while the application runs.
+sdn runs) launches these services the same way, on the named host, waits for
+their ``ready_file`` before activating sources, and restarts one that dies
+with a non-zero status while the application runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class EngineService:
     host: str
     argv: list[str]
     nodes: list[str] = field(default_factory=list)  # the nodes it serves
+    # the service creates this file once it serves its nodes; sources are activated after that
+    ready_file: str = ""
 
 
 def engine_module(engine: str) -> ModuleType:

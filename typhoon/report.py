@@ -95,7 +95,9 @@ def build_report(
     for name, node in topology.nodes.items():
         if node.operator == "sequence_source":
             emitted[name] = {
-                str(w["result"]["src"]): w["result"]["emitted"] for w in by_node[name] if w.get("result")
+                str(w["result"]["src"]): w["result"]["emitted"]
+                for w in by_node[name]
+                if w.get("result")
             }
     workers = []
     for r in worker_reports:

@@ -57,6 +57,7 @@ class RunOptions:
     live_every: float = 1.0
     timeout: float = 900.0  # hard limit for the whole run
     start_timeout: float = 60.0
+    service_timeout: float = 300.0  # engine services (a Spark driver) may take this long to start
 
 
 @dataclass
@@ -98,7 +99,9 @@ class TcpCluster:
         self.sel = selectors.DefaultSelector()
         self.metrics: dict[int, dict[str, Any]] = {}
         self.acks: list[dict[str, Any]] = []
-        self.spark_progress: list[dict[str, Any]] = []  # what the controller gets as EventSparkMetrics
+        self.spark_progress: list[
+            dict[str, Any]
+        ] = []  # what the controller gets as EventSparkMetrics
         self.request_ids = itertools.count(1)
         self.started_at = 0.0
         self.live = LiveRates(list(topology.nodes))
@@ -142,6 +145,7 @@ class TcpCluster:
         boot = encode_boot({"peers": {str(k): list(v) for k, v in peers.items()}})
         for c in self.conns.values():
             c.sock.sendall(boot)
+        self._wait_services_ready()
         self.started_at = time.monotonic()
 
     def _accept_hellos(self) -> dict[int, tuple[str, int]]:
@@ -190,6 +194,15 @@ class TcpCluster:
         n = self.service_restarts.get(svc.name, 0)
         logfile = self.workdir / (f"{svc.name}.log" if n == 0 else f"{svc.name}.{n}.log")
         self.service_procs[svc.name] = self.launcher(svc.host, svc.argv, logfile)
+
+    def _wait_services_ready(self) -> None:
+        deadline = time.monotonic() + self.options.service_timeout
+        for svc in self.services:
+            while svc.ready_file and not Path(svc.ready_file).exists():
+                p = self.service_procs[svc.name]
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{svc.name} did not start; see {self.workdir}")
+                time.sleep(0.1)
 
     def supervise(self) -> None:
         """Restart an engine service that died (a clean exit means its nodes are done)."""
@@ -328,9 +341,14 @@ class TcpCluster:
             ok=clean,
             exit_codes={str(k): p.returncode for k, p in self.procs.items()},
             rates=self.live.history,
-            services={s.name: {"host": s.host, "nodes": s.nodes,
-                               "restarts": self.service_restarts.get(s.name, 0)}
-                      for s in self.services},
+            services={
+                s.name: {
+                    "host": s.host,
+                    "nodes": s.nodes,
+                    "restarts": self.service_restarts.get(s.name, 0),
+                }
+                for s in self.services
+            },
             spark_progress=self.spark_progress,
         )
 

@@ -62,6 +62,9 @@ def parse_flow(line: str) -> Flow:
 def dump_flows(bridge: str) -> list[Flow]:
     out = subprocess.run(
         ["ovs-ofctl", "-O", "OpenFlow13", "--no-names", "dump-flows", bridge],
-        capture_output=True, text=True, check=True, timeout=20,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=20,
     ).stdout
     return [parse_flow(line) for line in out.splitlines() if "cookie=" in line]

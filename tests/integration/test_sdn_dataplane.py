@@ -72,9 +72,11 @@ def wait(predicate, timeout=20.0, what="condition"):
 
 def counter_after(c: EmulatedCluster, name: str, wid: int, after: float, key="out"):
     """(time, total tuples out/in) of a worker from a METRIC_RESP newer than ``after``."""
+
     def fresh():
         m = c.coordinator.get_metrics(name).get(wid)
         return m if m and m["time"] > after else None
+
     m = wait(fresh, 10, f"fresh metrics of worker {wid}")
     return m["time"], sum(v for k, v in m[key].items() if k != "0")
 
@@ -89,9 +91,17 @@ def rate(c: EmulatedCluster, name: str, wid: int, seconds: float = 1.0, key="out
 def inject(bridge: str, in_port: int, frame: bytes) -> None:
     """Put a frame into the bridge as if it arrived on ``in_port`` (then through table 0)."""
     subprocess.run(
-        ["ovs-ofctl", "-O", "OpenFlow13", "packet-out", bridge,
-         f"in_port={in_port} packet={frame.hex()} actions=table"],
-        check=True, capture_output=True, timeout=10,
+        [
+            "ovs-ofctl",
+            "-O",
+            "OpenFlow13",
+            "packet-out",
+            bridge,
+            f"in_port={in_port} packet={frame.hex()} actions=table",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=10,
     )
 
 
@@ -102,7 +112,9 @@ def test_wordcount_on_three_hosts_equals_reference(cluster):
     t = topo("wc-sdn", file="wordcount.yaml", source__count=30000)
     report = cluster.run(t)
     ref = Counter(
-        w for s in generate_sentences(30000, seed=7, words=8, vocabulary_size=500) for w in s.split()
+        w
+        for s in generate_sentences(30000, seed=7, words=8, vocabulary_size=500)
+        for w in s.split()
     )
     assert report["ok"], report
     assert report["results"]["count"]["counts"] == dict(ref)
@@ -131,8 +143,10 @@ def test_forward_across_hosts_million_tuples_no_loss(cluster):
     hosts = {w["node"]: w["host"] for w in report["workers"]}
     assert hosts["source"] != hosts["sink"]
     sink = report["results"]["sink"]
-    print(f"\nflow control on: {report['elapsed_s']} s, "
-          f"{1_000_000 / report['elapsed_s']:,.0f} tuples/s, missing {sink['missing']}")
+    print(
+        f"\nflow control on: {report['elapsed_s']} s, "
+        f"{1_000_000 / report['elapsed_s']:,.0f} tuples/s, missing {sink['missing']}"
+    )
     assert report["ok"]
     assert sink["expected"] == 1_000_000
     assert sink["missing"] == 0 and sink["duplicates"] == 0
@@ -184,8 +198,11 @@ def test_broadcast_six_sinks_one_serialization_one_copy_per_link(cluster):
         # same number of frames: a link that carried a frame twice would double a count
         counts = {}
         for host in ("h1", "h2", "h3"):
-            rules = [f for f in dump_flows(bridge_of(cluster, host))
-                     if parse_cookie(f.spec.cookie).kind == RuleKind.MULTICAST]
+            rules = [
+                f
+                for f in dump_flows(bridge_of(cluster, host))
+                if parse_cookie(f.spec.cookie).kind == RuleKind.MULTICAST
+            ]
             assert len(rules) == 1, (host, rules)
             counts[host] = rules[0].n_packets
         assert len(set(counts.values())) == 1 and counts["h1"] > 0, counts
@@ -241,12 +258,20 @@ def test_dump_flows_equals_compiled_specs_and_nothing_left_after_kill(cluster, e
     expected = compile_rules(endless, physical, cl)
     for host in cl.hosts:
         want = set(expected.get(host, ())) | set(compile_default_rules())
-        wait(lambda h=host, w=want: {f.spec for f in dump_flows(bridge_of(cluster, h))} == w,
-             10, f"rules on {host}")
+        wait(
+            lambda h=host, w=want: {f.spec for f in dump_flows(bridge_of(cluster, h))} == w,
+            10,
+            f"rules on {host}",
+        )
     cluster.kill(endless.name)
     for host in cl.hosts:
-        wait(lambda h=host: {f.spec for f in dump_flows(bridge_of(cluster, h))}
-             == set(compile_default_rules()), 10, f"only the default rule on {host}")
+        wait(
+            lambda h=host: (
+                {f.spec for f in dump_flows(bridge_of(cluster, h))} == set(compile_default_rules())
+            ),
+            10,
+            f"only the default rule on {host}",
+        )
 
 
 def _workers(cluster, t):
@@ -261,20 +286,32 @@ def test_spoofed_frames_are_dropped_by_the_switch(cluster, endless):
     mid = by_node["mid"][0]
     bridge = bridge_of(cluster, src.host)
     spoof_rule = lambda: next(  # noqa: E731
-        f for f in dump_flows(bridge)
+        f
+        for f in dump_flows(bridge)
         if parse_cookie(f.spec.cookie).kind == RuleKind.SPOOF_DROP
         and dict(f.spec.match)["in_port"] == src.port
     )
     before = spoof_rule().n_packets
     rate_before = rate(cluster, endless.name, src.worker_id)
     # a data frame claiming to come from another worker
-    data = wire.pack_frames(wire.worker_mac(app, mid.worker_id), wire.worker_mac(app, 999),
-                            wire.Kind.DATA, 1, 0, [wire.encode_tuple([1, 2, 3.0, b""])])[0]
+    data = wire.pack_frames(
+        wire.worker_mac(app, mid.worker_id),
+        wire.worker_mac(app, 999),
+        wire.Kind.DATA,
+        1,
+        0,
+        [wire.encode_tuple([1, 2, 3.0, b""])],
+    )[0]
     inject(bridge, src.port, data)
     # a DEACTIVATE that claims to come from the controller, sent from the spout's own port
     ctrl = wire.pack_frames(
-        wire.worker_mac(app, src.worker_id), wire.controller_mac(app), wire.Kind.CONTROL, 0, 0,
-        [wire.encode_control(wire.ControlTuple(wire.Control.DEACTIVATE, {}))])[0]
+        wire.worker_mac(app, src.worker_id),
+        wire.controller_mac(app),
+        wire.Kind.CONTROL,
+        0,
+        0,
+        [wire.encode_control(wire.ControlTuple(wire.Control.DEACTIVATE, {}))],
+    )[0]
     inject(bridge, src.port, ctrl)
     wait(lambda: spoof_rule().n_packets >= before + 2, 5, "the anti-spoof rule to count both")
     time.sleep(0.5)
@@ -285,9 +322,14 @@ def test_malformed_frames_are_counted_and_dropped(cluster, endless):
     physical, by_node = _workers(cluster, endless)
     app = physical.app_id
     src, mid = by_node["source"][0], by_node["mid"][0]
-    good_header = wire.pack_frames(wire.worker_mac(app, mid.worker_id),
-                                   wire.worker_mac(app, src.worker_id), wire.Kind.DATA, 1, 0,
-                                   [b"x"])[0]
+    good_header = wire.pack_frames(
+        wire.worker_mac(app, mid.worker_id),
+        wire.worker_mac(app, src.worker_id),
+        wire.Kind.DATA,
+        1,
+        0,
+        [b"x"],
+    )[0]
     frames = [
         good_header[:14] + b"\x07" + good_header[15:],  # wrong version
         good_header[:20],  # truncated header
@@ -299,6 +341,7 @@ def test_malformed_frames_are_counted_and_dropped(cluster, endless):
     def dropped():
         m = cluster.coordinator.get_metrics(endless.name).get(mid.worker_id, {})
         return m.get("drops", {}).get("malformed_frame", 0) >= 3
+
     wait(dropped, 10, "the mid worker to count 3 malformed frames")
     assert rate(cluster, endless.name, mid.worker_id, key="in") > 0  # it keeps working
 
@@ -307,8 +350,9 @@ def test_malformed_frames_are_counted_and_dropped(cluster, endless):
 
 
 def control(cluster, name, ctype, body=None, **target):
-    status, reply = cluster.rest("POST", f"/apps/{name}/control",
-                                 {"type": ctype, "body": body or {}, **target})
+    status, reply = cluster.rest(
+        "POST", f"/apps/{name}/control", {"type": ctype, "body": body or {}, **target}
+    )
     assert status == 202, reply
     return reply
 
@@ -322,8 +366,11 @@ def test_every_control_tuple_takes_effect(cluster, endless):
 
     # METRIC_REQ -> METRIC_RESP with queue depth and counts
     control(cluster, name, "METRIC_REQ", {"request_id": 424242}, workers=[sink])
-    m = wait(lambda: cluster.rest("GET", f"/apps/{name}/responses/424242")[1].get(str(sink)),
-             5, "METRIC_RESP 424242")
+    m = wait(
+        lambda: cluster.rest("GET", f"/apps/{name}/responses/424242")[1].get(str(sink)),
+        5,
+        "METRIC_RESP 424242",
+    )
     assert "queue" in m and m["in"] and "proc_us" in m
 
     # INPUT_RATE halves the source rate within a second
@@ -343,13 +390,22 @@ def test_every_control_tuple_takes_effect(cluster, endless):
 
     # BATCH_SIZE changes the I/O batching
     control(cluster, name, "BATCH_SIZE", {"size": 7, "max_delay_ms": 1.0}, workers=mids)
-    wait(lambda: all(cluster.coordinator.get_metrics(name).get(w, {}).get("batch_size") == 7
-                     for w in mids), 5, "batch size 7 on the mid workers")
+    wait(
+        lambda: all(
+            cluster.coordinator.get_metrics(name).get(w, {}).get("batch_size") == 7 for w in mids
+        ),
+        5,
+        "batch size 7 on the mid workers",
+    )
 
     # ROUTING: the source sends to the first mid worker only
-    control(cluster, name, "ROUTING",
-            {"stream": 1, "policy": "global", "next_hops": [mids[0]], "version": 77},
-            node="source")
+    control(
+        cluster,
+        name,
+        "ROUTING",
+        {"stream": 1, "policy": "global", "next_hops": [mids[0]], "version": 77},
+        node="source",
+    )
     time.sleep(0.5)
     assert rate(cluster, name, mids[1], key="in") == 0
     assert rate(cluster, name, mids[0], key="in") > 0
@@ -360,6 +416,7 @@ def test_every_control_tuple_takes_effect(cluster, endless):
     def acked(what, version):
         status, acks = cluster.rest("GET", f"/apps/{name}/acks")
         return any(a["ack"] == what and a["version"] == version for a in acks)
+
     wait(lambda: acked("ROUTING", 77), 5, "ROUTING ack")
     wait(lambda: acked("SIGNAL", 78), 5, "SIGNAL ack")
 

@@ -20,7 +20,9 @@ FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "topologies"
 pytestmark = pytest.mark.slow
 
 
-def typhoon(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def typhoon(
+    *args: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "typhoon.cli", *args],
         capture_output=True,
@@ -33,8 +35,9 @@ def typhoon(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
 
 def run_report(tmp_path: Path, file: Path, *extra: str, env: dict | None = None) -> dict:
     report = tmp_path / "r.json"
-    p = typhoon("run", str(file), "--transport", "tcp", "--report", str(report), "-q", *extra,
-                env=env)
+    p = typhoon(
+        "run", str(file), "--transport", "tcp", "--report", str(report), "-q", *extra, env=env
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(report.read_text())
 
@@ -75,8 +78,16 @@ def test_broadcast_every_sink_gets_every_tuple(tmp_path):
 
 
 def test_duration_drains_an_endless_source(tmp_path):
-    r = run_report(tmp_path, TOPOLOGIES / "forward.yaml", "--arg", "source.count=null",
-                   "--arg", "source.rate=20000", "--duration", "2")
+    r = run_report(
+        tmp_path,
+        TOPOLOGIES / "forward.yaml",
+        "--arg",
+        "source.count=null",
+        "--arg",
+        "source.rate=20000",
+        "--duration",
+        "2",
+    )
     sink = r["results"]["sink"]
     assert 20000 < sink["received"] < 80000
     assert sink["missing"] == 0 and sink["duplicates"] == 0

@@ -68,8 +68,9 @@ class Recorder(Transport):
 
     def send_group(self, group, dsts, payloads, stream=None):
         self.groups.append(group)
-        self.sent.append(("group", tuple(dsts), group if stream is None else stream,
-                          list(payloads)))
+        self.sent.append(
+            ("group", tuple(dsts), group if stream is None else stream, list(payloads))
+        )
 
     def reply(self, ct):
         self.replies.append(ct)
@@ -161,8 +162,11 @@ def test_routing_control_tuple_replaces_next_hops():
 def test_routing_for_unknown_stream_is_refused():
     fw, _, _ = make(WORDCOUNT, "split")
     with pytest.raises(ValueError):
-        fw.control(ControlTuple(Control.ROUTING, {"stream": 1, "policy": "shuffle",
-                                                  "next_hops": [], "version": 1}))
+        fw.control(
+            ControlTuple(
+                Control.ROUTING, {"stream": 1, "policy": "shuffle", "next_hops": [], "version": 1}
+            )
+        )
 
 
 def test_signal_flushes_stateful_cache():
@@ -235,8 +239,12 @@ def test_malformed_tuples_are_counted_not_fatal():
 def test_eos_reaches_a_receiver_removed_by_routing():
     fw, io, phys = make(WORDCOUNT, "source")
     splits = [w.worker_id for w in phys.of_node("split")]
-    fw.control(ControlTuple(Control.ROUTING, {"stream": 1, "policy": "global",
-                                               "next_hops": [splits[0]], "version": 2}))
+    fw.control(
+        ControlTuple(
+            Control.ROUTING,
+            {"stream": 1, "policy": "global", "next_hops": [splits[0]], "version": 2},
+        )
+    )
     fw.control(ControlTuple(Control.DRAIN, {"version": 3}))
     eos = sorted(d for k, d, s, ps in io.sent if s == EOS_STREAM)
     assert eos == sorted(splits)

@@ -27,7 +27,11 @@ def test_fields_sends_a_key_to_one_worker():
         assert len({r.select([word, i]) for i in range(20)}) == 1
 
 
-@given(st.lists(st.one_of(st.text(), st.integers(-(2**63), 2**64 - 1), st.binary()), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.one_of(st.text(), st.integers(-(2**63), 2**64 - 1), st.binary()), min_size=1, max_size=4
+    )
+)
 def test_stable_hash_is_deterministic(key):
     assert stable_hash(key) == stable_hash(list(key))
 

@@ -31,9 +31,10 @@ deletes the oldest entries beyond ``log_size``, always a prefix of the log.
 So a reader is exact while the entry it saw last (or an older one) is still
 there; a reader that fell further behind, or is in an older generation, gets
 every current key plus every key in the retained log (deleted ones too): a
-resync, as for a fresh reader.  Entry numbers are 32-bit in ZooKeeper: after
-``rollover`` entries a writer replaces the generation node by the next one in
-one transaction (its versions are all larger), long before they could wrap.
+resync, as for a fresh reader.  Entry numbers are 32-bit in ZooKeeper: once
+one reaches ``rollover`` (2**30), its writer replaces the generation node by
+the next one in one transaction (whose versions are all larger), long before
+the numbers could wrap.
 
 Notification is pushed: ``watch()`` arms a ZooKeeper child watch on the log
 and reads the new entries when it fires; no polling.
@@ -42,7 +43,8 @@ Connections: one kazoo session per process (a forked child opens its own and
 never touches the parent's socket).  Every request waits at most ``timeout``
 seconds; a lost connection, an unreachable ensemble or a closed coordinator
 raise ``CoordinatorError``.  Idempotent requests (reads, ``put``, ``delete``)
-are retried once the session reconnects within that time; ``create`` is not,
+are retried once the session reconnects within that time (a repeated ``put``
+may log its key twice, which readers cannot tell apart); ``create`` is not,
 since a lost reply leaves it unknown whether the key was ours.
 """
 
@@ -185,7 +187,8 @@ class ZooKeeperCoordinator(Coordinator):
         """Open this process's session and make sure the layout exists."""
         self._lock = threading.Lock()
         self._gen = -1
-        self._listing_cache: tuple[int, int, int, list[int]] | None = None  # czxid, cversion
+        # (gen, czxid, cversion, entry numbers): the log listing, valid while cversion holds
+        self._listing_cache: tuple[int, int, int, list[int]] | None = None
         self._entry_cache: dict[tuple[int, int], list[str]] = {}
         # reconnect attempts at most a second apart: an ensemble back up is used at once
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)

@@ -141,12 +141,21 @@ class AdEventSource(Spout):
         if not isinstance(rate, (int, float)) or rate < 0:
             raise ValueError("rate must be a non-negative number")
         super().__init__(
-            count=count, seed=seed, rate=rate, campaigns=campaigns, ads=ads,
-            start_ms=start_ms, per_second=per_second,
+            count=count,
+            seed=seed,
+            rate=rate,
+            campaigns=campaigns,
+            ads=ads,
+            start_ms=start_ms,
+            per_second=per_second,
         )
         self.count, self.seed, self.rate = count, seed, float(rate)
         self.campaigns, self.ads, self.start_ms, self.per_second = (
-            campaigns, ads, start_ms, per_second)
+            campaigns,
+            ads,
+            start_ms,
+            per_second,
+        )
         self.next_i = 0
         self.step = 1
         self.emitted = 0
@@ -160,8 +169,9 @@ class AdEventSource(Spout):
         for _ in range(max_count):
             if self.next_i >= self.count:
                 return False
-            e = ad_event(self.next_i, self.seed, self.campaigns, self.ads, self.start_ms,
-                         self.per_second)
+            e = ad_event(
+                self.next_i, self.seed, self.campaigns, self.ads, self.start_ms, self.per_second
+            )
             emit([dumps(e, separators=(",", ":")), now])
             self.next_i += self.step
             self.emitted += 1
@@ -259,11 +269,18 @@ class CampaignWindowCount(Bolt):
     fields: ClassVar[tuple[str, ...]] = ("campaign_id", "window_start", "window_end", "count", "ts")
 
     def __init__(
-        self, campaigns: str, window_ms: int = 10_000, watermark_ms: int = 10_000,
+        self,
+        campaigns: str,
+        window_ms: int = 10_000,
+        watermark_ms: int = 10_000,
         emit_every_ms: float = 200.0,
     ) -> None:
-        super().__init__(campaigns=campaigns, window_ms=window_ms, watermark_ms=watermark_ms,
-                         emit_every_ms=emit_every_ms)
+        super().__init__(
+            campaigns=campaigns,
+            window_ms=window_ms,
+            watermark_ms=watermark_ms,
+            emit_every_ms=emit_every_ms,
+        )
         self.path, self.window, self.delay = campaigns, window_ms, watermark_ms
         self.every = emit_every_ms / 1000.0
         self.table: dict[str, str] = {}
@@ -351,6 +368,10 @@ class LatencyCollect(Collect):
         def pct(p: float) -> float | None:
             return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
 
-        merged["latency_s"] = {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None,
-                               "samples": len(lat)}
+        merged["latency_s"] = {
+            "p50": pct(0.5),
+            "p99": pct(0.99),
+            "max": lat[-1] if lat else None,
+            "samples": len(lat),
+        }
         return merged

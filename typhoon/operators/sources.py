@@ -126,7 +126,11 @@ class SentenceSource(Spout):
         path: str | None = None,
         rate: float = 0.0,
     ) -> None:
-        for name, val, low in (("count", count, 0), ("words", words, 1), ("vocabulary", vocabulary, 1)):
+        for name, val, low in (
+            ("count", count, 0),
+            ("words", words, 1),
+            ("vocabulary", vocabulary, 1),
+        ):
             if not isinstance(val, int) or val < low:
                 raise ValueError(f"{name} must be an integer >= {low}")
         if not isinstance(seed, int):

@@ -119,8 +119,9 @@ class Framework:
         router = Router(route)
         self.routers[route.stream] = router
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
-        self.routes[name] = [self.routers[s] for s, n in self.stream_names.items()
-                             if n == name and s in self.routers]
+        self.routes[name] = [
+            self.routers[s] for s, n in self.stream_names.items() if n == name and s in self.routers
+        ]
 
     def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""

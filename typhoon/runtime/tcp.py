@@ -111,7 +111,9 @@ class TcpTransport(Transport):
         self.seq_in: dict[tuple[bytes, int], int] = {}
         self.reassembly: dict[tuple[bytes, int], wire.Reassembler] = {}
         self.control.sendall(
-            encode_boot({"hello": worker_id, "host": bind_host, "port": self.listener.getsockname()[1]})
+            encode_boot(
+                {"hello": worker_id, "host": bind_host, "port": self.listener.getsockname()[1]}
+            )
         )
 
     # ----- receiving -----------------------------------------------------------------------

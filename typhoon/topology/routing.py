@@ -87,7 +87,9 @@ def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -
     return routes
 
 
-def upstream_of(topology: Topology, physical: PhysicalTopology, worker_id: int) -> dict[int, list[int]]:
+def upstream_of(
+    topology: Topology, physical: PhysicalTopology, worker_id: int
+) -> dict[int, list[int]]:
     """Stream ID -> worker IDs that send to ``worker_id`` on that stream."""
     me = physical.by_id(worker_id)
     return {
