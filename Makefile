@@ -24,7 +24,7 @@ lint: setup
 
 ## demo: run the word-count topology end to end and write demo-report.json
 demo: setup
-	$(VENV)/bin/typhoon run topologies/wordcount.yaml --transport sdn --hosts 3 --report demo-report.json
+	$(VENV)/bin/typhoon run topologies/wordcount.yaml --transport sdn --hosts 3 --arg source.count=300000 --report demo-report.json
 
 ## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
 ## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.

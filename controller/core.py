@@ -10,7 +10,11 @@ with port status changes, for the apps in ``apps/``.
 
 Services for other apps (get the instance with ``core_app()``):
 ``send_control``, ``request_metrics``, ``set_extra_rules`` / ``clear_extra_rules``
-(apps contribute rule specs, the core installs them), ``view``, ``reconcile_all``.
+(apps contribute rule specs, the core installs them), ``set_rule_overlay`` /
+``clear_rule_overlay`` (apps rewrite the final rules, e.g. mirrors),
+``set_group_provider`` / ``clear_group_provider`` (apps contribute OpenFlow groups
+and the rules that use them, recomputed with the topology), ``view``,
+``reconcile_all``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import collections
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from controller import ofp
 from controller.events import (
@@ -30,7 +34,9 @@ from controller.events import (
     EventWorkerUp,
 )
 from controller.flows import RuleSpec, compile_default_rules
+from controller.groups import GroupSpec, diff_groups
 from controller.reconcile import diff
+from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
 from controller.ryu_compat import (
     CONFIG_DISPATCHER,
@@ -49,6 +55,8 @@ from controller.ryu_compat import (
 from controller.view import ClusterView
 from typhoon import wire
 from typhoon.coordinator import open_coordinator
+from typhoon.manager import Manager
+from typhoon.reconfig import Request
 from typhoon.wire import Control, ControlTuple, Kind, WireError
 
 CONF = cfg.CONF
@@ -58,12 +66,22 @@ CONF.register_opts(
         cfg.FloatOpt("poll_interval", default=0.05, help="seconds between coordinator reads"),
         cfg.FloatOpt("metrics_interval", default=1.0, help="seconds between METRIC_REQ rounds"),
         cfg.StrOpt("api_token", default="", help="token required by REST requests that change"),
+        cfg.FloatOpt(
+            "reconfig_step_timeout", default=30.0, help="seconds a reconfiguration step may take"
+        ),
     ],
     group="typhoon",
 )
 
 APP_NAME = "TyphoonController"
 DEFAULT_RULES = frozenset(compile_default_rules())
+
+# (host, its complete rule set) -> the rule set to install instead
+Overlay = Callable[[str, frozenset[RuleSpec]], frozenset[RuleSpec]]
+# view -> (host -> groups, host -> rules that point at them)
+GroupProvider = Callable[
+    [ClusterView], tuple[dict[str, frozenset[GroupSpec]], dict[str, frozenset[RuleSpec]]]
+]
 
 
 def core_app() -> TyphoonController:
@@ -98,6 +116,11 @@ class TyphoonController(RyuApp):
         self._stats: dict[int, list[RuleSpec]] = {}  # flow stats being received
         self.barriers: dict[int, int] = {}  # dpid -> xid of the barrier we wait for
         self.extra: dict[str, dict[str, frozenset[RuleSpec]]] = {}  # owner -> host -> rules
+        self.overlays: dict[str, Overlay] = {}  # owner -> rewrite of a host's final rules
+        self.group_providers: dict[str, GroupProvider] = {}  # owner -> groups from the view
+        self.desired_groups: dict[str, frozenset[GroupSpec]] = {}  # host -> groups
+        self.installed_groups: dict[int, set[GroupSpec]] = {}  # dpid -> groups on the switch
+        self._group_descs: dict[int, list[GroupSpec]] = {}  # group descs being received
         self.port_up: dict[tuple[int, int], bool] = {}
         self.ctrl_seq: dict[tuple[int, int], int] = {}
         self.reassembly: dict[bytes, wire.Reassembler] = {}
@@ -105,6 +128,18 @@ class TyphoonController(RyuApp):
         self.physical_versions: dict[str, int] = {}
         self.drops: dict[str, int] = {}
         self.acks: collections.deque[dict] = collections.deque(maxlen=1000)
+        # (app, ack, version) -> workers that confirmed it, for the reconfiguration executor
+        self.ack_log: collections.OrderedDict[tuple[str, str, int], set[int]] = (
+            collections.OrderedDict()
+        )
+        self.kept: dict[str, dict[str, frozenset[RuleSpec]]] = {}  # owner -> host -> rules
+        self.reconciling = False
+        # versions of control tuples the executor waits for; a restart never reuses one
+        self.control_versions = itertools.count(int(time.time() * 1000))
+        self.reconfigs = Registry()  # the latest reconfiguration of every application
+        self.manager = Manager(self.coordinator)
+        self.rates: dict[str, dict[int, dict]] = {}  # app -> worker -> tuples/s in and out
+        self._last_counts: dict[tuple[str, int], tuple[float, int, int]] = {}
         # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
         self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
         self.refresh_desired()
@@ -120,6 +155,10 @@ class TyphoonController(RyuApp):
         self.datapaths[dp.id] = dp
         self.installed.pop(dp.id, None)
         self._stats[dp.id] = []
+        # groups are read back too: a restarted controller reconciles them like rules
+        self.installed_groups.pop(dp.id, None)
+        self._group_descs[dp.id] = []
+        dp.send_msg(ofp.group_desc_request(dp))
         self.logger.info(
             "switch connected: dpid=%016x host=%s", dp.id, self.view.host_of_dpid(dp.id)
         )
@@ -151,12 +190,23 @@ class TyphoonController(RyuApp):
         self.logger.info("switch %016x holds %d rules; reconciling", dp.id, len(rules))
         self.reconcile(dp)
 
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def _group_desc(self, ev):
+        dp = ev.msg.datapath
+        groups = self._group_descs.setdefault(dp.id, [])
+        groups.extend(ofp.spec_from_group_desc(d) for d in ev.msg.body)
+        if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+            return
+        self.installed_groups[dp.id] = set(self._group_descs.pop(dp.id))
+        self.reconcile(dp)
+
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
         dp = ev.datapath
         if ev.state == DEAD_DISPATCHER and dp.id is not None and self.datapaths.get(dp.id) is dp:
             del self.datapaths[dp.id]
             self.installed.pop(dp.id, None)
+            self.installed_groups.pop(dp.id, None)
             self.barriers.pop(dp.id, None)
             self.logger.info("switch disconnected: dpid=%016x", dp.id)
 
@@ -169,20 +219,33 @@ class TyphoonController(RyuApp):
     def reconcile(self, dp: Datapath) -> None:
         """Make one switch hold exactly the desired rules; touch nothing that is right."""
         installed = self.installed.get(dp.id)
-        if installed is None:
-            return  # flow stats not read yet: the stats reply will reconcile
+        installed_groups = self.installed_groups.get(dp.id)
+        if installed is None or installed_groups is None:
+            return  # flow stats or group descs not read yet: their reply will reconcile
         host = self.view.host_of_dpid(dp.id)
         desired = self.desired_rules.get(host, DEFAULT_RULES)
         plan = diff(desired, installed)
-        if not (plan.add or plan.modify or plan.delete):
+        desired_groups = self.desired_groups.get(host, frozenset())
+        groups = diff_groups(desired_groups, installed_groups)
+        if not (plan.add or plan.modify or plan.delete or groups):
             return
+        # a rule may only point at a group that exists; deleting a group deletes its rules
+        for g in groups.add:
+            dp.send_msg(ofp.group_mod(dp, g, "add"))
+        for g in groups.modify:
+            dp.send_msg(ofp.group_mod(dp, g, "modify"))
         for spec in plan.delete:
             dp.send_msg(ofp.flow_mod(dp, spec, "delete"))
         for spec in plan.modify:
             dp.send_msg(ofp.flow_mod(dp, spec, "modify"))
         for spec in plan.add:
             dp.send_msg(ofp.flow_mod(dp, spec, "add"))
+        for g in groups.delete:
+            dp.send_msg(ofp.group_mod(dp, g, "delete"))
         self.installed[dp.id] = set(desired)
+        wanted = {g.group_id for g in desired_groups}
+        others = {g for g in installed_groups if g.group_id not in wanted}
+        self.installed_groups[dp.id] = set(desired_groups) | (others - set(groups.delete))
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
         dp.set_xid(barrier)
         self.barriers[dp.id] = barrier.xid
@@ -190,18 +253,51 @@ class TyphoonController(RyuApp):
         self.logger.info(
             "switch %s: +%d ~%d -%d rules", host, len(plan.add), len(plan.modify), len(plan.delete)
         )
+        if groups:
+            self.logger.info(
+                "switch %s: +%d ~%d -%d groups",
+                host, len(groups.add), len(groups.modify), len(groups.delete),
+            )  # fmt: skip
 
     def refresh_desired(self) -> None:
         """Recompute every bridge's rule set from the view and the apps' extra rules."""
         merged: dict[str, frozenset[RuleSpec]] = {}
+        groups: dict[str, frozenset[GroupSpec]] = {}
+        for owner, provider in self.group_providers.items():
+            try:
+                by_host, rules = provider(self.view)
+            except Exception:  # one app's bug must not keep the topology's rules out
+                self.logger.exception("group provider of %s failed; skipped", owner)
+                continue
+            for host, gs in by_host.items():
+                groups[host] = groups.get(host, frozenset()) | gs
+            for host, rs in rules.items():
+                merged[host] = merged.get(host, frozenset()) | rs
+        self.desired_groups = groups
         for per_host in self.extra.values():
             for host, rules in per_host.items():
                 merged[host] = merged.get(host, frozenset()) | rules
-        self.desired_rules = self.view.desired(merged)
+        desired = self.view.desired(merged)
+        for per_host in self.kept.values():
+            for host, rules in per_host.items():
+                # rules kept through a reconfiguration yield to the current ones (same match)
+                have = desired.get(host, DEFAULT_RULES)
+                keys = {r.key for r in have}
+                desired[host] = have | {r for r in rules if r.key not in keys}
+        for owner, overlay in self.overlays.items():
+            try:
+                desired = {host: overlay(host, rules) for host, rules in desired.items()}
+            except Exception:  # one app's bug must not keep the topology's rules out
+                self.logger.exception("rule overlay of %s failed; skipped", owner)
+        self.desired_rules = desired
 
     def reconcile_all(self) -> None:
-        for dp in list(self.datapaths.values()):
-            self.reconcile(dp)
+        self.reconciling = True
+        try:
+            for dp in list(self.datapaths.values()):
+                self.reconcile(dp)
+        finally:
+            self.reconciling = False
 
     def synced(self) -> bool:
         """Every connected switch holds the desired rules (barriers answered)."""
@@ -250,15 +346,17 @@ class TyphoonController(RyuApp):
                 if not hosts <= connected:
                     continue
                 self.send_control(name, app.spout_workers(), ControlTuple(Control.ACTIVATE, {}))
+                fresh = self.coordinator.get_app_state(name)  # others write keys too
                 self.coordinator.put_app_state(
-                    name, {**state, "active": True, "activated_at": time.time()}
+                    name, {**fresh, "active": True, "activated_at": time.time()}
                 )
                 self.logger.info("app %s: all workers attached, spouts activated", name)
             elif state.get("drain") and not state.get("drained"):
                 self.send_control(
                     name, app.spout_workers(), ControlTuple(Control.DRAIN, {"version": 0})
                 )
-                self.coordinator.put_app_state(name, {**state, "drained": True})
+                fresh = self.coordinator.get_app_state(name)
+                self.coordinator.put_app_state(name, {**fresh, "drained": True})
                 self.logger.info("app %s: sources drained on request", name)
 
     # ----- control tuples ------------------------------------------------------------------
@@ -378,10 +476,16 @@ class TyphoonController(RyuApp):
                     "time": time.time(),
                 }
             )
+            key = (app, metrics["ack"], metrics["version"])
+            self.ack_log.setdefault(key, set()).add(worker_id)
+            self.ack_log.move_to_end(key)
+            while len(self.ack_log) > 4096:
+                self.ack_log.popitem(last=False)
             self.send_event_to_observers(
                 EventWorkerAck(app, worker_id, metrics["ack"], metrics["version"], now)
             )
             return
+        self._rate(app, worker_id, metrics)
         metrics = {**metrics, "request_id": request_id}
         self.responses.setdefault(request_id, {})[worker_id] = metrics
         while len(self.responses) > 256:
@@ -435,5 +539,100 @@ class TyphoonController(RyuApp):
 
     def clear_extra_rules(self, owner: str) -> None:
         if self.extra.pop(owner, None) is not None:
+            self.refresh_desired()
+            self.reconcile_all()
+
+    def set_rule_overlay(self, owner: str, overlay: Overlay) -> None:
+        """Rewrite every host's final rules with ``overlay`` from now on; installed now.
+
+        For rules that are a function of the others (the live debugger's mirror
+        outputs): the core applies it on every recompute, so the result follows
+        topology changes and other apps' extra rules in the same step, never a
+        stale copy of them.  Setting it again re-applies it (the owner's inputs changed).
+        """
+        self.overlays[owner] = overlay
+        self.refresh_desired()
+        self.reconcile_all()
+
+    def clear_rule_overlay(self, owner: str) -> None:
+        if self.overlays.pop(owner, None) is not None:
+            self.refresh_desired()
+            self.reconcile_all()
+
+    # ----- reconfiguration (stable topology update, paper §3.5) -----------------------------
+
+    def next_control_version(self) -> int:
+        return next(self.control_versions) & 0x7FFFFFFFFFFFFFFF
+
+    def acked(self, app: str, what: str, version: int) -> set[int]:
+        """Workers that confirmed the control tuple ``what`` with ``version``."""
+        return self.ack_log.get((app, what, version), set())
+
+    def rules_ready(self, app: str, version: int) -> bool:
+        """The view holds ``version`` of ``app`` and every connected switch confirmed its rules."""
+        view = self.view.apps.get(app)
+        if view is None or view.physical.version < version or self.reconciling:
+            return False
+        connected = {self.view.host_of_dpid(d) for d in self.datapaths}
+        hosts = {w.host for w in view.physical.workers}
+        return hosts <= connected and self.synced()
+
+    def set_kept_rules(self, owner: str, rules: dict[str, frozenset[RuleSpec]]) -> None:
+        """Rules that stay installed (unless a current rule has their match) until cleared."""
+        self.kept[owner] = dict(rules)
+        self.refresh_desired()
+        self.reconcile_all()
+
+    def clear_kept_rules(self, owner: str) -> None:
+        if self.kept.pop(owner, None) is not None:
+            self.refresh_desired()
+            self.reconcile_all()
+
+    def sleep(self, seconds: float) -> None:
+        hub.sleep(seconds)
+
+    def reconfigure(self, app: str, request: Request) -> Reconfiguration:
+        """Plan ``request`` and start running it; ReconfigError (4xx) if it cannot start.
+
+        Only one reconfiguration per application runs at a time.
+        """
+        record = self.reconfigs.begin(app, lambda: self.manager.plan(app, request))
+        executor = Executor(
+            self, self.manager, record, CONF.typhoon.reconfig_step_timeout, self.logger
+        )
+        self.logger.info("app %s: reconfiguration %d: %s", app, record.id, record.plan.summary())
+        hub.spawn(executor.run)
+        return record
+
+    def _rate(self, app: str, worker_id: int, metrics: dict) -> None:
+        """Tuples per second in and out since the worker's previous METRIC_RESP."""
+        t = metrics.get("time")
+        if not isinstance(t, (int, float)):
+            return
+        total_in = sum(v for k, v in metrics.get("in", {}).items() if k != "0")
+        total_out = sum(metrics.get("out", {}).values())
+        prev = self._last_counts.get((app, worker_id))
+        self._last_counts[(app, worker_id)] = (t, total_in, total_out)
+        if prev is not None and t > prev[0]:
+            dt = t - prev[0]
+            self.rates.setdefault(app, {})[worker_id] = {
+                "in": round((total_in - prev[1]) / dt, 1),
+                "out": round((total_out - prev[2]) / dt, 1),
+            }
+
+    def set_group_provider(self, owner: str, provider: GroupProvider) -> None:
+        """Install the groups ``provider(view)`` returns, and the rules that use them.
+
+        The core calls it again on every recompute (topology change, any app's
+        rules), so groups follow the workers in the same step as the topology's
+        own rules; setting it again re-applies it (the owner's inputs changed, e.g.
+        new weights).  Groups are sent before the rules that point at them.
+        """
+        self.group_providers[owner] = provider
+        self.refresh_desired()
+        self.reconcile_all()
+
+    def clear_group_provider(self, owner: str) -> None:
+        if self.group_providers.pop(owner, None) is not None:
             self.refresh_desired()
             self.reconcile_all()

@@ -4,7 +4,8 @@ Every function takes the datapath and builds messages with its own
 `dp.ofproto` / `dp.ofproto_parser`, so this module imports no Ryu at all
 (tests hand it a stand-in datapath carrying Ryu's real OpenFlow 1.3 modules).
 The contract that makes reconciliation work: a spec installed with `flow_mod`
-and read back through `spec_from_stats` compares equal to the original.
+and read back through `spec_from_stats` compares equal to the original; the
+same holds for groups with `group_mod` and `spec_from_group_desc`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from controller.cookies import ALL_MASK, app_mask
 from controller.flows import MATCH_FIELDS, OFPP_CONTROLLER, Action, RuleSpec
+from controller.groups import Bucket, GroupSpec
 
 # OpenFlow 1.3 wire numbers, so reading stats back needs no datapath (checked against Ryu's)
 OFPIT_APPLY_ACTIONS = 4
@@ -21,6 +23,8 @@ OFPAT_GROUP = 22
 OFPAT_SET_FIELD = 25
 
 _COMMANDS = {"add": "OFPFC_ADD", "modify": "OFPFC_MODIFY_STRICT", "delete": "OFPFC_DELETE_STRICT"}
+_GROUP_COMMANDS = {"add": "OFPGC_ADD", "modify": "OFPGC_MODIFY", "delete": "OFPGC_DELETE"}
+GROUP_TYPES = {"all": 0, "select": 1, "indirect": 2, "ff": 3}  # OpenFlow 1.3 wire numbers
 
 
 def _action(dp: Any, action: Action) -> Any:
@@ -141,3 +145,61 @@ def packet_out(dp: Any, port: int, data: bytes) -> Any:
         actions=[parser.OFPActionOutput(port, 0)],
         data=data,
     )
+
+
+# ----- groups ------------------------------------------------------------------------------
+
+
+def group_mod(dp: Any, spec: GroupSpec, command: str = "add") -> Any:
+    """The OFPGroupMod that adds, modifies or deletes ``spec`` (buckets with weights)."""
+    if command not in _GROUP_COMMANDS:
+        raise ValueError(f"command must be one of {sorted(_GROUP_COMMANDS)}, not {command!r}")
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    buckets = []
+    if command != "delete":
+        buckets = [
+            parser.OFPBucket(
+                weight=b.weight,
+                watch_port=ofp.OFPP_ANY,
+                watch_group=ofp.OFPG_ANY,
+                actions=[_action(dp, a) for a in b.actions],
+            )
+            for b in spec.buckets
+        ]
+    return parser.OFPGroupMod(
+        dp,
+        command=getattr(ofp, _GROUP_COMMANDS[command]),
+        type_=GROUP_TYPES[spec.type],
+        group_id=spec.group_id,
+        buckets=buckets,
+    )
+
+
+def spec_from_group_desc(desc: Any) -> GroupSpec:
+    """The GroupSpec of one OFPGroupDescStats entry (reconciliation compares them)."""
+    kinds = {v: k for k, v in GROUP_TYPES.items()}
+    return GroupSpec(
+        group_id=desc.group_id,
+        buckets=tuple(
+            Bucket(b.weight, tuple(_action_from(a) for a in b.actions)) for b in desc.buckets
+        ),
+        type=kinds.get(desc.type, f"type{desc.type}"),
+    )
+
+
+def group_desc_request(dp: Any) -> Any:
+    """Ask for every group of the switch, ours or not."""
+    return dp.ofproto_parser.OFPGroupDescStatsRequest(dp, 0)
+
+
+def group_stats_request(dp: Any, group_id: int | None = None) -> Any:
+    """Packet counters of one group (default: all) and of each of its buckets."""
+    ofp = dp.ofproto
+    return dp.ofproto_parser.OFPGroupStatsRequest(
+        dp, 0, ofp.OFPG_ALL if group_id is None else group_id
+    )
+
+
+def port_stats_request(dp: Any) -> Any:
+    """Counters of every port (frames and drops each way)."""
+    return dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY)

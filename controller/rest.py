@@ -3,7 +3,24 @@
 Every request that changes anything needs the token from the ``[typhoon]
 api_token`` config option in an ``X-Typhoon-Token`` header.  Errors are 4xx
 with ``{"error": "<one sentence>"}``; nothing is half-applied because each
-handler validates everything before it calls a service.
+handler validates everything before it calls a service (a reconfiguration is
+planned in full before its first step runs).
+
+    GET    /typhoon/apps                       applications
+    POST   /typhoon/apps                       submit {"topology": "<YAML text>"} (or YAML body)
+    GET    /typhoon/apps/NAME                  workers, hosts, ports, states, rates
+    DELETE /typhoon/apps/NAME                  kill
+    POST   /typhoon/apps/NAME/scale            {"node": N, "parallelism": P}
+    POST   /typhoon/apps/NAME/route            {"stream": ID, "policy": P, "fields": [..]}
+    POST   /typhoon/apps/NAME/swap             {"node": N, "operator": OP, "args": {..}}
+    POST   /typhoon/apps/NAME/insert           {"node": N, "operator": OP, "from": A, "to": B, ..}
+    POST   /typhoon/apps/NAME/remove           {"node": N}
+    GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
+    POST   /typhoon/apps/NAME/control          one control tuple to workers
+    GET    /typhoon/apps/NAME/metrics|acks     raw worker metrics, recent acks
+
+A reconfiguration answers 202 with its plan; 409 while another one of the
+same application runs.
 """
 
 from __future__ import annotations
@@ -15,10 +32,14 @@ from functools import wraps
 from typing import Any
 
 from controller.ryu_compat import ControllerBase, Response, route
+from typhoon.manager import ManagerError
+from typhoon.reconfig import ReconfigError, parse_request
+from typhoon.topology import TopologyError, load_topology_text
 from typhoon.wire import Control, ControlTuple
 
 API = "typhoon"
 PREFIX = "/typhoon"
+MAX_BODY = 1 << 20  # bytes; a topology file is far smaller
 
 
 class ApiError(Exception):
@@ -50,6 +71,8 @@ def handler(mutating: bool = False) -> Callable:
                 return json_response(status, body)
             except ApiError as e:
                 return json_response(e.status, {"error": e.message})
+            except ReconfigError as e:
+                return json_response(e.status, {"error": e.message})
             except Exception as e:  # never let a request crash the controller
                 self.core.logger.exception("REST %s %s failed", req.method, req.path)
                 return json_response(500, {"error": f"internal error: {type(e).__name__}"})
@@ -60,6 +83,8 @@ def handler(mutating: bool = False) -> Callable:
 
 
 def read_json(req) -> dict[str, Any]:
+    if req.content_length is not None and req.content_length > MAX_BODY:
+        raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
     try:
         body = json.loads(req.body or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
@@ -98,11 +123,56 @@ class TyphoonRest(ControllerBase):
             for name, a in self.core.view.apps.items()
         }
 
+    @route(API, PREFIX + "/apps", methods=["POST"])
+    @handler(mutating=True)
+    def api_submit(self, req, **_):
+        """Submit a topology: {"topology": "<YAML>"} or the YAML text itself as the body."""
+        if req.content_length is not None and req.content_length > MAX_BODY:
+            raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
+        ctype = (req.content_type or "").lower()
+        if "yaml" in ctype or ctype.startswith("text/"):
+            try:
+                text = req.body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ApiError(400, "topology text is not UTF-8") from None
+        else:
+            body = read_json(req)
+            unknown = sorted(str(k) for k in set(body) - {"topology"})
+            if unknown:
+                raise ApiError(400, f"unknown field(s): {', '.join(unknown)}")
+            text = body.get("topology")
+            if not isinstance(text, str) or not text.strip():
+                raise ApiError(400, "'topology' must be the topology file's YAML text")
+        try:
+            topology = load_topology_text(text, "topology", allow_imports=False)
+        except TopologyError as e:
+            raise ApiError(400, str(e)) from None
+        try:
+            physical = self.core.manager.submit(topology)
+        except ManagerError as e:
+            raise ApiError(409, str(e)) from None
+        return 201, {
+            "name": topology.name,
+            "app_id": physical.app_id,
+            "version": physical.version,
+            "workers": [w.to_dict() for w in physical.workers],
+        }
+
+    @route(API, PREFIX + "/apps/{name}", methods=["DELETE"])
+    @handler(mutating=True)
+    def api_kill(self, req, name, **_):
+        try:
+            self.core.manager.kill(name)
+        except ManagerError as e:
+            raise ApiError(404, str(e)) from None
+        return 200, {"killed": name}
+
     @route(API, PREFIX + "/apps/{name}", methods=["GET"])
     @handler()
     def app_status(self, req, name, **_):
         app = self.app_view(name)
         metrics = self.core.coordinator.get_metrics(name)
+        rates = self.core.rates.get(name, {})
         workers = []
         for w in app.physical.workers:
             s = app.statuses.get(w.worker_id)
@@ -115,19 +185,81 @@ class TyphoonRest(ControllerBase):
                     "host": w.host,
                     "port": w.port,
                     "state": s.state if s else "unknown",
+                    "role": w.state,
                     "in": m.get("in", {}),
                     "out": m.get("out", {}),
                     "queue": m.get("queue"),
+                    "rate": rates.get(w.worker_id, {}),
                 }
             )
+        reconfig = self.core.reconfigs.get(name)
         return 200, {
             "name": name,
             "app_id": app.physical.app_id,
             "version": app.physical.version,
             "state": app.state,
+            "nodes": {
+                n.name: {"operator": n.operator, "args": n.args, "parallelism": n.parallelism}
+                for n in app.topology.nodes.values()
+            },
+            "streams": [
+                {
+                    "id": s.id,
+                    "from": s.src,
+                    "to": s.dst,
+                    "policy": s.grouping.type,
+                    "fields": list(s.grouping.fields),
+                }
+                for s in app.topology.streams
+            ],
             "workers": workers,
+            "reconfig": reconfig.to_dict() if reconfig else None,
             "problem": self.core.view.problems.get(name),
         }
+
+    # ----- reconfiguration -----------------------------------------------------------------
+
+    def _reconfigure(self, req, name: str, kind: str):
+        body = read_json(req)
+        request = parse_request(kind, body)
+        record = self.core.reconfigure(name, request)
+        return 202, record.to_dict()
+
+    @route(API, PREFIX + "/apps/{name}/scale", methods=["POST"])
+    @handler(mutating=True)
+    def api_scale(self, req, name, **_):
+        return self._reconfigure(req, name, "scale")
+
+    @route(API, PREFIX + "/apps/{name}/route", methods=["POST"])
+    @handler(mutating=True)
+    def api_route(self, req, name, **_):
+        return self._reconfigure(req, name, "route")
+
+    @route(API, PREFIX + "/apps/{name}/swap", methods=["POST"])
+    @handler(mutating=True)
+    def api_swap(self, req, name, **_):
+        return self._reconfigure(req, name, "swap")
+
+    @route(API, PREFIX + "/apps/{name}/insert", methods=["POST"])
+    @handler(mutating=True)
+    def api_insert(self, req, name, **_):
+        return self._reconfigure(req, name, "insert")
+
+    @route(API, PREFIX + "/apps/{name}/remove", methods=["POST"])
+    @handler(mutating=True)
+    def api_remove(self, req, name, **_):
+        return self._reconfigure(req, name, "remove")
+
+    @route(API, PREFIX + "/apps/{name}/reconfig", methods=["GET"])
+    @handler()
+    def reconfig_status(self, req, name, **_):
+        """The running or last reconfiguration of ``name``, step by step."""
+        record = self.core.reconfigs.get(name)
+        if record is None:
+            if self.core.coordinator.get_topology(name) is None:
+                raise ApiError(404, f"no application named '{name}'")
+            raise ApiError(404, f"'{name}' has not been reconfigured by this controller")
+        return 200, record.to_dict()
 
     @route(API, PREFIX + "/apps/{name}/metrics", methods=["GET"])
     @handler()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +84,31 @@ class EmulatedCluster:
         o = self.options
         cluster = o.plan.cluster()
         self.coordinator.put_cluster(cluster)
+        self._launch_controller()
+        self.network.start()
+        for bridge in self.network.bridges():
+            # reconnect within a second of a controller restart (OVS backs off up to 8 s)
+            for uuid in self._controllers(bridge):
+                subprocess.run(
+                    ["ovs-vsctl", "set", "Controller", uuid, "max_backoff=1000"],
+                    capture_output=True,
+                    timeout=10,
+                )
+        self._wait_connected()
+        for host in cluster.host_names():
+            self.agents.append(start_agent(self.workdir, self.coordinator_url, host))
+        self.write_client_config()
+
+    def write_client_config(self) -> Path:
+        """``WORKDIR/client.ini``: this cluster's controller for the REST verbs, e.g.
+        ``typhoon debug attach NAME WORKER --config WORKDIR/client.ini`` (typhoon.client)."""
+        path = self.workdir / "client.ini"
+        path.write_text(f"[typhoon]\ncontroller = {self.rest_url}\ntoken = {self.token}\n")
+        path.chmod(0o600)  # the token allows changes
+        return path
+
+    def _launch_controller(self) -> None:
+        o = self.options
         self.controller = start_controller(
             self.workdir,
             self.coordinator_url,
@@ -97,27 +123,45 @@ class EmulatedCluster:
             "the controller to listen",
             self.children(),
         )
-        self.network.start()
+
+    def _wait_connected(self) -> None:
         wait_until(
             lambda: all(self._connected(b) for b in self.network.bridges()),
-            o.start_timeout,
+            self.options.start_timeout,
             "every bridge to connect to the controller",
             self.children(),
         )
-        for host in cluster.host_names():
-            self.agents.append(start_agent(self.workdir, self.coordinator_url, host))
+
+    def stop_controller(self, sig: int = signal.SIGKILL) -> None:
+        """Take the controller away (SIGKILL: no goodbye); the bridges keep their rules."""
+        if self.controller is not None:
+            self.controller.stop(timeout=5, sig=sig)
+            self.controller = None
+
+    def start_controller(self) -> None:
+        """Start the controller again on the same ports; returns once every bridge is back."""
+        if self.controller is not None:
+            raise RuntimeError("the controller is already running")
+        self._launch_controller()
+        self._wait_connected()
+
+    def restart_controller(self, down_s: float = 0.0) -> None:
+        self.stop_controller()
+        time.sleep(down_s)
+        self.start_controller()
 
     @staticmethod
-    def _connected(bridge: str) -> bool:
+    def _controllers(bridge: str) -> list[str]:
+        out = _vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
+        return [u for u in out if u]
+
+    @classmethod
+    def _connected(cls, bridge: str) -> bool:
         """Does OVS say the bridge's controller connection is up?"""
-
-        def vsctl(*args: str) -> str:
-            return subprocess.run(
-                ["ovs-vsctl", *args], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-
-        uuids = vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
-        return any(vsctl("get", "Controller", u, "is_connected") == "true" for u in uuids if u)
+        return any(
+            _vsctl("get", "Controller", u, "is_connected") == "true"
+            for u in cls._controllers(bridge)
+        )
 
     def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
         """Call the controller's REST API (with the token); returns (status, JSON body)."""
@@ -209,6 +253,12 @@ class EmulatedCluster:
             self._tmp.cleanup()
 
 
+def _vsctl(*args: str) -> str:
+    return subprocess.run(
+        ["ovs-vsctl", *args], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
@@ -251,6 +301,8 @@ def run_sdn(topology: Topology, options: SdnRunOptions, out: TextIO = sys.stderr
 
     try:
         cluster.start()
+        if options.live:
+            print(f"controller REST: --config {cluster.workdir / 'client.ini'}", file=out)
         report = cluster.run(topology, tick)
         report["rates"] = live.history
         return report

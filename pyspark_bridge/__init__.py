@@ -1,4 +1,4 @@
-"""Spark engine for ``engine: spark`` nodes (DESIGN §7); the engine module ``typhoon.engines`` names.
+"""Spark engine for ``engine: spark`` nodes (DESIGN §7), named in ``typhoon.engines``.
 
 A spark node names a PySpark function ``DataFrame -> DataFrame``
 (``operator: module:function``).  Its workers (``node.SparkBolt``) append
@@ -114,6 +114,13 @@ def plan(
         doc = {"app": topology.name, "host": host, "conf": json.loads(conf_text), "nodes": nodes}
         path.write_text(json.dumps(doc, indent=1))
         argv = [sys.executable, "-m", "pyspark_bridge.driver", str(path)]
-        services.append(EngineService(name, host, argv, [n["node"] for n in nodes],
-                                      ready_file=str(path.with_suffix(".ready"))))
+        services.append(
+            EngineService(
+                name,
+                host,
+                argv,
+                [n["node"] for n in nodes],
+                ready_file=str(path.with_suffix(".ready")),
+            )
+        )
     return topology, services

@@ -134,7 +134,8 @@ class Batches:
     The Python stream writer takes append and complete mode only.  Collecting
     in the driver suits the small outputs of aggregations; rows are spread over
     the node's workers by their first column, so each key's updates leave
-    through one worker, in batch order.  A replayed batch is dropped.
+    through one worker, in batch order.  A replayed batch is computed (state)
+    but its rows are dropped.
     """
 
     def __init__(self, node_dir: str, parallelism: int) -> None:
@@ -142,7 +143,9 @@ class Batches:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if manifest_path(self.outdir, batch_id).exists():
-            publish(self.outdir, batch_id, [], self.parallelism)  # records the replay
+            # a replay: run it all the same (its state-store updates are part of the batch)
+            df.write.format("noop").mode("overwrite").save()
+            publish(self.outdir, batch_id, [], self.parallelism)  # drops it, records the replay
             return
         table = df.toArrow()
         rows = list(zip(*(c.to_pylist() for c in table.columns), strict=True))
@@ -264,8 +267,8 @@ def build_session(plan: dict[str, Any]) -> Any:
 
     conf = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
-        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
         **plan["conf"],
     }
     builder = SparkSession.builder.appName(f"typhoon-{plan['app']}-{plan['host']}")

@@ -48,6 +48,7 @@ from typhoon.coordinator import (
     WorkerStatus,
     open_coordinator,
 )
+from typhoon.debug.supervisor import DebugWorkers
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
@@ -204,6 +205,11 @@ class Agent:
         self.interval = interval
         self.resync = resync
         self.workers: dict[tuple[str, int], _Worker] = {}
+        # the live debugger's workers (debug/HOST/* keys): separate from the topologies'
+        self.debug = DebugWorkers(
+            coordinator, host, self.workdir / "debug", tap_timeout=tap_timeout,
+            stop_timeout=stop_timeout,
+        )  # fmt: skip
         self.bridge: Bridge | None = None
         self.port_range = (1, MAX_OFPORT)
         self.stopping = False
@@ -246,6 +252,7 @@ class Agent:
                 self.reconcile()
             self._version = version
             self.supervise()
+            self.debug.supervise()
             if self._publish_now or time.time() - self._published >= self.heartbeat:
                 self.publish()
             return True
@@ -310,7 +317,12 @@ class Agent:
             want = desired.get(key)
             if wk.app in unreadable:
                 continue
-            if want is None or want[1].app_id != wk.app_id or want[2] != wk.assignment:
+            # a worker that turns draining keeps running: only its place matters here
+            if (
+                want is None
+                or want[1].app_id != wk.app_id
+                or want[2].placement() != wk.assignment.placement()
+            ):
                 self.begin_stop(wk, remove=True, why="no longer assigned to this host")
         statuses: dict[str, dict[int, WorkerStatus] | None] = {}
         for key, (topology, physical, w) in desired.items():
@@ -329,6 +341,7 @@ class Agent:
                 log.warning("not launching %s worker %d: no bridge for %s", *key, self.host)
                 continue
             self.launch(topology, physical, w)
+        self.debug.reconcile(self.bridge)
 
     # ----- worker life ---------------------------------------------------------------------
 
@@ -482,7 +495,7 @@ class Agent:
         apps: dict[str, list[int]] = {}
         for app, wid in sorted(self.workers):
             apps.setdefault(app, []).append(wid)
-        used = sorted(wk.assignment.port for wk in self.workers.values())
+        used = sorted([wk.assignment.port for wk in self.workers.values()] + self.debug.ports())
         state = AgentState(self.host, os.getpid(), time.time(), self.port_range, used, apps)
         self.c.put_agent(state)
         self._published, self._publish_now = state.heartbeat, False
@@ -547,6 +560,7 @@ class Agent:
             time.sleep(self.interval)
         for wk in self.workers.values():
             log.error("%s worker %d (pid %d) did not exit", *wk.key, wk.pid)
+        self.debug.shutdown()
         try:
             self.c.delete_agent(self.host)
         except CoordinatorError as e:
@@ -555,7 +569,7 @@ class Agent:
 
 
 def _relevant(key: str) -> bool:
-    return key == "cluster" or key.startswith(("physical/", "topology/"))
+    return key == "cluster" or key.startswith(("physical/", "topology/", "debug/"))
 
 
 def main(argv: list[str] | None = None) -> int:

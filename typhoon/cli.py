@@ -1,4 +1,8 @@
-"""``typhoon`` command line: validate and run topology files.
+"""``typhoon`` command line: validate and run topology files; drive a running controller.
+
+``typhoon submit|list|status|scale|route|swap|insert|remove|reconfig|kill``
+talk to the controller's REST API (see ``typhoon.ctl`` for the verbs and
+``typhoon.client`` for where the controller URL and token come from).
 
 Exit codes: 0 success, 1 the run failed (a worker crashed, tuples were
 lost where none may be), 2 bad input (topology file, arguments).
@@ -15,6 +19,9 @@ from typing import Any
 
 import yaml
 
+from benchmarks import cli as bench_cli
+from typhoon import ctl
+from typhoon.debug import cli as debug_cli
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
@@ -113,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = {k: v for k, v in report["results"].items()}
     print(json.dumps({"ok": report["ok"], "elapsed_s": report["elapsed_s"]}))
     for node, result in summary.items():
-        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples")}
+        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
         if "counts" in result:
             brief["keys"] = len(result["counts"])
             brief["total"] = sum(result["counts"].values())
@@ -157,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--workdir", help="sdn: keep logs, coordinator and reports here")
     r.set_defaults(func=cmd_run)
+    ctl.add_parsers(sub)  # typhoon submit|list|status|scale|route|swap|...|kill (REST)
+
+    debug_cli.add_parser(sub)  # typhoon debug attach|detach|list|tuples (live debugger)
+    bench_cli.add_parser(sub)  # typhoon bench: the paper's experiments (benchmarks/)
     return p
 
 

@@ -4,8 +4,10 @@
 the coordinator and writes both; agents and the controller react to the
 physical topology.  ``kill`` deletes the physical topology first, so agents
 stop the workers and the controller removes the flows, then everything else.
-``update_physical`` is the hook of the dynamic topology manager
-(reconfiguration): it writes a new version of a running application's workers.
+``plan`` is the dynamic topology manager's entry (reconfiguration): it turns
+a request into the steps of a stable update (``typhoon.reconfig``), which the
+controller runs; ``update_physical`` writes each new version of a running
+application's workers.
 
 Ports: the scheduler takes one first port for every host.  The manager starts
 at the largest ``first_worker_port`` of the hosts (ports below a host's value
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from typhoon.cluster import Cluster
 from typhoon.coordinator import Coordinator, WorkerStatus
+from typhoon.reconfig import Plan, ReconfigError, Request, plan
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 
@@ -144,7 +147,44 @@ class Manager:
                     "application"
                 )
         self.coordinator.put_physical(new)
+        state = self.coordinator.get_app_state(name)
+        top = max((w.worker_id for w in new.workers), default=0)
+        if top > int(state.get("max_worker_id", 0)):  # IDs are never reused (see plan)
+            self.coordinator.put_app_state(name, {**state, "max_worker_id": top})
         return new
+
+    def plan(self, name: str, request: Request, allow_imports: bool = False) -> Plan:
+        """The stable-update plan of ``request`` for the running application ``name``.
+
+        Pure planning (``typhoon.reconfig``) on what the coordinator holds now;
+        nothing is written.  ReconfigError says why a request cannot be done.
+        """
+        c = self.coordinator
+        topology, physical = c.get_topology(name), c.get_physical(name)
+        if topology is None or physical is None:
+            raise ReconfigError(f"no running application named '{name}'", 404)
+        if not c.get_app_state(name).get("active"):
+            raise ReconfigError(f"'{name}' is not active yet; try again once it runs", 409)
+        statuses = c.worker_statuses(name)
+        exited = {w for w, s in statuses.items() if s.state == "exited"}
+        state = c.get_app_state(name)
+        used = max([*statuses, int(state.get("max_worker_id", 0))], default=0)
+        try:
+            cluster = self._cluster()
+        except ManagerError as e:
+            raise ReconfigError(str(e), 409) from None
+        first_port = max(h.first_worker_port for h in cluster.hosts.values())
+        return plan(
+            request,
+            topology,
+            physical,
+            cluster.host_names(),
+            first_port,
+            avoid=self._ports_in_use(exclude=name),
+            exited=exited,
+            allow_imports=allow_imports,
+            min_id=used + 1,
+        )
 
     # ----- placement -----------------------------------------------------------------------
 

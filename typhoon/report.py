@@ -10,8 +10,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-from typhoon.operators import resolve_operator
-from typhoon.topology.model import Topology
+from typhoon.operators import OperatorError, resolve_operator
+from typhoon.operators.sinks import SequenceCheck
+from typhoon.operators.sources import SequenceSource
+from typhoon.topology.model import Node, Topology
+
+
+def _is(node: Node, base: type) -> bool:
+    """Is the node's operator ``base`` or a subclass of it?  By class, not by name, so
+    that an operator extending ``sequence_check`` (a benchmark sink that also times
+    arrivals) gets the same loss and duplicate accounting."""
+    if node.engine != "python":
+        return False
+    try:
+        return issubclass(resolve_operator(node.operator, node.engine), base)
+    except OperatorError:
+        return False
 
 
 def read_worker_reports(report_dir: Path) -> list[dict[str, Any]]:
@@ -31,7 +45,7 @@ def _sequence_sources(topology: Topology, node: str) -> tuple[list[str] | None, 
     for s in topology.inputs_of(node):
         broadcast = broadcast and s.grouping.type == "all"
         src = topology.nodes[s.src]
-        if src.operator == "sequence_source":
+        if _is(src, SequenceSource):
             sources.append(src.name)
         elif src.operator == "identity":
             upstream = _sequence_sources(topology, src.name)[0]
@@ -93,7 +107,7 @@ def build_report(
         by_node.setdefault(r["node"], []).append(r)
     emitted: dict[str, dict[str, int]] = {}
     for name, node in topology.nodes.items():
-        if node.operator == "sequence_source":
+        if _is(node, SequenceSource):
             emitted[name] = {
                 str(w["result"]["src"]): w["result"]["emitted"]
                 for w in by_node[name]
@@ -111,6 +125,7 @@ def build_report(
                 "port": r["port"],
                 "finished": r["finished"],
                 "error": r["error"],
+                "cpu_s": r.get("cpu_s"),
                 "in": m["in"],
                 "out": m["out"],
                 "drops": m["drops"],
@@ -129,7 +144,7 @@ def build_report(
             "tuples_in": sum(sum(w["metrics"]["in"].values()) for w in ws),
             "tuples_out": sum(sum(w["metrics"]["out"].values()) for w in ws),
         }
-        if node.operator == "sequence_check":
+        if _is(node, SequenceCheck):
             results[name] = _sequence_check(topology, name, ws, emitted)
             continue
         rs = [w["result"] for w in ws if w.get("result") is not None]

@@ -99,9 +99,8 @@ class TcpCluster:
         self.sel = selectors.DefaultSelector()
         self.metrics: dict[int, dict[str, Any]] = {}
         self.acks: list[dict[str, Any]] = []
-        self.spark_progress: list[
-            dict[str, Any]
-        ] = []  # what the controller gets as EventSparkMetrics
+        # Spark progress events from METRIC_RESP (what the controller raises as EventSparkMetrics)
+        self.spark_progress: list[dict[str, Any]] = []
         self.request_ids = itertools.count(1)
         self.started_at = 0.0
         self.live = LiveRates(list(topology.nodes))
@@ -270,10 +269,13 @@ class TcpCluster:
                 if "ack" in metrics:
                     self.acks.append({"worker": ct.body["worker"], **metrics})
                 else:
-                    spark = metrics.get("spark")
-                    if isinstance(spark, dict) and isinstance(spark.get("events"), str):
-                        self.spark_progress.extend(json.loads(spark["events"]))
+                    self._spark_events(metrics)
                     self.metrics[ct.body["worker"]] = metrics
+
+    def _spark_events(self, metrics: dict[str, Any]) -> None:
+        spark = metrics.get("spark")
+        if isinstance(spark, dict) and isinstance(spark.get("events"), str):
+            self.spark_progress.extend(json.loads(spark["events"]))
 
     # ----- run -----------------------------------------------------------------------------
 
@@ -332,9 +334,12 @@ class TcpCluster:
 
     def report(self, clean: bool) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started_at
+        workers = read_worker_reports(self.report_dir)
+        for w in workers:  # events a worker had not forwarded yet when it stopped
+            self._spark_events(w["metrics"])
         return build_report(
             self.topology,
-            read_worker_reports(self.report_dir),
+            workers,
             transport="tcp",
             hosts=self.options.hosts,
             elapsed_s=round(elapsed, 3),

@@ -23,7 +23,7 @@ Frame (all integers big endian)::
     12      2     EtherType, 0x88B5 by default (configurable)
     14      1     version (1)
     15      1     kind: 0 data, 1 control, 2 credit
-    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, other bits 0
+    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, other bits 0
     17      1     reserved, 0
     18      2     stream id
     20      4     sequence number, +1 per frame on a link, wraps at 2**32
@@ -37,6 +37,11 @@ Each entry of a data frame is one msgpack-encoded tuple, of a control frame one
 encoded control tuple ``[type, body]``, of a credit frame a u32 credit grant.  A
 payload too large for one frame is cut into SEG frames with consecutive sequence
 numbers: SEG_FIRST on the first, SEG_LAST on the last, SEG alone in between.
+LB marks a data frame that was sent to a load-balancer address (``sdn``
+grouping): the switch rewrote its destination to the worker it chose, so only
+this bit tells the receiver to return its credit to the sender's load-balancer
+window rather than to the link's (``typhoon.runtime.lb_credits``); its sequence
+number counts the sender's frames to the whole group, so a receiver sees gaps.
 Nothing may follow the last entry except zero padding of a minimum-size (60 byte)
 Ethernet frame, which NICs add on their own.  The frame length never exceeds
 ``14 + mtu``.
@@ -67,7 +72,9 @@ LB_SLOTS = 256
 SEG = 0x01
 SEG_FIRST = 0x02
 SEG_LAST = 0x04
-_FLAG_MASK = SEG | SEG_FIRST | SEG_LAST
+LB = 0x08
+_SEG_MASK = SEG | SEG_FIRST | SEG_LAST
+_FLAG_MASK = _SEG_MASK | LB
 
 _U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFFFFFF
@@ -271,7 +278,7 @@ def _check_flags(flags: int, count: int) -> str | None:
     if flags & SEG:
         if count != 1:
             return f"segment frame must have count 1, got {count}"
-    elif flags:
+    elif flags & _SEG_MASK:
         return "SEG_FIRST/SEG_LAST without SEG"
     return None
 
@@ -373,13 +380,17 @@ def pack_frames(
     payloads: list[bytes],
     mtu: int = DEFAULT_MTU,
     ethertype: int = ETHERTYPE,
+    flags: int = 0,
 ) -> list[bytes]:
     """Batch payloads into as few frames as fit in ``mtu``, segmenting oversize ones.
 
     Payload order is kept.  Frame ``i`` gets sequence number ``first_seq + i`` modulo
     2**32 (``first_seq`` itself may be any int, so callers can just keep adding).
+    ``flags`` may only be :data:`LB` (segment flags are set here).
     """
     _check_addr_args(dst, src, ethertype)
+    if flags & ~LB:
+        raise ValueError(f"pack_frames sets segment flags itself, got flags {flags:#04x}")
     kind = Kind(kind)
     _check_int("stream", stream, 0, _U16_MAX)
     _check_int("mtu", mtu, MIN_MTU, _U32_MAX)
@@ -399,20 +410,22 @@ def pack_frames(
         n = len(p)
         if len(parts) > 1 and (n > max_single or used + n + 2 > cap or len(parts) == max_parts):
             parts[0] = pack_hdr(
-                dst, src, ethertype, VERSION, kind, 0, 0, stream, seq, len(parts) >> 1
+                dst, src, ethertype, VERSION, kind, flags, 0, stream, seq, len(parts) >> 1
             )
             frames.append(join(parts))
             seq = (seq + 1) & _U32_MAX
             parts = [b""]
             used = 0
         if n > max_single:
-            seq = _segment(frames, p, cap, dst, src, ethertype, kind, stream, seq)
+            seq = _segment(frames, p, cap, dst, src, ethertype, kind, stream, seq, flags)
             continue
         parts.append(pack_len(n))
         parts.append(p)
         used += n + 2
     if len(parts) > 1:
-        parts[0] = pack_hdr(dst, src, ethertype, VERSION, kind, 0, 0, stream, seq, len(parts) >> 1)
+        parts[0] = pack_hdr(
+            dst, src, ethertype, VERSION, kind, flags, 0, stream, seq, len(parts) >> 1
+        )
         frames.append(join(parts))
     return frames
 
@@ -427,6 +440,7 @@ def _segment(
     kind: Kind,
     stream: int,
     seq: int,
+    extra_flags: int = 0,
 ) -> int:
     """Append the SEG frames of one oversize payload; return the next sequence number."""
     total = len(payload)
@@ -436,7 +450,7 @@ def _segment(
     first = min(cap - 6, _U16_MAX)  # after u32 total + u16 length
     rest = min(cap - 2, _U16_MAX)
     off = 0
-    flags = SEG | SEG_FIRST
+    flags = SEG | SEG_FIRST | extra_flags
     while off < total:
         size = first if off == 0 else rest
         end = min(off + size, total)
@@ -448,7 +462,7 @@ def _segment(
         frames.append(b"".join((hdr, _U16.pack(end - off), view[off:end])))
         seq = (seq + 1) & _U32_MAX
         off = end
-        flags = SEG
+        flags = SEG | extra_flags
     return seq
 
 
@@ -536,6 +550,7 @@ class Control(IntEnum):
     DEACTIVATE = 7
     BATCH_SIZE = 8
     DRAIN = 9
+    UPSTREAM = 10  # the workers that send to this one changed (runtime reconfiguration)
 
 
 POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
@@ -551,6 +566,7 @@ class ControlTuple:
 
 _Check = Callable[[Any], Any]
 _REQUIRED = object()
+_OMITTED = object()  # optional key that stays absent when not given (no default filled in)
 _MAX_U64 = 2**64 - 1
 
 
@@ -565,6 +581,12 @@ def _int(lo: int, hi: int) -> _Check:
         return int(v)
 
     return check
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return v
 
 
 def _nonneg_float(v: Any) -> float:
@@ -630,6 +652,12 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "version": (_u64, _REQUIRED),
         "local": (_list_of(_worker_id), []),
         "lb_node": (_int(0, 0xFF), 0),
+        # receivers this sender will never send to again: end of stream goes to each of
+        # them right after the route is installed (stable removal, DESIGN §5)
+        "release": (_list_of(_worker_id), _OMITTED),
+        # sdn policy: true = frames go to the node's load-balancer address and the switch
+        # picks the worker; absent = keep the stream's current mode (the LB app sets it)
+        "balanced": (_bool, _OMITTED),
     },
     Control.SIGNAL: {"version": (_u64, _REQUIRED)},
     Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED)},
@@ -646,6 +674,12 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "max_delay_ms": (_nonneg_float, _REQUIRED),
     },
     Control.DRAIN: {"version": (_u64, _REQUIRED)},
+    # senders that start (add) or stopped without end of stream (remove) sending to a worker
+    Control.UPSTREAM: {
+        "add": (_list_of(_worker_id), []),
+        "remove": (_list_of(_worker_id), []),
+        "version": (_u64, _REQUIRED),
+    },
 }
 
 
@@ -666,7 +700,7 @@ def _normalize(ctype: Control, body: Any) -> dict:
                 raise ValueError(f"{ctype.name}.{key}: {e}") from None
         elif default is _REQUIRED:
             raise ValueError(f"{ctype.name}: missing key {key!r}")
-        else:
+        elif default is not _OMITTED:
             out[key] = type(default)(default)  # fresh copy of a mutable default
     return out
 

@@ -32,8 +32,11 @@ def spark() -> Iterator[Any]:
     from pyspark_bridge.driver import build_session
 
     session = build_session(
-        {"app": "tests", "host": "local",
-         "conf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}}
+        {
+            "app": "tests",
+            "host": "local",
+            "conf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"},
+        }
     )
     yield session
     for q in session.streams.active:

@@ -46,9 +46,7 @@ def write_views(node_dir: Path, workers: list[int], part: slice) -> dict[int, Of
     logs = {w: OffsetLog(worker_dir(node_dir, w)) for w in workers}
     views = [e for e in generate_ad_events(COUNT, SEED) if e["event_type"] == "view"][part]
     for i, e in enumerate(views):
-        logs[workers[i % len(workers)]].append(
-            msgpack.packb([e["ad_id"], e["event_time"], 1.5])
-        )
+        logs[workers[i % len(workers)]].append(msgpack.packb([e["ad_id"], e["event_time"], 1.5]))
     for log in logs.values():
         log.close()
     return logs
@@ -56,9 +54,16 @@ def write_views(node_dir: Path, workers: list[int], part: slice) -> dict[int, Of
 
 def spec(node_dir: Path, function: str, fields: list[str], mode: str, schema: str) -> dict:
     return {
-        "node": node_dir.name, "function": function, "params": {}, "dir": str(node_dir),
-        "schema": schema, "fields": fields, "output_mode": mode, "trigger_ms": 100,
-        "workers": [1, 2], "sql_conf": {},
+        "node": node_dir.name,
+        "function": function,
+        "params": {},
+        "dir": str(node_dir),
+        "schema": schema,
+        "fields": fields,
+        "output_mode": mode,
+        "trigger_ms": 100,
+        "workers": [1, 2],
+        "sql_conf": {},
     }
 
 
@@ -85,9 +90,13 @@ def finish(nq: NodeQuery, node_dir: Path) -> None:
 
 def test_windowed_counts_exact_once_with_replay(spark: Any, tmp_path: Path) -> None:
     node_dir = tmp_path / "campaign_counts"
-    s = spec(node_dir, "pyspark_bridge.examples:campaign_window_counts",
-             ["campaign_id", "window_start", "window_end", "count", "ts"], "update",
-             "ad_id string, event_time bigint, ts double")
+    s = spec(
+        node_dir,
+        "pyspark_bridge.examples:campaign_window_counts",
+        ["campaign_id", "window_start", "window_end", "count", "ts"],
+        "update",
+        "ad_id string, event_time bigint, ts double",
+    )
     s["params"] = {"campaigns": CAMPAIGNS}
     spark.streams.addListener(make_listener({node_dir.name: node_dir}))
     write_views(node_dir, [1, 2], slice(0, 1500))
@@ -107,11 +116,19 @@ def test_windowed_counts_exact_once_with_replay(spark: Any, tmp_path: Path) -> N
     assert len({(c, w, n) for c, w, _, n, _ in rows}) == len(rows)  # no update sent twice
     # Spark committed the first batch's offsets: the source recorded it for trimming
     assert read_json(worker_dir(node_dir, 1) / "commit")["pos"] > 0
-    progress = [json.loads(line) for line in
-                (node_dir / "metrics" / "progress.jsonl").read_text().splitlines()]
+    progress = [
+        json.loads(line)
+        for line in (node_dir / "metrics" / "progress.jsonl").read_text().splitlines()
+    ]
     assert progress and progress[0]["node"] == node_dir.name
-    assert {"input_rows_per_s", "processed_rows_per_s", "batch_ms", "state", "watermark",
-            "sources"} <= set(progress[-1])
+    assert {
+        "input_rows_per_s",
+        "processed_rows_per_s",
+        "batch_ms",
+        "state",
+        "watermark",
+        "sources",
+    } <= set(progress[-1])
     assert sum(p["input_rows"] for p in progress) == sum(final.values())
 
     # a new query replays the batch whose commit Spark did not log; the outbox drops it
@@ -125,8 +142,13 @@ def test_windowed_counts_exact_once_with_replay(spark: Any, tmp_path: Path) -> N
 
 def test_append_mode_through_the_stream_writer(spark: Any, tmp_path: Path) -> None:
     node_dir = tmp_path / "upper"
-    s = spec(node_dir, "test_spark_bridge:upper_ids", ["ad", "t"], "append",
-             "ad_id string, event_time bigint, ts double")
+    s = spec(
+        node_dir,
+        "test_spark_bridge:upper_ids",
+        ["ad", "t"],
+        "append",
+        "ad_id string, event_time bigint, ts double",
+    )
     write_views(node_dir, [1, 2], slice(0, 400))
     nq = NodeQuery(s)
     nq.start(spark)

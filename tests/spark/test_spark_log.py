@@ -49,7 +49,10 @@ def test_log_ranges_roll_trim_and_reopen(tmp_path: Path) -> None:
     assert log.trim() > 0
     assert segments(tmp_path / "w1")[0] <= offsets[3]["pos"]
     assert records(read_range(tmp_path / "w1", offsets[3]["pos"], offsets[5]["pos"]))[0] == [
-        3, 0, "xxxxx"]
+        3,
+        0,
+        "xxxxx",
+    ]
     with pytest.raises(FileNotFoundError):
         read_range(tmp_path / "w1", 0, offsets[5]["pos"])
     # a torn tail (written after the last head) is dropped when the worker reopens its log

@@ -5,15 +5,24 @@ Tests ask "where does this frame end up?" instead of reading flow text: a
 an ambiguous tie is an error, as OpenFlow leaves it undefined), and a
 `FakeFabric` follows outputs across the cluster's links until every copy is
 delivered to a worker port, to the controller, or dropped.
+
+Select groups (GroupSpecs) are applied as OVS does without a selection method:
+a hash of the frame picks one of 16..64 table entries that the buckets share by
+weight (Webster's method, as ``group_setup_dp_hash_table`` in OVS).  The hash
+is crc32 of the addresses, not OVS's, so a test can check that the split
+follows the weights but not which slot lands where.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from controller.flows import OFPP_CONTROLLER, RuleSpec
+from controller.groups import HASH_ENTRIES, Bucket, GroupSpec
 from typhoon.cluster import Cluster, FabricLink, HostInfo
 from typhoon.wire import ETHERTYPE
 
@@ -43,13 +52,34 @@ def _matches(rule: RuleSpec, pkt: Packet) -> bool:
     return True
 
 
-class FakeTable:
-    """One bridge's table 0."""
+def hash_table(group: GroupSpec) -> list[Bucket]:
+    """The bucket of each dp_hash table entry, built the way OVS 3.1 builds it."""
+    weights = [b.weight for b in group.buckets]
+    total = sum(weights)
+    assert total > 0, f"group {group.group_id:#x} has no live bucket"
+    smallest = min(w for w in weights if w > 0)
+    n_hash = max(16, 1 << math.ceil(math.log2(math.ceil(total / smallest))))
+    assert n_hash <= HASH_ENTRIES, f"OVS would not use dp_hash for weights {weights}"
+    divisor = [1] * len(weights)
+    value = [float(w) for w in weights]
+    table = []
+    for _ in range(n_hash):
+        i = max(range(len(weights)), key=lambda k: (value[k], -k))
+        divisor[i] += 2
+        value[i] = weights[i] / divisor[i]
+        table.append(group.buckets[i])
+    return table
 
-    def __init__(self, rules: Iterable[RuleSpec]) -> None:
+
+class FakeTable:
+    """One bridge's table 0 and its groups."""
+
+    def __init__(self, rules: Iterable[RuleSpec], groups: Iterable[GroupSpec] = ()) -> None:
         self.rules = sorted(rules, key=lambda r: -r.priority)
         keys = [r.key for r in self.rules]
         assert len(keys) == len(set(keys)), "two rules with one (table, priority, match)"
+        self.groups = {g.group_id: g for g in groups}
+        self.bucket_hits: Counter = Counter()  # (group id, bucket index) -> frames
 
     def lookup(self, pkt: Packet) -> RuleSpec | None:
         """The rule that handles `pkt`, None on a table miss (secure mode: drop)."""
@@ -63,15 +93,30 @@ class FakeTable:
     def apply(self, pkt: Packet) -> list[tuple[int, Packet]]:
         """(out port, packet as sent) for every output; [] means dropped."""
         rule = self.lookup(pkt)
+        return self._actions(rule.actions if rule else (), pkt)
+
+    def _actions(self, actions, pkt: Packet) -> list[tuple[int, Packet]]:
         out = []
-        for name, arg in rule.actions if rule else ():
+        for name, arg in actions:
             if name == "output":
                 out.append((arg, pkt))
             elif name == "set_eth_dst":
                 pkt = replace(pkt, eth_dst=arg)
+            elif name == "group":
+                assert arg in self.groups, f"rule points at missing group {arg:#x}"
+                bucket = self.select(self.groups[arg], pkt)
+                out.extend(self._actions(bucket.actions, pkt))
             else:
                 raise NotImplementedError(f"fake table cannot apply {name!r}")
         return out
+
+    def select(self, group: GroupSpec, pkt: Packet) -> Bucket:
+        """The bucket a select group gives this packet (counted in ``bucket_hits``)."""
+        table = hash_table(group)
+        key = f"{pkt.eth_src}>{pkt.eth_dst}".encode()
+        bucket = table[zlib.crc32(key) % len(table)]
+        self.bucket_hits[(group.group_id, group.buckets.index(bucket))] += 1
+        return bucket
 
 
 @dataclass
@@ -90,8 +135,14 @@ class Trace:
 class FakeFabric:
     """Every bridge of a cluster, wired by its fabric links."""
 
-    def __init__(self, cluster: Cluster, rules: dict[str, Iterable[RuleSpec]]) -> None:
-        self.tables = {h: FakeTable(rules.get(h, ())) for h in cluster.hosts}
+    def __init__(
+        self,
+        cluster: Cluster,
+        rules: dict[str, Iterable[RuleSpec]],
+        groups: dict[str, Iterable[GroupSpec]] | None = None,
+    ) -> None:
+        groups = groups or {}
+        self.tables = {h: FakeTable(rules.get(h, ()), groups.get(h, ())) for h in cluster.hosts}
         self.peer: dict[tuple[str, int], tuple[str, int]] = {}
         for link in cluster.links:
             self.peer[(link.a, link.a_port)] = (link.b, link.b_port)

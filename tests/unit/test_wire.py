@@ -88,7 +88,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 10))
+    assert [c.value for c in Control] == list(range(1, 11))
 
 
 @given(app_ids, worker_ids)
@@ -429,7 +429,7 @@ def test_pack_frames_rejects_bad_arguments(kwargs) -> None:
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG | SEG_FIRST | SEG_LAST, [b"abc"], total=4),
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG, [b"a", b"b"]),
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG_LAST, [b"a"]),
-        Frame(DST, SRC, Kind.DATA, 1, 0, 0x08, [b"a"]),
+        Frame(DST, SRC, Kind.DATA, 1, 0, 0x10, [b"a"]),
         Frame(DST, SRC, Kind.DATA, 1, 2**32, 0, [b"a"]),
         Frame(DST, SRC, Kind.DATA, 0x10000, 0, 0, [b"a"]),
         Frame(DST, SRC, 7, 1, 0, 0, [b"a"]),
@@ -459,7 +459,7 @@ def patched(buf: bytes, offset: int, fmt: str, value: int) -> bytes:
         patched(GOOD, 14, "!B", 0),
         patched(GOOD, 15, "!B", 3),  # unknown kind
         patched(GOOD, 17, "!B", 1),  # reserved byte set
-        patched(GOOD, 16, "!B", 0x08),  # unknown flag
+        patched(GOOD, 16, "!B", 0x10),  # unknown flag
         patched(FIRST, 16, "!B", SEG | SEG_FIRST | 0x80),
         patched(GOOD, 16, "!B", SEG_FIRST),  # segment flags without SEG
         patched(GOOD, 16, "!B", SEG_LAST),
@@ -659,6 +659,7 @@ routing = st.fixed_dictionaries(
         "table": st.dictionaries(st.text(max_size=6), worker_ids, max_size=4),
         "local": worker_lists,
         "lb_node": st.integers(0, 255),
+        "release": worker_lists,
     },
 )
 bodies = {
@@ -679,6 +680,9 @@ bodies = {
         {"size": st.integers(1, 2**32 - 1), "max_delay_ms": nonneg}
     ),
     Control.DRAIN: st.fixed_dictionaries({"version": u64}),
+    Control.UPSTREAM: st.fixed_dictionaries(
+        {"add": worker_lists, "remove": worker_lists, "version": u64}
+    ),
 }
 ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0}
 

@@ -13,6 +13,7 @@ Key layout (segments are ``[A-Za-z0-9_.:-]+``, joined by ``/``)::
     metrics/NAME/WID     last metrics of worker    free-form dict
     cluster              hosts, bridges, links     Cluster.to_dict()
     agents/HOST          worker agent of HOST      AgentState.to_dict()
+    debug/HOST/SID       live debugger session     DebugSpec.to_dict() (typhoon/debug/spec.py)
 
 Change log: every write or delete of a key gets a new, larger version.
 ``changes_since(v)`` lists each key changed after ``v`` once, in the order of

@@ -13,7 +13,7 @@ from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout
 from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
-from typhoon.operators.transforms import Filter, Identity, SplitWords
+from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
 
 __all__ = [
     "BUILTINS",
@@ -38,6 +38,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "count_by_key": CountByKey,
     "filter": Filter,
     "identity": Identity,
+    "busy": Busy,
     "sequence_check": SequenceCheck,
     "collect": Collect,
     "ad_event_source": AdEventSource,

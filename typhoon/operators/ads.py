@@ -337,7 +337,10 @@ class CampaignWindowCount(Bolt):
 
 
 class LatencyCollect(Collect):
-    """``collect`` that also samples latency: arrival time minus the tuple's ``ts`` field."""
+    """``collect`` that also samples latency: arrival time minus the tuple's ``ts`` field.
+
+    The result keeps ``[ts, latency]`` samples so a benchmark can drop a warm-up period.
+    """
 
     MAX_SAMPLES: ClassVar[int] = 200_000
 
@@ -346,7 +349,7 @@ class LatencyCollect(Collect):
         self.args["ts"] = ts
         self.ts_field = ts
         self.ts_index = -1
-        self.latencies: list[float] = []
+        self.samples: list[list[float]] = []
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -354,24 +357,25 @@ class LatencyCollect(Collect):
 
     def process(self, values: list, emit: Emit) -> None:
         super().process(values, emit)
-        if len(self.latencies) < self.MAX_SAMPLES:
-            self.latencies.append(time.time() - values[self.ts_index])
+        if len(self.samples) < self.MAX_SAMPLES:
+            ts = values[self.ts_index]
+            self.samples.append([ts, time.time() - ts])
 
     def result(self) -> dict[str, Any]:
-        return {**super().result(), "latencies": self.latencies}
+        return {**super().result(), "samples": self.samples}
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         merged = Collect.merge_results(results)
-        lat = sorted(x for r in results for x in r["latencies"])
-
-        def pct(p: float) -> float | None:
-            return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
-
-        merged["latency_s"] = {
-            "p50": pct(0.5),
-            "p99": pct(0.99),
-            "max": lat[-1] if lat else None,
-            "samples": len(lat),
-        }
+        merged["samples"] = [x for r in results for x in r["samples"]]
+        merged["latency_s"] = percentiles([lat for _, lat in merged["samples"]])
         return merged
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    lat = sorted(values)
+
+    def pct(p: float) -> float | None:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+
+    return {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None, "samples": len(lat)}

@@ -76,10 +76,15 @@ class SequenceCheck(Bolt):
     (one bit per tuple), so the run report can OR the bitmaps of all workers of
     the node and compare with what each source emitted: exact missing and
     duplicate counts even when a node's workers each see only a share.  It
-    also samples latency from the ``ts`` field (sender's clock).
+    also samples latency from the ``ts`` field (sender's clock) and keeps a
+    timeline of arrivals (tuples per ``TICK_S`` of wall-clock time, read every
+    ``TICK_EVERY`` tuples), so a run's throughput can be read afterwards even
+    across reconfigurations and controller outages.
     """
 
     MAX_SAMPLES: ClassVar[int] = 100_000
+    TICK_S: ClassVar[float] = 0.1
+    TICK_EVERY: ClassVar[int] = 256
 
     def __init__(self, src: str = "src", seq: str = "seq", ts: str = "ts") -> None:
         super().__init__(src=src, seq=seq, ts=ts)
@@ -93,6 +98,8 @@ class SequenceCheck(Bolt):
         self.latencies: list[float] = []
         self.stride = 1
         self._tick = 0
+        self.timeline: dict[int, int] = {}  # int(time / TICK_S) -> tuples
+        self._counted = 0
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -112,6 +119,8 @@ class SequenceCheck(Bolt):
         isrc, iseq, its = self.idx
         src, seq = values[isrc], values[iseq]
         self.received += 1
+        if not self.received % self.TICK_EVERY:
+            self._mark_time()
         bm = self.bitmaps.get(src)
         if bm is None:
             bm = self.bitmaps[src] = bytearray(1024)
@@ -137,14 +146,22 @@ class SequenceCheck(Bolt):
                     self.latencies = self.latencies[::2]
                     self.stride *= 2
 
+    def _mark_time(self) -> None:
+        tick = int(time.time() / self.TICK_S)
+        self.timeline[tick] = self.timeline.get(tick, 0) + self.received - self._counted
+        self._counted = self.received
+
     def result(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
 
         def pct(p: float) -> float | None:
             return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
 
+        if self.received > self._counted:
+            self._mark_time()
         return {
             "received": self.received,
+            "timeline": {str(k): v for k, v in sorted(self.timeline.items())},
             "duplicates": self.duplicates,
             "out_of_order": self.out_of_order,
             "bitmaps": {str(s): encode_bitmap(bm) for s, bm in self.bitmaps.items()},
@@ -162,8 +179,14 @@ class SequenceCheck(Bolt):
                 prev = merged.get(src, 0)
                 dups += (prev & bits).bit_count()
                 merged[src] = prev | bits
+        timeline: dict[str, int] = {}
+        for r in results:
+            for tick, n in r.get("timeline", {}).items():
+                timeline[tick] = timeline.get(tick, 0) + n
         return {
             "received": sum(r["received"] for r in results),
+            "timeline": dict(sorted(timeline.items())),
+            "tick_s": cls.TICK_S,
             "duplicates": sum(r["duplicates"] for r in results) + dups,
             "out_of_order": sum(r["out_of_order"] for r in results),
             "distinct": {src: bits.bit_count() for src, bits in merged.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
@@ -60,4 +61,56 @@ class Filter(Bolt):
 
     def process(self, values: list, emit: Emit) -> None:
         if values[self.index] in self.accept:
+            emit(values)
+
+
+class Busy(Bolt):
+    """Passes tuples on after a fixed service time each: a stand-in for real work.
+
+    Args: ``cost_us`` microseconds per tuple; ``slow_index`` and ``slow_factor``
+    make the worker with that index (0-based) ``slow_factor`` times slower, for
+    load-balancing scenarios with one weak worker; ``emit`` false drops the
+    tuples instead of passing them on.
+
+    It sleeps rather than spins, keeping a running time debt so short sleeps and
+    oversleeping average out: each worker's service rate is then set by its
+    arguments, not by how many processes share the machine's cores.
+    """
+
+    def __init__(
+        self,
+        cost_us: float = 100.0,
+        slow_index: int | None = None,
+        slow_factor: float = 1.0,
+        emit: bool = True,
+    ) -> None:
+        if not isinstance(cost_us, (int, float)) or cost_us < 0:
+            raise ValueError("cost_us must be a non-negative number")
+        if not isinstance(slow_factor, (int, float)) or slow_factor <= 0:
+            raise ValueError("slow_factor must be a positive number")
+        if slow_index is not None and (not isinstance(slow_index, int) or slow_index < 0):
+            raise ValueError("slow_index must be a worker index (int >= 0)")
+        super().__init__(cost_us=cost_us, slow_index=slow_index, slow_factor=slow_factor, emit=emit)
+        self.cost = cost_us / 1e6
+        self.slow_index = slow_index
+        self.slow_factor = float(slow_factor)
+        self.forward = bool(emit)
+        self.debt = 0.0
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        return list(input_fields)
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        if context.index == self.slow_index:
+            self.cost *= self.slow_factor
+
+    def process(self, values: list, emit: Emit) -> None:
+        self.debt += self.cost
+        if self.debt >= 0.001:  # sleep in steps of at least a millisecond
+            t0 = time.perf_counter()
+            time.sleep(self.debt)
+            self.debt -= time.perf_counter() - t0
+        if self.forward:
             emit(values)

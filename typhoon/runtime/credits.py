@@ -180,6 +180,13 @@ class SenderCredits:
         """The links of ``dsts`` without room (credit or bytes) for one frame."""
         return [d for d in dsts if not self._link_ok(self._link(d), cost)]
 
+    def hold(self, cost: int) -> None:
+        """Bytes in flight that no link holds (load-balanced frames) enter the port total."""
+        self.port_bytes += cost
+
+    def release(self, cost: int) -> None:
+        self.port_bytes = max(0, self.port_bytes - cost)
+
     def holders(self) -> list[int]:
         """Live links with frames in flight (whose grants would free port bytes)."""
         return [d for d, link in self._links.items() if link.inflight and not link.dead]

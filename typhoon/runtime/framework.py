@@ -2,11 +2,15 @@
 
 Routes what the operator emits, batches it per (receiver, stream) for the I/O
 layer, hands arriving tuples to the operator, and applies control tuples
-(paper Table 2 plus DRAIN) through one code path for every transport.
+(paper Table 2 plus DRAIN and UPSTREAM) through one code path for every
+transport.
 
 End of stream travels in-band: when a sender finishes it sends an EOS
 punctuation on reserved stream 0 to every receiver, after its last tuple on
 the same link; a bolt finishes once every upstream worker has sent EOS.
+Reconfiguration keeps that exact: a ROUTING that takes receivers out may
+``release`` them (EOS to each right away), and UPSTREAM tells a worker which
+new senders to wait for before any old one releases it.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ class Framework:
             node=node.name,
             worker_id=me.worker_id,
             index=me.index,
-            parallelism=len(spec.physical.of_node(node.name)),
+            parallelism=len(spec.physical.active_of_node(node.name)),
             input_fields=self._input_fields(),
             output_fields=list(node.output_fields),
         )
@@ -116,12 +120,35 @@ class Framework:
         name = self.stream_names.get(route.stream)
         if name is None:
             raise ValueError(f"stream {route.stream} is not an output of node {self.node.name}")
+        if route.balanced is None:
+            # only the load-balancer app switches a stream between worker and LB addresses
+            old = self.routers.get(route.stream)
+            route.balanced = bool(old and old.route.balanced)
+        if route.policy == "sdn" and route.balanced:
+            self.io.set_balanced(route.stream, route.next_hops)
         router = Router(route)
         self.routers[route.stream] = router
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
         self.routes[name] = [
             self.routers[s] for s, n in self.stream_names.items() if n == name and s in self.routers
         ]
+
+    def release(self, workers: list[int] | tuple[int, ...]) -> None:
+        """Send end of stream now to receivers no route includes any more, and forget them.
+
+        A reconfiguration that removes a receiver asks for this after the routes
+        changed: the end of stream follows our last tuple on the link, so the
+        receiver knows exactly when nothing more will come from us.
+        """
+        routed = {h for r in self.routers.values() for h in r.hops}
+        known = set().union(*self.eos_targets.values()) if self.eos_targets else set()
+        released = sorted((set(workers) & known) - routed)
+        if released:
+            self.io.drain_balanced()  # a released worker may still get balanced frames of ours
+        for dst in released:
+            for targets in self.eos_targets.values():
+                targets.discard(dst)
+            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
 
     def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""
@@ -135,7 +162,8 @@ class Framework:
             if r.broadcast:
                 self._broadcast(r, values, sid)
                 continue
-            if r.route.policy == "sdn" and self.io.switch_balancing:
+            if r.route.policy == "sdn" and r.route.balanced and self.io.switch_balancing:
+                # one serialization; the switch's select group picks the worker
                 self.serializations += 1
                 self._buffer((-1 - r.route.lb_node, sid), self._pack(values))
                 continue
@@ -278,6 +306,7 @@ class Framework:
         """Flush state and batches, then tell every receiver this link is finished."""
         self.op.on_signal(self.emit)
         self.flush(force=True)
+        self.io.drain_balanced()  # end of stream goes direct: it must not overtake them
         for sid, r in self.routers.items():
             targets = self.eos_targets.get(sid, set())
             if r.broadcast and self.io.multicast:
@@ -312,7 +341,16 @@ class Framework:
         if t == Control.ROUTING:
             self.flush(force=True)
             self.install_route(Route.from_body(body))
+            self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
+        elif t == Control.UPSTREAM:
+            self.pending_upstream.update(w for w in body["add"] if w not in self.finished_upstream)
+            self.pending_upstream.difference_update(body["remove"])
+            self._ack("UPSTREAM", body["version"])
+            if body["remove"] and not self.pending_upstream and not self.is_spout:
+                # the senders we still waited for left without end of stream: input is done
+                if not self.done and not self.input_done:
+                    self.end_of_input()
         elif t == Control.SIGNAL:
             self.op.on_signal(self.emit)
             self.flush(force=True)
@@ -384,6 +422,13 @@ class Framework:
             "bytes_out": st.bytes_out,
             "seq_gaps": st.seq_gaps,
             "credit_stalls": st.credit_stalls,
+            # sdn streams sent to the load-balancer address (the LB app checks its switch took)
+            "balanced": {
+                str(sid): 1
+                for sid, r in self.routers.items()
+                if r.route.policy == "sdn" and r.route.balanced
+            },
+            "lb": self.io.balanced_stats(),
             "drops": dict(st.drops),
             "active": int(self.active),
             "done": int(self.done),

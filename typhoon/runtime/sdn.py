@@ -22,6 +22,14 @@ stream 0 (GRANT) receiver -> sender, stream 1 (SYNC) sender -> receiver, so the
 flow rules of a link must forward both directions.  Control tuples go to the
 controller address (``reply``) without credit.
 
+Load-balanced streams (``sdn`` grouping switched to the switch's select group by
+the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to a
+random load-balancer slot address of the receiving node, flagged
+:data:`typhoon.wire.LB`; the switch picks the worker.  They are paced by one
+group window per stream instead of a link's (:mod:`typhoon.runtime.lb_credits`:
+receivers return their credit with LB_GRANT frames, stream 2, and answer the
+sender's LB_SYNC probes, stream 3, both several u32 entries).
+
 Spec (``WorkerSpec.transport``)::
 
     {"kind": "sdn",
@@ -50,6 +58,7 @@ from typing import Any, Protocol
 
 from typhoon import wire
 from typhoon.runtime import credits as cr
+from typhoon.runtime import lb_credits as lb
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
 from typhoon.runtime.transport import Inbound, Transport
 from typhoon.wire import AddrClass, ControlTuple, Frame, Kind, WireError
@@ -73,7 +82,7 @@ class SdnTransport(Transport):
     """Worker-side I/O over a TAP port of an Open vSwitch bridge."""
 
     multicast = True
-    switch_balancing = False  # the switch-side load balancer comes later
+    switch_balancing = True
 
     def __init__(
         self,
@@ -104,7 +113,15 @@ class SdnTransport(Transport):
         # bytes in flight a sender keeps within (see credits.py); 0 = count frames only
         budget = cr.default_budget() if port_budget is None else port_budget or None
         self.tx = cr.SenderCredits(window, budget)
-        self.rx = cr.ReceiverCredits(window, cr.byte_threshold(budget, wire.ETH_HLEN + mtu))
+        threshold = cr.byte_threshold(budget, wire.ETH_HLEN + mtu)
+        self.rx = cr.ReceiverCredits(window, threshold)
+        self.window, self.budget = window, budget
+        # load-balanced streams: group windows as a sender, grants owed as a receiver
+        self.lb_tx: dict[int, lb.BalancedSender] = {}
+        self.lb_rx = lb.BalancedReceiver(
+            lb.grant_threshold(window), threshold / 4 if threshold else math.inf
+        )
+        self.lb_seq: dict[int, int] = {}
         self.name = tap or tap_name(app_id, worker_id)
         self.dev: Device = (
             device
@@ -219,7 +236,10 @@ class SdnTransport(Transport):
             elif not self._for_me(f.dst):
                 st.drop("not_for_me")
             else:
-                self.rx.on_receive(src, now)
+                if f.flags & wire.LB:
+                    self.lb_rx.on_receive((src, f.stream), now)
+                else:
+                    self.rx.on_receive(src, now)
                 self.pending.append((f, src, len(raw)))
                 self.pending_bytes += len(raw)
         elif kind == Kind.CREDIT:
@@ -242,6 +262,9 @@ class SdnTransport(Transport):
         if f.dst != self.mac:
             st.drop("not_for_me")
             return
+        if f.stream in (lb.LB_GRANT, lb.LB_SYNC):
+            self._lb_credit_frame(f, src)
+            return
         if f.flags or len(f.payloads) != 1:
             st.drop("malformed_credit")
             return
@@ -261,6 +284,30 @@ class SdnTransport(Transport):
                 log.info("worker %d: worker %d restarted its link count", self.worker_id, src)
         else:
             st.drop("malformed_credit")
+
+    def _lb_credit_frame(self, f: Frame, src: int) -> None:
+        """LB_GRANT (we are the sender) or LB_SYNC (we are a receiver): see lb_credits."""
+        want = lb.GRANT_ENTRIES if f.stream == lb.LB_GRANT else lb.SYNC_ENTRIES
+        try:
+            if f.flags or len(f.payloads) != want:
+                raise WireError("bad entry count")
+            values = [wire.decode_credit(p) for p in f.payloads]
+        except WireError:
+            self.stats.drop("malformed_credit")
+            return
+        stream = values[0]
+        if f.stream == lb.LB_SYNC:
+            # answered at once: the counts must be those of the moment the probe arrived
+            self._lb_grant(src, stream, self.lb_rx.on_probe((src, stream), values[1], self.clock()))
+            return
+        group = self.lb_tx.get(stream)
+        if group is None:
+            self.stats.drop("unexpected_credit")
+            return
+        released, revived = group.on_grant(src, *values[1:])
+        self.tx.release(released)
+        if revived:
+            log.info("worker %d: balanced credit from worker %d again", self.worker_id, src)
 
     def _hand_out(self) -> list[Inbound | ControlTuple]:
         """Turn pending frames into what poll() returns; data frames count as consumed."""
@@ -286,6 +333,12 @@ class SdnTransport(Transport):
                         out.append(wire.decode_control(p))
                     except WireError:
                         st.drop("malformed_control")
+                continue
+            if f.flags & wire.LB:
+                # a group-wide sequence number: this receiver sees only its share
+                self.lb_rx.on_consume((src, f.stream), truesize(size))
+                if payloads:
+                    out.append(Inbound(src, f.stream, payloads))
                 continue
             consume(src, 1, truesize(size))
             key = (f.src, f.dst, f.stream)
@@ -319,6 +372,25 @@ class SdnTransport(Transport):
     def _send_grants(self, now: float) -> None:
         for src in self.rx.due(now):
             self._credit(src, cr.GRANT, self.rx.grant(src, now))
+        for key in self.lb_rx.due(now):
+            self._lb_grant(key[0], key[1], self.lb_rx.grant(key, now))
+
+    def _credit_entries(self, wid: int, stream: int, values: list[int]) -> None:
+        frame = wire.pack_frames(
+            self._worker_mac(wid), self.mac, Kind.CREDIT, stream, self.credit_seq,
+            [wire.encode_credit(v & cr.MASK) for v in values], self.mtu, self.ethertype,
+        )[0]  # fmt: skip
+        self.credit_seq = (self.credit_seq + 1) & cr.MASK
+        if self._write(frame):
+            self.credit_frames_out += 1
+
+    def _lb_grant(self, sender: int, stream: int, counts: tuple[int, int, int]) -> None:
+        self._credit_entries(sender, lb.LB_GRANT, [stream, *counts])
+
+    def _lb_probe(self, stream: int, group: lb.BalancedSender, now: float) -> None:
+        probe, targets = group.start_probe(now)
+        for r in targets:
+            self._credit_entries(r, lb.LB_SYNC, [stream, probe])
 
     def _sync(self, dst: int) -> None:
         self._credit(dst, cr.SYNC, self.tx.sent(dst))
@@ -368,6 +440,105 @@ class SdnTransport(Transport):
         )  # fmt: skip
         self.seq_out[key] = (seq + len(frames)) & cr.MASK
         self._transmit(frames, tuple(dsts))
+
+    # ----- load-balanced sending -----------------------------------------------------------
+
+    def set_balanced(self, stream: int, members: list[int]) -> None:
+        group = self.lb_tx.get(stream)
+        if group is None:
+            group = self.lb_tx[stream] = lb.BalancedSender(self.window, self.budget)
+        group.set_members(members)
+
+    def send_balanced(self, stream: int, lb_node: int, slot: int, payloads: list[bytes]) -> None:
+        """Frames to one load-balancer slot of the receiving node, within the group window.
+
+        One batch, one slot: the switch sends all its frames (segments of one payload
+        included) to the same worker.
+        """
+        group = self.lb_tx.get(stream)
+        if group is None:
+            raise RuntimeError(f"stream {stream} has no balanced group (set_balanced first)")
+        seq = self.lb_seq.get(stream, 0)
+        frames = wire.pack_frames(
+            wire.lb_mac(self.app_id, lb_node, slot), self.mac, Kind.DATA, stream, seq, payloads,
+            self.mtu, self.ethertype, wire.LB,
+        )  # fmt: skip
+        self.lb_seq[stream] = (seq + len(frames)) & cr.MASK
+        for r in group.needs_reset():
+            # zero the receiver's counts for us before our first frame (we may have restarted)
+            self._credit_entries(r, lb.LB_SYNC, [stream, 0])
+        tx, truesize = self.tx, cr.truesize
+        for frame in frames:
+            cost = truesize(len(frame))
+            if not (group.can_send(cost) and not tx.port_full(cost)) and not self._wait_balanced(
+                stream, group, cost
+            ):
+                self.stats.drop("credit_timeout")
+                continue
+            if self._write(frame):
+                group.on_send(cost)
+                tx.hold(cost)
+
+    def _wait_balanced(self, stream: int, group: lb.BalancedSender, cost: int) -> bool:
+        """Wait for room in the group window (and the port budget); False: drop the frame.
+
+        Receivers grant after a few frames each; while we wait we probe them (at most
+        every ``PROBE_S``) so that credit they hold back, or frames that were lost,
+        come back at once.  Receivers that stay silent until the credit timeout are
+        dead: what they held is written off and the group carries on without them.
+        """
+        tx, st = self.tx, self.stats
+        now = self.clock()
+        st.credit_stalls += 1
+        deadline = now + self.credit_timeout_s
+        while True:
+            if group.probe_due(now):
+                self._lb_probe(stream, group, now)
+            if tx.port_full(cost):
+                for d in tx.holders():
+                    if tx.sync_due(d, now, tx.request_s):
+                        self._sync(d)
+            if self._readable(min(max(0.0, deadline - now), group.probe_s)):
+                self._read_batch()
+            now = self.clock()
+            self._send_grants(now)
+            if group.can_send(cost) and not tx.port_full(cost):
+                return True
+            if now >= deadline:
+                dead = group.mark_unanswered_dead()
+                if dead:
+                    log.warning(
+                        "worker %d: stream %d: no answer from worker(s) %s for %.1f s: "
+                        "their frames are written off", self.worker_id, stream, dead,
+                        self.credit_timeout_s,
+                    )  # fmt: skip
+                if group.can_send(cost) and not tx.port_full(cost):
+                    return True
+                if group.all_dead() or not dead:
+                    return False
+                deadline = now + self.credit_timeout_s
+
+    def balanced_stats(self) -> dict[str, dict[str, int]]:
+        return {str(sid): g.stats() for sid, g in self.lb_tx.items()}
+
+    def drain_balanced(self) -> None:
+        """Wait (probing) until the receivers consumed every balanced frame sent so far."""
+        for stream, group in self.lb_tx.items():
+            now = self.clock()
+            deadline = now + self.credit_timeout_s
+            while group.inflight() > 0 and now < deadline:
+                if group.probe_due(now):
+                    self._lb_probe(stream, group, now)
+                if self._readable(group.probe_s):
+                    self._read_batch()
+                now = self.clock()
+                self._send_grants(now)
+            if group.inflight() > 0:
+                dead = group.mark_unanswered_dead()
+                log.warning(
+                    "worker %d: stream %d: %d balanced frame(s) unconfirmed at end of stream "
+                    "(silent workers %s)", self.worker_id, stream, group.inflight(), dead,
+                )  # fmt: skip
 
     def _transmit(self, frames: list[bytes], dsts: tuple[int, ...]) -> None:
         tx = self.tx

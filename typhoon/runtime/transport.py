@@ -74,6 +74,20 @@ class Transport(ABC):
         """Send to a load-balancer virtual address; the switch picks the worker."""
         raise NotImplementedError(f"{type(self).__name__} has no switch-side balancing")
 
+    def set_balanced(self, stream: int, members: list[int]) -> None:  # noqa: B027
+        """The workers behind ``stream``'s load-balancer address (flow control needs them)."""
+
+    def drain_balanced(self) -> None:  # noqa: B027
+        """Wait until every load-balanced frame sent so far was consumed by its receiver.
+
+        Called before end of stream, which goes to each receiver directly: it must
+        not overtake data frames that took the switch's load-balancer path.
+        """
+
+    def balanced_stats(self) -> dict[str, dict[str, int]]:
+        """Per balanced stream: frames sent, in flight and known lost (METRIC_RESP)."""
+        return {}
+
     @abstractmethod
     def reply(self, ct: ControlTuple) -> None:
         """Send a control tuple (METRIC_RESP) back to the controller."""

@@ -132,15 +132,36 @@ class Topology:
         )
 
 
+WORKER_STATES = ("active", "draining")
+
+
 @dataclass(frozen=True)
 class WorkerAssignment:
-    """One physical worker: where it runs and how the network knows it."""
+    """One physical worker: where it runs and how the network knows it.
+
+    ``state`` is ``draining`` while a reconfiguration removes the worker: it keeps
+    its process and its flow rules so what is in flight reaches it, but no route
+    sends to it and new workers do not wait for its end of stream.
+    """
 
     worker_id: int  # unique within the application, 1..0xFFFE
     node: str
     index: int  # 0-based index among its node's workers
     host: str
     port: int  # OpenFlow port on the host bridge (sdn) / 0 (tcp)
+    state: str = "active"
+
+    def __post_init__(self) -> None:
+        if self.state not in WORKER_STATES:
+            raise ValueError(f"worker state must be one of {WORKER_STATES}, not {self.state!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+    def placement(self) -> tuple[int, str, int, str, int]:
+        """Everything but the state: what an agent must restart the worker for if it changes."""
+        return (self.worker_id, self.node, self.index, self.host, self.port)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +181,15 @@ class PhysicalTopology:
     version: int = 1
 
     def of_node(self, node: str) -> list[WorkerAssignment]:
+        """Every worker of ``node`` (draining ones too: they keep their rules), by index."""
         return sorted((w for w in self.workers if w.node == node), key=lambda w: w.index)
+
+    def active_of_node(self, node: str) -> list[WorkerAssignment]:
+        """The workers of ``node`` that routes send to, by index."""
+        return [w for w in self.of_node(node) if w.active]
+
+    def draining(self) -> list[WorkerAssignment]:
+        return [w for w in self.workers if not w.active]
 
     def by_id(self, worker_id: int) -> WorkerAssignment:
         for w in self.workers:

@@ -26,10 +26,14 @@ class Route:
     local: list[int] = field(default_factory=list)  # next hops on the sender's host
     lb_node: int = 0  # sdn: index of the receiving node (load-balancer address)
     version: int = 0
+    # sdn: True = send to the node's load-balancer address (the switch picks the worker),
+    # False = pick workers like shuffle; None = keep the mode the stream has (only the
+    # load-balancer app switches it, other ROUTING updates leave it alone)
+    balanced: bool | None = None
 
     def to_body(self) -> dict[str, Any]:
         """The body of the ROUTING control tuple that installs this route."""
-        return {
+        body = {
             "stream": self.stream,
             "policy": self.policy,
             "next_hops": list(self.next_hops),
@@ -39,6 +43,9 @@ class Route:
             "lb_node": self.lb_node,
             "version": self.version,
         }
+        if self.balanced is not None:
+            body["balanced"] = self.balanced
+        return body
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Route:
@@ -51,6 +58,7 @@ class Route:
             local=list(body.get("local", [])),
             lb_node=body.get("lb_node", 0),
             version=body.get("version", 0),
+            balanced=body.get("balanced"),
         )
 
 
@@ -60,11 +68,14 @@ def node_index(topology: Topology, node: str) -> int:
 
 
 def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -> list[Route]:
-    """Routes of every output stream of ``worker_id``, in stream order."""
+    """Routes of every output stream of ``worker_id``, in stream order.
+
+    Draining receivers are left out: a reconfiguration is removing them.
+    """
     me = physical.by_id(worker_id)
     routes = []
     for s in topology.outputs_of(me.node):
-        receivers = physical.of_node(s.dst)
+        receivers = physical.active_of_node(s.dst)
         hops = [w.worker_id for w in receivers]
         src_fields = list(topology.nodes[s.src].output_fields)
         key = [src_fields.index(f) for f in s.grouping.fields if f in src_fields]
@@ -90,8 +101,18 @@ def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -
 def upstream_of(
     topology: Topology, physical: PhysicalTopology, worker_id: int
 ) -> dict[int, list[int]]:
-    """Stream ID -> worker IDs that send to ``worker_id`` on that stream."""
+    """Stream ID -> worker IDs that send to ``worker_id`` on that stream.
+
+    Draining senders are left out: no route of theirs will ever include a worker
+    that starts while they drain, so none would send it end of stream.
+    """
     me = physical.by_id(worker_id)
     return {
-        s.id: [w.worker_id for w in physical.of_node(s.src)] for s in topology.inputs_of(me.node)
+        s.id: [w.worker_id for w in physical.active_of_node(s.src)]
+        for s in topology.inputs_of(me.node)
     }
+
+
+def receivers_of(topology: Topology, physical: PhysicalTopology, worker_id: int) -> set[int]:
+    """Every worker that ``worker_id`` routes to, over all its output streams."""
+    return {h for r in routes_for(topology, physical, worker_id) for h in r.next_hops}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Collection
 
 import networkx as nx
 
@@ -75,17 +76,28 @@ def schedule(
 
 
 def reschedule(
-    topology: Topology, old: PhysicalTopology, hosts: list[str], first_port: int = 10
+    topology: Topology,
+    old: PhysicalTopology,
+    hosts: list[str],
+    first_port: int = 10,
+    *,
+    replace: Collection[str] = (),
+    avoid: Collection[tuple[str, int]] = (),
+    min_id: int = 1,
 ) -> PhysicalTopology:
     """Adapt ``old`` to a changed ``topology`` (parallelism, nodes) or host list.
 
-    Keeps every worker (same ID, host, port) whose node still exists, whose
+    Keeps every active worker (same ID, host, port) whose node still exists,
+    is not in ``replace`` (nodes whose logic changes get all-new workers), whose
     index is below the node's new parallelism and whose host is still listed.
     Missing (node, index) pairs get new workers with IDs above every old ID,
     on the host with the fewest workers (ties: a host already running that
     node, then host order), at the lowest port >= ``first_port`` that no old
     worker on that host used, since a removed worker may still be draining
-    while its replacement starts.
+    while its replacement starts, and that is not in ``avoid`` (ports of other
+    applications).  New IDs are at least ``min_id``: an application never
+    reuses the ID of a worker that ran before (its status and report remain).
+    The result holds only the kept and new workers.
     """
     _check_hosts(hosts)
     if topology.name != old.name:
@@ -93,7 +105,9 @@ def reschedule(
     kept = [
         w
         for w in old.workers
-        if w.node in topology.nodes
+        if w.active
+        and w.node in topology.nodes
+        and w.node not in replace
         and w.index < topology.nodes[w.node].parallelism
         and w.host in hosts
     ]
@@ -101,8 +115,8 @@ def reschedule(
     load = dict.fromkeys(hosts, 0)
     for w in kept:
         load[w.host] += 1
-    used = {(w.host, w.port) for w in old.workers}
-    next_id = max((w.worker_id for w in old.workers), default=0) + 1
+    used = {(w.host, w.port) for w in old.workers} | set(avoid)
+    next_id = max(max((w.worker_id for w in old.workers), default=0) + 1, min_id)
     workers = list(kept)
     for name in topological_order(topology):
         for index in range(topology.nodes[name].parallelism):

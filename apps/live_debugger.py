@@ -1,0 +1,300 @@
+"""Live debugger (paper §4, §6.2 Fig. 12, Table 5): ``ryu-manager apps/live_debugger.py``.
+
+``typhoon debug attach NAME WORKER`` asks this app (REST, controller/debug_rest.py)
+to observe one worker's input, output or both.  The app writes a session key
+for the worker's host; that host's agent starts a debug worker and plugs its
+TAP into the bridge; when the switch reports the new port up, the app adds a
+mirror output toward it to the rules that carry the observed traffic
+(``controller/mirror.py``, applied by the core as a rule overlay, so mirrors
+follow topology changes).  The switch copies the frames: the observed worker
+serializes and sends nothing extra.  The debug worker decodes, filters and
+samples the copies and posts them back here, to a per-session ring buffer the
+CLI reads.  Detach (or any ending) drops the overlay, so the next reconcile puts
+the original rules back, and deletes the key, so the agent stops the worker.
+
+Settings, section ``[live_debugger]`` of the Ryu config file::
+
+    max_sessions  = 4       sessions running at once
+    ring_size     = 1000    records kept per session unless the attach says (--last)
+    max_ring_size = 100000  largest --last accepted
+    port_base     = 65000   first switch port for debug workers (up to 65279)
+    start_timeout = 20      seconds for the debug worker's port to come up
+    idle_timeout  = 120     end a session nobody read for this long (0: never)
+    keep_ended    = 60      seconds an ended session stays readable
+    max_rate      = 10000   records per second a debug worker sends; the rest are counted
+    report_url    =         where debug workers post records (default
+                            http://127.0.0.1:<wsapi-port>/typhoon/debug)
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from typing import Any
+
+from controller.cookies import describe
+from controller.core import core_app
+from controller.debug_rest import DebugRest
+from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
+from controller.events import EventTopologyChanged
+from controller.mirror import apply_mirrors, mirrored
+from controller.ryu_compat import (
+    MAIN_DISPATCHER,
+    RyuApp,
+    WSGIApplication,
+    cfg,
+    event,
+    hub,
+    ofp_event,
+    ofproto_v1_3,
+    require_app,
+    set_ev_cls,
+)
+from typhoon.debug.spec import all_session_keys, delete_session, put_session
+
+require_app("controller.core")
+
+CONF = cfg.CONF
+CONF.register_opts(
+    [
+        cfg.IntOpt("max_sessions", default=4, help="debug sessions running at once"),
+        cfg.IntOpt("ring_size", default=1000, help="records kept per session by default"),
+        cfg.IntOpt("max_ring_size", default=100_000, help="largest ring an attach may ask"),
+        cfg.IntOpt("port_base", default=65000, help="first switch port of debug workers"),
+        cfg.FloatOpt("start_timeout", default=20.0, help="seconds for a debug port to come up"),
+        cfg.FloatOpt("idle_timeout", default=120.0, help="end unread sessions (0: never)"),
+        cfg.FloatOpt("keep_ended", default=60.0, help="seconds an ended session stays readable"),
+        cfg.IntOpt("max_rate", default=10_000, help="records/s a debug worker sends"),
+        cfg.StrOpt("report_url", default="", help="URL debug workers post records to"),
+    ],
+    group="live_debugger",
+)
+
+OWNER = "live_debugger"
+TICK_S = 0.2
+
+
+def limits_from_conf() -> Limits:
+    c = CONF.live_debugger
+    url = c.report_url or f"http://127.0.0.1:{CONF.wsapi_port}/typhoon/debug"
+    return Limits(
+        c.max_sessions, c.ring_size, c.max_ring_size, c.port_base, c.start_timeout,
+        c.idle_timeout, c.keep_ended, c.max_rate, url,
+    )  # fmt: skip
+
+
+class EventDebugTick(event.EventBase):
+    """Posted by the timer, so timeouts are handled on the app's own event loop."""
+
+
+class LiveDebugger(RyuApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sessions = DebugSessions(limits_from_conf())
+        self.cleaned = False
+        kwargs["wsgi"].register(
+            DebugRest, {"debugger": self, "core": self, "token": CONF.typhoon.api_token}
+        )
+        self.threads.append(hub.spawn(self._timer))
+        self.logger.info("live debugger ready: %s", self.sessions.limits)
+
+    @staticmethod
+    def core():
+        """The controller core (looked up on use: Ryu may start it after this app)."""
+        return core_app()
+
+    # ----- requests (from debug_rest) ------------------------------------------------------
+
+    def attach(self, name: str, request: dict[str, Any]) -> dict[str, Any]:
+        app = self.core().view.apps.get(name)
+        if app is None:
+            raise DebugError(404, f"no application named '{name}'")
+        w = resolve_worker(app.physical, request.get("worker"))
+        status = app.statuses.get(w.worker_id)
+        if status is None or status.state not in ("attached", "running"):
+            state = status.state if status else "not started"
+            raise DebugError(409, f"worker {w.worker_id} is {state}: nothing to observe")
+        host = self.core().view.cluster.hosts.get(w.host)
+        if host is None:
+            raise DebugError(409, f"worker {w.worker_id} is on unknown host {w.host}")
+        session = self.sessions.plan(
+            name, app.topology, app.physical, w, host.dpid, self._ports_on(w.host), request,
+            secrets.token_hex(3), secrets.token_hex(16), time.monotonic(),
+        )  # fmt: skip
+        put_session(self.core().coordinator, session.spec)
+        s = session.spec
+        self.logger.info(
+            "session %s: attach to %s worker %d (%s[%d]) %s, filter %r, sample %g%%, ring %d: "
+            "asked the agent of %s for a debug worker on port %d",
+            s.session, name, w.worker_id, w.node, w.index, s.direction, s.filter, s.sample,
+            session.ring_size, s.host, s.port,
+        )  # fmt: skip
+        return session.to_dict()
+
+    def list_sessions(self, name: str) -> list[dict[str, Any]]:
+        found = [s.to_dict() for s in self.sessions.sessions.values() if s.spec.app == name]
+        if not found and name not in self.core().view.apps:
+            raise DebugError(404, f"no application named '{name}'")
+        return found
+
+    def session_status(self, name: str, sid: str) -> dict[str, Any]:
+        session = self.sessions.get(name, sid)
+        session.last_read = time.monotonic()
+        return session.to_dict()
+
+    def detach(self, name: str, sid: str) -> dict[str, Any]:
+        session = self.sessions.get(name, sid)
+        self.end(session, "detached on request")
+        return session.to_dict()
+
+    def read(self, name: str, sid: str, after: int, limit: int) -> dict[str, Any]:
+        session = self.sessions.get(name, sid)
+        session.last_read = time.monotonic()
+        return session.read(after, limit)
+
+    def receive(self, sid: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A batch from a debug worker; 410 tells it the session ended."""
+        session = self.sessions.sessions.get(sid)
+        if session is None:
+            raise DebugError(404, f"no debug session '{sid}'")
+        if not hmac.compare_digest(key.encode(), session.spec.key.encode()):
+            raise DebugError(403, "wrong session key")
+        records = body.get("records", [])
+        if not isinstance(records, list) or not isinstance(body.get("stats", {}), dict):
+            raise DebugError(400, "'records' must be a list and 'stats' an object")
+        session.ingest([r for r in records if isinstance(r, dict)])
+        session.stats = body.get("stats") or session.stats
+        if body.get("error"):
+            session.error = str(body["error"])
+            self.end(session, f"debug worker failed: {session.error}")
+        if session.state == "ended":
+            raise DebugError(410, f"session {sid} ended: {session.reason}")
+        return {"ok": True}
+
+    # ----- events --------------------------------------------------------------------------
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        msg, ofp = ev.msg, ev.msg.datapath.ofproto
+        session = self.sessions.at_port(msg.datapath.id, msg.desc.port_no)
+        if session is None:
+            return
+        deleted = msg.reason == ofp.OFPPR_DELETE
+        up = not deleted and not msg.desc.state & ofp.OFPPS_LINK_DOWN
+        if up and session.state == "starting":
+            session.state = "mirroring"
+            self.refresh_mirrors()
+            s = session.spec
+            self.logger.info(
+                "session %s: debug port %s/%d is up: copying to it from %d rules%s",
+                s.session, s.host, s.port, session.mirrored_rules,
+                "" if session.mirrored_rules else " (the worker has no data rules yet)",
+            )  # fmt: skip
+        elif deleted or (not up and session.state != "starting"):
+            # a port may be added down and come up a moment later: only then is down final
+            self.end(session, "the debug worker's port went away (its process ended)")
+
+    @set_ev_cls(EventTopologyChanged)
+    def _topology_changed(self, ev):
+        for session in self.sessions.active():
+            if session.spec.app != ev.app:
+                continue
+            app = self.core().view.apps.get(ev.app)
+            if ev.version is None or app is None:
+                self.end(session, "the application was killed")
+                continue
+            try:
+                w = app.physical.by_id(session.spec.worker)
+            except KeyError:
+                self.end(session, "the observed worker was removed from the topology")
+                continue
+            if w.host != session.spec.host:
+                self.end(session, f"the observed worker moved from {session.spec.host} to {w.host}")
+        # nothing else to do: the core re-applied the overlay with the new view already
+
+    @set_ev_cls(EventDebugTick)
+    def _tick(self, ev):
+        now = time.monotonic()
+        if not self.cleaned:
+            self._remove_leftovers()
+        for session, reason in self.sessions.expired(now):
+            self.end(session, reason)
+        for session in self.sessions.active():
+            if session.state == "mirroring" and self.core().synced():
+                session.state = "live"
+                self.logger.info(
+                    "session %s: mirror rules confirmed by the switch: live", session.id
+                )
+        for session in self.sessions.purge(now):
+            self.logger.info("session %s: forgotten (%s)", session.id, session.reason)
+
+    def _timer(self):
+        while True:
+            hub.sleep(TICK_S)
+            self.send_event(self.name, EventDebugTick())
+
+    # ----- actions -------------------------------------------------------------------------
+
+    def end(self, session: Session, reason: str) -> None:
+        """Stop mirroring for ``session`` and release its debug worker; log why."""
+        was = session.state
+        if not self.sessions.end(session, reason, time.monotonic()):
+            return
+        if was in ("mirroring", "live"):
+            self.refresh_mirrors()
+        delete_session(self.core().coordinator, session.spec.host, session.id)
+        self.logger.info(
+            "session %s: ended (%s): mirrors removed, debug worker on %s released; stats %s",
+            session.id, reason, session.spec.host, session.stats or "none",
+        )  # fmt: skip
+
+    def refresh_mirrors(self) -> None:
+        """(Re)install the mirror overlay for the sessions whose port is up; none: drop it."""
+        if any(s.state in ("mirroring", "live") for s in self.sessions.sessions.values()):
+            self.core().set_rule_overlay(OWNER, self._overlay)
+        else:
+            self.core().clear_rule_overlay(OWNER)
+
+    def _overlay(self, host: str, rules: frozenset) -> frozenset:
+        """The core calls this on every recompute: mirror outputs on ``host``'s rules."""
+        view = self.core().view
+        ports = {
+            (name, w.worker_id): w.port for name, a in view.apps.items() for w in a.physical.workers
+        }
+        taps = []
+        for session, tap in self.sessions.mirrors(ports):
+            if session.spec.host != host:
+                continue
+            carried = mirrored(rules, tap)
+            if len(carried) != session.mirrored_rules:  # attached, or the topology changed
+                self.logger.info(
+                    "session %s: mirroring %d rules on %s: %s", session.id, len(carried),
+                    host, ", ".join(describe(r.cookie) for r in carried) or "none",
+                )  # fmt: skip
+            session.mirrored_rules = len(carried)
+            taps.append(tap)
+        return apply_mirrors(rules, taps)
+
+    def _ports_on(self, host: str) -> set[int]:
+        """Switch ports of ``host`` that workers hold (any app, draining ones too)."""
+        ports = {
+            w.port
+            for a in self.core().view.apps.values()
+            for w in a.physical.workers
+            if w.host == host
+        }
+        agent = self.core().coordinator.get_agent(host)
+        return ports | set(agent.used_ports if agent else ())
+
+    def _remove_leftovers(self) -> None:
+        """Sessions do not outlive the controller: delete keys an earlier run left behind."""
+        self.cleaned = True
+        keys = all_session_keys(self.core().coordinator)
+        for key in keys:
+            if key.split("/")[-1] not in self.sessions.sessions:
+                self.core().coordinator.delete(key)
+                self.logger.info("removed %s: a debug session of an earlier controller run", key)

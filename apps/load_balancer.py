@@ -1,0 +1,471 @@
+"""Weighted load balancer (paper §4, DESIGN §6): ``ryu-manager apps/load_balancer.py``.
+
+For every stream with the ``sdn`` grouping the app has the core install, on
+each bridge that holds a sender, an OpenFlow select group for the receiving
+node and a rule per sender that hands the node's load-balancer slot addresses
+to it (``controller/groups.py``; the core reconciles groups like rules, so a
+restarted controller finds and keeps them).  Once a sender's bridge holds
+them, the app switches that sender's stream to the load-balancer address with a
+ROUTING control tuple (``balanced: true``); from then on the sender writes each
+batch to a random one of the node's 256 slot addresses and the switch picks the
+worker by bucket weight.  Without this app nothing switches: ``sdn`` streams go
+to worker addresses like shuffle.  Flow control for balanced frames is a group
+window per stream (``typhoon/runtime/lb_credits.py``), as lossless as a link's.
+
+Every ``interval`` seconds the app recomputes each node's weights from its
+workers' METRIC_RESPs (processing time per tuple, queue depth) and the switch's
+port statistics (frames dropped toward a worker, port down), and corrects
+them for the switch's hash skew from the group's bucket counters
+(``controller/balancer.py``).  It installs new weights only when a share moves
+by more than ``threshold`` points, logs every decision with its reason, and
+warns when the achieved split (bucket counters) is more than ``warn`` points
+from the configured one.  A worker whose port goes down leaves the group at
+once.  ``GET /typhoon/lb`` (or ``/typhoon/apps/NAME/lb``) shows configured
+versus achieved split per node.
+
+Settings, section ``[load_balancer]`` of the Ryu config file::
+
+    interval     = 5.0    seconds between weight recomputations
+    threshold    = 5.0    install new weights only if a share moves more (points)
+    warn         = 10.0   warn if achieved and configured split differ more (points)
+    queue_weight = 1.0    how strongly queued work lowers a worker's weight (0: ignore)
+    drop_penalty = 0.5    weight factor for a worker whose port dropped frames
+    smoothing    = 0.5    EWMA factor of the processing-time estimate (1: last window)
+    min_share    = 0.02   smallest share any live worker gets
+    min_tuples   = 200    tuples a worker must process in a window to re-estimate
+    trim         = true   correct weights for hash skew from bucket counters
+    trim_frames  = 500    frames counted before a skew correction
+    trim_points  = 2.0    skew (points) below which nothing is corrected
+    settle       = 1.5    seconds after a change before bucket counters are read
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import time
+from typing import Any
+
+from controller import ofp
+from controller.balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.core import core_app
+from controller.events import (
+    EventTopologyChanged,
+    EventWorkerAck,
+    EventWorkerDown,
+    EventWorkerMetrics,
+    EventWorkerUp,
+)
+from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
+from controller.rest import API, PREFIX, ApiError, handler
+from controller.ryu_compat import (
+    MAIN_DISPATCHER,
+    ControllerBase,
+    RyuApp,
+    WSGIApplication,
+    cfg,
+    event,
+    hub,
+    ofp_event,
+    ofproto_v1_3,
+    require_app,
+    route,
+    set_ev_cls,
+)
+from typhoon import wire
+from typhoon.topology.routing import routes_for
+from typhoon.wire import Control, ControlTuple
+
+require_app("controller.core")
+
+CONF = cfg.CONF
+CONF.register_opts(
+    [
+        cfg.FloatOpt("interval", default=5.0, help="seconds between weight recomputations"),
+        cfg.FloatOpt("threshold", default=5.0, help="points a share must move to be installed"),
+        cfg.FloatOpt("warn", default=10.0, help="points between achieved and configured split"),
+        cfg.FloatOpt("queue_weight", default=1.0, help="how much queued work lowers a weight"),
+        cfg.FloatOpt("drop_penalty", default=0.5, help="weight factor after port drops"),
+        cfg.FloatOpt("smoothing", default=0.5, help="EWMA factor of processing time"),
+        cfg.FloatOpt("min_share", default=0.02, help="smallest share of a live worker"),
+        cfg.IntOpt("min_tuples", default=200, help="tuples per window to re-estimate"),
+        cfg.BoolOpt("trim", default=True, help="correct weights for hash skew"),
+        cfg.IntOpt("trim_frames", default=500, help="frames counted before a correction"),
+        cfg.FloatOpt("trim_points", default=2.0, help="skew below which nothing is corrected"),
+        cfg.FloatOpt("settle", default=1.5, help="seconds after a change before counting"),
+    ],
+    group="load_balancer",
+)
+
+OWNER = "load_balancer"
+TICK_S = 0.5
+ROUTING_RETRY_S = 2.0
+KEEP_DECISIONS = 20
+
+
+def settings_from_conf() -> LbSettings:
+    c = CONF.load_balancer
+    return LbSettings(
+        interval_s=c.interval, threshold_points=c.threshold, warn_points=c.warn,
+        queue_weight=c.queue_weight, drop_penalty=c.drop_penalty, smoothing=c.smoothing,
+        min_share=c.min_share, min_tuples=c.min_tuples, trim=c.trim,
+        trim_frames=c.trim_frames, trim_points=c.trim_points, settle_s=c.settle,
+    )  # fmt: skip
+
+
+class EventLbTick(event.EventBase):
+    """Posted by the timer, so all work happens on the app's own event loop."""
+
+
+class LbRest(ControllerBase):
+    """Read-only view of the balancer: configured vs achieved split per node."""
+
+    def __init__(self, req, link, data, **config):
+        super().__init__(req, link, data, **config)
+        self.lb: LoadBalancer = data["lb"]
+        self.core = self.lb  # handler() logs through self.core.logger
+
+    @route(API + "_lb", PREFIX + "/lb", methods=["GET"])
+    @handler()
+    def all_apps(self, req, **_):
+        return 200, self.lb.report()
+
+    @route(API + "_lb", PREFIX + "/apps/{name}/lb", methods=["GET"])
+    @handler()
+    def one_app(self, req, name, **_):
+        report = self.lb.report()
+        if name not in report:
+            raise ApiError(404, f"no balanced stream in an application named '{name}'")
+        return 200, report[name]
+
+
+class LoadBalancer(RyuApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = settings_from_conf()
+        self.nodes: dict[tuple[str, str], NodeBalancer] = {}
+        self.down: dict[str, set[int]] = {}  # app -> workers whose port is down
+        # (app, sender, stream) -> ("sent", version, time) | ("done", 0, time)
+        self.switching: dict[tuple[str, int, int], tuple[str, int, float]] = {}
+        self.versions = itertools.count((1 << 62) + int(time.time() * 1000))
+        self.sent_versions: dict[int, tuple[str, int, int]] = {}
+        self.buckets: dict[tuple[str, str], dict[str, dict[int, int]]] = {}  # -> host -> counts
+        self.decisions: dict[tuple[str, str], collections.deque] = {}
+        self.next_decision = time.monotonic() + self.settings.interval_s
+        self.next_stats = 0.0
+        kwargs["wsgi"].register(LbRest, {"lb": self})
+        self.threads.append(hub.spawn(self._timer))
+        self.logger.info("load balancer ready: %s", self.settings)
+
+    def start(self):
+        thread = super().start()
+        # every app is instantiated by now: the core exists
+        self.core().set_group_provider(OWNER, self.groups)
+        return thread
+
+    def stop(self):
+        """Put the senders back on worker addresses before the groups can go away."""
+        try:
+            core = self.core()
+            for (name, wid, stream), (state, _, _) in list(self.switching.items()):
+                if state == "done":
+                    self._send_routing(core, name, wid, stream, balanced=False)
+        except Exception:  # shutting down: best effort
+            self.logger.exception("could not switch senders back")
+        super().stop()
+
+    @staticmethod
+    def core():
+        """The controller core (looked up on use: Ryu may start it after this app)."""
+        return core_app()
+
+    # ----- groups for the core -------------------------------------------------------------
+
+    def groups(self, view) -> tuple[dict[str, frozenset], dict[str, frozenset]]:
+        """The core's group provider: every balanced node's group and LB rules, per host."""
+        groups: dict[str, frozenset] = {}
+        rules: dict[str, frozenset] = {}
+        for name, app in view.apps.items():
+            if not balanced_streams(app.topology, app.physical):
+                continue
+            weights: dict[int, float] = {}
+            for (a, _), nb in self.nodes.items():
+                if a == name:
+                    weights.update(nb.installed)
+            try:
+                g, r = compile_lb(
+                    app.topology, app.physical, view.cluster, weights, self.down.get(name, ())
+                )
+            except ValueError as e:
+                self.logger.error("app %s: cannot compile load-balancer groups: %s", name, e)
+                continue
+            for host, gs in g.items():
+                groups[host] = groups.get(host, frozenset()) | gs
+            for host, rs in r.items():
+                rules[host] = rules.get(host, frozenset()) | rs
+        return groups, rules
+
+    def apply(self) -> None:
+        """New weights or members: the core recomputes and installs the groups now."""
+        self.core().set_group_provider(OWNER, self.groups)
+
+    # ----- the timer -----------------------------------------------------------------------
+
+    def _timer(self):
+        while True:
+            hub.sleep(TICK_S)
+            self.send_event(self.name, EventLbTick())
+
+    @set_ev_cls(EventLbTick)
+    def _tick(self, ev):
+        now = time.monotonic()
+        core = self.core()
+        live: set[tuple[str, str]] = set()
+        for name, app in list(core.view.apps.items()):
+            for b in balanced_streams(app.topology, app.physical):
+                key = (name, b.node)
+                live.add(key)
+                nb = self.nodes.get(key)
+                if nb is None:
+                    nb = self.nodes[key] = NodeBalancer(name, b.node, self.settings)
+                    self.logger.info(
+                        "app %s: stream %d to node %s is load-balanced by the switch",
+                        name, b.stream, b.node,
+                    )  # fmt: skip
+                nb.set_members(w.worker_id for w in b.receivers)
+                self._switch_senders(core, name, app, b, now)
+        for key in set(self.nodes) - live:
+            del self.nodes[key]
+            self.buckets.pop(key, None)
+        if now >= self.next_stats:
+            self.next_stats = now + self.settings.interval_s / 2
+            self._request_stats(core)
+        if now >= self.next_decision:
+            self.next_decision = now + self.settings.interval_s
+            self._decide(now)
+
+    def _request_stats(self, core) -> None:
+        """Group bucket counters and port counters from every switch with a balanced node."""
+        hosts = {h for h, gs in core.desired_groups.items() if gs}
+        for name in {name for name, _ in self.nodes}:
+            app = core.view.apps.get(name)
+            if app is not None:
+                hosts.update(w.host for w in app.physical.workers)
+        for host in sorted(hosts):
+            info = core.view.cluster.hosts.get(host)
+            dp = core.datapaths.get(info.dpid) if info else None
+            if dp is None:
+                continue
+            if core.desired_groups.get(host):
+                dp.send_msg(ofp.group_stats_request(dp))
+            dp.send_msg(ofp.port_stats_request(dp))
+
+    def _decide(self, now: float) -> None:
+        changed = False
+        for key, nb in sorted(self.nodes.items()):
+            d = nb.decide(now)
+            self._log_decision(key, d)
+            changed |= d.install is not None
+            warning = nb.split_warning()
+            if warning:
+                self.logger.warning("app %s node %s: %s", key[0], key[1], warning)
+        if changed:
+            self.apply()
+
+    def _log_decision(self, key: tuple[str, str], d: Decision) -> None:
+        what = "new weights" if d.install is not None else "weights kept"
+        self.logger.info("app %s node %s: %s: %s", key[0], key[1], what, d.reason)
+        log = self.decisions.setdefault(key, collections.deque(maxlen=KEEP_DECISIONS))
+        log.append(
+            {
+                "time": time.time(),
+                "installed": d.install is not None,
+                "target": {str(k): round(v, 4) for k, v in sorted(d.target.items())},
+                "reason": d.reason,
+            }
+        )
+
+    # ----- switching senders to the load-balancer address ----------------------------------
+
+    def _switch_senders(self, core, name: str, app, b: Balanced, now: float) -> None:
+        """ROUTING ``balanced: true`` to every sender whose bridge holds the node's group."""
+        if not core.synced():
+            return  # rules or groups still on their way to a switch
+        for u in b.senders:
+            key = (name, u.worker_id, b.stream)
+            state = self.switching.get(key)
+            if state is not None and (state[0] == "done" or now - state[2] < ROUTING_RETRY_S):
+                continue
+            status = app.statuses.get(u.worker_id)
+            if status is None or status.state not in ("attached", "running"):
+                continue
+            groups = core.installed_groups.get(core.view.cluster.hosts[u.host].dpid, set())
+            if not any(parse_group_id(g.group_id) == (app.physical.app_id, b.node_index)
+                       for g in groups):  # fmt: skip
+                continue
+            self._send_routing(core, name, u.worker_id, b.stream, balanced=True)
+            self.logger.info(
+                "app %s: worker %d stream %d -> load-balancer address of node %s (%s)",
+                name, u.worker_id, b.stream, b.node,
+                "again" if state is not None else "its bridge holds the group",
+            )  # fmt: skip
+
+    def _send_routing(self, core, name: str, wid: int, stream: int, balanced: bool) -> None:
+        app = core.view.apps[name]
+        route = next(r for r in routes_for(app.topology, app.physical, wid) if r.stream == stream)
+        route.balanced = balanced
+        route.version = next(self.versions)
+        self.sent_versions[route.version] = (name, wid, stream)
+        core.send_control(name, [wid], ControlTuple(Control.ROUTING, route.to_body()))
+        self.switching[(name, wid, stream)] = ("sent", route.version, time.monotonic())
+
+    @set_ev_cls(EventWorkerAck)
+    def _ack(self, ev):
+        key = self.sent_versions.pop(ev.version, None)
+        if ev.what == "ROUTING" and key is not None and key in self.switching:
+            self.switching[key] = ("done", ev.version, time.monotonic())
+
+    @set_ev_cls(EventWorkerMetrics)
+    def _metrics(self, ev):
+        app = self.core().view.apps.get(ev.app)
+        if app is None:
+            return
+        try:
+            w = app.physical.by_id(ev.worker_id)
+        except KeyError:
+            return
+        nb = self.nodes.get((ev.app, w.node))
+        if nb is not None:
+            nb.on_metrics(ev.worker_id, ev.metrics, ev.at)
+        # a sender that reports a stream unbalanced after we switched it restarted
+        # (or someone else's ROUTING said so): switch it again
+        balanced = ev.metrics.get("balanced") or {}
+        for key, (state, _, at) in list(self.switching.items()):
+            if key[:2] == (ev.app, ev.worker_id) and state == "done" and ev.at > at + 1.0:
+                if str(key[2]) not in balanced:
+                    del self.switching[key]
+
+    # ----- counters from the switches ------------------------------------------------------
+
+    @set_ev_cls(ofp_event.EventOFPGroupStatsReply, MAIN_DISPATCHER)
+    def _group_stats(self, ev):
+        core = self.core()
+        host = core.view.host_of_dpid(ev.msg.datapath.id)
+        now = time.monotonic()
+        specs = {g.group_id: g for g in core.installed_groups.get(ev.msg.datapath.id, ())}
+        for stat in ev.msg.body:
+            ids = parse_group_id(stat.group_id)
+            spec = specs.get(stat.group_id)
+            if ids is None or spec is None or len(spec.buckets) != len(stat.bucket_stats):
+                continue
+            name = core.view.app_by_id(ids[0])
+            app = core.view.apps.get(name) if name else None
+            if app is None or ids[1] >= len(app.topology.nodes):
+                continue
+            node = list(app.topology.nodes)[ids[1]]
+            counts: dict[int, int] = {}
+            for bucket, bs in zip(spec.buckets, stat.bucket_stats, strict=True):
+                mac = bucket.worker_mac()
+                if mac is not None:
+                    wid = wire.parse_mac(wire.mac_bytes(mac)).value
+                    counts[wid] = counts.get(wid, 0) + bs.packet_count
+            per_host = self.buckets.setdefault((name, node), {})
+            per_host[host] = counts
+            nb = self.nodes.get((name, node))
+            if nb is not None:
+                total: dict[int, int] = collections.Counter()
+                for c in per_host.values():
+                    total.update(c)
+                nb.on_buckets(dict(total), now)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        core = self.core()
+        dpid = ev.msg.datapath.id
+        host = core.view.host_of_dpid(dpid)
+        if host is None:
+            return
+        for stat in ev.msg.body:
+            found = core.view.worker_at(host, stat.port_no)
+            if found is None:
+                continue
+            name, w = found
+            nb = self.nodes.get((name, w.node))
+            if nb is not None:
+                up = core.port_up.get((dpid, stat.port_no), True)
+                nb.on_port(w.worker_id, stat.tx_dropped, up)
+
+    # ----- workers coming and going --------------------------------------------------------
+
+    def _node_of(self, app_name: str, wid: int) -> tuple[str, NodeBalancer] | None:
+        """The balanced node a worker belongs to, if any."""
+        app = self.core().view.apps.get(app_name)
+        if app is None:
+            return None
+        try:
+            node = app.physical.by_id(wid).node
+        except KeyError:
+            return None
+        nb = self.nodes.get((app_name, node))
+        return (node, nb) if nb is not None else None
+
+    @set_ev_cls(EventWorkerDown)
+    def _worker_down(self, ev):
+        found = self._node_of(ev.app, ev.worker_id)
+        if found is None:
+            return
+        node, nb = found
+        if ev.worker_id not in self.down.get(ev.app, set()):
+            self.down.setdefault(ev.app, set()).add(ev.worker_id)
+            nb.worker(ev.worker_id).port_up = False
+            self.logger.info(
+                "app %s node %s: worker %d port %s (%s): out of the group now",
+                ev.app, node, ev.worker_id, ev.port, ev.reason,
+            )  # fmt: skip
+            self.apply()
+
+    @set_ev_cls(EventWorkerUp)
+    def _worker_up(self, ev):
+        # a restarted sender starts on worker addresses: switch it again
+        for key in [k for k in self.switching if k[:2] == (ev.app, ev.worker_id)]:
+            del self.switching[key]
+        if ev.worker_id in self.down.get(ev.app, set()):
+            self.down[ev.app].discard(ev.worker_id)
+            found = self._node_of(ev.app, ev.worker_id)
+            if found is not None:
+                found[1].worker(ev.worker_id).port_up = True
+            self.logger.info("app %s: worker %d port up: back in its group", ev.app, ev.worker_id)
+            self.apply()
+
+    @set_ev_cls(EventTopologyChanged)
+    def _topology_changed(self, ev):
+        if ev.version is None:  # the application is gone
+            for key in [k for k in self.nodes if k[0] == ev.app]:
+                del self.nodes[key]
+                self.buckets.pop(key, None)
+                self.decisions.pop(key, None)
+            for key in [k for k in self.switching if k[0] == ev.app]:
+                del self.switching[key]
+            self.down.pop(ev.app, None)
+
+    # ----- report --------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """Per application and balanced node: configured vs achieved split and decisions."""
+        out: dict[str, Any] = {}
+        for (name, node), nb in sorted(self.nodes.items()):
+            r = nb.report()
+            r["decisions"] = list(self.decisions.get((name, node), ()))
+            r["senders"] = {
+                f"{wid}/{stream}": state
+                for (a, wid, stream), (state, _, _) in sorted(self.switching.items())
+                if a == name
+            }
+            r["summary"] = (
+                f"configured {fmt_split(nb.installed)}; achieved {fmt_split(nb.achieved())}"
+            )
+            out.setdefault(name, {})[node] = r
+        return out

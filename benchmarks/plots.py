@@ -1,0 +1,109 @@
+"""PNG figures in the style of the paper's: grouped bars, CDFs, lines over a parameter.
+
+matplotlib runs headless (Agg): benchmarks run on servers and in CI.  Each
+function draws one figure file and returns its name, so scenarios can list
+what they drew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+COLORS = {"sdn": "#1f77b4", "tcp": "#d62728"}
+
+
+def _color(name: str, i: int) -> str:
+    return COLORS.get(name, f"C{i}")
+
+
+def grouped_bars(
+    path: Path,
+    title: str,
+    groups: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    ylabel: str,
+    note: str = "",
+) -> str:
+    """Bars per group (x) and series (colour); a missing value leaves a gap."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2), 4))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [v if v is not None else 0.0 for v in values]
+        ax.bar(xs, ys, width, label=name, color=_color(name, i))
+    ax.set_xticks(range(len(groups)), groups, rotation=20 if len(groups) > 6 else 0)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def cdf_panels(
+    path: Path,
+    title: str,
+    panels: dict[str, dict[str, Sequence[float] | None]],
+    xlabel: str = "latency (ms)",
+) -> str:
+    """One CDF panel per key of ``panels``; each curve is a quantile list (seconds)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True)
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (panel, curves) in zip(axes, panels.items(), strict=True):
+        for i, (label, q) in enumerate(curves.items()):
+            if not q:
+                continue
+            xs = [max(v * 1000.0, 1e-3) for v in q]
+            ys = [k / (len(q) - 1) for k in range(len(q))]
+            ax.plot(xs, ys, label=label, color=f"C{i}")
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_title(panel)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("CDF")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def line_panels(
+    path: Path,
+    title: str,
+    x: Sequence[float],
+    xlabel: str,
+    panels: dict[str, dict[str, Sequence[float | None]]],
+) -> str:
+    """One panel per key (its y label); one line per series, gaps where values are missing."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (ylabel, series) in zip(axes, panels.items(), strict=True):
+        for i, (name, ys) in enumerate(series.items()):
+            pts = [(a, b) for a, b in zip(x, ys, strict=True) if b is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=name, color=_color(name, i))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(list(x))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name

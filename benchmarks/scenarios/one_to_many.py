@@ -1,0 +1,174 @@
+"""Scenario 3, one-to-many forwarding (paper Fig. 9).
+
+One source sends every tuple to each of N sink workers (``all`` grouping),
+the workers spread over three emulated hosts by the same scheduler for both
+transports.  ``sdn`` serializes a tuple once and writes one frame per batch;
+the switch copies it to each receiver (one copy per remote host on the
+multicast tree, then one per local port).  ``tcp`` serializes it N times and
+writes it on N connections, as Storm does.  Measured: tuples/s each sink
+receives (mean over sinks), and the source's CPU per emitted tuple (its
+process CPU time from the start of its event loop).
+
+On this two-core machine N sinks share two cores with the source and the
+switch: the per-sink rate must fall with N for both transports once the
+sinks, not the source, are the bottleneck.  The source CPU per tuple isolates
+what the transport costs the sender.
+"""
+
+from __future__ import annotations
+
+from benchmarks import measure
+from benchmarks.plots import line_panels
+from benchmarks.scenario import (
+    Bench,
+    Ratio,
+    Scenario,
+    ScenarioResult,
+    Table,
+    fmt_count,
+    fmt_num,
+    fmt_rate,
+    fmt_ratio,
+    median,
+    ratio,
+    register,
+)
+from benchmarks.testbed import RunSpec
+from benchmarks.topologies import one_to_many
+
+
+@register
+class OneToMany(Scenario):
+    name = "one_to_many"
+    title = "One-to-many forwarding"
+    figure = "Fig. 9"
+    order = 3
+
+    TUPLE_BYTES = 100
+    BATCH = 100
+    HOSTS = 3
+    FULL = {"sinks": (1, 2, 4, 6, 8), "duration": 2.0}
+    QUICK = {"sinks": (1, 4), "duration": 1.0}
+
+    def run(self, bench: Bench) -> ScenarioResult:
+        params = self.QUICK if bench.quick else self.FULL
+        res = self.result(bench)
+        counts = params["sinks"]
+
+        def spec(n: int, transport: str) -> RunSpec:
+            return RunSpec(
+                transport,
+                self.HOSTS,
+                one_to_many("bcast", n, size=self.TUPLE_BYTES),
+                batch_size=self.BATCH,
+                duration=params["duration"],
+                label=f"one-to-many sinks={n}",
+            )
+
+        measured = bench.interleaved(counts, spec)
+        per: dict[tuple[int, str], float | None] = {}
+        cpu: dict[tuple[int, str], float | None] = {}
+        for (n, t), runs in measured.items():
+            per[(n, t)] = median(measure.per_sink(r) for r in runs)
+            cpu[(n, t)] = median(measure.cpu_us_per_tuple(r) for r in runs)
+        base = counts[0]
+        rows, summary = [], []
+        for n in counts:
+            lost = {t: [measure.lost(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
+            dups = {t: [measure.duplicates(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
+            rows.append(
+                [
+                    str(n),
+                    fmt_rate(per[(n, "sdn")]),
+                    fmt_rate(per[(n, "tcp")]),
+                    fmt_ratio(ratio(per[(n, "sdn")], per[(n, "tcp")])),
+                    fmt_ratio(ratio(per[(n, "sdn")], per[(base, "sdn")])),
+                    fmt_ratio(ratio(per[(n, "tcp")], per[(base, "tcp")])),
+                    fmt_num(cpu[(n, "sdn")]),
+                    fmt_num(cpu[(n, "tcp")]),
+                    f"{fmt_count(lost['sdn'])} / {fmt_count(lost['tcp'])}",
+                    f"{fmt_count(dups['sdn'])} / {fmt_count(dups['tcp'])}",
+                    str(len(measured[(n, "sdn")])),
+                ]
+            )
+            summary.append(
+                {
+                    "sinks": n,
+                    "sdn_per_sink_tuples_s": per[(n, "sdn")],
+                    "tcp_per_sink_tuples_s": per[(n, "tcp")],
+                    "sdn_source_cpu_us_per_tuple": cpu[(n, "sdn")],
+                    "tcp_source_cpu_us_per_tuple": cpu[(n, "tcp")],
+                    "sdn_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "sdn")]],
+                    "tcp_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "tcp")]],
+                    "lost": lost,
+                    "duplicates": dups,
+                }
+            )
+        res.summary = {"batch": self.BATCH, "points": summary}
+        res.tables.append(
+            Table(
+                f"{self.title}: tuples/s per sink and source CPU (median of the interleaved runs)",
+                [
+                    "sinks",
+                    "sdn tuples/s per sink",
+                    "tcp tuples/s per sink",
+                    "sdn/tcp",
+                    f"sdn vs {base} sink",
+                    f"tcp vs {base} sink",
+                    "sdn source CPU µs/tuple",
+                    "tcp source CPU µs/tuple",
+                    "lost sdn / tcp",
+                    "dup sdn / tcp",
+                    "runs",
+                ],
+                rows,
+                note=(
+                    f"all grouping, batch {self.BATCH}, {self.TUPLE_BYTES}-byte payloads, "
+                    "sinks spread over three emulated hosts. Lost and dup are summed over "
+                    "sinks and runs (every sink must get every tuple)."
+                ),
+            )
+        )
+        ref = 6 if 6 in counts else counts[-1]
+        if base == 1:
+            res.ratios.append(
+                Ratio.against(
+                    f"one-to-many sdn: {ref} sinks vs 1 sink, tuples/s per sink",
+                    ratio(per[(ref, "sdn")], per[(1, "sdn")]),
+                    at_least=0.8,
+                )
+            )
+            res.ratios.append(
+                Ratio(
+                    f"one-to-many tcp: {ref} sinks vs 1 sink, tuples/s per sink",
+                    ratio(per[(ref, "tcp")], per[(1, "tcp")]),
+                )
+            )
+        res.ratios.append(
+            Ratio.against(
+                f"one-to-many sdn/tcp at {ref} sinks, tuples/s per sink",
+                ratio(per[(ref, "sdn")], per[(ref, "tcp")]),
+                at_least=3.0,
+            )
+        )
+        res.ratios.append(
+            Ratio(
+                f"one-to-many source CPU per tuple tcp/sdn at {ref} sinks",
+                ratio(cpu[(ref, "tcp")], cpu[(ref, "sdn")]),
+            )
+        )
+        res.plots.append(
+            line_panels(
+                bench.out_dir / "fig9_one_to_many.png",
+                f"Fig. 9: one source to N sinks (all grouping, batch {self.BATCH})",
+                list(counts),
+                "sinks",
+                {
+                    "tuples/s per sink": {t: [per[(n, t)] for n in counts] for t in ("sdn", "tcp")},
+                    "source CPU µs per tuple": {
+                        t: [cpu[(n, t)] for n in counts] for t in ("sdn", "tcp")
+                    },
+                },
+            )
+        )
+        return res

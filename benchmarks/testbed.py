@@ -1,0 +1,257 @@
+"""Where benchmark runs happen: one emulated cluster per transport, kept up between runs.
+
+Starting a cluster (bridges, controller, agents; or Mininet hosts) costs
+seconds, a run a few more, so the testbed starts each once and reuses it for
+every run that fits; only a change in the number of hosts replaces the ``sdn``
+cluster (its manager places workers on every host it has).  Both transports
+place workers with the same scheduler on the same host names, so a "remote"
+run puts the same workers on the same emulated hosts in both.
+
+Each run has its own topology name, hence its own application id, report
+directory and TAP names: nothing of one run can leak into the next.  A run
+that fails is recorded as failed (with its error) and the benchmark goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from benchmarks.tcp_fabric import FabricTcpCluster, TcpFabric
+from mininet_env.fabric import FabricPlan
+from mininet_env.run import EmulatedCluster, SdnRunOptions
+from typhoon.report import read_worker_reports
+from typhoon.tcp_cluster import RunOptions
+from typhoon.topology.model import Topology
+
+log = logging.getLogger(__name__)
+
+TRANSPORTS = ("sdn", "tcp")
+MAX_HOSTS = 3
+
+
+@dataclass
+class RunSpec:
+    """One run: a topology on one transport, its workers spread over ``hosts`` hosts."""
+
+    transport: str
+    hosts: int
+    topology: Topology
+    batch_size: int = 100
+    max_delay_ms: float = 2.0
+    duration: float | None = None  # seconds; then sources are drained
+    timeout: float = 120.0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}")
+        if not 1 <= self.hosts <= MAX_HOSTS:
+            raise ValueError(f"hosts must be in 1..{MAX_HOSTS}")
+
+
+@dataclass
+class RunResult:
+    """What one run measured: the run report plus each worker's own report."""
+
+    transport: str
+    hosts: int
+    label: str
+    ok: bool
+    wall_s: float
+    error: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    workers: list[dict[str, Any]] = field(default_factory=list)  # raw worker reports
+    ovs_cpu_s: float | None = None  # ovs-vswitchd CPU during the run (shared with others!)
+
+    def node_result(self, node: str) -> dict[str, Any]:
+        return (self.report.get("results") or {}).get(node) or {}
+
+    def node_workers(self, node: str) -> list[dict[str, Any]]:
+        return [w for w in self.workers if w["node"] == node]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record: the run report without bulky per-tuple detail."""
+        results = {}
+        for node, r in (self.report.get("results") or {}).items():
+            r = {k: v for k, v in r.items() if k not in ("bitmaps", "timeline")}
+            if isinstance(r.get("per_worker"), list):  # quantiles live in scenario summaries
+                r["per_worker"] = [
+                    {k: v for k, v in w.items() if k != "quantiles_s"} for w in r["per_worker"]
+                ]
+            results[node] = r
+        return {
+            "transport": self.transport,
+            "hosts": self.hosts,
+            "label": self.label,
+            "ok": self.ok,
+            "error": self.error,
+            "wall_s": round(self.wall_s, 3),
+            "ovs_cpu_s": self.ovs_cpu_s,
+            "elapsed_s": self.report.get("elapsed_s"),
+            "workers": self.report.get("workers", []),
+            "results": results,
+        }
+
+
+def ovs_cpu_seconds() -> float | None:
+    """user+system CPU seconds of ovs-vswitchd so far, or None if it cannot be read."""
+    for pidfile in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            pid = int(Path(pidfile).read_text().strip())
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+class Testbed:
+    """The clusters runs execute on; ``close()`` tears everything down."""
+
+    def __init__(self, workdir: Path, out: TextIO = sys.stderr) -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.out = out
+        self.sdn: EmulatedCluster | None = None
+        self.sdn_hosts = 0
+        self.tcp: TcpFabric | None = None
+        self.names = itertools.count(1)
+        self.started_s: dict[str, float] = {}  # how long bringing each cluster up took
+        # names and addresses of our own: a second benchmark, `make demo` or a test may
+        # run on this machine at the same time (bridges tb<token>1.., tt<token>1..)
+        token = secrets.token_hex(2)
+        self.sdn_prefix, self.tcp_prefix = f"tb{token}", f"tt{token}"
+        self.subnet = f"10.213.{int(token, 16) % 250 + 1}"
+
+    # ----- clusters ------------------------------------------------------------------------
+
+    def sdn_cluster(self, hosts: int) -> EmulatedCluster:
+        """The sdn cluster with exactly ``hosts`` hosts (replacing one of another size)."""
+        if self.sdn is not None and self.sdn_hosts == hosts:
+            return self.sdn
+        self.close_sdn()
+        t0 = time.monotonic()
+        options = SdnRunOptions(
+            plan=FabricPlan(hosts=hosts, prefix=self.sdn_prefix),
+            live=False,
+            workdir=self.workdir / f"sdn-{hosts}h",
+        )
+        cluster = EmulatedCluster(options, self.out)
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.close()
+            raise
+        self.sdn, self.sdn_hosts = cluster, hosts
+        self.started_s[f"sdn-{hosts}h"] = round(time.monotonic() - t0, 2)
+        return cluster
+
+    def tcp_fabric(self) -> TcpFabric:
+        if self.tcp is None:
+            t0 = time.monotonic()
+            fabric = TcpFabric(MAX_HOSTS, prefix=self.tcp_prefix, subnet=self.subnet)
+            try:
+                fabric.start()
+            except BaseException:
+                fabric.stop()
+                raise
+            self.tcp = fabric
+            self.started_s["tcp"] = round(time.monotonic() - t0, 2)
+        return self.tcp
+
+    def close_sdn(self) -> None:
+        if self.sdn is not None:
+            self.sdn.close()
+            self.sdn, self.sdn_hosts = None, 0
+
+    def close(self) -> None:
+        try:
+            self.close_sdn()
+        finally:
+            if self.tcp is not None:
+                self.tcp.stop()
+                self.tcp = None
+
+    # ----- runs ----------------------------------------------------------------------------
+
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run one topology to completion; failures become a failed result."""
+        topology = spec.topology
+        topology.name = f"bench{next(self.names):04d}-{topology.name}"[:60]
+        topology.config["batch_size"] = spec.batch_size
+        topology.config["max_delay_ms"] = spec.max_delay_ms
+        cpu0 = ovs_cpu_seconds()
+        t0 = time.monotonic()
+        try:
+            if spec.transport == "sdn":
+                report, workers = self._run_sdn(spec)
+            else:
+                report, workers = self._run_tcp(spec)
+            error = "" if report.get("ok") else "a worker failed or the run timed out"
+            result = RunResult(
+                spec.transport,
+                spec.hosts,
+                spec.label,
+                bool(report.get("ok")),
+                time.monotonic() - t0,
+                error,
+                report,
+                workers,
+            )
+        except Exception as e:  # one failed run must not end the benchmark
+            log.debug("run failed", exc_info=True)
+            detail = traceback.format_exception_only(e)[-1].strip()
+            result = RunResult(spec.transport, spec.hosts, spec.label, False, 0.0, detail)
+            result.wall_s = time.monotonic() - t0
+        cpu1 = ovs_cpu_seconds()
+        if cpu0 is not None and cpu1 is not None:
+            result.ovs_cpu_s = round(cpu1 - cpu0, 3)
+        return result
+
+    def _run_sdn(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        cluster = self.sdn_cluster(spec.hosts)
+        cluster.options.duration = spec.duration
+        cluster.options.timeout = spec.timeout
+        name = spec.topology.name
+        try:
+            report = cluster.run(spec.topology)
+        except BaseException:
+            # run() kills what it submitted only once the topology is active
+            if name in cluster.manager.list():
+                try:
+                    cluster.kill(name)
+                except Exception:
+                    log.exception("could not remove the failed run %s", name)
+            raise
+        return report, read_worker_reports(cluster.report_dir(name))
+
+    def _run_tcp(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        fabric = self.tcp_fabric()
+        options = RunOptions(
+            hosts=fabric.host_names()[: spec.hosts],
+            bind=fabric.bind(),
+            duration=spec.duration,
+            batch_size=spec.batch_size,
+            max_delay_ms=spec.max_delay_ms,
+            live=False,
+            timeout=spec.timeout,
+        )
+        workdir = self.workdir / "tcp" / spec.topology.name
+        cluster = FabricTcpCluster(spec.topology, options, fabric, workdir=workdir, out=self.out)
+        try:
+            cluster.start()
+            cluster.activate()
+            clean = cluster.wait()
+            report = cluster.report(clean)
+        finally:
+            cluster.close()
+        return report, read_worker_reports(cluster.report_dir)

@@ -1,0 +1,315 @@
+"""Debug sessions of the live debugger: validation, ports, states, ring buffers.
+
+Plain Python (no Ryu, no switch): the app in ``apps/live_debugger.py`` feeds it
+requests, port events and the clock, and performs what it returns (write or
+delete the session key, re-apply the mirror overlay, log the reason).
+
+A session's life::
+
+    starting   key written; the agent of the observed worker's host starts the
+               debug worker and plugs its TAP in at the session's port
+    mirroring  the switch reported that port up: mirror outputs are being installed
+    live       the switches confirmed the rules (barrier): every copy now arrives
+    ended      detached, timed out, debug worker gone, application or worker gone;
+               mirrors removed at once, records kept ``keep_ended`` seconds
+
+The ring buffer (last N records, memory taken only while a session exists,
+paper Table 5) lives here, in the controller, where the CLI reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.mirror import MirrorTap
+from typhoon.debug.filter import FilterError, check_fields, parse
+from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
+from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+
+MAX_OFPORT = 0xFEFF  # highest port OVS assigns on request
+MIRRORED_STATES = ("mirroring", "live")
+_NODE_INDEX = re.compile(r"(?P<node>[A-Za-z0-9_.-]+?)(?:\[(?P<i1>\d+)\]|:(?P<i2>\d+))?")
+
+
+class DebugError(Exception):
+    """A request the debugger refuses: HTTP-like status and one sentence."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The ``[live_debugger]`` settings (see apps/live_debugger.py)."""
+
+    max_sessions: int = 4
+    ring_size: int = 1000
+    max_ring_size: int = 100_000
+    port_base: int = 65000
+    start_timeout: float = 20.0
+    idle_timeout: float = 120.0
+    keep_ended: float = 60.0
+    max_rate: int = 10_000
+    report_url: str = "http://127.0.0.1:8080/typhoon/debug"
+
+
+def resolve_worker(physical: PhysicalTopology, text: Any) -> WorkerAssignment:
+    """A worker from its id (7, "7"), ``node[index]``, ``node:index`` or a 1-worker node."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        wid = text
+    elif isinstance(text, str) and text.strip().isdigit():
+        wid = int(text)
+    elif isinstance(text, str) and (m := _NODE_INDEX.fullmatch(text.strip())):
+        workers = physical.of_node(m["node"])
+        if not workers:
+            raise DebugError(404, f"no node named '{m['node']}' in '{physical.name}'")
+        index = m["i1"] or m["i2"]
+        if index is None:
+            if len(workers) != 1:
+                raise DebugError(
+                    400, f"node '{m['node']}' has {len(workers)} workers: say {m['node']}[0] etc."
+                )
+            return workers[0]
+        found = [w for w in workers if w.index == int(index)]
+        if not found:
+            raise DebugError(404, f"node '{m['node']}' has no worker with index {index}")
+        return found[0]
+    else:
+        raise DebugError(400, "'worker' must be a worker id or NODE[INDEX]")
+    try:
+        return physical.by_id(wid)
+    except (KeyError, ValueError, StopIteration):
+        raise DebugError(404, f"no worker {wid} in '{physical.name}'") from None
+
+
+def observed_fields(topology: Topology, node: str, direction: str) -> set[str]:
+    """The field names of the tuples a session on ``node`` sees (for checking filters)."""
+    fields: set[str] = set()
+    if direction in ("out", "both"):
+        fields |= set(topology.nodes[node].output_fields)
+    if direction in ("in", "both"):
+        for s in topology.inputs_of(node):
+            fields |= set(topology.nodes[s.src].output_fields)
+    return fields
+
+
+@dataclass
+class Session:
+    spec: DebugSpec
+    dpid: int
+    ring_size: int
+    created: float
+    last_read: float
+    state: str = "starting"
+    reason: str = ""
+    ended_at: float | None = None
+    mirrored_rules: int = 0
+    error: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    ring: deque[dict[str, Any]] = field(default_factory=deque)
+    received: int = 0  # records ever received; the n of the newest one
+
+    @property
+    def id(self) -> str:
+        return self.spec.session
+
+    def tap(self, worker_port: int) -> MirrorTap:
+        s = self.spec
+        return MirrorTap(s.app_id, s.worker, worker_port, s.direction, s.port)
+
+    def ingest(self, records: list[dict[str, Any]]) -> None:
+        """Number the records (1, 2, ...) and keep the newest ``ring_size``."""
+        if self.ring.maxlen != self.ring_size:
+            self.ring = deque(self.ring, maxlen=self.ring_size)
+        for r in records:
+            self.received += 1
+            self.ring.append({"n": self.received, **r})
+
+    def read(self, after: int, limit: int) -> dict[str, Any]:
+        """Records numbered above ``after`` (oldest first); ``skipped``: fell out of the ring."""
+        first = self.ring[0]["n"] if self.ring else self.received + 1
+        start = max(0, after + 1 - first)
+        records = list(itertools.islice(self.ring, start, start + max(0, limit)))
+        return {
+            "session": self.id,
+            "state": self.state,
+            "reason": self.reason,
+            "records": records,
+            "next": records[-1]["n"] if records else max(after, first - 1),
+            "skipped": max(0, first - after - 1),
+            "received": self.received,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """What REST shows (never the session key)."""
+        s = self.spec
+        return {
+            "session": self.id,
+            "app": s.app,
+            "worker": s.worker,
+            "direction": s.direction,
+            "filter": s.filter,
+            "sample": s.sample,
+            "host": s.host,
+            "port": s.port,
+            "tap": s.tap,
+            "state": self.state,
+            "reason": self.reason,
+            "error": self.error,
+            "ring_size": self.ring_size,
+            "received": self.received,
+            "mirrored_rules": self.mirrored_rules,
+            "stats": self.stats,
+        }
+
+
+class DebugSessions:
+    """Every session the controller runs, keyed by id."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.sessions: dict[str, Session] = {}
+
+    def active(self) -> list[Session]:
+        return [s for s in self.sessions.values() if s.state != "ended"]
+
+    def get(self, app: str, sid: str) -> Session:
+        s = self.sessions.get(sid)
+        if s is None or s.spec.app != app:
+            raise DebugError(404, f"no debug session '{sid}' of '{app}'")
+        return s
+
+    def plan(
+        self,
+        name: str,
+        topology: Topology,
+        physical: PhysicalTopology,
+        w: WorkerAssignment,
+        dpid: int,
+        used_ports: set[int],
+        request: dict[str, Any],
+        session_id: str,
+        key: str,
+        now: float,
+    ) -> Session:
+        """Validate an attach request on worker ``w`` and build its session (``starting``).
+
+        ``used_ports``: the switch ports of ``w``'s host that workers hold.
+        """
+        lim = self.limits
+        unknown = set(request) - {"worker", "direction", "filter", "sample", "last"}
+        if unknown:
+            raise DebugError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
+        if len(self.active()) >= lim.max_sessions:
+            raise DebugError(
+                429, f"{lim.max_sessions} debug sessions already run (max_sessions): detach one"
+            )
+        if session_id in self.sessions:
+            raise DebugError(409, f"session id {session_id} is taken")
+        direction = request.get("direction", "out")
+        if direction not in DIRECTIONS:
+            raise DebugError(400, f"'direction' must be one of {', '.join(DIRECTIONS)}")
+        text = request.get("filter") or ""
+        if not isinstance(text, str):
+            raise DebugError(400, "'filter' must be a string")
+        try:
+            check_fields(parse(text), observed_fields(topology, w.node, direction))
+        except FilterError as e:
+            raise DebugError(400, f"bad filter: {e}") from None
+        sample = request.get("sample", 100.0)
+        if (
+            isinstance(sample, bool)
+            or not isinstance(sample, (int, float))
+            or not 0 < sample <= 100
+        ):
+            raise DebugError(400, "'sample' must be a percentage in (0, 100]")
+        ring = request.get("last", lim.ring_size)
+        if (
+            isinstance(ring, bool)
+            or not isinstance(ring, int)
+            or not 1 <= ring <= lim.max_ring_size
+        ):
+            raise DebugError(400, f"'last' must be an integer in 1..{lim.max_ring_size}")
+        port = self._free_port(w.host, used_ports)
+        spec = DebugSpec(
+            session=session_id,
+            app=name,
+            app_id=physical.app_id,
+            worker=w.worker_id,
+            direction=direction,
+            host=w.host,
+            port=port,
+            tap=debug_tap_name(session_id),
+            report_url=lim.report_url,
+            key=key,
+            filter=text,
+            sample=float(sample),
+            workers={x.worker_id: (x.node, x.index) for x in physical.workers},
+            fields={n.name: list(n.output_fields) for n in topology.nodes.values()},
+            max_rate=lim.max_rate,
+        )
+        session = Session(spec, dpid, ring, now, now, ring=deque(maxlen=ring))
+        self.sessions[session_id] = session
+        return session
+
+    def _free_port(self, host: str, used: set[int]) -> int:
+        taken = used | {s.spec.port for s in self.active() if s.spec.host == host}
+        for port in range(self.limits.port_base, MAX_OFPORT + 1):
+            if port not in taken:
+                return port
+        raise DebugError(503, f"no free debug port on {host} from {self.limits.port_base}")
+
+    def mirrors(self, worker_ports: dict[tuple[str, int], int]) -> list[tuple[Session, MirrorTap]]:
+        """The sessions whose debug port is up, with their tap (on ``session.spec.host``).
+
+        ``worker_ports``: (app, worker id) -> its current port; a session whose
+        worker is not there any more mirrors nothing (the app ends it).
+        """
+        out = []
+        for s in self.sessions.values():
+            port = worker_ports.get((s.spec.app, s.spec.worker))
+            if s.state in MIRRORED_STATES and port is not None:
+                out.append((s, s.tap(port)))
+        return out
+
+    def end(self, session: Session, reason: str, now: float) -> bool:
+        """Mark ended; False if it already was (nothing to undo)."""
+        if session.state == "ended":
+            return False
+        session.state, session.reason, session.ended_at = "ended", reason, now
+        return True
+
+    def at_port(self, dpid: int, port: int) -> Session | None:
+        """The session (not ended) whose debug worker sits on this switch port, if any."""
+        for s in self.active():
+            if s.dpid == dpid and s.spec.port == port:
+                return s
+        return None
+
+    def expired(self, now: float) -> list[tuple[Session, str]]:
+        """Sessions to end now, with the reason."""
+        lim = self.limits
+        out = []
+        for s in self.active():
+            if s.state == "starting" and now - s.created > lim.start_timeout:
+                out.append((s, f"debug worker did not come up within {lim.start_timeout:g} s"))
+            elif lim.idle_timeout > 0 and now - s.last_read > lim.idle_timeout:
+                out.append((s, f"no client read the session for {lim.idle_timeout:g} s"))
+        return out
+
+    def purge(self, now: float) -> list[Session]:
+        """Forget ended sessions older than ``keep_ended``."""
+        old = [
+            s
+            for s in self.sessions.values()
+            if s.ended_at is not None and now - s.ended_at > self.limits.keep_ended
+        ]
+        for s in old:
+            del self.sessions[s.id]
+        return old

@@ -1,0 +1,273 @@
+"""Load-balancer select groups and the rules that feed them, as data (DESIGN §6).
+
+A stream with the ``sdn`` grouping, once the load-balancer app balances it,
+sends every batch to a random *slot* address of the receiving node
+(``typhoon.wire.lb_mac``: 256 slots, so the datapath's flow cache stays warm).
+On each bridge that holds a sender, one rule per sender matches the node's
+slot addresses with a mask and hands the frame to the node's OpenFlow select
+group there; each bucket rewrites ``eth_dst`` to one worker's address and
+outputs it toward that worker (its port, or the fabric port on the path to its
+host, where the ordinary unicast rules of the pair carry it on).  So past the
+group a balanced frame is an ordinary unicast frame.
+
+    100  LB_GROUP  in_port=Pu, eth_src=u, eth_dst=<node LB prefix>/ff:ff:ff:ff:ff:00,
+                   eth_type -> group:<app, node>
+
+Bucket weights.  OVS picks a bucket by a hash of the frame (``dp_hash``, which
+varies with the slot address) looked up in a table of at most 64 entries that
+it divides among the buckets by weight; it sizes the table as
+``max(16, pow2(ceil(total / min weight)))``.  Weights are therefore
+apportioned in 64ths (largest remainder, every worker at least one), and when
+no bucket has weight 1 one unit of the largest worker moves into a second,
+weight-1 bucket of that same worker, so the table always has all 64 entries
+and each worker exactly its share of them (measured on OVS 3.1 with the 256
+slots of one sender: weights 3:3:1 give a 16-entry table and 39/49/11 %; the
+same split in 64ths, 27+1:27:9, gives 43/41/16 %).  Which slots land in which
+entry is up to the hash, so the achieved split still differs from the
+configured one by a few points: the app measures it from the bucket counters.
+
+Group ids, like cookies, say whose a group is: ``0x54`` ('T') in the top byte,
+then the application id and the node index, so a stateless controller can
+tell its groups from others' when it reconciles a switch.
+
+Pure Python: tested with a fake switch (tests/unit/fakeflows.py), no Ryu.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.cookies import RuleKind, make_cookie
+from controller.fabric import fabric_graph, next_hop_port
+from controller.flows import PRIO_DATA, Action, RuleSpec, match, output
+from typhoon.cluster import Cluster
+from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+from typhoon.topology.routing import node_index
+from typhoon.wire import ETHERTYPE, lb_mac, mac_str, worker_mac
+
+GROUP_MAGIC = 0x54
+HASH_ENTRIES = 64  # OVS's dp_hash table for a select group without a selection method
+LB_MASK = "ff:ff:ff:ff:ff:00"  # node prefix of a slot address: any slot matches
+
+
+def lb_group_id(app_id: int, node: int) -> int:
+    """Id of the select group of receiving node ``node`` (its index) of ``app_id``."""
+    if not 0 <= app_id <= 0xFFFF or not 0 <= node <= 0xFF:
+        raise ValueError(f"app id {app_id} or node index {node} out of range")
+    return GROUP_MAGIC << 24 | app_id << 8 | node
+
+
+def parse_group_id(group_id: int) -> tuple[int, int] | None:
+    """(app id, node index) of a Typhoon group id; None for anyone else's."""
+    if group_id >> 24 != GROUP_MAGIC:
+        return None
+    return (group_id >> 8) & 0xFFFF, group_id & 0xFF
+
+
+def is_typhoon_group(group_id: int) -> bool:
+    return parse_group_id(group_id) is not None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket of a select group: its weight and its actions (flows.py vocabulary)."""
+
+    weight: int
+    actions: tuple[Action, ...]
+
+    def worker_mac(self) -> str | None:
+        """The worker this bucket rewrites frames to (None if it does not)."""
+        return next((arg for name, arg in self.actions if name == "set_eth_dst"), None)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One OpenFlow group as data: hashable, comparable, independent of any switch.
+
+    Bucket order matters (OVS numbers buckets by position and reports counters
+    that way), so buckets are a tuple, sorted by the compiler.
+    """
+
+    group_id: int
+    buckets: tuple[Bucket, ...]
+    type: str = "select"
+
+    def weights(self) -> dict[str, int]:
+        """Worker address -> total weight of its buckets."""
+        out: dict[str, int] = {}
+        for b in self.buckets:
+            mac = b.worker_mac()
+            if mac is not None:
+                out[mac] = out.get(mac, 0) + b.weight
+        return out
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Group mods to send; adds and modifies go before flow mods, deletes after."""
+
+    add: tuple[GroupSpec, ...] = ()
+    modify: tuple[GroupSpec, ...] = ()
+    delete: tuple[GroupSpec, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.add or self.modify or self.delete)
+
+
+def diff_groups(desired: Iterable[GroupSpec], installed: Iterable[GroupSpec]) -> GroupPlan:
+    """What to add, modify and delete so a switch holds exactly ``desired`` of our groups.
+
+    Groups that are already right are not touched (their counters survive);
+    groups that are not ours are left alone.
+    """
+    want = {g.group_id: g for g in desired}
+    have = {g.group_id: g for g in installed}
+    add = [g for gid, g in want.items() if gid not in have]
+    modify = [g for gid, g in want.items() if gid in have and have[gid] != g]
+    delete = [g for gid, g in have.items() if gid not in want and is_typhoon_group(gid)]
+
+    def key(g: GroupSpec) -> int:
+        return g.group_id
+
+    return GroupPlan(
+        tuple(sorted(add, key=key)), tuple(sorted(modify, key=key)), tuple(sorted(delete, key=key))
+    )
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def apportion(shares: Mapping[int, float], total: int) -> dict[int, int]:
+    """Integer weights summing to ``total``, proportional to ``shares``, each at least 1.
+
+    Largest remainder; a worker rounded down to 0 gets 1, taken from the largest.
+    Ties go to the smaller key, so the result is deterministic.
+    """
+    if not shares:
+        return {}
+    if total < len(shares):
+        raise ValueError(f"cannot give {len(shares)} workers at least 1 of {total}")
+    keys = sorted(shares)
+    clean = {k: max(0.0, float(shares[k])) for k in keys}
+    s = sum(clean.values())
+    if s <= 0:
+        clean = dict.fromkeys(keys, 1.0)
+        s = float(len(keys))
+    exact = {k: total * clean[k] / s for k in keys}
+    out = {k: int(exact[k]) for k in keys}
+    left = total - sum(out.values())
+    for k in sorted(keys, key=lambda k: (-(exact[k] - out[k]), k))[:left]:
+        out[k] += 1
+    for k in keys:
+        if out[k] == 0:
+            big = max(keys, key=lambda j: (out[j], -j))
+            out[big] -= 1
+            out[k] = 1
+    return out
+
+
+def bucket_weights(shares: Mapping[int, float]) -> list[tuple[int, int]]:
+    """(worker id, weight) per bucket, in bucket order (module docstring: 64ths).
+
+    A worker may appear twice: the weight-1 bucket that makes OVS build its full
+    hash table.  With more workers than fit in 64ths, plain weights (out of 1000).
+    """
+    if len(shares) > HASH_ENTRIES // 2:
+        return sorted(apportion(shares, 1000).items())
+    weights = apportion(shares, HASH_ENTRIES)
+    buckets = sorted(weights.items())
+    if len(buckets) > 1 and min(weights.values()) > 1:
+        big = max(sorted(weights), key=lambda k: weights[k])
+        buckets = [(k, w - 1 if k == big else w) for k, w in buckets] + [(big, 1)]
+    return buckets
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """One balanced stream: who sends, which node receives, at which address."""
+
+    stream: int
+    node: str
+    node_index: int
+    senders: tuple[WorkerAssignment, ...]
+    receivers: tuple[WorkerAssignment, ...]
+
+
+def balanced_streams(topology: Topology, physical: PhysicalTopology) -> list[Balanced]:
+    """The ``sdn`` streams of an application with their current (active) workers."""
+    out = []
+    for s in topology.streams:
+        if s.grouping.type != "sdn":
+            continue
+        out.append(
+            Balanced(
+                s.id,
+                s.dst,
+                node_index(topology, s.dst),
+                tuple(physical.active_of_node(s.src)),
+                tuple(physical.active_of_node(s.dst)),
+            )
+        )
+    return out
+
+
+def compile_lb(
+    topology: Topology,
+    physical: PhysicalTopology,
+    cluster: Cluster,
+    weights: Mapping[int, float] | None = None,
+    down: Iterable[int] = (),
+    ethertype: int = ETHERTYPE,
+) -> tuple[dict[str, frozenset[GroupSpec]], dict[str, frozenset[RuleSpec]]]:
+    """Select groups and LB rules of one application, per host: (groups, rules).
+
+    ``weights``: relative weight per receiving worker id (any scale; a worker
+    without one gets the mean of the node's others, or 1).  Workers in ``down``
+    are left out of the groups, unless that would leave a node with none.
+    The frames' onward path beyond the group is the ordinary unicast rules of
+    ``compile_rules`` (``sdn`` is a unicast grouping there), so they are not
+    repeated here.
+    """
+    app = physical.app_id
+    graph = fabric_graph(cluster)
+    down = set(down)
+    weights = dict(weights or {})
+    groups: dict[str, dict[int, GroupSpec]] = {}
+    rules: dict[str, set[RuleSpec]] = {}
+    for b in balanced_streams(topology, physical):
+        members = [w for w in b.receivers if w.worker_id not in down] or list(b.receivers)
+        if not members or not b.senders:
+            continue
+        known = [weights[w.worker_id] for w in members if w.worker_id in weights]
+        default = sum(known) / len(known) if known else 1.0
+        shares = {w.worker_id: weights.get(w.worker_id, default) for w in members}
+        by_id = {w.worker_id: w for w in members}
+        gid = lb_group_id(app, b.node_index)
+        prefix = mac_str(lb_mac(app, b.node_index, 0))
+        for host in sorted({u.host for u in b.senders}):
+            buckets = []
+            for wid, weight in bucket_weights(shares):
+                w = by_id[wid]
+                port = w.port if w.host == host else next_hop_port(graph, host, w.host)
+                mac = mac_str(worker_mac(app, wid))
+                buckets.append(Bucket(weight, (("set_eth_dst", mac), output(port))))
+            groups.setdefault(host, {})[gid] = GroupSpec(gid, tuple(buckets))
+        for u in b.senders:
+            cookie = make_cookie(app, RuleKind.LB_GROUP, u.worker_id, b.node_index)
+            rule_match = match(
+                in_port=u.port,
+                eth_src=mac_str(worker_mac(app, u.worker_id)),
+                eth_dst=(prefix, LB_MASK),
+                eth_type=ethertype,
+            )
+            rules.setdefault(u.host, set()).add(
+                RuleSpec(PRIO_DATA, rule_match, (("group", gid),), cookie)
+            )
+    return (
+        {h: frozenset(g.values()) for h, g in sorted(groups.items())},
+        {h: frozenset(r) for h, r in sorted(rules.items())},
+    )

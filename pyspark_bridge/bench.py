@@ -1,0 +1,105 @@
+"""Spark node vs its python-engine twin on the ad-analytics pipeline, over tcp.
+
+``python -m pyspark_bridge.bench [--count N] [--rate R] [--out FILE]`` runs
+``topologies/ad_analytics.yaml`` four times: throughput (unlimited source)
+and latency (source paced at ``--rate``), each with the window-count node on
+the spark engine and on the python engine (``CampaignWindowCount``, same
+update semantics every 200 ms).  Latency is arrival at the sink minus the
+emit time of the newest event a window row counts; rows whose newest event
+came in the first ``--warmup`` seconds are left out (Spark's first batch
+carries its start-up).  Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from typhoon.operators.ads import percentiles, reference_window_counts
+from typhoon.tcp_cluster import RunOptions, run_tcp
+from typhoon.topology import load_topology
+from typhoon.topology.model import Topology
+
+REPO = Path(__file__).resolve().parents[1]
+AD_YAML = REPO / "topologies" / "ad_analytics.yaml"
+
+
+def variant(engine: str, count: int, rate: float) -> Topology:
+    topo = load_topology(AD_YAML)
+    topo.nodes["events"].args.update(count=count, rate=rate)
+    node = topo.nodes["campaign_counts"]
+    campaigns = str(REPO / node.args["params"]["campaigns"])
+    if engine == "spark":
+        node.args["params"]["campaigns"] = campaigns
+    else:
+        node.engine, node.operator = "python", "typhoon.operators.ads:CampaignWindowCount"
+        node.args = {"campaigns": campaigns, "emit_every_ms": node.args.get("trigger_ms", 200)}
+    topo.nodes["sink"].operator = "typhoon.operators.ads:LatencyCollect"
+    return topo
+
+
+def measure(engine: str, count: int, rate: float, warmup: float) -> dict[str, Any]:
+    r = run_tcp(variant(engine, count, rate), RunOptions(live=False, timeout=900), out=sys.stderr)
+    sink = r["results"]["sink"]
+    final: dict[tuple[str, int], int] = {}
+    for c, w, _, n, _ in sink["tuples"]:
+        final[(c, w)] = max(final.get((c, w), 0), n)
+    views = r["nodes"]["campaign_counts"]["tuples_in"]
+    first = min((ts for ts, _ in sink["samples"]), default=0.0)
+    steady = [lat for ts, lat in sink["samples"] if ts >= first + warmup]
+    out: dict[str, Any] = {
+        "engine": engine,
+        "events": count,
+        "rate": rate,
+        "ok": r["ok"],
+        "exact": final == reference_window_counts(count, 7),
+        "elapsed_s": r["elapsed_s"],
+        "views": views,
+        "pipeline_events_per_s": round(count / r["elapsed_s"]),
+        "node_tuples_per_s": round(views / r["elapsed_s"]),
+        "latency_s": percentiles(steady),
+        "rows": sink["count"],
+    }
+    progress = [e for e in r.get("spark_progress", []) if e["input_rows"]]
+    if progress:  # what Spark itself measured; the first data batch carries the start-up
+        steady_batches = progress[1:] or progress
+        busy_ms = sum(e["batch_ms"] for e in steady_batches)
+        out["spark"] = {
+            "batches": len(progress),
+            "first_batch_ms": progress[0]["batch_ms"],
+            "steady_rows_per_s": round(
+                sum(e["input_rows"] for e in steady_batches) * 1000 / max(busy_ms, 1)
+            ),
+            "max_processed_rows_per_s": max(e["processed_rows_per_s"] or 0 for e in progress),
+            "steady_batch_ms_p50": sorted(e["batch_ms"] for e in steady_batches)[
+                len(steady_batches) // 2
+            ],
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=300_000, help="events for the throughput runs")
+    p.add_argument("--rate", type=float, default=1000.0, help="events/s for the latency runs")
+    p.add_argument("--seconds", type=float, default=60.0, help="length of the latency runs")
+    p.add_argument("--warmup", type=float, default=30.0)
+    p.add_argument("--out", help="also write the JSON here")
+    a = p.parse_args(argv)
+    results = []
+    for engine in ("spark", "python"):
+        results.append({"run": "throughput", **measure(engine, a.count, 0.0, 0.0)})
+        n = int(a.rate * a.seconds)
+        results.append({"run": "latency", **measure(engine, n, a.rate, a.warmup)})
+    text = json.dumps(results, indent=1)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""``typhoon bench --quick --only forwarding`` end to end: files written, rows present.
+
+The numbers depend on the machine and its load, so only the shape of the output
+is checked: every output file, one table row per measured point, every run ok.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def table_rows(markdown: str, section: str) -> list[list[str]]:
+    """Cells of the table rows in the ``## <section>`` part of results.md."""
+    part = markdown.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in part.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows[1:]  # without the header
+
+
+def test_quick_forwarding_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "typhoon.cli", "bench", "--quick", "--only", "forwarding",
+         "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in (
+        "results.md",
+        "results.json",
+        "machine.json",
+        "fig8a_forwarding.png",
+        "fig8b_forwarding_acked.png",
+    ):
+        assert (out / name).is_file(), f"{name} missing; stderr:\n{proc.stderr[-2000:]}"
+        assert (out / name).stat().st_size > 0
+    doc = json.loads((out / "results.json").read_text())
+    assert list(doc["scenarios"]) == ["forwarding"]
+    fwd = doc["scenarios"]["forwarding"]
+    assert fwd["mode"] == "quick" and not fwd["error"]
+    assert fwd["runs"] and all(r["ok"] for r in fwd["runs"])
+    assert {r["transport"] for r in fwd["runs"]} == {"sdn", "tcp"}
+    for key in ("cores", "memory_gib", "openvswitch", "python", "kernel"):
+        assert doc["machine"][key], key
+
+    md = (out / "results.md").read_text()
+    rows = table_rows(md, "Tuple forwarding")
+    assert {(r[0], r[1], r[2]) for r in rows} == {
+        (placement, acker, "100") for placement in ("LOCAL", "REMOTE") for acker in ("no", "yes")
+    }
+    for r in rows:  # both transports measured (a number, not a dash)
+        assert r[3] != "–" and r[4] != "–", r
+    ratios = table_rows(md, "Headline ratios")
+    assert any(r[0].startswith("forwarding sdn/tcp") for r in ratios)

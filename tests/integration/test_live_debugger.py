@@ -1,0 +1,428 @@
+"""Live debugger end to end: Mininet bridges, real OVS, Ryu with apps/live_debugger.py, agents.
+
+Scenario (paper §4 and §6.2, Fig. 12): a word count runs on 3 emulated hosts;
+``typhoon debug attach`` watches split[0]'s output through a filter while a
+second session (REST) watches count[0]'s input with 50 % sampling.  The input
+is deterministic and routed entirely through split[0], so the test knows every
+tuple split[0] emits to every count worker: the debugger must show exactly the
+matching ones.  After Ctrl-C every rule is back as it was (dump-flows), and
+split[0] did no extra work: one serialization per tuple and the same frames as
+in a run without the debugger.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from flowdump import dump_flows
+
+from controller.cookies import RuleKind, parse_cookie
+from controller.flows import compile_default_rules, compile_rules
+from controller.mirror import MirrorTap, apply_mirrors
+from mininet_env.fabric import FabricPlan
+from mininet_env.processes import free_port
+from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from typhoon.operators.sources import generate_sentences
+from typhoon.report import read_worker_reports
+from typhoon.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+SENTENCES = 20000
+BATCH = 100
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    options = SdnRunOptions(
+        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}d"),
+        apps=["apps/live_debugger.py"],
+        live=False,
+        timeout=300,
+        controller_config="metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n",
+        workdir=tmp_path_factory.mktemp("debug"),
+    )
+    c = EmulatedCluster(options)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def wait(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def bridge_of(c: EmulatedCluster, host: str) -> str:
+    return c.options.plan.bridge(int(host[1:]))
+
+
+def rules_of(c: EmulatedCluster, host: str) -> frozenset:
+    return frozenset(f.spec for f in dump_flows(bridge_of(c, host)))
+
+
+def wordcount(name: str):
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = name
+    t.nodes["source"].args.update(count=SENTENCES, seed=7, words=8, vocabulary=500)
+    # full batches only (the delay never expires): split[0]'s frames are then determined
+    # by what it emits, so two runs can be compared frame for frame
+    t.config.update(batch_size=BATCH, max_delay_ms=600_000)
+    return t
+
+
+def deploy_held(c: EmulatedCluster, name: str):
+    """Submit with the spouts held back (the controller activates only inactive apps),
+    wait until every worker is attached and every bridge holds the compiled rules."""
+    t = wordcount(name)
+    c.submit(t)
+    c.coordinator.put_app_state(name, {**c.coordinator.get_app_state(name), "active": True})
+    physical = c.coordinator.get_physical(name)
+    wait(
+        lambda: (
+            all(
+                s.state in ("attached", "running")
+                for s in c.coordinator.worker_statuses(name).values()
+            )
+            and len(c.coordinator.worker_statuses(name)) == len(physical.workers)
+        ),
+        30,
+        "every worker attached",
+    )
+    cl = c.coordinator.get_cluster()
+    expected = compile_rules(t, physical, cl)
+    for host in cl.hosts:
+        want = expected.get(host, frozenset()) | compile_default_rules()
+        wait(lambda h=host, w=want: rules_of(c, h) == w, 15, f"the compiled rules on {host}")
+    return t, physical
+
+
+def start_through_split0(c: EmulatedCluster, name: str, physical) -> None:
+    """Every sentence to split[0] (ROUTING), then start the source."""
+    split0 = physical.of_node("split")[0].worker_id
+    for ctype, body in (
+        ("ROUTING", {"stream": 1, "policy": "global", "next_hops": [split0], "version": 5}),
+        ("ACTIVATE", {}),
+    ):
+        status, reply = c.rest(
+            "POST", f"/apps/{name}/control", {"type": ctype, "body": body, "node": "source"}
+        )
+        assert status == 202, reply
+
+
+def expected_words() -> list[str]:
+    return [w for s in generate_sentences(SENTENCES, 7, 8, 500) for w in s.split()]
+
+
+def ranked_words() -> list[str]:
+    """The vocabulary, most frequent first (rank 100 occurs ~500 times, rank 200 ~290)."""
+    return [w for w, _ in sorted(Counter(expected_words()).items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+class Attach:
+    """``typhoon debug attach`` as a child process; stdout lines collected by a thread."""
+
+    def __init__(self, c: EmulatedCluster, *args: str) -> None:
+        argv = [sys.executable, "-m", "typhoon.cli", "debug", "attach", *args]
+        env = {**os.environ, "TYPHOON_CONTROLLER": c.rest_url, "TYPHOON_TOKEN": c.token}
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for th in self._threads:
+            th.start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def session(self) -> str:
+        def live():
+            if self.proc.poll() is not None:
+                pytest.fail(f"attach exited {self.proc.returncode}: {self.err}")
+            return next(
+                (m[1] for e in self.err if (m := re.match(r"session (\w+): watching", e))), None
+            )
+
+        return wait(live, 30, "the debug session to go live")
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        rc = self.proc.wait(timeout=20)
+        for th in self._threads:
+            th.join(timeout=5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def frames_sent_by(c: EmulatedCluster, w) -> int:
+    """Frames the switch took from ``w``'s port on its data rules (mirrored or not)."""
+    total = 0
+    for f in dump_flows(bridge_of(c, w.host)):
+        cookie = parse_cookie(f.spec.cookie)
+        if (
+            cookie is not None
+            and cookie.worker == w.worker_id
+            and not cookie.credit
+            and cookie.kind in (RuleKind.LOCAL, RuleKind.REMOTE_SEND, RuleKind.MIRROR)
+            and dict(f.spec.match).get("in_port") == w.port
+        ):
+            total += f.n_packets
+    return total
+
+
+def split0_report(c: EmulatedCluster, name: str, physical) -> dict:
+    wid = physical.of_node("split")[0].worker_id
+    return next(r for r in read_worker_reports(c.report_dir(name)) if r["worker"] == wid)
+
+
+def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
+    name = "wcdbg"
+    t, physical = deploy_held(cluster, name)
+    split0 = physical.of_node("split")[0]
+    count0 = physical.of_node("count")[0]
+    hosts = list(cluster.coordinator.get_cluster().hosts)
+    before = {h: rules_of(cluster, h) for h in hosts}
+    ranked = ranked_words()
+    a, b, c3 = ranked[100], ranked[150], ranked[200]
+    sampled = ranked[300:330]  # the second session's words: some are counted by count[0]
+    attach = Attach(
+        cluster, name, "split[0]", "--direction", "out", "--format", "json",
+        "--filter", f"word in {a},{b} or word={c3}", "--last", "20000",
+    )  # fmt: skip
+    try:
+        sid = attach.session()
+        # a second, concurrent session over REST: count[0]'s input, half of it sampled
+        status, second = cluster.rest(
+            "POST",
+            f"/apps/{name}/debug",
+            {
+                "worker": "count[0]",
+                "direction": "in",
+                "filter": f"_src_node=split and word in {','.join(sampled)}",
+                "sample": 50,
+                "last": 20000,
+            },
+        )
+        assert status == 201, second
+        wait(
+            lambda: (
+                cluster.rest("GET", f"/apps/{name}/debug/{second['session']}")[1]["state"] == "live"
+            ),
+            30,
+            "the second session to go live",
+        )
+        session = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]
+
+        # while attached: split[0]'s data rules carry one more output, nothing else changed
+        mirrors = {
+            split0.host: [
+                MirrorTap(physical.app_id, split0.worker_id, split0.port, "out", session["port"])
+            ],  # fmt: skip
+        }
+        mirrors.setdefault(count0.host, []).append(
+            MirrorTap(physical.app_id, count0.worker_id, count0.port, "in", second["port"])
+        )
+        for h in hosts:
+            want = apply_mirrors(before[h], mirrors.get(h, []))
+            wait(lambda h=h, w=want: rules_of(cluster, h) == w, 10, f"mirror rules on {h}")
+        assert session["mirrored_rules"] == len(physical.of_node("count"))
+
+        start_through_split0(cluster, name, physical)
+        assert cluster.wait_finished(name)
+        switched_with = frames_sent_by(cluster, split0)
+
+        # exactly the matching tuples split[0] emitted (all sentences went through it)
+        words = expected_words()
+        matching = Counter(w for w in words if w in (a, b, c3))
+        wait(lambda: len(attach.lines) >= sum(matching.values()), 30, "every matching tuple")
+        time.sleep(1.0)  # anything extra would show up now
+        records = [json.loads(line) for line in attach.lines]
+        assert Counter(r["fields"]["word"] for r in records) == matching
+        assert {r["src"] for r in records} == {split0.worker_id}
+        # ... and to the count worker that counted it
+        reports = {r["worker"]: r for r in read_worker_reports(cluster.report_dir(name))}
+        seen = Counter((r["dst"], r["fields"]["word"]) for r in records)
+        counted = Counter(
+            {
+                (w.worker_id, word): reports[w.worker_id]["result"]["counts"].get(word, 0)
+                for w in physical.of_node("count")
+                for word in (a, b, c3)
+            }
+        )
+        assert seen == +counted
+        # the ring buffer holds them too, over REST
+        status, page = cluster.rest("GET", f"/apps/{name}/debug/{sid}/tuples?after=0&limit=10000")
+        assert status == 200 and [r["n"] for r in page["records"]] == [r["n"] for r in records]
+
+        # the switch made the copies: frames per link as split[0] batched them, none lost
+        stats = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]["stats"]
+        per_dst = Counter(r["dst"] for r in records)
+        assert per_dst  # sanity
+        emitted = Counter(
+            (w.worker_id, reports[w.worker_id]["metrics"]["in"].get("2", 0))
+            for w in physical.of_node("count")
+        )
+        frames = {
+            f"{split0.worker_id}->{wid}": math.ceil(n / BATCH) + 1  # + end of stream
+            for wid, n in emitted
+        }
+        assert stats["links"] == frames and stats["seq_gaps"] == 0, stats
+        # every frame the switch forwarded from split[0] (data and SYNC credits) was copied once
+        assert switched_with == stats["data_frames"] + stats["other"], (switched_with, stats)
+        assert stats["tuples"] == len(words) and stats["matched"] == sum(matching.values())
+
+        # the sampled input session: every tuple of those words count[0] received passed
+        # the filter, about half of them were kept
+        path = f"/apps/{name}/debug/{second['session']}"
+        got = cluster.rest("GET", f"{path}/tuples?after=0&limit=10000")[1]["records"]
+        counts0 = reports[count0.worker_id]["result"]["counts"]
+        total = sum(counts0.get(w, 0) for w in sampled)
+        stats2 = cluster.rest("GET", path)[1]["stats"]
+        assert stats2["matched"] == total > 200, (stats2, total)
+        assert stats2["sampled_out"] + len(got) == total
+        assert 0.4 * total < len(got) < 0.6 * total, (len(got), total)
+        assert all(r["dst"] == count0.worker_id and r["fields"]["word"] in sampled for r in got)
+        assert cluster.rest("DELETE", path)[0] == 200
+
+        # Ctrl-C detaches: debug workers gone, every rule exactly as before
+        assert attach.interrupt() == 0
+        assert any("detached session" in e for e in attach.err), attach.err
+        for h in hosts:
+            wait(lambda h=h: rules_of(cluster, h) == before[h], 10, f"the old rules on {h}")
+            kinds = {parse_cookie(f.cookie).kind for f in rules_of(cluster, h)}
+            assert RuleKind.MIRROR not in kinds
+        wait(lambda: not cluster.coordinator.list("debug"), 5, "session keys removed")
+        wait(
+            lambda: (
+                not any(
+                    p >= 65000
+                    for ag in cluster.coordinator.agents().values()
+                    for p in ag.used_ports
+                )
+            ),
+            10,
+            "debug ports released by the agents",
+        )
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert "tdbg" not in links
+        with_debugger = split0_report(cluster, name, physical)["metrics"]
+    finally:
+        attach.kill()
+        cluster.kill(name)
+
+    # the same run without a debugger: split[0] serializes and sends the same
+    name = "wcplain"
+    t, physical = deploy_held(cluster, name)
+    try:
+        start_through_split0(cluster, name, physical)
+        assert cluster.wait_finished(name)
+        switched_plain = frames_sent_by(cluster, physical.of_node("split")[0])
+        plain = split0_report(cluster, name, physical)["metrics"]
+    finally:
+        cluster.kill(name)
+    tuples = len(expected_words())
+    print(
+        f"\nsplit[0] with debugger: {with_debugger['serializations']} serializations, "
+        f"{with_debugger['frames_out']} frames out, {switched_with} through its data rules; "
+        f"without: {plain['serializations']}, {plain['frames_out']}, {switched_plain} "
+        f"({tuples} tuples)"
+    )
+    assert with_debugger["serializations"] == plain["serializations"] == tuples
+    assert sum(with_debugger["out"].values()) == sum(plain["out"].values()) == tuples
+    # the same frames toward the count workers; frames_out also counts METRIC_RESP replies
+    # (4 a second here, and the debugger run waited longer before it started) and credits
+    assert switched_with == switched_plain
+    assert abs(with_debugger["frames_out"] - plain["frames_out"]) <= 0.05 * plain["frames_out"]
+
+
+def test_bad_requests_and_the_session_limit(cluster):
+    name = "wcbad"
+    t, physical = deploy_held(cluster, name)
+    try:
+        post = lambda body: cluster.rest("POST", f"/apps/{name}/debug", body)  # noqa: E731
+        assert post({"worker": "split[0]", "filter": "wrod=x"})[0] == 400
+        assert post({"worker": "split[7]"})[0] == 404
+        assert cluster.rest("POST", "/apps/nope/debug", {"worker": 1})[0] == 404
+        sessions = [post({"worker": f"count[{i}]", "direction": "in"}) for i in range(3)]
+        assert [s for s, _ in sessions] == [201, 201, 201]
+        assert post({"worker": "split[0]"})[0] == 429  # max_sessions = 3 in this cluster
+        for _, s in sessions:
+            assert cluster.rest("DELETE", f"/apps/{name}/debug/{s['session']}")[0] == 200
+        hosts = cluster.coordinator.get_cluster().hosts
+        expected = compile_rules(t, physical, cluster.coordinator.get_cluster())
+        for h in hosts:
+            want = expected.get(h, frozenset()) | compile_default_rules()
+            wait(lambda h=h, w=want: rules_of(cluster, h) == w, 10, f"rules on {h}")
+        # killing the application ends its sessions too
+        status, last = post({"worker": "split[1]"})
+        assert status == 201
+        path = f"/apps/{name}/debug/{last['session']}"
+        wait(lambda: cluster.rest("GET", path)[1]["state"] == "live", 30, "the session to go live")
+    finally:
+        cluster.kill(name)
+    reply = wait(lambda: (r := cluster.rest("GET", path)[1])["state"] == "ended" and r, 10, "end")
+    assert reply["reason"] == "the application was killed"
+    wait(lambda: not cluster.coordinator.list("debug"), 10, "the session key removed")
+
+
+def test_the_app_starts_alone_and_pulls_in_the_core(tmp_path):
+    """``ryu-manager apps/live_debugger.py``: no typhoon_core.py on the command line."""
+    conf = tmp_path / "ryu.conf"
+    conf.write_text(f"[typhoon]\ncoordinator = {tmp_path / 'c.db'}\napi_token = t\n")
+    port, ofp = free_port(), free_port()
+    log = open(tmp_path / "ryu.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ryu-manager")), "--config-file", str(conf),
+         "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
+         "--ofp-tcp-listen-port", str(ofp), "apps/live_debugger.py"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/typhoon"
+
+        def answers():
+            assert proc.poll() is None, (tmp_path / "ryu.log").read_text()
+            try:
+                return rest_call(url, "GET", "/apps")
+            except OSError:
+                return None
+
+        assert wait(answers, 30, "the controller's REST API") == (200, {})
+        assert rest_call(url, "GET", "/apps/x/debug")[0] == 404  # the debugger's routes
+        assert rest_call(url, "POST", "/apps/x/debug", {"worker": 1}, "t")[0] == 404
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+    text = (tmp_path / "ryu.log").read_text()
+    assert "instantiating app controller.core" in text and "live debugger ready" in text

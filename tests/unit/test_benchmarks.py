@@ -1,0 +1,124 @@
+"""The benchmark package's pure parts: registry, operators, topologies, numbers, Markdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import measure
+from benchmarks.operators import ACK_INIT_STREAM, Acker, AckingSource, BenchSink, latency_quantiles
+from benchmarks.runner import render_markdown, select
+from benchmarks.scenario import Ratio, ScenarioResult, Table, geomean, median, scenarios
+from benchmarks.testbed import RunResult
+from benchmarks.topologies import forwarding, one_to_many
+from typhoon.operators.base import Context
+from typhoon.report import build_report
+
+
+def test_registry_has_the_papers_baseline_scenarios_in_order() -> None:
+    names = [s.name for s in scenarios()]
+    assert names[:3] == ["forwarding", "latency", "one_to_many"]
+    assert len(names) == len(set(names))
+
+
+def test_select_names_unknown_scenarios() -> None:
+    assert [s.name for s in select(["one_to_many,forwarding"])] == ["forwarding", "one_to_many"]
+    with pytest.raises(ValueError, match="unknown scenario 'nope'"):
+        select(["nope"])
+
+
+def _context(node: str, fields: list[str]) -> Context:
+    return Context("t", node, 1, 0, 1, input_fields=fields)
+
+
+def test_acker_completes_every_tuple_the_sink_acked() -> None:
+    src = AckingSource(count=50, size=100)
+    src.open(_context("source", []))
+    data, inits = [], []
+
+    def emit(values: list, stream: str = "default") -> None:
+        (inits if stream == ACK_INIT_STREAM else data).append(values)
+
+    while src.next_batch(emit, 16):
+        pass
+    assert len(data) == len(inits) == 50
+    assert all(len(t[3]) == 100 for t in data)  # the edge id rides inside the payload
+    fields = ["src", "seq", "ts", "payload"]
+    sink = BenchSink(ack=True)
+    sink.open(_context("sink", fields))
+    acks: list[list] = []
+    for t in data:
+        sink.process(t, lambda v, stream="default": acks.append(v))
+    acker = Acker()
+    acker.open(_context("acker", fields))
+    for t in inits + acks[:-1]:  # the last tuple's ack never arrives
+        acker.process(t, lambda *_: None)
+    result = acker.result()
+    assert (result["completed"], result["pending"]) == (49, 1)
+    assert sink.result()["received"] == 50 and sink.result()["last_s"] >= sink.first
+
+
+def test_latency_quantiles_span_the_samples() -> None:
+    q = latency_quantiles([i / 1000 for i in range(2000)])
+    assert len(q) == 1001 and q[0] == 0.0 and q[-1] == pytest.approx(1.999)
+    assert measure.percentile(q, 0.5) == pytest.approx(1.0)
+    assert latency_quantiles([]) == []
+
+
+def test_topologies_load_and_the_report_checks_the_bench_sink() -> None:
+    topo = forwarding("f", ack=True)
+    assert set(topo.nodes) == {"source", "sink", "acker"}
+    assert [s.name for s in topo.outputs_of("source")] == ["default", ACK_INIT_STREAM]
+    bcast = one_to_many("b", 4)
+    assert bcast.nodes["sink"].parallelism == 4
+    assert bcast.streams[0].grouping.type == "all"
+
+    plain = forwarding("p")
+    sink = BenchSink()
+    sink.open(_context("sink", ["src", "seq", "ts", "payload"]))
+    for seq in range(10):
+        if seq != 3:
+            sink.process([1, seq, 0.0, b"x"], lambda *_: None)
+
+    def worker(wid: int, node: str, result: dict) -> dict:
+        metrics = {k: 0 for k in ("seq_gaps", "serializations", "frames_out", "credit_stalls")}
+        metrics.update({"in": {}, "out": {}, "drops": {}})
+        return {
+            "worker": wid, "node": node, "index": 0, "host": "h1", "port": 0,
+            "finished": True, "error": None, "cpu_s": 0.5, "metrics": metrics, "result": result,
+        }  # fmt: skip
+
+    report = build_report(
+        plain, [worker(1, "source", {"emitted": 10, "src": 1}), worker(2, "sink", sink.result())]
+    )
+    assert report["results"]["sink"]["missing"] == 1
+    assert report["results"]["sink"]["per_worker"][0]["received"] == 9
+    run = RunResult("sdn", 1, "p", True, 1.0, report=report, workers=[])
+    assert measure.lost(run, acker="") == 1
+    assert measure.throughput(run) is not None
+
+
+def test_statistics_skip_failed_runs() -> None:
+    assert median([3.0, None, 1.0]) == 2.0
+    assert median([None]) is None
+    assert geomean([4.0, 1.0, None]) == pytest.approx(2.0)
+
+
+def test_markdown_has_machine_ratios_and_tables() -> None:
+    result = ScenarioResult(
+        "forwarding",
+        "Tuple forwarding",
+        "Fig. 8a/b",
+        "quick",
+        tables=[Table("t", ["a", "b"], [["1", "2"]], note="n")],
+        ratios=[Ratio.against("sdn/tcp", 0.5, at_least=1.0)],
+        plots=["fig8a_forwarding.png"],
+    )
+    doc = {
+        "written": "2025-01-01 00:00:00",
+        "machine": {"cores": 2},
+        "scenarios": {"forwarding": result.to_dict()},
+    }
+    md = render_markdown(doc)
+    assert "| cores | 2 |" in md
+    assert "| sdn/tcp | 0.50 | >= 1 | **no** |" in md
+    assert "| 1 | 2 |" in md and "![fig8a_forwarding.png](fig8a_forwarding.png)" in md

@@ -1,0 +1,253 @@
+"""Load-balancer select groups: compiled as data, checked by forwarding frames through fake
+bridges that apply groups the way OVS does, and read back through Ryu's real parser."""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+import pytest
+from fakeflows import FakeFabric, Packet, hash_table, line_cluster
+from test_controller_ofp import FakeDatapath
+
+from controller import ofp
+from controller.cookies import RuleKind, parse_cookie
+from controller.flows import compile_default_rules, compile_rules
+from controller.groups import (
+    GROUP_MAGIC,
+    HASH_ENTRIES,
+    Bucket,
+    GroupPlan,
+    GroupSpec,
+    apportion,
+    balanced_streams,
+    bucket_weights,
+    compile_lb,
+    diff_groups,
+    lb_group_id,
+    parse_group_id,
+)
+from controller.reconcile import diff
+from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from typhoon.topology.loader import load_topology_text
+from typhoon.topology.scheduler import schedule
+from typhoon.wire import LB_SLOTS, lb_mac, mac_str, worker_mac
+
+APP = 7
+BALANCED = """
+name: lb
+spouts:
+  - {id: source, operator: sequence_source, parallelism: 2}
+bolts:
+  - {id: work, operator: identity, parallelism: 3}
+  - {id: sink, operator: sequence_check}
+streams:
+  - {from: source, to: work, grouping: sdn}
+  - {from: work, to: sink, grouping: shuffle}
+"""
+
+
+@pytest.fixture
+def app():
+    topology = load_topology_text(BALANCED, "lb.yaml")
+    physical = schedule(topology, ["h1", "h2", "h3"], APP, 100)
+    return topology, physical, line_cluster(3)
+
+
+def mac(wid: int) -> str:
+    return mac_str(worker_mac(APP, wid))
+
+
+def fabric(topology, physical, cluster, weights=None, down=()):
+    groups, lb_rules = compile_lb(topology, physical, cluster, weights, down)
+    rules = compile_rules(topology, physical, cluster)
+    merged = {
+        h: rules.get(h, frozenset()) | lb_rules.get(h, frozenset()) | compile_default_rules()
+        for h in cluster.hosts
+    }
+    return FakeFabric(cluster, merged, groups), groups, lb_rules
+
+
+def spread(fab, physical, sender) -> Counter:
+    """Where each of the 256 slot addresses of node ``work`` (index 1) ends up."""
+    got: Counter = Counter()
+    for slot in range(LB_SLOTS):
+        pkt = Packet(sender.port, mac(sender.worker_id), mac_str(lb_mac(APP, 1, slot)))
+        trace = fab.send(sender.host, pkt)
+        assert sum(trace.delivered.values()) == 1, trace
+        [(where, _)] = trace.delivered.items()
+        got[where] += 1
+    return got
+
+
+# ----------------------------------------------------------------------------- ids, weights
+
+
+def test_group_ids_carry_magic_app_and_node():
+    gid = lb_group_id(0x1234, 5)
+    assert gid >> 24 == GROUP_MAGIC and parse_group_id(gid) == (0x1234, 5)
+    assert parse_group_id(7) is None and parse_group_id(0xFFFFFF00) is None
+    assert gid < ofproto_v1_3.OFPG_MAX
+    with pytest.raises(ValueError):
+        lb_group_id(0x10000, 0)
+
+
+@pytest.mark.parametrize(
+    "shares",
+    [{1: 3, 2: 3, 3: 1}, {1: 1, 2: 1}, {5: 0.2, 9: 0.5, 11: 0.3}, {1: 1, 2: 0, 3: 0}, {4: 1}],
+)
+def test_apportion_sums_gives_everyone_one_and_follows_shares(shares):
+    out = apportion(shares, 64)
+    assert sum(out.values()) == 64 and min(out.values()) >= 1
+    total = sum(shares.values())
+    for k, s in shares.items():
+        assert abs(out[k] - 64 * s / total) <= len(shares)
+    assert apportion(shares, 64) == out  # deterministic
+
+
+def test_bucket_weights_fill_the_whole_64_entry_hash_table():
+    # 3:3:1 in 64ths is 28:27:9 (27.4, 27.4, 9.1; the remainder to the first); with min 9 OVS
+    # would build a 16-entry table, so one unit moves into a weight-1 bucket of the same worker
+    buckets = bucket_weights({1: 3, 2: 3, 3: 1})
+    assert sum(w for _, w in buckets) == 64 and min(w for _, w in buckets) == 1
+    per_worker = Counter()
+    for wid, w in buckets:
+        per_worker[wid] += w
+    assert per_worker == {1: 28, 2: 27, 3: 9}
+    group = GroupSpec(1, tuple(Bucket(w, (("output", wid),)) for wid, w in buckets))
+    table = hash_table(group)
+    assert len(table) == HASH_ENTRIES
+    entries = Counter(b.actions[0][1] for b in table)
+    assert entries == per_worker  # every worker exactly its 64ths
+
+
+def test_many_workers_get_plain_weights():
+    buckets = bucket_weights(dict.fromkeys(range(1, 41), 1.0))
+    assert len(buckets) == 40 and sum(w for _, w in buckets) == 1000
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+def test_groups_only_where_senders_are_and_one_rule_per_sender(app):
+    topology, physical, cluster = app
+    [b] = balanced_streams(topology, physical)
+    assert (b.node, b.node_index) == ("work", 1)
+    groups, rules = compile_lb(topology, physical, cluster)
+    sender_hosts = {u.host for u in b.senders}
+    assert set(groups) == sender_hosts
+    gid = lb_group_id(APP, 1)
+    for gs in groups.values():
+        [g] = gs
+        assert g.group_id == gid and g.type == "select"
+        assert set(g.weights()) == {mac(w.worker_id) for w in b.receivers}
+    for u in b.senders:
+        [rule] = [r for r in rules[u.host] if parse_cookie(r.cookie).worker == u.worker_id]
+        assert rule.actions == (("group", gid),)
+        c = parse_cookie(rule.cookie)
+        assert (c.kind, c.aux) == (RuleKind.LB_GROUP, 1)
+        assert rule.match_dict()["eth_dst"] == (mac_str(lb_mac(APP, 1, 0)), "ff:ff:ff:ff:ff:00")
+
+
+def test_every_slot_reaches_a_worker_of_the_node_with_its_own_address(app):
+    topology, physical, cluster = app
+    fab, _, _ = fabric(topology, physical, cluster)
+    receivers = {(w.host, w.port): w for w in physical.of_node("work")}
+    for sender in physical.of_node("source"):
+        for slot in (0, 17, 255):
+            pkt = Packet(sender.port, mac(sender.worker_id), mac_str(lb_mac(APP, 1, slot)))
+            trace = fab.send(sender.host, pkt)
+            [where] = trace.delivered
+            assert where in receivers  # local bucket or across the fabric by unicast rules
+        spread(fab, physical, sender)
+
+
+def test_split_follows_the_weights(app):
+    topology, physical, cluster = app
+    work = physical.of_node("work")
+    weights = {work[0].worker_id: 3.0, work[1].worker_id: 3.0, work[2].worker_id: 1.0}
+    fab, _, _ = fabric(topology, physical, cluster, weights)
+    sender = physical.of_node("source")[0]
+    got = spread(fab, physical, sender)
+    slow = (work[2].host, work[2].port)
+    # 9 of 64 table entries; which slots hash where is luck: a few points either way
+    assert abs(got[slow] / LB_SLOTS - 9 / 64) < 0.06, got
+
+
+def test_down_workers_leave_the_group_unless_none_is_left(app):
+    topology, physical, cluster = app
+    work = [w.worker_id for w in physical.of_node("work")]
+    groups, _ = compile_lb(topology, physical, cluster, down={work[1]})
+    for gs in groups.values():
+        [g] = gs
+        assert set(g.weights()) == {mac(work[0]), mac(work[2])}
+    groups, _ = compile_lb(topology, physical, cluster, down=set(work))
+    for gs in groups.values():
+        [g] = gs
+        assert len(g.weights()) == 3
+
+
+def test_lb_rules_never_collide_with_compiled_rules(app):
+    topology, physical, cluster = app
+    _, lb_rules = compile_lb(topology, physical, cluster)
+    compiled = compile_rules(topology, physical, cluster)
+    for host, rules in lb_rules.items():
+        keys = {r.key for r in compiled.get(host, ())}
+        assert not keys & {r.key for r in rules}
+        assert diff(rules | compiled.get(host, frozenset()), ()).add  # one consistent set
+
+
+def test_no_sdn_stream_no_groups(app):
+    _, physical, cluster = app
+    plain = load_topology_text(BALANCED.replace("grouping: sdn", "grouping: shuffle"), "x.yaml")
+    assert compile_lb(plain, physical, cluster) == ({}, {})
+
+
+# ----------------------------------------------------------------------------- reconcile
+
+
+def g(gid: int, *weights: int) -> GroupSpec:
+    return GroupSpec(gid, tuple(Bucket(w, (("output", i + 1),)) for i, w in enumerate(weights)))
+
+
+def test_diff_groups_adds_modifies_deletes_ours_only():
+    ours, other, stale, foreign = lb_group_id(7, 1), lb_group_id(7, 2), lb_group_id(9, 1), 5
+    plan = diff_groups(
+        [g(ours, 1, 2), g(other, 3)],
+        [g(ours, 1, 1), g(stale, 1), g(foreign, 1)],
+    )
+    assert plan == GroupPlan(add=(g(other, 3),), modify=(g(ours, 1, 2),), delete=(g(stale, 1),))
+    assert not diff_groups([g(ours, 1)], [g(ours, 1), g(foreign, 2)])
+
+
+# ----------------------------------------------------------------------------- OpenFlow
+
+
+def switch_reports(mod) -> object:
+    """The ofp_group_desc entry a switch would report for the group ``mod`` created."""
+    buckets = bytearray()
+    for b in mod.buckets:
+        b.serialize(buckets, len(buckets))
+    head = struct.pack(
+        ofproto_v1_3.OFP_GROUP_DESC_STATS_PACK_STR, 8 + len(buckets), mod.type, mod.group_id
+    )
+    return ofproto_v1_3_parser.OFPGroupDescStats.parser(head + bytes(buckets), 0)
+
+
+def test_group_mod_reads_back_equal(app):
+    topology, physical, cluster = app
+    dp = FakeDatapath()
+    groups, _ = compile_lb(topology, physical, cluster, {physical.of_node("work")[0].worker_id: 5})
+    for gs in groups.values():
+        for spec in gs:
+            mod = ofp.group_mod(dp, spec, "add")
+            assert (mod.command, mod.type) == (dp.ofproto.OFPGC_ADD, dp.ofproto.OFPGT_SELECT)
+            dp.set_xid(mod)
+            mod.serialize()
+            back = ofp.spec_from_group_desc(switch_reports(mod))
+            assert back == spec
+            assert not diff_groups([spec], [back])
+    delete = ofp.group_mod(dp, spec, "delete")
+    assert delete.command == dp.ofproto.OFPGC_DELETE and delete.buckets == []
+    with pytest.raises(ValueError):
+        ofp.group_mod(dp, spec, "replace")

@@ -1,0 +1,199 @@
+"""The debugger's REST routes (called as a WSGI application) and the CLI on top of them."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+
+import pytest
+from webob import Request
+
+from controller.debug_rest import DebugRest
+from controller.debugger import DebugError
+from controller.ryu_compat import WSGIApplication
+from typhoon.client import ApiCallError
+from typhoon.debug import cli
+from typhoon.debug.spec import KEY_HEADER
+
+TOKEN = "secret"
+
+
+class FakeDebugger:
+    """Stands in for the app: records calls, answers like it."""
+
+    logger = logging.getLogger("fake")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.state = "live"
+        self.pages: list[dict] = []
+
+    def attach(self, name, request):
+        self.calls.append(("attach", name, request))
+        if request.get("worker") == "nope":
+            raise DebugError(404, "no node named 'nope'")
+        return self.status(name, "s1")
+
+    def list_sessions(self, name):
+        return [self.status(name, "s1")]
+
+    def status(self, name, sid):
+        return {
+            "session": sid,
+            "app": name,
+            "worker": 2,
+            "direction": "out",
+            "filter": "",
+            "host": "h1",
+            "port": 65000,
+            "state": self.state,
+            "reason": "",
+            "received": 3,
+            "mirrored_rules": 4,
+            "stats": {"frames": 9, "tuples": 3},
+        }
+
+    session_status = status
+
+    def detach(self, name, sid):
+        self.calls.append(("detach", name, sid))
+        return self.status(name, sid)
+
+    def read(self, name, sid, after, limit):
+        self.calls.append(("read", after, limit))
+        if self.pages:
+            return self.pages.pop(0)
+        raise KeyboardInterrupt  # the user presses Ctrl-C once the pages are printed
+
+    def receive(self, sid, key, body):
+        if key != "k":
+            raise DebugError(403, "wrong session key")
+        self.calls.append(("receive", sid, len(body["records"])))
+        return {"ok": True}
+
+
+@pytest.fixture
+def api():
+    debugger = FakeDebugger()
+    app = WSGIApplication()
+    app.register(DebugRest, {"debugger": debugger, "core": debugger, "token": TOKEN})
+
+    def call(method, path, body=None, token=TOKEN, headers=None):
+        req = Request.blank("/typhoon" + path, method=method)
+        if body is not None:
+            req.body = json.dumps(body).encode()
+        if token:
+            req.headers["X-Typhoon-Token"] = token
+        for k, v in (headers or {}).items():
+            req.headers[k] = v
+        resp = req.get_response(app)
+        return resp.status_int, json.loads(resp.body)
+
+    return debugger, call
+
+
+def test_routes_and_tokens(api):
+    debugger, call = api
+    assert call("POST", "/apps/wc/debug", {"worker": "split[0]"})[0] == 201
+    assert call("POST", "/apps/wc/debug", {"worker": "split[0]"}, token="")[0] == 401
+    assert call("POST", "/apps/wc/debug", {"worker": "nope"}) == (
+        404,
+        {"error": "no node named 'nope'"},
+    )
+    assert call("GET", "/apps/wc/debug", token="")[0] == 200
+    assert call("GET", "/apps/wc/debug/s1", token="")[1]["state"] == "live"
+    assert call("GET", "/apps/wc/debug/s1/tuples?after=5", token="")[0] == 401  # app data
+    with pytest.raises(KeyboardInterrupt):
+        call("GET", "/apps/wc/debug/s1/tuples?after=5&limit=99999")
+    assert debugger.calls[-1] == ("read", 5, 10000)  # limit capped
+    assert call("GET", "/apps/wc/debug/s1/tuples?after=x")[0] == 400
+    assert call("DELETE", "/apps/wc/debug/s1", token="wrong")[0] == 403
+    assert call("DELETE", "/apps/wc/debug/s1")[0] == 200
+    # debug workers authenticate with their session key, not the token
+    body = {"records": [{"x": 1}], "stats": {}}
+    assert call("POST", "/debug/sessions/s1/records", body, token="", headers={KEY_HEADER: "k"})
+    assert call("POST", "/debug/sessions/s1/records", body, token="")[0] == 403
+    assert debugger.calls[-1] == ("receive", "s1", 1)
+
+
+def test_table_and_json_lines():
+    record = {
+        "n": 1,
+        "time": 0.0,
+        "src_label": "split[0]",
+        "dst_label": "count[2]",
+        "stream": 2,
+        "fields": {"word": "alpha"},
+        "values": ["alpha", 3],
+    }
+    line = cli.format_record(record, "table")
+    assert "split[0] -> count[2]" in line and "s2" in line and 'word="alpha" 3' in line
+    assert json.loads(cli.format_record(record, "json")) == record
+    assert "raw frame" in cli.format_record({"time": 0, "raw": "Ether / IP"}, "table")
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(
+        name="wc",
+        worker="split[0]",
+        direction="out",
+        filter="word=a",
+        sample=None,
+        last=50,
+        count=None,
+        poll=0.0,
+        format="json",
+        controller="http://x",
+        token=TOKEN,
+        config=None,
+    )
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.fixture
+def wired(api, monkeypatch):
+    """The CLI's HTTP client calling the WSGI application directly."""
+    debugger, call = api
+
+    def fake_call(self, method, path, body=None):
+        status, reply = call(method, path, body, token=self.token)
+        if status >= 400:
+            raise ApiCallError(status, reply["error"])
+        return reply
+
+    monkeypatch.setattr(cli.Client, "call", fake_call)
+    return debugger
+
+
+def page(n: int, state: str = "live") -> dict:
+    return {
+        "records": [{"n": n, "time": 0, "fields": {"word": "a"}, "values": ["a"]}],
+        "next": n,
+        "skipped": 0,
+        "state": state,
+        "reason": "",
+    }
+
+
+def test_attach_prints_until_ctrl_c_then_detaches(wired):
+    wired.pages = [page(1), page(2)]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.cmd_attach(args(), out, err) == 0
+    assert [json.loads(line)["n"] for line in out.getvalue().splitlines()] == [1, 2]
+    assert wired.calls[0] == ("attach", "wc", {"worker": "split[0]", "direction": "out",
+                                               "filter": "word=a", "last": 50})  # fmt: skip
+    assert ("read", 1, 1000) in wired.calls and wired.calls[-1] == ("detach", "wc", "s1")
+    assert "4 mirrored rules" in err.getvalue() and "detached session s1" in err.getvalue()
+
+
+def test_attach_count_and_errors(wired):
+    wired.pages = [page(1), page(2)]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.cmd_attach(args(count=1), out, err) == 0
+    assert len(out.getvalue().splitlines()) == 1 and wired.calls[-1][0] == "detach"
+    assert cli.cmd_attach(args(worker="nope"), out, err) == cli.EXIT_USAGE
+    assert "no node named 'nope'" in err.getvalue()
+    wired.pages = [page(1, state="ended")]
+    assert cli.cmd_attach(args(), io.StringIO(), err) == cli.EXIT_FAILED

@@ -1,0 +1,121 @@
+"""The debug worker process loop and its shipper, with a socket standing in for the TAP."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from typhoon import wire
+from typhoon.debug import worker as dw
+from typhoon.debug.spec import DebugSpec
+from typhoon.wire import Kind, encode_tuple, worker_mac
+
+APP = 9
+
+
+class SocketDevice:
+    """One end of a SOCK_SEQPACKET pair: one frame per read, like a TAP."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        sock.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self, size: int | None = None) -> bytes | None:
+        try:
+            return self.sock.recv(size or 65536)
+        except BlockingIOError:
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def spec(**kw) -> DebugSpec:
+    base = dict(
+        session="abc123",
+        app="wc",
+        app_id=APP,
+        worker=2,
+        direction="out",
+        host="h1",
+        port=65000,
+        tap="tdbgabc123",
+        report_url="http://unused",
+        key="k",
+        filter="word!=skip",
+        workers={2: ("split", 0), 4: ("count", 0)},
+        fields={"split": ["word"]},
+    )
+    return DebugSpec(**{**base, **kw})
+
+
+def frame(words: list[str], seq: int) -> bytes:
+    payloads = [encode_tuple([w]) for w in words]
+    [f] = wire.pack_frames(worker_mac(APP, 4), worker_mac(APP, 2), Kind.DATA, 2, seq, payloads)
+    return f
+
+
+def test_frames_in_records_out_then_final_statistics():
+    posted: list[dict] = []
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = dw.DebugWorker(spec(), SocketDevice(ours), posted.append)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        theirs.send(frame(["a", "skip", "b"], 0))
+        theirs.send(frame(["c"], 1))
+        deadline = time.monotonic() + 5
+        while sum(len(b["records"]) for b in posted) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        worker.stop()
+        thread.join(timeout=5)
+        theirs.close()
+    records = [r for b in posted for r in b["records"]]
+    assert [r["fields"]["word"] for r in records] == ["a", "b", "c"]
+    final = posted[-1]
+    assert final["final"] and final["stats"]["tuples"] == 4 and final["stats"]["shipped"] == 3
+    assert final["stats"]["matched"] == 3 and final["stats"]["seq_gaps"] == 0
+
+
+def test_shipper_rate_backlog_retry_and_gone():
+    bodies: list[dict] = []
+    fail = {"n": 1}
+
+    def post(body):
+        if fail["n"]:
+            fail["n"] -= 1
+            raise OSError("connection refused")
+        bodies.append(body)
+
+    s = dw.Shipper(post, lambda: {"frames": 1}, max_rate=10)
+    s.add([{"i": i} for i in range(15)])
+    assert (len(s.backlog), s.throttled) == (10, 5)  # one second's worth, the rest counted
+    s.ship_once()  # fails: the records wait for the next round
+    assert len(s.backlog) == 10 and s.shipped == 0
+    s.ship_once()
+    assert [r["i"] for r in bodies[0]["records"]] == list(range(10))
+    stats = bodies[0]["stats"]
+    assert stats.pop("cpu_s") >= 0
+    assert stats == {"frames": 1, "shipped": 10, "throttled": 5, "overflow": 0}
+    s.ship_once()  # nothing new and the heartbeat is not due: no request
+    assert len(bodies) == 1
+
+    def gone(body):
+        raise dw.SessionGone("410")
+
+    s.post = gone
+    s.ship_once(final=True)
+    assert s.gone.is_set()
+
+
+@pytest.mark.parametrize("bad", [{"direction": "up"}, {"sample": 0}])
+def test_spec_is_checked(bad):
+    with pytest.raises(ValueError):
+        spec(**bad)

@@ -1,0 +1,120 @@
+"""Client of the controller's REST API, for the CLI verbs and for scripts.
+
+Where the controller is and which token to send, first found wins:
+
+1. ``--controller URL`` / ``--token T`` on the command line;
+2. ``$TYPHOON_CONTROLLER`` / ``$TYPHOON_TOKEN``;
+3. a config file: ``--config FILE``, else ``$TYPHOON_CONFIG``, else
+   ``~/.config/typhoon/client.ini``, an INI file with a ``[typhoon]`` section::
+
+       [typhoon]
+       controller = http://127.0.0.1:8080
+       token = 5f2c...        # or api_token, so the controller's own file works too
+
+4. ``http://127.0.0.1:8080`` and no token (reads work, changes are refused).
+
+The URL may be given with or without the ``/typhoon`` prefix of the API.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
+DEFAULT_CONFIG = Path("~/.config/typhoon/client.ini")
+
+
+class ApiCallError(Exception):
+    """A request the controller refused (``status`` 4xx/5xx) or could not get (0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    @property
+    def bad_request(self) -> bool:
+        return 400 <= self.status < 500
+
+
+@dataclass
+class Endpoint:
+    controller: str
+    token: str
+
+
+def resolve(
+    controller: str | None = None, token: str | None = None, config: str | None = None
+) -> Endpoint:
+    """The controller URL and token (module docstring); a named config file must exist."""
+    env = os.environ
+    path = config or env.get("TYPHOON_CONFIG")
+    section: dict[str, str] = {}
+    if path and not Path(path).expanduser().is_file():
+        raise ApiCallError(400, f"config file {path} does not exist")
+    file = Path(path or DEFAULT_CONFIG).expanduser()
+    if file.is_file():
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(file, encoding="utf-8")
+        except configparser.Error as e:
+            raise ApiCallError(400, f"config file {file} is not valid INI: {e}") from None
+        if parser.has_section("typhoon"):
+            section = dict(parser["typhoon"])
+    url = (
+        controller
+        or env.get("TYPHOON_CONTROLLER")
+        or section.get("controller")
+        or DEFAULT_CONTROLLER
+    )
+    tok = token or env.get("TYPHOON_TOKEN") or section.get("token") or section.get("api_token")
+    return Endpoint(url, tok or "")
+
+
+class Client:
+    """JSON over HTTP to the controller's ``/typhoon`` API."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
+        base = endpoint.controller.rstrip("/")
+        if "://" not in base:
+            base = "http://" + base
+        self.base = base if base.endswith("/typhoon") else base + "/typhoon"
+        self.token = endpoint.token
+        self.timeout = timeout
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        text: str | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One request; the decoded JSON answer, or ApiCallError with the controller's reason."""
+        data = text.encode() if text is not None else None
+        if body is not None:
+            data = json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Content-Type", content_type)
+        if self.token:
+            req.add_header("X-Typhoon-Token", self.token)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                message = json.loads(raw or b"{}").get("error") or str(e.reason)
+            except (ValueError, AttributeError):
+                message = str(e.reason)
+            raise ApiCallError(e.code, message) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise ApiCallError(0, f"cannot reach the controller at {self.base}: {e}") from None

@@ -1,0 +1,246 @@
+"""CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
+
+``typhoon submit FILE``, ``list``, ``status NAME``, ``scale NAME NODE N``,
+``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE OPERATOR
+[--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``, ``remove NAME
+NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill NAME``.  Where
+the controller is and the token: see :mod:`typhoon.client`.
+
+A reconfiguration verb waits until the update has finished and prints each
+step as it completes (``--no-wait`` returns once the controller accepted it).
+Exit codes: 0 done; 1 the update failed (rolled back or incomplete) or the
+controller could not be reached; 2 the controller refused the request (one
+line on stderr says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from typhoon.client import ApiCallError, Client, resolve
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Usage(Exception):
+    pass
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(resolve(args.controller, args.token, args.config))
+
+
+def _json_arg(text: str | None, what: str) -> Any:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise _Usage(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise _Usage(f'{what} must be a JSON object, e.g. \'{{"values": ["view"]}}\'')
+    return value
+
+
+def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """(verb, JSON body) of a reconfiguration verb."""
+    if args.command == "scale":
+        return "scale", {"node": args.node, "parallelism": args.parallelism}
+    if args.command == "route":
+        body: dict[str, Any] = {"stream": args.stream, "policy": args.policy}
+        if args.fields:
+            body["fields"] = [f for item in args.fields for f in item.split(",") if f]
+        return "route", body
+    if args.command == "swap":
+        return "swap", {
+            "node": args.node,
+            "operator": args.operator,
+            "args": _json_arg(args.args, "--args"),
+        }
+    if args.command == "insert":
+        return "insert", {
+            "node": args.node,
+            "operator": args.operator,
+            "from": args.src,
+            "to": args.dst,
+            "args": _json_arg(args.args, "--args"),
+            "parallelism": args.parallelism,
+            "grouping": args.grouping,
+        }
+    return "remove", {"node": args.node}
+
+
+def _print_steps(record: dict[str, Any], shown: int, out: TextIO) -> int:
+    for step in record["steps"][shown:]:
+        if step["state"] in ("pending", "running"):
+            break
+        mark = {"done": "ok", "failed": "FAILED"}.get(step["state"], step["state"])
+        detail = f" ({step['detail']})" if step["detail"] else ""
+        print(f"  [{mark}] {step['what']}  {step['seconds'] * 1000:.0f} ms{detail}", file=out)
+        shown += 1
+    return shown
+
+
+def _outcome(record: dict[str, Any], out: TextIO, err: TextIO) -> int:
+    for step in record.get("rollback", []):
+        print(f"  [undo {step['state']}] {step['what']} {step['detail']}".rstrip(), file=out)
+    if record["state"] == "done":
+        print(f"reconfiguration {record['id']} done in {record['seconds']:.2f} s", file=out)
+        return 0
+    print(f"error: reconfiguration {record['id']} {record['state']}: {record['error']}", file=err)
+    return EXIT_FAILED
+
+
+def cmd_reconfigure(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    kind, body = _request(args)
+    client = _client(args)
+    record = client.call("POST", f"/apps/{args.name}/{kind}", body)
+    print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=out)
+    if args.no_wait:
+        return 0
+    shown = 0
+    deadline = time.monotonic() + args.timeout
+    while record["state"] == "running":
+        shown = _print_steps(record, shown, out)
+        if time.monotonic() > deadline:
+            print(f"error: still running after {args.timeout:g} s", file=err)
+            return EXIT_FAILED
+        time.sleep(0.1)
+        record = client.call("GET", f"/apps/{args.name}/reconfig")
+    _print_steps(record, shown, out)
+    return _outcome(record, out, err)
+
+
+def cmd_reconfig(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    record = _client(args).call("GET", f"/apps/{args.name}/reconfig")
+    print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=out)
+    _print_steps(record, 0, out)
+    return 0 if record["state"] == "running" else _outcome(record, out, err)
+
+
+def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        text = Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Usage(f"cannot read {args.file}: {e}") from None
+    reply = _client(args).call("POST", "/apps", {"topology": text})
+    print(f"submitted {reply['name']}: {len(reply['workers'])} workers", file=out)
+    for w in reply["workers"]:
+        print(f"  worker {w['worker_id']}: {w['node']}[{w['index']}] on {w['host']} port "
+              f"{w['port']}", file=out)  # fmt: skip
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    apps = _client(args).call("GET", "/apps")
+    for name, a in sorted(apps.items()):
+        state = "active" if a.get("active") else "starting"
+        print(f"{name}  app {a['app_id']:#06x}  version {a['version']}  {state}", file=out)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    s = _client(args).call("GET", f"/apps/{args.name}")
+    if args.json:
+        print(json.dumps(s, indent=2), file=out)
+        return 0
+    print(f"{s['name']}  app {s['app_id']:#06x}  physical version {s['version']}", file=out)
+    for name, n in s["nodes"].items():
+        print(f"  node {name}: {n['operator']} {json.dumps(n['args'])} x{n['parallelism']}",
+              file=out)  # fmt: skip
+    for st in s["streams"]:
+        keys = f" on {','.join(st['fields'])}" if st["fields"] else ""
+        print(f"  stream {st['id']}: {st['from']} -> {st['to']} [{st['policy']}{keys}]", file=out)
+    print("  worker  node          host  port  state     role      in/s       out/s", file=out)
+    for w in s["workers"]:
+        r = w.get("rate") or {}
+        print(
+            f"  {w['worker']:>6}  {w['node'][:12]:<12}  {w['host']:<4}  {w['port']:>4}  "
+            f"{w['state']:<8}  {w['role']:<8}  {r.get('in', 0):>9,.0f}  {r.get('out', 0):>10,.0f}",
+            file=out,
+        )
+    rc = s.get("reconfig")
+    if rc:
+        print(f"  last reconfiguration {rc['id']}: {rc['request']} -> {rc['state']}", file=out)
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _client(args).call("DELETE", f"/apps/{args.name}")
+    print(f"killed {args.name}", file=out)
+    return 0
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run a verb; refusals become exit code 2 with one line, failures 1."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        return args.ctl_func(args, out, err)
+    except _Usage as e:
+        print(f"error: {e}", file=err)
+        return EXIT_USAGE
+    except ApiCallError as e:
+        print(f"error: {e.message}", file=err)
+        return EXIT_USAGE if e.bad_request else EXIT_FAILED
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register the verbs on the ``typhoon`` command's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--controller", help="REST URL (default: $TYPHOON_CONTROLLER, config)")
+    common.add_argument("--token", help="API token (default: $TYPHOON_TOKEN, config)")
+    common.add_argument("--config", help="INI file with [typhoon] controller/token")
+
+    def verb(name: str, func, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_)
+        p.set_defaults(func=run, ctl_func=func)
+        return p
+
+    def waits(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--no-wait", action="store_true", help="return once accepted")
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait")
+
+    verb("submit", cmd_submit, "submit a topology file to the controller").add_argument("file")
+    verb("list", cmd_list, "list running applications")
+    p = verb("status", cmd_status, "workers, hosts, ports and rates of an application")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="the raw status document")
+    p = verb("scale", cmd_reconfigure, "change a node's parallelism at run time")
+    p.add_argument("name")
+    p.add_argument("node")
+    p.add_argument("parallelism", type=int)
+    waits(p)
+    p = verb("route", cmd_reconfigure, "change a stream's routing policy or key fields")
+    p.add_argument("name")
+    p.add_argument("stream", help="stream ID, or SRC:DST")
+    p.add_argument("policy", help="shuffle, fields, global, all, local_or_shuffle, direct, sdn")
+    p.add_argument("--fields", nargs="+", metavar="FIELD", help="key fields (fields policy)")
+    waits(p)
+    p = verb("swap", cmd_reconfigure, "replace a node's logic (operator and/or arguments)")
+    p.add_argument("name")
+    p.add_argument("node")
+    p.add_argument("operator")
+    p.add_argument("--args", help='operator arguments as JSON, e.g. \'{"values": ["view"]}\'')
+    waits(p)
+    p = verb("insert", cmd_reconfigure, "insert a node on the stream between two nodes")
+    p.add_argument("name")
+    p.add_argument("node")
+    p.add_argument("operator")
+    p.add_argument("--from", dest="src", required=True)
+    p.add_argument("--to", dest="dst", required=True)
+    p.add_argument("--args")
+    p.add_argument("--parallelism", type=int, default=1)
+    p.add_argument("--grouping", default="shuffle")
+    waits(p)
+    p = verb("remove", cmd_reconfigure, "take a node out; its input goes to its output")
+    p.add_argument("name")
+    p.add_argument("node")
+    waits(p)
+    verb("reconfig", cmd_reconfig, "the running or last reconfiguration").add_argument("name")
+    verb("kill", cmd_kill, "stop an application and remove it").add_argument("name")

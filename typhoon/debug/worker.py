@@ -1,0 +1,240 @@
+"""Debug worker process: ``python -m typhoon.debug.worker SPEC.json`` (started by the agent).
+
+It owns a TAP device that the agent plugs into the observed worker's bridge
+at the session's port; the controller then adds that port as an extra output
+to the rules carrying the observed traffic, so every frame arriving here is a
+copy the switch made (paper §4, "Live debugger").  The debug worker never
+writes to its port: it is invisible to the application, and a slow debug
+worker loses copies (counted by sequence number), never slows the observed
+worker down.
+
+What passes the filter and the sampling goes to the controller in batches
+(HTTP POST to ``report_url``, authenticated by the session key); the
+controller keeps the ring buffer the CLI reads.  The worker stops on SIGTERM
+(the agent, on detach) or when the controller says the session is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from typhoon.debug.filter import parse
+from typhoon.debug.records import MirrorDecoder
+from typhoon.debug.spec import KEY_HEADER, DebugSpec
+
+log = logging.getLogger("typhoon.debug.worker")
+
+READ_BATCH = 1024  # frames read per wake-up
+SHIP_INTERVAL = 0.1  # seconds between POSTs while records arrive
+HEARTBEAT = 2.0  # seconds between POSTs of statistics alone
+SHIP_BATCH = 2000  # records per POST at most
+TXQUEUELEN = 16384  # frames the switch may queue toward us before copies are dropped
+
+
+class Device(Protocol):
+    def fileno(self) -> int: ...
+    def read(self, size: int | None = None) -> bytes | None: ...
+    def close(self) -> None: ...
+
+
+class SessionGone(Exception):
+    """The controller no longer knows the session (detached, or the controller restarted)."""
+
+
+Post = Callable[[dict[str, Any]], None]
+
+
+def http_post(spec: DebugSpec, timeout: float = 5.0) -> Post:
+    """POST one batch to the controller; SessionGone on 404/410."""
+    url = f"{spec.report_url.rstrip('/')}/sessions/{spec.session}/records"
+
+    def post(body: dict[str, Any]) -> None:
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+        req.add_header("Content-Type", "application/json")
+        req.add_header(KEY_HEADER, spec.key)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                resp.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (404, 410):
+                raise SessionGone(f"controller answered {e.code}") from None
+            raise
+
+    return post
+
+
+class Shipper:
+    """Sends records to the controller from its own thread, at most ``max_rate`` per second.
+
+    Records the controller cannot take fast enough are counted, not queued without
+    bound: ``throttled`` (over the rate) and ``overflow`` (backlog full).
+    """
+
+    def __init__(self, post: Post, stats: Callable[[], dict[str, Any]], max_rate: int) -> None:
+        self.post = post
+        self.stats = stats
+        self.max_rate = max(1, int(max_rate))
+        self.backlog: deque[dict[str, Any]] = deque(maxlen=2 * self.max_rate)
+        self.shipped = self.throttled = self.overflow = 0
+        self.tokens = float(self.max_rate)
+        self.last = time.monotonic()
+        self.error: str | None = None
+        self.sent_stats: dict[str, Any] | None = None
+        self.sent_at = 0.0
+        self.gone = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="debug-shipper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.max_rate, self.tokens + (now - self.last) * self.max_rate)
+        self.last = now
+        for r in records:
+            if self.tokens < 1:
+                self.throttled += 1
+                continue
+            self.tokens -= 1
+            if len(self.backlog) == self.backlog.maxlen:
+                self.overflow += 1
+            self.backlog.append(r)
+
+    def body(self, final: bool = False) -> dict[str, Any]:
+        batch = [self.backlog.popleft() for _ in range(min(SHIP_BATCH, len(self.backlog)))]
+        self.shipped += len(batch)
+        stats = {
+            **self.stats(),
+            "cpu_s": round(time.process_time(), 2),  # the debugger's own cost, not the app's
+            "shipped": self.shipped,
+            "throttled": self.throttled,
+            "overflow": self.overflow,
+        }
+        return {"records": batch, "stats": stats, "error": self.error, "final": final}
+
+    def ship_once(self, final: bool = False) -> None:
+        body = self.body(final)
+        counts = {k: v for k, v in body["stats"].items() if k != "cpu_s"}
+        quiet = not body["records"] and counts == self.sent_stats
+        if quiet and not final and time.monotonic() - self.sent_at < HEARTBEAT:
+            return  # nothing new to say
+        try:
+            self.post(body)
+            self.sent_stats, self.sent_at = counts, time.monotonic()
+        except SessionGone:
+            self.gone.set()
+        except (OSError, ValueError) as e:
+            log.warning("cannot reach the controller: %s", e)
+            for r in reversed(body["records"]):  # try these again next time
+                self.backlog.appendleft(r)
+            self.shipped -= len(body["records"])
+
+    def _run(self) -> None:
+        while not self._stop.wait(SHIP_INTERVAL) and not self.gone.is_set():
+            self.ship_once()
+            while len(self.backlog) >= SHIP_BATCH and not self.gone.is_set():
+                self.ship_once()
+
+    def stop(self) -> None:
+        """Stop the thread, then send what is left with the final statistics."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if not self.gone.is_set():
+            self.ship_once(final=True)
+
+
+class DebugWorker:
+    """Reads mirror copies off the TAP, decodes them, hands records to the shipper."""
+
+    def __init__(self, spec: DebugSpec, device: Device, post: Post) -> None:
+        self.spec = spec
+        self.dev = device
+        self.decoder = MirrorDecoder(
+            spec.app_id,
+            spec.workers,
+            spec.fields,
+            parse(spec.filter),
+            spec.sample,
+            ethertype=spec.ethertype,
+        )
+        self.lock = threading.Lock()  # the shipper reads the stats while we count
+        self.shipper = Shipper(post, self._stats, spec.max_rate)
+        self.stopping = False
+        self._poller = select.poll()
+        self._poller.register(device.fileno(), select.POLLIN)
+        self._read_size = 14 + spec.mtu + 64
+
+    def _stats(self) -> dict[str, Any]:
+        with self.lock:
+            return self.decoder.stats.to_dict()
+
+    def stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        self.shipper.start()
+        try:
+            while not self.stopping and not self.shipper.gone.is_set():
+                if not self._poller.poll(50):
+                    continue
+                now = time.time()
+                records: list[dict[str, Any]] = []
+                with self.lock:
+                    for _ in range(READ_BATCH):
+                        frame = self.dev.read(self._read_size)
+                        if frame is None:
+                            break
+                        records.extend(self.decoder.feed(frame, now))
+                self.shipper.add(records)
+        finally:
+            self.shipper.stop()
+            self.dev.close()
+        why = "stopped" if self.stopping else "the controller ended the session"
+        log.info("session %s: %s; %s", self.spec.session, why, self._stats())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m typhoon.debug.worker SPEC.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    spec = DebugSpec.load(Path(argv[0]))
+    post = http_post(spec)
+    from typhoon.runtime.tap import Tap
+
+    try:
+        device = Tap(spec.tap, mtu=spec.mtu, txqueuelen=TXQUEUELEN)
+    except OSError as e:
+        log.error("session %s: cannot create TAP %s: %s", spec.session, spec.tap, e)
+        try:  # tell the controller why, so the CLI can say it
+            post({"records": [], "stats": {}, "error": f"cannot create TAP: {e}", "final": True})
+        except (OSError, ValueError, SessionGone):
+            pass
+        return 1
+    worker = DebugWorker(spec, device, post)
+    signal.signal(signal.SIGTERM, worker.stop)
+    signal.signal(signal.SIGINT, worker.stop)
+    log.info(
+        "session %s: observing %s worker %d (%s) on TAP %s",
+        spec.session, spec.app, spec.worker, spec.direction, spec.tap,
+    )  # fmt: skip
+    worker.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
