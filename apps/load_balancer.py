@@ -14,8 +14,7 @@ window per stream (``typhoon/runtime/lb_credits.py``), as lossless as a link's.
 
 Every ``interval`` seconds the app recomputes each node's weights from its
 workers' METRIC_RESPs (processing time per tuple, queue depth) and the switch's
-port statistics (frames dropped toward a worker, port down), and corrects
-them for the switch's hash skew from the group's bucket counters
+port statistics (frames dropped toward a worker, port down)
 (``controller/balancer.py``).  It installs new weights only when a share moves
 by more than ``threshold`` points, logs every decision with its reason, and
 warns when the achieved split (bucket counters) is more than ``warn`` points
@@ -33,8 +32,8 @@ Settings, section ``[load_balancer]`` of the Ryu config file::
     smoothing    = 0.5    EWMA factor of the processing-time estimate (1: last window)
     min_share    = 0.02   smallest share any live worker gets
     min_tuples   = 200    tuples a worker must process in a window to re-estimate
-    trim         = true   correct weights for hash skew from bucket counters
-    trim_frames  = 500    frames counted before a skew correction
+    min_frames   = 500    frames counted before the achieved split is judged
+    trim         = false  correct weights for hash skew from bucket counters
     trim_points  = 2.0    skew (points) below which nothing is corrected
     settle       = 1.5    seconds after a change before bucket counters are read
 """
@@ -89,8 +88,8 @@ CONF.register_opts(
         cfg.FloatOpt("smoothing", default=0.5, help="EWMA factor of processing time"),
         cfg.FloatOpt("min_share", default=0.02, help="smallest share of a live worker"),
         cfg.IntOpt("min_tuples", default=200, help="tuples per window to re-estimate"),
-        cfg.BoolOpt("trim", default=True, help="correct weights for hash skew"),
-        cfg.IntOpt("trim_frames", default=500, help="frames counted before a correction"),
+        cfg.IntOpt("min_frames", default=500, help="frames counted to judge the split"),
+        cfg.BoolOpt("trim", default=False, help="correct weights for hash skew"),
         cfg.FloatOpt("trim_points", default=2.0, help="skew below which nothing is corrected"),
         cfg.FloatOpt("settle", default=1.5, help="seconds after a change before counting"),
     ],
@@ -109,7 +108,7 @@ def settings_from_conf() -> LbSettings:
         interval_s=c.interval, threshold_points=c.threshold, warn_points=c.warn,
         queue_weight=c.queue_weight, drop_penalty=c.drop_penalty, smoothing=c.smoothing,
         min_share=c.min_share, min_tuples=c.min_tuples, trim=c.trim,
-        trim_frames=c.trim_frames, trim_points=c.trim_points, settle_s=c.settle,
+        min_frames=c.min_frames, trim_points=c.trim_points, settle_s=c.settle,
     )  # fmt: skip
 
 

@@ -78,3 +78,29 @@ def percentile(quantiles: list[float] | None, p: float) -> float | None:
     if not quantiles:
         return None
     return quantiles[min(len(quantiles) - 1, round(p * (len(quantiles) - 1)))]
+
+
+def sink_cpu_us_per_tuple(run: RunResult, node: str = "sink") -> float | None:
+    """Mean over ``node``'s workers of CPU microseconds per tuple received."""
+    if not run.ok:
+        return None
+    per = [
+        (w.get("cpu_s") or 0.0) / w["result"]["received"] * 1e6
+        for w in run.node_workers(node)
+        if w.get("result") and w["result"].get("received")
+    ]
+    return sum(per) / len(per) if per else None
+
+
+def total_cpu_us_per_tuple(run: RunResult, node: str = "source") -> float | None:
+    """CPU microseconds per emitted tuple of every worker plus the switch (ovs-vswitchd).
+
+    ``cores * 1e6`` divided by this is the rate the machine could sustain if the
+    run were purely CPU-bound: a ceiling to hold a measured rate against.  The
+    switch's share includes whatever else used Open vSwitch meanwhile.
+    """
+    if not run.ok:
+        return None
+    n = emitted(run, node)
+    cpu = sum(w.get("cpu_s") or 0.0 for w in run.workers) + (run.ovs_cpu_s or 0.0)
+    return cpu / n * 1e6 if n else None

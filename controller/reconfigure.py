@@ -55,6 +55,10 @@ class StepFailed(Exception):
     """A step was not confirmed; the message says which and why."""
 
 
+class Aborted(Exception):
+    """The application was killed while the update ran: nothing left to update or undo."""
+
+
 @dataclass
 class StepRecord:
     action: str
@@ -177,6 +181,11 @@ class Executor:
             try:
                 self._step(step)
                 rec.state = "done"
+            except Aborted:
+                rec.state = "failed"
+                self._finish("aborted", "the application was killed during the update")
+                self.core.clear_kept_rules(self.owner)
+                return
             except Exception as e:  # a bug in a step must still end in a report
                 rec.state = "failed"
                 rec.detail = str(e) if isinstance(e, (StepFailed, ManagerError)) else repr(e)
@@ -205,6 +214,8 @@ class Executor:
         """Until ``predicate()`` is True; a string it returns is the failure (no waiting)."""
         deadline = time.monotonic() + self.timeout
         while True:
+            if self.core.coordinator.get_physical(self.app) is None:
+                raise Aborted()
             problem = predicate()
             if problem is True:
                 return

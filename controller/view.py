@@ -79,7 +79,9 @@ class ClusterView:
             # an app's rule replaces the compiled rule with the same match (a mirror adds
             # an output to a data rule): two rules with one key would be ambiguous
             keys = {r.key for r in rules}
-            kept = {r for r in out.setdefault(host, set(compile_default_rules())) if r.key not in keys}
+            kept = {
+                r for r in out.setdefault(host, set(compile_default_rules())) if r.key not in keys
+            }
             out[host] = kept | set(rules)
         return {h: frozenset(r) for h, r in out.items()}
 

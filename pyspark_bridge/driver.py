@@ -41,6 +41,7 @@ logger = logging.getLogger("pyspark_bridge.driver")
 PROGRESS_ROTATE_BYTES = 8 << 20
 QUIET_TRIGGERS = 3  # triggers without a new batch before a finished node is declared done
 MIN_QUIET_S = 1.0
+PROGRESS_WAIT_S = 15.0  # longest wait for the last batch's progress event before done
 
 
 def compact_progress(p: dict[str, Any]) -> dict[str, Any]:
@@ -88,8 +89,13 @@ def append_progress(node_dir: Path, event: dict[str, Any]) -> None:
         f.write(json.dumps(event) + "\n")
 
 
-def make_listener(node_dirs: dict[str, Path]) -> Any:
-    """A listener writing each query's progress next to its node (pyspark imported late)."""
+def make_listener(node_dirs: dict[str, Path], seen: dict[str, int] | None = None) -> Any:
+    """A listener writing each query's progress next to its node (pyspark imported late).
+
+    ``seen`` gets the newest batch ID written per node: events reach Python
+    asynchronously, and a node is declared done only after its last one.
+    """
+    seen = {} if seen is None else seen
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressListener(StreamingQueryListener):
@@ -101,6 +107,7 @@ def make_listener(node_dirs: dict[str, Path]) -> Any:
             d = node_dirs.get(p.get("name"))
             if d is not None:
                 append_progress(d, compact_progress(p))
+                seen[p["name"]] = max(seen.get(p["name"], -1), p["batchId"])
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -165,6 +172,7 @@ class NodeQuery:
     finished: bool = False
     last_batch: int | None = None
     last_change: float = field(default_factory=time.monotonic)
+    progress: dict[str, int] | None = None  # the listener's newest batch per node, if one runs
 
     @property
     def dir(self) -> Path:
@@ -236,6 +244,12 @@ class NodeQuery:
         quiet = max(MIN_QUIET_S, QUIET_TRIGGERS * self.spec["trigger_ms"] / 1000.0)
         if now - self.last_change < quiet or self.query.status.get("isTriggerActive"):
             return
+        if (
+            self.progress is not None
+            and self.progress.get(self.spec["node"], -1) < batch
+            and now - self.last_change < PROGRESS_WAIT_S
+        ):
+            return  # the last progress event is still on its way to the listener
         log.write_json(out_dir(self.dir) / "done", {"batch": batch})
         logger.info("node %s: all input processed, last batch %d", self.spec["node"], batch)
         self.query.stop()
@@ -262,7 +276,11 @@ def wait_for_previous_jvm(pidfile: Path, timeout: float = 30.0) -> None:
 
 
 def build_session(plan: dict[str, Any]) -> Any:
+    """The host's session: Python workers run this interpreter; local mode stays on loopback
+    (an emulated host's network namespace may have no other usable address)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if plan["conf"].get("spark.master", "local").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     conf = {
@@ -286,7 +304,8 @@ class Driver:
     def __init__(self, plan_path: Path) -> None:
         self.plan_path = Path(plan_path)
         self.plan = json.loads(self.plan_path.read_text())
-        self.nodes = [NodeQuery(spec) for spec in self.plan["nodes"]]
+        self.seen: dict[str, int] = {}
+        self.nodes = [NodeQuery(spec, progress=self.seen) for spec in self.plan["nodes"]]
         self.stopping = False
 
     def stop(self, *_: Any) -> None:
@@ -299,7 +318,9 @@ class Driver:
         proc = getattr(spark.sparkContext._gateway, "proc", None)
         if proc is not None:
             log.write_json(pidfile, proc.pid)
-        spark.streams.addListener(make_listener({n.spec["node"]: n.dir for n in self.nodes}))
+        spark.streams.addListener(
+            make_listener({n.spec["node"]: n.dir for n in self.nodes}, self.seen)
+        )
         try:
             for n in self.nodes:
                 n.start(spark)

@@ -17,6 +17,8 @@ what the transport costs the sender.
 
 from __future__ import annotations
 
+import os
+
 from benchmarks import measure
 from benchmarks.plots import line_panels
 from benchmarks.scenario import (
@@ -68,9 +70,15 @@ class OneToMany(Scenario):
         measured = bench.interleaved(counts, spec)
         per: dict[tuple[int, str], float | None] = {}
         cpu: dict[tuple[int, str], float | None] = {}
+        sink_cpu: dict[tuple[int, str], float | None] = {}
+        ceiling: dict[tuple[int, str], float | None] = {}
+        cores = os.cpu_count() or 1
         for (n, t), runs in measured.items():
             per[(n, t)] = median(measure.per_sink(r) for r in runs)
             cpu[(n, t)] = median(measure.cpu_us_per_tuple(r) for r in runs)
+            sink_cpu[(n, t)] = median(measure.sink_cpu_us_per_tuple(r) for r in runs)
+            total = median(measure.total_cpu_us_per_tuple(r) for r in runs)
+            ceiling[(n, t)] = cores * 1e6 / total if total else None
         base = counts[0]
         rows, summary = [], []
         for n in counts:
@@ -86,6 +94,9 @@ class OneToMany(Scenario):
                     fmt_ratio(ratio(per[(n, "tcp")], per[(base, "tcp")])),
                     fmt_num(cpu[(n, "sdn")]),
                     fmt_num(cpu[(n, "tcp")]),
+                    fmt_num(sink_cpu[(n, "sdn")]),
+                    fmt_num(sink_cpu[(n, "tcp")]),
+                    f"{fmt_rate(ceiling[(n, 'sdn')])} / {fmt_rate(ceiling[(n, 'tcp')])}",
                     f"{fmt_count(lost['sdn'])} / {fmt_count(lost['tcp'])}",
                     f"{fmt_count(dups['sdn'])} / {fmt_count(dups['tcp'])}",
                     str(len(measured[(n, "sdn")])),
@@ -98,6 +109,10 @@ class OneToMany(Scenario):
                     "tcp_per_sink_tuples_s": per[(n, "tcp")],
                     "sdn_source_cpu_us_per_tuple": cpu[(n, "sdn")],
                     "tcp_source_cpu_us_per_tuple": cpu[(n, "tcp")],
+                    "sdn_sink_cpu_us_per_tuple": sink_cpu[(n, "sdn")],
+                    "tcp_sink_cpu_us_per_tuple": sink_cpu[(n, "tcp")],
+                    "sdn_cpu_ceiling_per_sink": ceiling[(n, "sdn")],
+                    "tcp_cpu_ceiling_per_sink": ceiling[(n, "tcp")],
                     "sdn_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "sdn")]],
                     "tcp_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "tcp")]],
                     "lost": lost,
@@ -117,6 +132,9 @@ class OneToMany(Scenario):
                     f"tcp vs {base} sink",
                     "sdn source CPU µs/tuple",
                     "tcp source CPU µs/tuple",
+                    "sdn sink CPU µs/tuple",
+                    "tcp sink CPU µs/tuple",
+                    "CPU ceiling per sink sdn / tcp",
                     "lost sdn / tcp",
                     "dup sdn / tcp",
                     "runs",
@@ -125,7 +143,9 @@ class OneToMany(Scenario):
                 note=(
                     f"all grouping, batch {self.BATCH}, {self.TUPLE_BYTES}-byte payloads, "
                     "sinks spread over three emulated hosts. Lost and dup are summed over "
-                    "sinks and runs (every sink must get every tuple)."
+                    "sinks and runs (every sink must get every tuple). CPU ceiling = "
+                    f"{cores} cores / (CPU of every worker and of ovs-vswitchd per tuple): "
+                    "the per-sink rate this machine could reach if nothing but CPU limited it."
                 ),
             )
         )

@@ -2,7 +2,7 @@
 
 Scenario (issue 5, paper §4 "Load balancer"): a source sends as fast as its
 credits allow to the 3 workers of node ``work`` (built-in ``busy`` bolt,
-150 us per tuple); the worker with index 2 takes three times as long
+300 us per tuple); the worker with index 2 takes three times as long
 (``slow_index: 2, slow_factor: 3``), so the node's service rate is 3 + 3 + 1
 and the slow worker's fair share a seventh.  Two hosts on a line: the source
 and worker 0 on h1, workers 1 and 2 on h2, so the select group on h1 has a
@@ -55,7 +55,7 @@ bolts:
   - id: work
     operator: busy
     parallelism: 3
-    args: {{cost_us: 150, slow_index: 2, slow_factor: 3, emit: false}}
+    args: {{cost_us: 300, slow_index: 2, slow_factor: 3, emit: false}}
 streams:
   - from: source
     to: work
@@ -72,7 +72,7 @@ def cluster(tmp_path_factory):
         timeout=120,
         controller_config=(
             "metrics_interval = 0.5\n"
-            "[load_balancer]\ninterval = 2.0\nsettle = 1.0\ntrim_frames = 300\n"
+            "[load_balancer]\ninterval = 2.0\nsettle = 1.0\nmin_frames = 300\n"
         ),
         workdir=tmp_path_factory.mktemp("lb"),
     )

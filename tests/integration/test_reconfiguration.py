@@ -366,7 +366,6 @@ def test_controller_killed_for_10s_traffic_flows_and_restart_touches_nothing(clu
     cluster.wait_active(t.name)
     time.sleep(1.5)
     physical = cluster.coordinator.get_physical(t.name)
-    app = physical.app_id
     sink = physical.of_node("sink")[0]
     cl = cluster.coordinator.get_cluster()
     compiled = compile_rules(t, physical, cl)
@@ -387,6 +386,18 @@ def test_controller_killed_for_10s_traffic_flows_and_restart_touches_nothing(clu
         )
 
     cluster.stop_controller()
+    try:
+        _outage(cluster, t, physical, sink, expected, into_sink)
+    finally:
+        if cluster.controller is None:  # later tests need it whatever happened here
+            cluster.start_controller()
+
+
+def _outage(cluster, t, physical, sink, expected, into_sink) -> None:
+    """Kill the controller for 10 s (the switch drifts meanwhile), restart it, check."""
+    app = physical.app_id
+    cl = cluster.coordinator.get_cluster()
+    bridge = _bridge(cluster, sink.host)
     down_at = time.time()
     before = {h: {f.spec: f.duration for f in dump_flows(_bridge(cluster, h))} for h in cl.hosts}
     # while it is down, the switch drifts: a needed rule vanishes, a stale one appears
@@ -404,8 +415,8 @@ def test_controller_killed_for_10s_traffic_flows_and_restart_touches_nothing(clu
     print(f"\ncontroller down 10 s: frames into the sink per 0.5 s: {steps}")
     assert len(steps) >= 19 and min(steps) > 0  # the sink never stopped receiving
 
-    cluster.start_controller()
     restarted = time.time()
+    cluster.start_controller()
     for h in cl.hosts:
         wait(lambda h=h: {f.spec for f in dump_flows(_bridge(cluster, h))} == expected[h],
              10, f"rules on {h} after the restart")  # fmt: skip
@@ -413,7 +424,7 @@ def test_controller_killed_for_10s_traffic_flows_and_restart_touches_nothing(clu
     for h in cl.hosts:
         for f in dump_flows(_bridge(cluster, h)):
             if f.spec == lost:
-                assert f.duration < time.time() - restarted + 1  # re-added, as it must be
+                assert f.duration < time.time() - restarted + 0.5  # re-added, as it must be
             else:  # never deleted and re-added: its age kept growing through the outage
                 assert f.duration >= before[h][f.spec] + elapsed - 1.0, (h, f)
     # control resumed: the new controller collects metrics and runs an update
@@ -475,7 +486,7 @@ def test_every_rest_verb_refuses_bad_tokens_and_malformed_input(cluster):
             403,
             {"error": "wrong token"},
         ), path
-        if method == "POST":
+        if method == "POST" and not path.endswith("/control"):  # control: 404 comes first
             status, reply = raw_call(cluster, method, path, b"{oops", cluster.token)
             assert status == 400 and "not valid JSON" in reply["error"], (path, reply)
     assert cluster.rest("POST", "/apps/ghost/scale", VERBS[("POST", "/apps/ghost/scale")]) == (

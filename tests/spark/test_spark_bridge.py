@@ -98,9 +98,10 @@ def test_windowed_counts_exact_once_with_replay(spark: Any, tmp_path: Path) -> N
         "ad_id string, event_time bigint, ts double",
     )
     s["params"] = {"campaigns": CAMPAIGNS}
-    spark.streams.addListener(make_listener({node_dir.name: node_dir}))
+    seen: dict[str, int] = {}
+    spark.streams.addListener(make_listener({node_dir.name: node_dir}, seen))
     write_views(node_dir, [1, 2], slice(0, 1500))
-    nq = NodeQuery(s)
+    nq = NodeQuery(s, progress=seen)
     nq.start(spark)
     wait_for(lambda: (out_dir(node_dir) / f"{0:020d}.json").exists(), "batch 0", nq)
     write_views(node_dir, [1, 2], slice(1500, None))  # appended while the query runs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.balancer import LbSettings, NodeBalancer, normalize, tuples_in
+from controller.balancer import MAX_TRIMS, LbSettings, NodeBalancer, normalize, tuples_in
 
 FAST, FAST2, SLOW = 3, 4, 5
 
@@ -100,8 +100,8 @@ def test_port_drops_and_port_down(nb):
     assert SLOW not in d.target and "port down: w5" in d.reason
 
 
-def test_hash_skew_is_trimmed_once_per_change(nb):
-    nb.settings = LbSettings(min_tuples=100, trim_frames=100, settle_s=1.0)
+def test_hash_skew_is_trimmed_a_few_times_in_a_row_at_most(nb):
+    nb.settings = LbSettings(min_tuples=100, min_frames=100, settle_s=1.0, trim=True)
     nb.decide(0.0)
     steady(nb, {FAST: 150, FAST2: 150, SLOW: 450})
     nb.decide(5.0)  # installs 3/7, 3/7, 1/7
@@ -119,7 +119,7 @@ def test_hash_skew_is_trimmed_once_per_change(nb):
 
 
 def test_split_warning_past_ten_points(nb):
-    nb.settings = LbSettings(trim=False, trim_frames=100, settle_s=0.0)
+    nb.settings = LbSettings(trim=False, min_frames=100, settle_s=0.0)
     nb.installed = {FAST: 0.45, FAST2: 0.45, SLOW: 0.10}
     nb.changed_at = 0.0
     nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, 1.0)
@@ -149,3 +149,19 @@ def test_members_leaving_are_forgotten(nb):
     assert set(nb.workers) == {FAST, SLOW}
     d = nb.decide(0.0)
     assert set(d.install) == {FAST, SLOW}
+
+
+def test_trims_stop_after_max_trims(nb):
+    nb.settings = LbSettings(min_tuples=100, min_frames=100, settle_s=0.0, trim=True)
+    nb.decide(0.0)
+    steady(nb, {FAST: 150, FAST2: 150, SLOW: 450})
+    nb.decide(5.0)
+    t = 5.0
+    installs = 0
+    for _ in range(MAX_TRIMS + 2):  # the switch keeps giving the slow worker 20 %
+        t += 1.0
+        nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, t)
+        nb.on_buckets({FAST: 400, FAST2: 400, SLOW: 200}, t + 0.5)
+        installs += nb.decide(t + 1.0).install is not None
+        t += 1.0
+    assert installs == MAX_TRIMS

@@ -113,7 +113,8 @@ def test_upstream_makes_a_worker_wait_for_new_senders_and_forget_finished_ones()
     assert fw.done  # 77 left without end of stream: input is over
 
 
-def test_upstream_does_not_revive_a_sender_that_already_finished():
+def test_upstream_brings_back_a_sender_that_released_the_worker_earlier():
+    """Insert a node before the sink, then remove it: the source sends to the sink again."""
     t, phys = deployed()
     sink = phys.of_node("sink")[0].worker_id
     mids = [w.worker_id for w in phys.of_node("mid")]
@@ -121,6 +122,8 @@ def test_upstream_does_not_revive_a_sender_that_already_finished():
     fw.deliver(Inbound(mids[0], EOS_STREAM, [EOS_PAYLOAD]))
     ctl(fw, Control.UPSTREAM, {"add": [mids[0]], "version": 1})
     fw.deliver(Inbound(mids[1], EOS_STREAM, [EOS_PAYLOAD]))
+    assert not fw.done  # mids[0] routes to us again: wait for its new end of stream
+    fw.deliver(Inbound(mids[0], EOS_STREAM, [EOS_PAYLOAD]))
     assert fw.done
 
 

@@ -194,3 +194,17 @@ def test_only_one_reconfiguration_per_application_runs(setup):
     with pytest.raises(ReconfigError) as e:
         registry.begin("fwd", lambda: m.plan("fwd", Scale("sink", 3)))
     assert e.value.status == 409 and "still running" in e.value.message
+
+
+def test_a_kill_during_the_update_aborts_it(setup):
+    core, m, phys = setup
+    core.crash = set()
+    sleep = core.sleep
+
+    def kill_while_waiting(seconds):
+        m.kill("fwd")
+        sleep(seconds)
+
+    core.sleep = kill_while_waiting
+    rec = run(core, m, Scale("sink", 3))
+    assert rec.state == "aborted" and rec.rollback == [] and core.kept == {}

@@ -344,7 +344,9 @@ class Framework:
             self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
         elif t == Control.UPSTREAM:
-            self.pending_upstream.update(w for w in body["add"] if w not in self.finished_upstream)
+            # a sender that released us earlier and now routes to us again starts over
+            self.finished_upstream.difference_update(body["add"])
+            self.pending_upstream.update(body["add"])
             self.pending_upstream.difference_update(body["remove"])
             self._ack("UPSTREAM", body["version"])
             if body["remove"] and not self.pending_upstream and not self.is_spout:

@@ -1,0 +1,220 @@
+"""A checked request + the running application -> the ordered steps of a stable update.
+
+See the package docstring for the procedure.  :func:`plan` computes the new
+topology, the physical topology during the update (new workers added,
+removed ones ``draining``), the final one, and the steps with every control
+tuple body they send (versions are added by the executor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from typhoon.reconfig.edit import apply_request, check_topology
+from typhoon.reconfig.requests import ReconfigError, Request, describe
+from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+from typhoon.topology.routing import receivers_of, routes_for, upstream_of
+from typhoon.topology.scheduler import reschedule
+
+ACTIONS = (
+    "keep_rules",  # the old rules stay installed until drop_rules
+    "write",  # new logical topology + transition physical topology to the coordinator
+    "wait_attached",  # agents launched the new workers and attached their ports
+    "wait_rules",  # the controller compiled the written version and every switch holds it
+    "control",  # control tuples to workers, each acked (or the worker exited cleanly)
+    "commit",  # the point of no return
+    "drain",  # DRAIN, acked or exited cleanly
+    "write_final",  # the physical topology without the drained workers
+    "wait_stopped",  # no agent supervises the drained workers any more
+    "drop_rules",  # only the new topology's rules stay
+)
+
+Bodies = list[tuple[int, dict[str, Any]]]  # (worker, control tuple body without "version")
+
+
+@dataclass
+class Step:
+    action: str  # one of ACTIONS
+    what: str  # one sentence, for the status report
+    workers: list[int] = field(default_factory=list)
+    control: str = ""  # control type of a "control" step
+    bodies: Bodies = field(default_factory=list)
+
+
+def _control(what: str, ctype: str, bodies: Bodies) -> Step:
+    return Step("control", what, sorted({w for w, _ in bodies}), ctype, bodies)
+
+
+@dataclass
+class Plan:
+    request: Request
+    old_topology: Topology
+    old_physical: PhysicalTopology
+    topology: Topology  # the new logical topology
+    physical: PhysicalTopology  # during the update: new workers plus draining ones
+    final: PhysicalTopology  # after it
+    added: list[int]
+    removed: list[int]
+    steps: list[Step]
+
+    def summary(self) -> str:
+        return (
+            f"{describe(self.request)}: +{len(self.added)} -{len(self.removed)} workers, "
+            f"{len(self.steps)} steps"
+        )
+
+
+def _flat(d: dict[int, list[int]]) -> set[int]:
+    return {w for ws in d.values() for w in ws}
+
+
+def _route_key(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "version"}
+
+
+def plan(
+    request: Request,
+    topology: Topology,
+    physical: PhysicalTopology,
+    hosts: list[str],
+    first_port: int,
+    avoid: set[tuple[str, int]] | frozenset = frozenset(),
+    exited: set[int] | frozenset = frozenset(),
+    allow_imports: bool = False,
+    min_id: int = 1,
+) -> Plan:
+    """Every step of the stable update of ``request`` (package docstring).
+
+    ``avoid``: (host, port) pairs other applications hold.  ``exited``: workers
+    whose process already ended (a finished source, say); they get no control
+    tuples, and new workers do not wait for them.  ``min_id``: the lowest
+    worker ID the application never used.
+    """
+    if physical.draining():
+        raise ReconfigError(
+            f"'{topology.name}' still has draining workers from an earlier update", 409
+        )
+    new_topo, replace = apply_request(topology, request)
+    new_topo = check_topology(new_topo, topology, allow_imports)
+    try:
+        placed = reschedule(
+            new_topo, physical, hosts, first_port, replace=replace, avoid=avoid, min_id=min_id
+        )
+    except ValueError as e:
+        raise ReconfigError(f"cannot place the workers: {e}", 409) from None
+    kept = {w.worker_id for w in placed.workers}
+    old_ids = {w.worker_id for w in physical.workers}
+    draining = [
+        WorkerAssignment(w.worker_id, w.node, w.index, w.host, w.port, "draining")
+        for w in physical.workers
+        if w.worker_id not in kept
+    ]
+    trans = PhysicalTopology(
+        physical.name,
+        physical.app_id,
+        sorted(placed.workers + draining, key=lambda w: w.worker_id),
+        physical.version + 1,
+    )
+    final = PhysicalTopology(physical.name, physical.app_id, placed.workers, trans.version + 1)
+    added = sorted(kept - old_ids)
+    removed = [w.worker_id for w in draining]
+    staying = sorted(kept & old_ids)
+    live = [w for w in staying if w not in exited]
+    old, new = (topology, physical), (new_topo, trans)
+
+    steps = [
+        Step("keep_rules", "keep the current rules while the update runs"),
+        Step("write", f"write the new topology and physical version {trans.version}", added),
+    ]
+    if added:
+        steps.append(Step("wait_attached", "agents launch and attach the new workers", added))
+    steps.append(Step("wait_rules", "the controller installs the new rules"))
+    steps += _upstream_steps(old, new, added, live, set(exited))
+    routing, release, remapped = _routes(old, new, live)
+    steps += _switch_steps(old, new, routing, remapped, staying, set(exited))
+    steps.append(Step("commit", "commit: from here on the update only goes forward"))
+    if release:
+        what = "ROUTING with release: senders end the streams of the receivers they dropped"
+        steps.append(_control(what, "ROUTING", release))
+    to_drain = [w for w in removed if w not in exited]
+    if to_drain:
+        steps.append(Step("drain", "DRAIN: removed workers finish what they hold", to_drain))
+    if removed:
+        steps.append(Step("write_final", f"write physical version {final.version} without them"))
+        steps.append(Step("wait_stopped", "agents stop the drained workers", removed))
+    steps.append(Step("drop_rules", "remove the rules nothing uses any more"))
+    steps.append(Step("wait_rules", "every switch holds exactly the new rules"))
+    return Plan(request, topology, physical, new_topo, trans, final, added, removed, steps)
+
+
+def _upstream_steps(old, new, added: list[int], live: list[int], exited: set[int]) -> list[Step]:
+    """UPSTREAM: new workers forget finished senders; staying ones learn new senders."""
+    steps = []
+    gone = [
+        (w, {"add": [], "remove": sorted(_flat(upstream_of(*new, w)) & exited)})
+        for w in added
+        if _flat(upstream_of(*new, w)) & exited
+    ]
+    if gone:
+        steps.append(_control("new workers stop waiting for finished senders", "UPSTREAM", gone))
+    learn = []
+    for w in live:
+        add = sorted(_flat(upstream_of(*new, w)) - _flat(upstream_of(*old, w)) - exited)
+        if add:
+            learn.append((w, {"add": add, "remove": []}))
+    if learn:
+        what = "staying workers learn their new senders (UPSTREAM)"
+        steps.append(_control(what, "UPSTREAM", learn))
+    return steps
+
+
+def _routes(old, new, live: list[int]) -> tuple[Bodies, Bodies, set[str]]:
+    """(ROUTING bodies, ROUTING-with-release bodies, receiving nodes whose input remaps)."""
+    (old_t, _), (new_t, _) = old, new
+    routing: Bodies = []
+    release: Bodies = []
+    remapped: set[str] = set()
+    streams = {s.id: s.dst for s in old_t.streams} | {s.id: s.dst for s in new_t.streams}
+    for w in live:
+        before = {r.stream: _route_key(r.to_body()) for r in routes_for(*old, w)}
+        after = {r.stream: _route_key(r.to_body()) for r in routes_for(*new, w)}
+        for sid, body in before.items():
+            if sid not in after:  # the stream is gone: route it nowhere
+                after[sid] = {**body, "next_hops": [], "local": [], "table": {}}
+        changed = [b for sid, b in sorted(after.items()) if b != before.get(sid)]
+        for body in changed:
+            routing.append((w, body))
+            remapped.add(streams[body["stream"]])
+            remapped.update(s.dst for s in old_t.streams if s.id == body["stream"])
+        dropped = sorted(receivers_of(*old, w) - receivers_of(*new, w))
+        if dropped:
+            last = changed[-1] if changed else next(iter(after.values()))
+            release.append((w, {**last, "release": dropped}))
+    return routing, release, remapped
+
+
+def _switch_steps(
+    old, new, routing: Bodies, remapped: set[str], staying: list[int], exited: set[int]
+) -> list[Step]:
+    """ROUTING, with a SIGNAL flush of stateful receivers before and after it."""
+    if not routing:
+        return []
+    (old_t, old_p), (new_t, _) = old, new
+    stateful = sorted(
+        n
+        for n in remapped
+        if (n in new_t.nodes and new_t.nodes[n].stateful)
+        or (n in old_t.nodes and old_t.nodes[n].stateful)
+    )
+    flush = [w.worker_id for n in stateful for w in old_p.of_node(n) if w.worker_id not in exited]
+    steps = []
+    if flush:
+        what = f"SIGNAL: stateful {', '.join(stateful)} flush their cache before the remap"
+        steps.append(_control(what, "SIGNAL", [(w, {}) for w in flush]))
+    steps.append(_control("ROUTING: senders switch to the new routes", "ROUTING", routing))
+    after = [w for w in flush if w in staying]
+    if after:
+        what = "SIGNAL: flush what arrived under the old key mapping"
+        steps.append(_control(what, "SIGNAL", [(w, {}) for w in after]))
+    return steps
