@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterable
 
@@ -492,6 +493,21 @@ class TyphoonController(RyuApp):
             self.responses.popitem(last=False)
         self.coordinator.put_metrics(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
+        spark = metrics.get("spark")
+        if isinstance(spark, dict):
+            self._spark_progress(app, worker_id, spark, now)
+
+    def _spark_progress(self, app: str, worker_id: int, spark: dict, now: float) -> None:
+        """Spark StreamingQueryListener progress carried in a spark node's METRIC_RESP."""
+        try:
+            events = json.loads(spark.get("events") or "[]")
+            node = str(spark["node"])
+        except (ValueError, KeyError, TypeError):
+            self._drop("malformed_spark_metrics")
+            return
+        for progress in events if isinstance(events, list) else []:
+            if isinstance(progress, dict):
+                self.send_event_to_observers(EventSparkMetrics(app, node, progress, now))
 
     # ----- port status: workers coming and going -------------------------------------------
 
