@@ -217,6 +217,20 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def paired_ratio(
+    a_runs: Sequence[RunResult],
+    b_runs: Sequence[RunResult],
+    metric: Callable[[RunResult], float | None],
+) -> float | None:
+    """Median over rounds of ``metric(a) / metric(b)`` for the two runs of each round.
+
+    The two runs of a round ran back to back (:meth:`Bench.interleaved`), so their
+    ratio cancels most of the machine's slow swings, which a ratio of medians
+    taken over different moments does not.
+    """
+    return median(ratio(metric(a), metric(b)) for a, b in zip(a_runs, b_runs, strict=False))
+
+
 def geomean(values: Iterable[float | None]) -> float | None:
     vs = [v for v in values if v is not None and v > 0]
     return math.exp(sum(map(math.log, vs)) / len(vs)) if vs else None

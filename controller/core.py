@@ -14,7 +14,9 @@ Services for other apps (get the instance with ``core_app()``):
 ``clear_rule_overlay`` (apps rewrite the final rules, e.g. mirrors),
 ``set_group_provider`` / ``clear_group_provider`` (apps contribute OpenFlow groups
 and the rules that use them, recomputed with the topology), ``view``,
-``reconcile_all``.
+``reconcile_all``, ``reconfigure`` (start a stable update, ``controller/reconfigure.py``;
+the executor waits on ``acked`` and ``rules_ready`` and keeps the old rules with
+``set_kept_rules`` while it runs).
 """
 
 from __future__ import annotations

@@ -173,12 +173,9 @@ class Executor:
     def run(self) -> None:
         errors = []
         for step, rec in zip(self.plan.steps, self.rec.steps, strict=True):
-            if self.app not in self.core.coordinator.physical_names():
-                self._finish("aborted", "the application was killed during the update")
-                self.core.clear_kept_rules(self.owner)
-                return
             rec.state, rec.started = "running", time.monotonic()
             try:
+                self._check_alive()
                 self._step(step)
                 rec.state = "done"
             except Aborted:
@@ -210,12 +207,15 @@ class Executor:
             log = self.log.info if state == "done" else self.log.error
             log("app %s: reconfiguration %d %s %s", self.app, self.rec.id, state, error)
 
+    def _check_alive(self) -> None:
+        if self.app not in self.core.view.apps:
+            raise Aborted()
+
     def _wait(self, predicate: Callable[[], bool | str], what: Callable[[], str]) -> None:
         """Until ``predicate()`` is True; a string it returns is the failure (no waiting)."""
         deadline = time.monotonic() + self.timeout
         while True:
-            if self.core.coordinator.get_physical(self.app) is None:
-                raise Aborted()
+            self._check_alive()
             problem = predicate()
             if problem is True:
                 return
@@ -250,7 +250,7 @@ class Executor:
     def _write(self, topology, physical: PhysicalTopology) -> PhysicalTopology:
         current = self.core.coordinator.get_physical(self.app)
         if current is None:
-            raise StepFailed("the application is gone")
+            raise Aborted()
         physical = PhysicalTopology(
             physical.name,
             physical.app_id,
@@ -290,12 +290,16 @@ class Executor:
         s = self._statuses().get(worker)
         return (s is not None and s.state == "exited", s.exit_code if s else None)
 
-    def _control(self, ctype: str, bodies: list[tuple[int, dict]], allow_exit: bool) -> None:
-        """Send each body to its worker, then wait until each one is acked."""
+    def _control(self, ctype: str, bodies: list[tuple[int, dict]]) -> None:
+        """Send each body to its worker, then wait until each one is acked.
+
+        A worker that exits cleanly instead (a source that finished, a removed
+        worker that drained on its release) counts as done and is remembered.
+        """
         pending: dict[tuple[int, int], int] = {}
         for w, body in bodies:
             ended, code = self._exited(w)
-            if ended and code == 0 and allow_exit:
+            if ended and code == 0:
                 self.gone.add(w)
             if w in self.gone:
                 continue
@@ -311,7 +315,7 @@ class Executor:
                     del pending[(w, v)]
                     continue
                 ended, code = self._exited(w)
-                if ended and code == 0 and allow_exit:
+                if ended and code == 0:
                     self.gone.add(w)
                     del pending[(w, v)]
                 elif ended:
@@ -325,7 +329,7 @@ class Executor:
     def _do_control(self, step: Step) -> None:
         if not self.committed:
             self.undo.append((step.control, step))  # a half-done step is undone too
-        self._control(step.control, step.bodies, allow_exit=True)
+        self._control(step.control, step.bodies)
         self._forget_gone()
 
     def _forget_gone(self) -> None:
@@ -333,13 +337,13 @@ class Executor:
         if not self.gone or not self.plan.added:
             return
         bodies = [(w, {"add": [], "remove": sorted(self.gone)}) for w in self.plan.added]
-        self._control("UPSTREAM", bodies, allow_exit=True)
+        self._control("UPSTREAM", bodies)
 
     def _do_commit(self, step: Step) -> None:
         self.committed = True
 
     def _do_drain(self, step: Step) -> None:
-        self._control("DRAIN", [(w, {}) for w in step.workers], allow_exit=True)
+        self._control("DRAIN", [(w, {}) for w in step.workers])
 
     def _do_wait_stopped(self, step: Step) -> None:
         ids = set(step.workers)
@@ -369,12 +373,12 @@ class Executor:
                         for r in routes_for(old_t, old_p, w):
                             bodies.append((w, {**r.to_body(), "release": sorted(added)}))
                     rec.workers = sorted({w for w, _ in bodies})
-                    self._control("ROUTING", [(w, _strip(b)) for w, b in bodies], True)
+                    self._control("ROUTING", [(w, _strip(b)) for w, b in bodies])
                 elif kind == "UPSTREAM":
                     rec.what = "UPSTREAM: staying workers forget the newcomers"
                     bodies = [(w, {"add": [], "remove": b["add"]}) for w, b in data.bodies]
                     rec.workers = [w for w, _ in bodies]
-                    self._control("UPSTREAM", bodies, True)
+                    self._control("UPSTREAM", bodies)
                 elif kind == "SIGNAL":
                     rec.what = "nothing to undo for a cache flush"
                 elif kind == "write":

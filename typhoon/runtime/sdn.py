@@ -69,6 +69,9 @@ READ_BATCH = 512  # frames read per poll() before handing out what arrived
 DEFAULT_CREDIT_TIMEOUT_S = 10.0
 
 
+LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
+LINGER_SYNC_S = 0.05
+
 class Device(Protocol):
     """What the transport needs of its port (a :class:`Tap`; tests may fake it)."""
 
@@ -645,5 +648,33 @@ class SdnTransport(Transport):
         """
         return self.pending_bytes
 
+    def linger(self, timeout: float = LINGER_S) -> None:
+        """Before the port goes away, wait until every receiver confirmed our frames.
+
+        Closing the TAP destroys the device, and frames the switch has not read
+        from it yet die with it: without this wait the last frames of a finished
+        worker could be lost under load.  SYNCs ask receivers for their grants.
+        """
+        deadline = self.clock() + timeout
+        while True:
+            now = self.clock()
+            waiting = self.tx.holders()
+            if not waiting or now >= deadline:
+                if waiting:
+                    log.warning("worker %d: closing with unconfirmed frames to %s",
+                                self.worker_id, waiting)
+                return
+            for d in waiting:
+                if self.tx.sync_due(d, now, LINGER_SYNC_S):
+                    self._sync(d)
+            if self._readable(0.01):
+                self._read_batch()
+            self._send_grants(now)
+
     def close(self) -> None:
+        # senders may linger for our confirmation of what we consumed: send it now
+        now = self.clock()
+        for src in list(self.rx._links):
+            if self.rx.pending(src) == 0:
+                self._credit(src, cr.GRANT, self.rx.grant(src, now))
         self.dev.close()

@@ -96,5 +96,8 @@ class Transport(ABC):
         """Bytes received by the host but not yet read by the worker."""
         return 0
 
+    def linger(self, timeout: float = 2.0) -> None:  # noqa: B027 - no-op by default
+        """Before closing: wait (bounded) until receivers have what was sent."""
+
     def close(self) -> None:  # noqa: B027 - a no-op by default, not abstract
         """Release sockets and devices."""

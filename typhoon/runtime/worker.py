@@ -95,6 +95,8 @@ class Worker:
             self.error = f"connection lost: {e}"
             log.error("worker %d: %s", fw.worker_id, self.error)
         finally:
+            if self.error is None:
+                io.linger()
             self.write_report()
             self.operator.close()
             io.close()
