@@ -49,6 +49,7 @@ from typhoon.coordinator import (
     open_coordinator,
 )
 from typhoon.debug.supervisor import DebugWorkers
+from typhoon.engine_services import EngineServices
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
@@ -210,6 +211,8 @@ class Agent:
             coordinator, host, self.workdir / "debug", tap_timeout=tap_timeout,
             stop_timeout=stop_timeout,
         )  # fmt: skip
+        # engine processes (a Spark driver per host) of applications with spark nodes
+        self.engines = EngineServices(host, self.workdir)
         self.bridge: Bridge | None = None
         self.port_range = (1, MAX_OFPORT)
         self.stopping = False
@@ -252,6 +255,7 @@ class Agent:
                 self.reconcile()
             self._version = version
             self.supervise()
+            self.engines.supervise()
             self.debug.supervise()
             if self._publish_now or time.time() - self._published >= self.heartbeat:
                 self.publish()
@@ -324,6 +328,7 @@ class Agent:
                 or want[2].placement() != wk.assignment.placement()
             ):
                 self.begin_stop(wk, remove=True, why="no longer assigned to this host")
+        self.engines.forget_except({key[0] for key in desired} | unreadable)
         statuses: dict[str, dict[int, WorkerStatus] | None] = {}
         for key, (topology, physical, w) in desired.items():
             if key in self.workers:
@@ -351,6 +356,7 @@ class Agent:
         tap = tap_name(physical.app_id, wid)
         status = WorkerStatus(wid, self.host, "starting", port=w.port, tap=tap)
         try:
+            topology = self.engines.topology_for(topology, physical)
             spec_path = self._write_spec(topology, physical, w, tap)
             self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
             logfile = open(spec_path.with_name(f"worker-{wid}.log"), "ab")  # noqa: SIM115
@@ -408,7 +414,13 @@ class Agent:
             if ended:
                 self.finish(wk, code)
             elif wk.phase == "starting":
-                if (SYS_NET / wk.tap).exists():
+                if self.engines.failed(wk.app):
+                    wk.error = "its engine service failed (see the service log)"
+                    self.begin_stop(wk, remove=False, why=wk.error)
+                elif (SYS_NET / wk.tap).exists() and not self.engines.ready(wk.app):
+                    # sources start once workers are attached: not before the engine serves
+                    wk.deadline = max(wk.deadline, time.monotonic() + self.tap_timeout)
+                elif (SYS_NET / wk.tap).exists():
                     self.attach(wk)
                 elif time.monotonic() > wk.deadline:
                     wk.error = f"TAP {wk.tap} did not appear within {self.tap_timeout:g} s"
@@ -561,6 +573,7 @@ class Agent:
         for wk in self.workers.values():
             log.error("%s worker %d (pid %d) did not exit", *wk.key, wk.pid)
         self.debug.shutdown()
+        self.engines.stop_all()
         try:
             self.c.delete_agent(self.host)
         except CoordinatorError as e:

@@ -1,0 +1,140 @@
+"""An agent's engine services: the processes a non-python engine needs on its host.
+
+A topology with ``engine: spark`` nodes needs one Spark driver per host next
+to the node's workers (``typhoon/engines.py``).  The agent plans them once
+per application, starts the ones placed on its host, holds its workers back
+from "attached" (so the controller does not ACTIVATE the sources) until every
+such service is ready, restarts a service that exits with an error (a few
+times), and stops them when the application goes away — as ``tcp_cluster``
+does for tcp runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from typhoon.engines import EngineService, plan_engines
+from typhoon.topology.model import PhysicalTopology, Topology
+
+log = logging.getLogger(__name__)
+
+MAX_RESTARTS = 3
+
+
+@dataclass
+class _Running:
+    service: EngineService
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    logfile: IO[bytes] | None = None
+    restarts: int = 0
+    failed: bool = False
+
+
+@dataclass
+class _AppEngines:
+    topology: Topology  # what the workers get (engine directories filled in)
+    services: list[_Running] = field(default_factory=list)
+
+
+class EngineServices:
+    """Engine processes of every application with workers on this host."""
+
+    def __init__(self, host: str, workdir: Path) -> None:
+        self.host = host
+        self.workdir = workdir
+        self.apps: dict[str, _AppEngines] = {}
+
+    def topology_for(self, topology: Topology, physical: PhysicalTopology) -> Topology:
+        """The topology to give workers; plans and starts this host's services once."""
+        if all(n.engine == "python" for n in topology.nodes.values()):
+            return topology
+        app = self.apps.get(physical.name)
+        if app is None:
+            appdir = self.workdir / physical.name
+            planned, services = plan_engines(topology, physical, appdir / "engines")
+            app = self.apps[physical.name] = _AppEngines(planned)
+            for s in services:
+                if s.host == self.host:
+                    running = _Running(s, appdir / f"{s.name}.log")
+                    app.services.append(running)
+                    self._start(running)
+        return app.topology
+
+    def _start(self, r: _Running) -> None:
+        r.log_path.parent.mkdir(parents=True, exist_ok=True)
+        r.logfile = open(r.log_path, "ab")  # noqa: SIM115 - closed when it stops
+        r.proc = subprocess.Popen(
+            r.service.argv, stdin=subprocess.DEVNULL, stdout=r.logfile,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.info("started engine service %s (pid %d) for %s", r.service.name, r.proc.pid,
+                 ", ".join(r.service.nodes))  # fmt: skip
+
+    def ready(self, app: str) -> bool:
+        """Every service of ``app`` on this host serves its nodes (or none is needed)."""
+        engines = self.apps.get(app)
+        if engines is None:
+            return True
+        return all(
+            not r.service.ready_file or Path(r.service.ready_file).exists()
+            for r in engines.services
+        )
+
+    def failed(self, app: str) -> bool:
+        """A service of ``app`` here gave up after its restarts."""
+        engines = self.apps.get(app)
+        return engines is not None and any(r.failed for r in engines.services)
+
+    def supervise(self) -> None:
+        """Restart a service that exited with an error; a clean exit means its nodes finished."""
+        for app, engines in self.apps.items():
+            for r in engines.services:
+                if r.proc is None or r.failed or r.proc.poll() is None:
+                    continue
+                code = r.proc.returncode
+                if code == 0:
+                    continue
+                if r.restarts >= MAX_RESTARTS:
+                    r.failed = True
+                    log.error("%s: engine service %s failed %d times (exit %d); giving up",
+                              app, r.service.name, r.restarts + 1, code)  # fmt: skip
+                    continue
+                r.restarts += 1
+                log.warning("%s: engine service %s exited %d; restart %d of %d",
+                            app, r.service.name, code, r.restarts, MAX_RESTARTS)  # fmt: skip
+                if r.logfile is not None:
+                    r.logfile.close()
+                self._start(r)
+
+    def forget_except(self, apps: set[str]) -> None:
+        """Stop the services of applications no longer assigned to this host."""
+        for name in [a for a in self.apps if a not in apps]:
+            self.stop(name)
+
+    def stop(self, app: str, timeout: float = 10.0) -> None:
+        engines = self.apps.pop(app, None)
+        for r in engines.services if engines else []:
+            if r.proc is not None and r.proc.poll() is None:
+                try:
+                    os.killpg(r.proc.pid, signal.SIGTERM)
+                    r.proc.wait(timeout=timeout)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    try:
+                        os.killpg(r.proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    r.proc.wait()
+            if r.logfile is not None:
+                r.logfile.close()
+            log.info("%s: stopped engine service %s", app, r.service.name)
+
+    def stop_all(self) -> None:
+        for app in list(self.apps):
+            self.stop(app)
