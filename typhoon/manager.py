@@ -48,6 +48,16 @@ class Application:
         return self.topology.name
 
 
+@dataclass
+class Placement:
+    """Inputs of ``reschedule`` for new workers of a running application."""
+
+    hosts: list[str]
+    first_port: int
+    avoid: set[tuple[str, int]]
+    min_id: int  # above every worker ID the application ever used
+
+
 class Manager:
     """Admission, scheduling and removal of applications, over a coordinator."""
 
@@ -184,6 +194,22 @@ class Manager:
             exited=exited,
             allow_imports=allow_imports,
             min_id=used + 1,
+        )
+
+    def placement(self, name: str) -> Placement:
+        """Where new workers of ``name`` may go now (the fault detector's replacements)."""
+        c = self.coordinator
+        state = c.get_app_state(name)
+        used = max([*c.worker_statuses(name), int(state.get("max_worker_id", 0))], default=0)
+        physical = c.get_physical(name)
+        if physical is not None:
+            used = max([used, *(w.worker_id for w in physical.workers)])
+        cluster = self._cluster()
+        return Placement(
+            cluster.host_names(),
+            max(h.first_worker_port for h in cluster.hosts.values()),
+            self._ports_in_use(exclude=name),
+            used + 1,
         )
 
     # ----- placement -----------------------------------------------------------------------

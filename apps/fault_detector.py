@@ -1,0 +1,410 @@
+"""Fault detector (paper §4, §6.2 Fig. 10): ``ryu-manager apps/fault_detector.py``.
+
+A worker's TAP vanishes from its bridge when its process dies, and the switch
+says so within milliseconds (OFPPortStatus, raised by the core as
+``EventWorkerDown``).  The app then, in this order:
+
+1. sends ROUTING to the dead worker's senders with routes that leave it out
+   (``controller/faults.py``), right in the event handler: every tuple a sender
+   writes to the dead port until then is lost, so this is the step timed
+   (``reroute_ms``, from the port event to the last PacketOut written);
+   the load-balancer app drops the worker from its select group on the same
+   event; the senders' acks are awaited in a green thread (``reroute_acked_ms``);
+2. waits (``confirm_timeout``) for the agent's exit status: a worker that
+   ended with code 0 finished its input and is left alone; otherwise the
+   manager writes a physical topology without it and with a replacement of the
+   same node and index (fresh ID, placed by the scheduler's ``reschedule``), and
+   one UPSTREAM tells the receivers to expect the replacement instead;
+3. once the agent reports the replacement attached and the switches hold its
+   rules, sends ROUTING with it to the senders (a replaced source is ACTIVATEd).
+
+The fallback: a worker whose METRIC_RESP stopped arriving for
+``heartbeat_timeout`` seconds is handled the same way (its agent stops it when
+the new physical topology leaves it out).  Updates of an application the
+reconfiguration executor is changing are left to the executor, and so are
+workers that end normally: a port that goes down after the worker's METRIC_RESP
+said ``done``, or whose agent reports exit code 0, is an end of stream.
+
+Every decision is logged with its reason; ``GET /typhoon/faults`` lists the
+incidents with their times.
+
+Settings, section ``[fault_detector]`` of the Ryu config file::
+
+    heartbeat_timeout = 5.0   seconds without METRIC_RESP before a worker counts as dead (0: off)
+    confirm_timeout   = 2.0   seconds to wait for the agent's exit status before replacing anyway
+    ack_timeout       = 5.0   seconds the senders get to confirm a ROUTING
+    attach_timeout    = 30.0  seconds the replacement gets to be attached
+    replace           = true  start replacements (false: only reroute around dead workers)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from controller.core import core_app
+from controller.events import EventWorkerDown, EventWorkerMetrics
+from controller.faults import Heartbeats, Incident, failover, rejoin, reroute, senders_to
+from controller.rest import API, PREFIX, handler
+from controller.ryu_compat import (
+    ControllerBase,
+    RyuApp,
+    WSGIApplication,
+    cfg,
+    hub,
+    ofproto_v1_3,
+    require_app,
+    route,
+    set_ev_cls,
+)
+from typhoon.topology.routing import Route
+from typhoon.wire import Control, ControlTuple
+
+require_app("controller.core")
+
+CONF = cfg.CONF
+CONF.register_opts(
+    [
+        cfg.FloatOpt("heartbeat_timeout", default=5.0, help="seconds without METRIC_RESP (0: off)"),
+        cfg.FloatOpt("confirm_timeout", default=2.0, help="seconds to wait for an exit status"),
+        cfg.FloatOpt("ack_timeout", default=5.0, help="seconds senders get to confirm ROUTING"),
+        cfg.FloatOpt("attach_timeout", default=30.0, help="seconds a replacement gets to attach"),
+        cfg.BoolOpt("replace", default=True, help="start replacements for dead workers"),
+    ],
+    group="fault_detector",
+)
+
+TICK_S = 0.5
+POLL_S = 0.01
+LIVE = ("attached", "running")
+
+
+class FaultRest(ControllerBase):
+    """Read-only list of incidents: what died, why, and how long each step took."""
+
+    def __init__(self, req, link, data, **config):
+        super().__init__(req, link, data, **config)
+        self.fd: FaultDetector = data["fd"]
+        self.core = self.fd  # handler() logs through self.core.logger
+
+    @route(API + "_faults", PREFIX + "/faults", methods=["GET"])
+    @handler()
+    def incidents(self, req, **_):
+        return 200, [i.to_dict() for i in self.fd.incidents]
+
+
+class FaultDetector(RyuApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.conf = CONF.fault_detector
+        self.incidents: list[Incident] = []
+        self.handled: set[tuple[str, int]] = set()  # (app, worker) already failed over
+        self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
+        # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
+        self.done: set[tuple[str, int]] = set()
+        self.heartbeats = Heartbeats(self.conf.heartbeat_timeout)
+        kwargs["wsgi"].register(FaultRest, {"fd": self})
+        self.threads.append(hub.spawn(self._timer))
+        self.logger.info(
+            "fault detector ready: heartbeat_timeout=%g s confirm_timeout=%g s replace=%s",
+            self.conf.heartbeat_timeout, self.conf.confirm_timeout, self.conf.replace,
+        )  # fmt: skip
+
+    @staticmethod
+    def core():
+        """The controller core (looked up on use: Ryu may start it after this app)."""
+        return core_app()
+
+    # ----- detection -----------------------------------------------------------------------
+
+    @set_ev_cls(EventWorkerDown)
+    def _worker_down(self, ev):
+        self.fail(ev.app, ev.worker_id, f"port {ev.host}/{ev.port} {ev.reason}", ev.at)
+
+    @set_ev_cls(EventWorkerMetrics)
+    def _metrics(self, ev):
+        self.heartbeats.seen(ev.app, ev.worker_id, ev.at)
+        if ev.metrics.get("done"):
+            self.done.add((ev.app, ev.worker_id))
+
+    def _timer(self):
+        while True:
+            hub.sleep(TICK_S)
+            if self.conf.heartbeat_timeout <= 0:
+                continue
+            try:
+                self._check_heartbeats()
+            except Exception:  # a bug here must not stop detection by port events
+                self.logger.exception("heartbeat check failed")
+
+    def _check_heartbeats(self) -> None:
+        now = time.monotonic()
+        core = self.core()
+        for name in {a for a, _ in self.heartbeats.last} - set(core.view.apps):
+            self.heartbeats.forget(name)
+        self.done = {k for k in self.done if k[0] in core.view.apps}
+        for name, app in core.view.apps.items():
+            watched = []
+            if app.state.get("active") and not app.state.get("drain"):
+                watched = [
+                    w.worker_id
+                    for w in app.physical.workers
+                    if w.active
+                    and (s := app.statuses.get(w.worker_id)) is not None
+                    and s.state in LIVE
+                ]
+            self.heartbeats.watch(name, watched, now)
+        for name, wid, silent in self.heartbeats.stale(now):
+            self.heartbeats.forget(name, wid)
+            self.fail(name, wid, f"no METRIC_RESP for {silent:.1f} s", now)
+
+    # ----- step 1: reroute at once ---------------------------------------------------------
+
+    def fail(self, name: str, wid: int, reason: str, at: float) -> None:
+        """React to worker ``wid`` of ``name`` being dead since ``at`` (monotonic)."""
+        core = self.core()
+        app = core.view.apps.get(name)
+        why_not = self._why_not(name, wid, app, core)
+        if why_not:
+            self.logger.info("app %s worker %d: %s; %s: nothing to do", name, wid, reason, why_not)
+            return
+        w = app.physical.by_id(wid)
+        incident = Incident(name, wid, w.node, reason, at, time.time() - (time.monotonic() - at))
+        self.incidents.append(incident)
+        self.handled.add((name, wid))
+        self.heartbeats.forget(name, wid)
+        routes = reroute(app.topology, app.physical, wid, self.pending.get(name, set()))
+        # a sender that exited (finished, or died too) has nobody to read the PacketOut
+        routes = {
+            s: r
+            for s, r in routes.items()
+            if (st := app.statuses.get(s)) is None or st.state != "exited"
+        }
+        incident.senders = sorted(routes)
+        sent = self._send_routes(core, name, routes)
+        incident.reroute_ms = (time.monotonic() - at) * 1000
+        self.logger.info(
+            "app %s worker %d (%s[%d]) is down (%s): treated as dead, ROUTING without it to "
+            "senders %s written %.1f ms after detection",
+            name, wid, w.node, w.index, reason, incident.senders, incident.reroute_ms,
+        )  # fmt: skip
+        hub.spawn(self._follow_up, incident, sent)
+
+    def _why_not(self, name: str, wid: int, app: Any, core: Any) -> str:
+        """A reason to leave this worker alone, or ''."""
+        if app is None:
+            return "the application is gone"
+        if (name, wid) in self.handled:
+            return "already handled"
+        try:
+            w = app.physical.by_id(wid)
+        except KeyError:
+            return "not in the physical topology (removed on purpose)"
+        if not w.active:
+            return "draining: a reconfiguration removes it"
+        if app.state.get("drain"):
+            return "the application is draining"
+        if self._finished(name, wid, app):
+            return "it finished its input (end of stream)"
+        senders = senders_to(app.topology, app.physical, app.physical.by_id(wid).node)
+        if senders and all(self._finished(name, s, app) for s in senders):
+            return "every sender of it finished: it ends after their end of stream"
+        record = core.reconfigs.get(name)
+        if record is not None and record.running:
+            return f"reconfiguration {record.id} is running and owns the workers"
+        # the view lags the coordinator by a poll: a kill removes workers before it shows
+        current = core.coordinator.get_physical(name)
+        if current is None:
+            return "the application was killed"
+        if wid not in {x.worker_id for x in current.workers if x.active}:
+            return "the current physical topology no longer runs it"
+        return ""
+
+    # ----- steps 2 and 3: replace, then route to the replacement ---------------------------
+
+    def _follow_up(self, incident: Incident, sent: dict[tuple[int, int], int]) -> None:
+        """The slow part, off the event loop: acks, the replacement, its rejoin."""
+        try:
+            self._follow_up_steps(incident, sent)
+        except Exception as e:  # report it in the incident, never kill the app
+            incident.state, incident.detail = "failed", f"{type(e).__name__}: {e}"
+            self.logger.exception(
+                "app %s worker %d: failover failed", incident.app, incident.worker
+            )
+
+    def _follow_up_steps(self, incident: Incident, sent: dict[tuple[int, int], int]) -> None:
+        core, name, wid = self.core(), incident.app, incident.worker
+        problem = self._acked(core, name, "ROUTING", sent)
+        incident.reroute_acked_ms = self._since(incident)
+        if problem:
+            self.logger.warning("app %s worker %d: reroute not confirmed: %s", name, wid, problem)
+        else:
+            self.logger.info(
+                "app %s worker %d: senders %s confirmed the reroute (or exited) %.1f ms after "
+                "detection",
+                name, wid, incident.senders, incident.reroute_acked_ms,
+            )  # fmt: skip
+        if not self.conf.replace:
+            incident.state = "rerouted"
+            self.logger.info("app %s worker %d: not replaced (replace = false)", name, wid)
+            return
+        code = self._exit_code(core, name, wid)
+        incident.exit_code = code
+        if code == 0:
+            incident.state = "finished"
+            self.logger.info(
+                "app %s worker %d exited with code 0: it finished its input, not replaced "
+                "(the reroute only dropped a receiver that had ended)",
+                name, wid,
+            )  # fmt: skip
+            return
+        new = self._replace(core, incident)
+        if new is not None:
+            self._rejoin(core, incident, new)
+
+    def _exit_code(self, core: Any, name: str, wid: int) -> int | None:
+        """The agent's exit code for ``wid``, waiting up to ``confirm_timeout``; None if unknown."""
+        deadline = time.monotonic() + self.conf.confirm_timeout
+        while time.monotonic() < deadline:
+            app = core.view.apps.get(name)
+            s = app.statuses.get(wid) if app else None
+            if s is not None and s.state == "exited":
+                return s.exit_code
+            hub.sleep(POLL_S)
+        return None
+
+    def _replace(self, core: Any, incident: Incident) -> int | None:
+        """Write the physical topology with a replacement; UPSTREAM to the receivers."""
+        name, wid = incident.app, incident.worker
+        record = core.reconfigs.get(name)
+        if record is not None and record.running:
+            incident.state = "failed"
+            incident.detail = f"reconfiguration {record.id} started meanwhile: not replaced"
+            self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
+            return None
+        topology = core.coordinator.get_topology(name)
+        physical = core.coordinator.get_physical(name)
+        if topology is None or physical is None:
+            incident.state, incident.detail = "failed", "the application was killed"
+            return None
+        place = core.manager.placement(name)
+        pending = self.pending.setdefault(name, set())
+        plan = failover(
+            topology, physical, wid, place.hosts, place.first_port,
+            avoid=place.avoid, min_id=place.min_id, pending=pending,
+        )  # fmt: skip
+        core.manager.update_physical(name, plan.physical)
+        pending.add(plan.replacement)
+        new = plan.physical.by_id(plan.replacement)
+        incident.replacement, incident.state = plan.replacement, "replacing"
+        incident.replaced_ms = self._since(incident)
+        self.logger.info(
+            "app %s worker %d: exit code %s; replacement worker %d (%s[%d]) on %s port %d "
+            "written as physical version %d, %.1f ms after detection",
+            name, wid, incident.exit_code, new.worker_id, new.node, new.index, new.host,
+            new.port, plan.physical.version, incident.replaced_ms,
+        )  # fmt: skip
+        bodies = {r: {"add": [new.worker_id], "remove": [wid]} for r in plan.receivers}
+        problem = self._acked(core, name, "UPSTREAM", self._send(core, name, "UPSTREAM", bodies))
+        if problem:
+            self.logger.warning("app %s: receivers did not confirm UPSTREAM: %s", name, problem)
+        return plan.replacement
+
+    def _rejoin(self, core: Any, incident: Incident, new: int) -> None:
+        """Once ``new`` is attached and its rules are in, its senders route to it again."""
+        name = incident.app
+        deadline = time.monotonic() + self.conf.attach_timeout
+        while True:
+            app = core.view.apps.get(name)
+            if app is None:
+                incident.state, incident.detail = "failed", "the application was killed"
+                return
+            s = app.statuses.get(new)
+            if s is not None and s.state == "exited":
+                incident.state = "failed"
+                incident.detail = f"replacement {new} exited: {s.error or s.exit_code}"
+                self.logger.error("app %s: %s", name, incident.detail)
+                self.pending.get(name, set()).discard(new)
+                return
+            if s is not None and s.state in LIVE and core.rules_ready(name, app.physical.version):
+                break
+            if time.monotonic() > deadline:
+                incident.state = "failed"
+                incident.detail = f"replacement {new} not attached in {self.conf.attach_timeout} s"
+                self.logger.error("app %s: %s", name, incident.detail)
+                return
+            hub.sleep(POLL_S)
+        pending = self.pending.setdefault(name, set())
+        pending.discard(new)
+        plan = rejoin(app.topology, app.physical, new, pending)
+        routes = {
+            s: r
+            for s, r in plan.routes.items()
+            if (st := app.statuses.get(s)) is None or st.state != "exited"
+        }
+        problem = self._acked(core, name, "ROUTING", self._send_routes(core, name, routes))
+        w = app.physical.by_id(new)
+        if w.node in {n.name for n in app.topology.spouts()}:
+            core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
+        incident.rejoined_ms = self._since(incident)
+        incident.state = "rejoined"
+        incident.detail = problem
+        self.logger.info(
+            "app %s worker %d attached: senders %s route to it again (%s), %.1f ms after the "
+            "detection of worker %d",
+            name, new, sorted(routes), problem or "confirmed", incident.rejoined_ms,
+            incident.worker,
+        )  # fmt: skip
+
+    # ----- control tuples ------------------------------------------------------------------
+
+    def _send_routes(
+        self, core: Any, name: str, routes: dict[int, list[Route]]
+    ) -> dict[tuple[int, int], int]:
+        bodies = [(s, r.to_body()) for s, rs in routes.items() for r in rs]
+        return self._send(core, name, "ROUTING", bodies)
+
+    def _send(self, core: Any, name: str, ctype: str, bodies: Any) -> dict[tuple[int, int], int]:
+        """One control tuple per (worker, body), each with a fresh version: what to await."""
+        items = bodies.items() if isinstance(bodies, dict) else bodies
+        sent = {}
+        for w, body in items:
+            v = core.next_control_version()
+            core.send_control(name, [w], ControlTuple(Control[ctype], {**body, "version": v}))
+            sent[(w, v)] = w
+        return sent
+
+    def _acked(self, core: Any, name: str, ctype: str, sent: dict[tuple[int, int], int]) -> str:
+        """Wait until every sent tuple is acked; '' or what is missing after ``ack_timeout``.
+
+        A worker that exited meanwhile counts as done: it reads nothing any more.
+        """
+        deadline = time.monotonic() + self.conf.ack_timeout
+        pending = dict(sent)
+        while pending:
+            app = core.view.apps.get(name)
+            if app is None:
+                return "the application is gone"
+            for w, v in list(pending):
+                s = app.statuses.get(w)
+                if w in core.acked(name, ctype, v) or (s is not None and s.state == "exited"):
+                    del pending[(w, v)]
+            if pending and time.monotonic() > deadline:
+                return f"workers {sorted(set(pending.values()))} did not confirm {ctype}"
+            if pending:
+                hub.sleep(POLL_S)
+        return ""
+
+    def _finished(self, name: str, wid: int, app: Any) -> bool:
+        """Its METRIC_RESP said ``done``, or its agent saw it exit with code 0."""
+        s = app.statuses.get(wid)
+        return (name, wid) in self.done or (
+            s is not None and s.state == "exited" and s.exit_code == 0
+        )
+
+    @staticmethod
+    def _since(incident: Incident) -> float:
+        return (time.monotonic() - incident.detected) * 1000

@@ -1,0 +1,192 @@
+"""Decisions of the fault detector (``apps/fault_detector.py``), pure and switch-free.
+
+A dead worker is handled in two phases, each a function of the topologies
+only, so the unit tests need no switch and the app stays a thin shim:
+
+1. ``failover``: routes of the dead worker's predecessors without it (sent at
+   once, before anything else, because every tuple routed to a dead port is
+   lost), the physical topology with a replacement (fresh worker ID, the dead
+   one's node and index) that the manager writes so an agent launches it, and
+   the receivers that must wait for the replacement's end of stream instead of
+   the dead worker's (one UPSTREAM with both, so a receiver never sees its
+   last sender leave and ends its input).
+2. ``rejoin``: once the replacement is attached, its predecessors' routes with it.
+
+``Heartbeats`` is the slow fallback: a worker whose METRIC_RESP stopped
+arriving for ``timeout`` seconds is reported as dead even if no port event came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field, replace
+
+from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.topology.routing import Route, routes_for
+from typhoon.topology.scheduler import reschedule
+
+
+@dataclass
+class Failover:
+    """What to do the moment a worker is known dead."""
+
+    dead: int
+    routes: dict[int, list[Route]]  # predecessor -> its routes without the dead worker
+    receivers: list[int]  # told (UPSTREAM) to expect the replacement instead of the dead one
+    physical: PhysicalTopology  # dead worker gone, its replacement added (version + 1)
+    replacement: int  # ID of the new worker
+
+
+@dataclass
+class Rejoin:
+    """What to do once the replacement is attached."""
+
+    worker: int
+    routes: dict[int, list[Route]]  # predecessor -> its routes with the replacement
+
+
+def senders_to(topology: Topology, physical: PhysicalTopology, node: str) -> list[int]:
+    """Active workers of every node that sends to ``node``."""
+    srcs = {s.src for s in topology.inputs_of(node)}
+    return sorted(w.worker_id for n in srcs for w in physical.active_of_node(n))
+
+
+def receivers_from(topology: Topology, physical: PhysicalTopology, node: str) -> list[int]:
+    """Active workers of every node that ``node`` sends to."""
+    dsts = {s.dst for s in topology.outputs_of(node)}
+    return sorted(w.worker_id for n in dsts for w in physical.active_of_node(n))
+
+
+def without(physical: PhysicalTopology, worker_ids: Collection[int]) -> PhysicalTopology:
+    """``physical`` minus some workers (same version: a view for computing routes)."""
+    kept = [w for w in physical.workers if w.worker_id not in worker_ids]
+    return replace(physical, workers=kept)
+
+
+def reroute(
+    topology: Topology, physical: PhysicalTopology, dead: int, pending: Collection[int] = ()
+) -> dict[int, list[Route]]:
+    """Sender -> its routes without ``dead`` and without replacements not attached yet."""
+    node = physical.by_id(dead).node
+    reachable = without(physical, {dead, *pending})
+    return {p: routes_for(topology, reachable, p) for p in senders_to(topology, reachable, node)}
+
+
+def failover(
+    topology: Topology,
+    physical: PhysicalTopology,
+    dead: int,
+    hosts: list[str],
+    first_port: int,
+    *,
+    avoid: Collection[tuple[str, int]] = (),
+    min_id: int = 1,
+    pending: Collection[int] = (),
+) -> Failover:
+    """Plan the reaction to ``dead``; ``pending`` are replacements not attached yet.
+
+    Routes leave out the dead worker and every pending replacement (a sender
+    must not write to a port nobody listens on yet).  The replacement is placed
+    by the scheduler's ``reschedule`` like any new worker of a reconfiguration:
+    a fresh ID above every used one, never the dead worker's (host, port), whose
+    TAP may not be gone from the bridge yet.
+    """
+    w = physical.by_id(dead)
+    if not w.active:
+        raise ValueError(f"worker {dead} is draining: the reconfiguration owns it")
+    routes = reroute(topology, physical, dead, pending)
+    receivers = receivers_from(topology, without(physical, {dead, *pending}), w.node)
+    new = reschedule(
+        topology,
+        without(physical, {dead}),
+        hosts,
+        first_port,
+        avoid={*avoid, (w.host, w.port)},
+        min_id=min_id,
+    )
+    added = [x.worker_id for x in new.workers if x.node == w.node and x.index == w.index]
+    if len(added) != 1:
+        raise ValueError(f"the scheduler gave {w.node}[{w.index}] no single new worker")
+    return Failover(dead, routes, receivers, new, added[0])
+
+
+def rejoin(
+    topology: Topology,
+    physical: PhysicalTopology,
+    worker: int,
+    pending: Collection[int] = (),
+) -> Rejoin:
+    """Plan bringing the attached replacement ``worker`` into routing.
+
+    Other replacements still starting (``pending``) stay out of the routes.
+    """
+    node = physical.by_id(worker).node
+    reachable = without(physical, set(pending) - {worker})
+    routes = {p: routes_for(topology, reachable, p) for p in senders_to(topology, reachable, node)}
+    return Rejoin(worker, routes)
+
+
+@dataclass
+class Heartbeats:
+    """Last METRIC_RESP time of each worker; ``stale`` names the silent ones.
+
+    A worker is only judged once it was seen (or watched) for ``timeout``
+    seconds, so a worker that just started is not declared dead before its
+    first reply could arrive.
+    """
+
+    timeout: float
+    last: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def seen(self, app: str, worker: int, at: float) -> None:
+        self.last[(app, worker)] = at
+
+    def watch(self, app: str, workers: Iterable[int], now: float) -> None:
+        """Track these workers of ``app`` (first watch counts as a reply); forget others."""
+        workers = set(workers)
+        for key in [k for k in self.last if k[0] == app and k[1] not in workers]:
+            del self.last[key]
+        for w in workers:
+            self.last.setdefault((app, w), now)
+
+    def forget(self, app: str, worker: int | None = None) -> None:
+        for key in [k for k in self.last if k[0] == app and worker in (None, k[1])]:
+            del self.last[key]
+
+    def stale(self, now: float) -> list[tuple[str, int, float]]:
+        """(app, worker, seconds silent) of every worker silent for longer than the timeout."""
+        return sorted(
+            (app, w, now - t) for (app, w), t in self.last.items() if now - t > self.timeout
+        )
+
+
+@dataclass
+class Incident:
+    """One dead worker and what the detector did about it (``GET /typhoon/faults``).
+
+    Times are the controller's monotonic clock; ``*_ms`` are measured from
+    ``detected`` (the port event, or the moment the heartbeat ran out).
+    """
+
+    app: str
+    worker: int
+    node: str
+    reason: str  # "port deleted", "port link_down", "no METRIC_RESP for 5.0 s"
+    detected: float
+    detected_wall: float  # time.time() of ``detected``, to compare with other machines' clocks
+    state: str = "rerouting"  # rerouting | replacing | rejoined | finished | failed
+    senders: list[int] = field(default_factory=list)
+    reroute_ms: float | None = None  # ROUTING PacketOuts to every sender written
+    reroute_acked_ms: float | None = None  # every sender confirmed the new routes
+    replacement: int | None = None
+    replaced_ms: float | None = None  # physical topology with the replacement written
+    rejoined_ms: float | None = None  # replacement attached and routed to again
+    exit_code: int | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        d = dict(self.__dict__)
+        for k, v in d.items():
+            if isinstance(v, float) and k.endswith("_ms"):
+                d[k] = round(v, 2)
+        return d

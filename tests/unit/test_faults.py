@@ -1,0 +1,116 @@
+"""The fault detector's decisions (controller/faults.py) on the paper's Fig. 10 wordcount."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from controller.faults import Heartbeats, failover, rejoin, without
+from typhoon.topology import load_topology, schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = ["h1", "h2", "h3"]
+
+
+@pytest.fixture
+def wc():
+    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+    return topology, schedule(topology, HOSTS, 0x42, first_port=10)
+
+
+def ids(physical, node):
+    return [w.worker_id for w in physical.active_of_node(node)]
+
+
+def test_failover_reroutes_predecessors_around_the_dead_split(wc):
+    topology, physical = wc
+    source, splits, counts = ids(physical, "source"), ids(physical, "split"), ids(physical, "count")
+    dead = splits[0]
+    f = failover(topology, physical, dead, HOSTS, 10, min_id=100)
+    assert list(f.routes) == source
+    (route,) = f.routes[source[0]]
+    assert route.next_hops == [splits[1]]
+    assert f.receivers == counts  # they must wait for the replacement instead
+    assert f.replacement >= 100
+    new = f.physical.by_id(f.replacement)
+    old = physical.by_id(dead)
+    assert (new.node, new.index) == (old.node, old.index)
+    assert (new.host, new.port) != (old.host, old.port)
+    assert dead not in {w.worker_id for w in f.physical.workers}
+    assert f.physical.version == physical.version + 1
+    # everybody else keeps ID, host and port
+    rest = {w for w in physical.workers if w.worker_id != dead}
+    assert rest <= set(f.physical.workers)
+
+
+def test_failover_avoids_ports_of_other_applications(wc):
+    topology, physical = wc
+    dead = physical.by_id(ids(physical, "count")[0])
+    taken = {(h, p) for h in HOSTS for p in range(10, 30)}
+    f = failover(topology, physical, dead.worker_id, HOSTS, 10, avoid=taken)
+    new = f.physical.by_id(f.replacement)
+    assert new.port >= 30
+    # a dead count worker is rerouted away from by every split (fields routing on the rest)
+    assert set(f.routes) == set(ids(physical, "split"))
+    for routes in f.routes.values():
+        assert dead.worker_id not in routes[0].next_hops
+        assert len(routes[0].next_hops) == 3
+    assert f.receivers == []  # count is a sink
+
+
+def test_rejoin_brings_the_replacement_back(wc):
+    topology, physical = wc
+    dead = ids(physical, "split")[1]
+    f = failover(topology, physical, dead, HOSTS, 10)
+    r = rejoin(topology, f.physical, f.replacement)
+    (source,) = ids(physical, "source")
+    assert r.routes[source][0].next_hops == sorted(
+        [ids(physical, "split")[0], f.replacement],
+        key=lambda w: f.physical.by_id(w).index,
+    )
+
+
+def test_pending_replacements_stay_out_of_routes(wc):
+    topology, physical = wc
+    a, b = ids(physical, "split")
+    first = failover(topology, physical, a, HOSTS, 10)
+    second = failover(topology, first.physical, b, HOSTS, 10, pending=[first.replacement])
+    (source,) = ids(physical, "source")
+    assert second.routes[source][0].next_hops == []
+    assert first.replacement != second.replacement
+    r = rejoin(topology, second.physical, first.replacement, pending=[second.replacement])
+    assert r.routes[source][0].next_hops == [first.replacement]
+
+
+def test_draining_worker_is_not_failed_over(wc):
+    topology, physical = wc
+    dead = ids(physical, "split")[0]
+    drained = replace(
+        physical,
+        workers=[
+            replace(w, state="draining") if w.worker_id == dead else w for w in physical.workers
+        ],
+    )
+    with pytest.raises(ValueError, match="draining"):
+        failover(topology, drained, dead, HOSTS, 10)
+
+
+def test_without_keeps_version(wc):
+    _, physical = wc
+    assert without(physical, {1}).version == physical.version
+    assert 1 not in {w.worker_id for w in without(physical, {1}).workers}
+
+
+def test_heartbeats_report_only_silent_workers_after_the_timeout():
+    hb = Heartbeats(timeout=3.0)
+    hb.watch("wc", [1, 2], now=0.0)
+    hb.seen("wc", 1, 2.5)
+    assert hb.stale(2.9) == []
+    assert hb.stale(3.5) == [("wc", 2, 3.5)]
+    hb.watch("wc", [1], now=4.0)  # worker 2 left the topology: forgotten
+    assert hb.stale(5.0) == []
+    assert [w for _, w, _ in hb.stale(6.0)] == [1]
+    hb.forget("wc", 1)
+    assert hb.stale(100.0) == []
