@@ -169,7 +169,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
             f"## {r.title} ({r.figure})",
             "",
             f"`{r.name}`, {r.mode} mode, started {r.started}, {r.elapsed_s:.0f} s, "
-            f"{len(r.runs)} runs, {r.failures} failed.",
+            f"{len(r.runs)} runs, {r.failures} failed"
+            + (f", load average {r.load[0]:g} -> {r.load[1]:g}." if len(r.load) == 2 else "."),
             "",
         ]
         if r.error:

@@ -17,6 +17,7 @@ repeated over rounds, and scenarios report medians and ratios of medians.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import sys
 import time
@@ -70,6 +71,7 @@ class ScenarioResult:
     figure: str
     mode: str  # "quick" | "full"
     started: str = ""  # local date and time the scenario began
+    load: list[float] = field(default_factory=list)  # 1-min load average at start and end
     tables: list[Table] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)  # PNG file names in the output directory
@@ -191,12 +193,14 @@ def run_scenario(scenario: Scenario, bench: Bench) -> ScenarioResult:
     """Run one scenario; an exception becomes a failed result instead of ending the suite."""
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    load = os.getloadavg()[0]
     try:
         result = scenario.run(bench)
     except Exception as e:
         result = scenario.result(bench)
         result.error = f"{type(e).__name__}: {e}"
     result.started = started
+    result.load = [round(load, 2), round(os.getloadavg()[0], 2)]
     result.runs, result.failures = bench.take_records()
     if result.error:
         result.failures += 1
