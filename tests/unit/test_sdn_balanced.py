@@ -91,7 +91,7 @@ def net():
     def build(weights, stall=()):
         switch = Switch(weights)
         tx = SdnTransport(APP, SENDER, window=WINDOW, port_budget=0, device=switch.port(SENDER),
-                          credit_timeout_s=5.0)  # fmt: skip
+                          credit_timeout_s=1.0)  # fmt: skip
         rxs = {w: SdnTransport(APP, w, window=WINDOW, port_budget=0, device=switch.port(w))
                for w in RECEIVERS}  # fmt: skip
         got: dict[int, list[int]] = {w: [] for w in RECEIVERS}
