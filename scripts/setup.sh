@@ -132,8 +132,15 @@ venv_ok() {
     [[ -x $VENV/bin/python ]] &&
         "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null &&
         "$VENV/bin/ryu-manager" --version >/dev/null 2>&1 &&
-        "$VENV/bin/python" -c 'import ryu.app.wsgi, mininet.net, pyspark, controller' 2>/dev/null
+        (cd / && "$VENV/bin/python" -c "$PROJECT_IMPORTS") 2>/dev/null
 }
+
+# Every package of the project must import from outside the repository: an editable
+# install made before a package existed does not know it (re-install then).
+PROJECT_IMPORTS='import ryu.app.wsgi, mininet.net, pyspark, typhoon.cli, controller.core, apps,
+import mininet_env.run, benchmarks.cli
+from pyspark_bridge import bolt_for'
+
 
 install_eventlet_fix() {
     local site

@@ -61,6 +61,7 @@ class Switch(threading.Thread):
         choices = [w for w, n in weights.items() for _ in range(n)]
         self.slot_to = [rng.choice(choices) for _ in range(wire.LB_SLOTS)]
         self.to_worker: dict[int, int] = dict.fromkeys(weights, 0)
+        self.dropped = 0
         self.stop = threading.Event()
 
     def port(self, wid: int) -> Port:
@@ -83,7 +84,10 @@ class Switch(threading.Thread):
                     frame = dst + frame[6:]
                 out = self.ends.get(dst)
                 if out is not None:
-                    out.send(frame)
+                    try:
+                        out.send(frame)
+                    except BlockingIOError:  # a full port: a switch drops, like OVS does
+                        self.dropped += 1
 
 
 @pytest.fixture

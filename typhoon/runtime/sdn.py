@@ -72,6 +72,7 @@ DEFAULT_CREDIT_TIMEOUT_S = 10.0
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
 LINGER_SYNC_S = 0.05
 
+
 class Device(Protocol):
     """What the transport needs of its port (a :class:`Tap`; tests may fake it)."""
 
@@ -661,8 +662,9 @@ class SdnTransport(Transport):
             waiting = self.tx.holders()
             if not waiting or now >= deadline:
                 if waiting:
-                    log.warning("worker %d: closing with unconfirmed frames to %s",
-                                self.worker_id, waiting)
+                    log.warning(
+                        "worker %d: closing with unconfirmed frames to %s", self.worker_id, waiting
+                    )
                 return
             for d in waiting:
                 if self.tx.sync_due(d, now, LINGER_SYNC_S):

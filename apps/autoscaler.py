@@ -1,0 +1,279 @@
+"""Autoscaler (paper §4 "Auto scaler", §6.2 Fig. 11): ``ryu-manager apps/autoscaler.py``.
+
+Watches every bolt's workers (METRIC_RESP: queue depth, processing time per
+tuple, and the fraction of time they spend processing) and every spark-engine
+node's Spark progress (processed versus input rows per second, batch duration
+versus the node's ``trigger_ms``).  A node
+whose workers stay overloaded for ``up_window`` seconds gets more workers; one
+that stays idle for the longer ``down_window`` gets fewer; never outside
+``[min_parallelism, max_parallelism]``, never more than ``max_step`` at once,
+and not again before ``cooldown`` seconds passed.  The decisions themselves are
+in ``controller/autoscale.py``; this file feeds it and acts.
+
+A scale is a stable update through the controller's reconfiguration executor
+(``core.reconfigure``, the same path as ``POST /typhoon/apps/NAME/scale``), so
+no tuple is lost.  While any update of an application runs, its nodes are not
+judged, and a node whose parallelism changed (by us or by an operator) starts
+its windows over after a cooldown.  With ``recommend_only`` the app only logs
+what it would do.  Every decision is logged with its reason and kept for
+``GET /typhoon/autoscaler`` (or ``/typhoon/apps/NAME/autoscaler``).
+
+Settings, section ``[autoscaler]`` of the Ryu config file::
+
+    queue_high      = 2000   mean queued tuples per worker above which a node is overloaded
+    queue_low       = 50     ... below which it is idle
+    proc_high_us    = 0      mean processing time per tuple above which: overloaded (0: off)
+    proc_low_us     = 0      idle only if also below this (0: off)
+    busy_high       = 0.9    mean fraction of time processing above which: overloaded (0: off)
+    busy_low        = 0.3    idle only if also below this (0: off)
+    up_window       = 3.0    seconds overload must hold before scaling up
+    down_window     = 10.0   seconds idleness must hold before scaling down
+    cooldown        = 10.0   seconds after a decision (or any update) before the next
+    min_parallelism = 1
+    max_parallelism = 8
+    max_step        = 1      most workers added or removed at once
+    recommend_only  = false  log decisions, do not scale
+    spark_lag       = 0.9    spark node behind when processed < spark_lag x input rows/s
+    spark_idle      = 0.3    spark node idle when a batch takes < spark_idle x trigger_ms
+    nodes           =        comma-separated nodes to manage (empty: every bolt)
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+from controller.autoscale import (
+    Decision,
+    NodeScaler,
+    ScaleSettings,
+    Signal,
+    WorkerLoad,
+    spark_signal,
+    worker_signal,
+)
+from controller.core import core_app
+from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
+from controller.rest import API, PREFIX, ApiError, handler
+from controller.ryu_compat import (
+    ControllerBase,
+    RyuApp,
+    WSGIApplication,
+    cfg,
+    event,
+    hub,
+    require_app,
+    route,
+    set_ev_cls,
+)
+from typhoon.reconfig import ReconfigError, Scale
+
+require_app("controller.core")
+
+CONF = cfg.CONF
+CONF.register_opts(
+    [
+        cfg.FloatOpt("queue_high", default=2000.0, help="mean queue per worker: overloaded"),
+        cfg.FloatOpt("queue_low", default=50.0, help="mean queue per worker: idle"),
+        cfg.FloatOpt("proc_high_us", default=0.0, help="us per tuple: overloaded (0: off)"),
+        cfg.FloatOpt("proc_low_us", default=0.0, help="us per tuple: idle (0: off)"),
+        cfg.FloatOpt("busy_high", default=0.9, help="fraction of time busy: overloaded"),
+        cfg.FloatOpt("busy_low", default=0.3, help="fraction of time busy: idle"),
+        cfg.FloatOpt("up_window", default=3.0, help="seconds overload holds before scale-up"),
+        cfg.FloatOpt("down_window", default=10.0, help="seconds idle holds before scale-down"),
+        cfg.FloatOpt("cooldown", default=10.0, help="seconds between decisions of a node"),
+        cfg.IntOpt("min_parallelism", default=1, help="fewest workers of a node"),
+        cfg.IntOpt("max_parallelism", default=8, help="most workers of a node"),
+        cfg.IntOpt("max_step", default=1, help="most workers added or removed at once"),
+        cfg.BoolOpt("recommend_only", default=False, help="log decisions, do not scale"),
+        cfg.FloatOpt("spark_lag", default=0.9, help="processed/input ratio: spark behind"),
+        cfg.FloatOpt("spark_idle", default=0.3, help="batch/trigger ratio: spark idle"),
+        cfg.ListOpt("nodes", default=[], help="nodes to manage (empty: every bolt)"),
+    ],
+    group="autoscaler",
+)
+
+TICK_S = 0.5
+KEEP_DECISIONS = 50
+
+
+def settings_from_conf() -> ScaleSettings:
+    c = CONF.autoscaler
+    return ScaleSettings(
+        queue_high=c.queue_high, queue_low=c.queue_low, proc_high_us=c.proc_high_us,
+        proc_low_us=c.proc_low_us, busy_high=c.busy_high, busy_low=c.busy_low,
+        up_window_s=c.up_window, down_window_s=c.down_window,
+        cooldown_s=c.cooldown, min_parallelism=c.min_parallelism,
+        max_parallelism=c.max_parallelism, max_step=c.max_step,
+        recommend_only=c.recommend_only, spark_lag=c.spark_lag, spark_idle=c.spark_idle,
+        nodes=tuple(n.strip() for n in c.nodes if n.strip()),
+    )  # fmt: skip
+
+
+class EventScaleTick(event.EventBase):
+    """Posted by the timer, so all work happens on the app's own event loop."""
+
+
+class AutoscalerRest(ControllerBase):
+    """Read-only: every node's current signal and the recent decisions."""
+
+    def __init__(self, req, link, data, **config):
+        super().__init__(req, link, data, **config)
+        self.scaler: Autoscaler = data["autoscaler"]
+        self.core = self.scaler  # handler() logs through self.core.logger
+
+    @route(API + "_autoscaler", PREFIX + "/autoscaler", methods=["GET"])
+    @handler()
+    def all_apps(self, req, **_):
+        return 200, self.scaler.report()
+
+    @route(API + "_autoscaler", PREFIX + "/apps/{name}/autoscaler", methods=["GET"])
+    @handler()
+    def one_app(self, req, name, **_):
+        report = self.scaler.report()
+        if name not in report:
+            raise ApiError(404, f"no managed node in an application named '{name}'")
+        return 200, report[name]
+
+
+class Autoscaler(RyuApp):
+    _CONTEXTS = {"wsgi": WSGIApplication}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = settings_from_conf()
+        self.scalers: dict[tuple[str, str], NodeScaler] = {}
+        self.shape: dict[tuple[str, str], int] = {}  # parallelism last seen
+        self.loads: dict[tuple[str, int], WorkerLoad] = {}
+        self.spark: dict[tuple[str, str], tuple[Signal | None, float]] = {}
+        self.decisions: collections.deque = collections.deque(maxlen=KEEP_DECISIONS)
+        kwargs["wsgi"].register(AutoscalerRest, {"autoscaler": self})
+        self.threads.append(hub.spawn(self._timer))
+        self.logger.info("autoscaler ready: %s", self.settings)
+
+    @staticmethod
+    def core():
+        """The controller core (looked up on use: Ryu may start it after this app)."""
+        return core_app()
+
+    # ----- inputs ----------------------------------------------------------------------------
+
+    @set_ev_cls(EventWorkerMetrics)
+    def _metrics(self, ev):
+        self.loads.setdefault((ev.app, ev.worker_id), WorkerLoad()).update(ev.metrics, ev.at)
+
+    @set_ev_cls(EventSparkMetrics)
+    def _spark(self, ev):
+        app = self.core().view.apps.get(ev.app)
+        node = app.topology.nodes.get(ev.node) if app is not None else None
+        if node is None:
+            return
+        trigger = float(node.args.get("trigger_ms", 0) or 0)
+        self.spark[(ev.app, ev.node)] = (spark_signal(ev.progress, trigger, self.settings), ev.at)
+
+    @set_ev_cls(EventTopologyChanged)
+    def _topology_changed(self, ev):
+        if ev.version is None:  # the application is gone
+            for d in (self.scalers, self.shape, self.spark):
+                for key in [k for k in d if k[0] == ev.app]:
+                    del d[key]
+            for key in [k for k in self.loads if k[0] == ev.app]:
+                del self.loads[key]
+
+    # ----- the timer -------------------------------------------------------------------------
+
+    def _timer(self):
+        while True:
+            hub.sleep(TICK_S)
+            self.send_event(self.name, EventScaleTick())
+
+    @set_ev_cls(EventScaleTick)
+    def _tick(self, ev):
+        now = time.monotonic()
+        core = self.core()
+        for name, app in list(core.view.apps.items()):
+            rec = core.reconfigs.get(name)
+            busy = rec is not None and rec.running
+            for node in app.topology.nodes.values():
+                if node.kind != "bolt" or (self.settings.nodes and node.name not in
+                                           self.settings.nodes):  # fmt: skip
+                    continue
+                key = (name, node.name)
+                scaler = self.scalers.get(key)
+                if scaler is None:
+                    scaler = self.scalers[key] = NodeScaler(node.name, self.settings)
+                    self.logger.info("app %s node %s: managed (parallelism %d)",
+                                     name, node.name, node.parallelism)  # fmt: skip
+                if self.shape.get(key, node.parallelism) != node.parallelism or busy:
+                    scaler.reset(now)  # its metrics describe neither the old nor the new shape
+                self.shape[key] = node.parallelism
+                if busy:
+                    continue
+                scaler.observe(self._signal(name, app, node, now), now)
+                d = scaler.decide(node.parallelism, now)
+                if d is not None:
+                    self._act(name, d)
+
+    def _signal(self, name: str, app, node, now: float) -> Signal | None:
+        if node.engine == "spark":
+            sig, at = self.spark.get((name, node.name), (None, 0.0))
+            trigger_s = float(node.args.get("trigger_ms", 0) or 0) / 1000.0
+            return sig if now - at <= max(self.settings.stale_s, 3 * trigger_s) else None
+        samples = []
+        for w in app.physical.workers:
+            if w.node != node.name or w.state == "draining":
+                continue
+            load = self.loads.get((name, w.worker_id))
+            if load is not None and load.sample and now - load.sample.at <= self.settings.stale_s:
+                samples.append(load.sample)
+        return worker_signal(samples, self.settings)
+
+    # ----- acting ----------------------------------------------------------------------------
+
+    def _act(self, name: str, d: Decision) -> None:
+        outcome = ""
+        if d.target is not None and not d.recommend_only:
+            try:
+                rec = self.core().reconfigure(name, Scale(d.node, d.target))
+                outcome = f"reconfiguration {rec.id} started"
+            except ReconfigError as e:
+                outcome = f"refused: {e}"
+            except Exception as e:  # a planning bug must not stop the autoscaler's loop
+                self.logger.exception("app %s node %s: scale failed", name, d.node)
+                outcome = f"failed: {e!r}"
+        target = d.current if d.target is None else d.target
+        self.logger.info(
+            "app %s node %s: %s %d -> %d: %s%s",
+            name, d.node, d.action, d.current, target, d.reason,
+            f" ({outcome})" if outcome else "",
+        )  # fmt: skip
+        self.decisions.append(
+            {
+                "time": time.time(),
+                "app": name,
+                "node": d.node,
+                "action": d.action,
+                "from": d.current,
+                "to": target,
+                "reason": d.reason,
+                "outcome": outcome,
+            }
+        )
+
+    # ----- report ----------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """Per application and managed node: its latest signal, windows, and decisions."""
+        now = time.monotonic()
+        out: dict[str, Any] = {}
+        for (name, node), s in sorted(self.scalers.items()):
+            out.setdefault(name, {})[node] = {
+                "parallelism": self.shape.get((name, node)),
+                "signal": s.last.reason if s.last else None,
+                "over_for_s": round(now - s.over_since, 2) if s.over_since else 0.0,
+                "under_for_s": round(now - s.under_since, 2) if s.under_since else 0.0,
+                "cooldown_s": round(max(0.0, s.cooldown_until - now), 2),
+                "decisions": [x for x in self.decisions if (x["app"], x["node"]) == (name, node)],
+            }
+        return out
