@@ -22,9 +22,12 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-## demo: run the word-count topology end to end and write demo-report.json
+## demo: wordcount on 3 emulated hosts (sdn) with the four control-plane apps; demo-report.json
 demo: setup
-	$(VENV)/bin/typhoon run topologies/wordcount.yaml --transport sdn --hosts 3 --arg source.count=300000 --report demo-report.json
+	$(VENV)/bin/typhoon run topologies/wordcount.yaml --transport sdn --hosts 3 \
+		--arg source.count=300000 --report demo-report.json \
+		--app apps/fault_detector.py --app apps/live_debugger.py \
+		--app apps/load_balancer.py --app apps/autoscaler.py
 
 ## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
 ## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.
