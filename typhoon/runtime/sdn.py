@@ -71,6 +71,7 @@ DEFAULT_CREDIT_TIMEOUT_S = 10.0
 
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
 LINGER_SYNC_S = 0.05
+LINGER_QUIET_S = 0.5  # wait this long for grants before asking for them
 
 
 class Device(Protocol):
@@ -656,7 +657,8 @@ class SdnTransport(Transport):
         from it yet die with it: without this wait the last frames of a finished
         worker could be lost under load.  SYNCs ask receivers for their grants.
         """
-        deadline = self.clock() + timeout
+        start = self.clock()
+        deadline = start + timeout
         while True:
             now = self.clock()
             waiting = self.tx.holders()
@@ -666,9 +668,12 @@ class SdnTransport(Transport):
                         "worker %d: closing with unconfirmed frames to %s", self.worker_id, waiting
                     )
                 return
-            for d in waiting:
-                if self.tx.sync_due(d, now, LINGER_SYNC_S):
-                    self._sync(d)
+            # receivers refresh their grants on their own (and grant when they close):
+            # ask with SYNCs only when that did not happen, so a normal end sends none
+            if now - start >= LINGER_QUIET_S:
+                for d in waiting:
+                    if self.tx.sync_due(d, now, LINGER_SYNC_S):
+                        self._sync(d)
             if self._readable(0.01):
                 self._read_batch()
             self._send_grants(now)
