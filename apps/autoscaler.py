@@ -44,6 +44,7 @@ import collections
 import time
 from typing import Any
 
+from controller.app_support import EventTick, report_rest, start_ticks
 from controller.autoscale import (
     Decision,
     NodeScaler,
@@ -55,16 +56,11 @@ from controller.autoscale import (
 )
 from controller.core import core_app
 from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
-from controller.rest import API, PREFIX, ApiError, handler
 from controller.ryu_compat import (
-    ControllerBase,
     RyuApp,
     WSGIApplication,
     cfg,
-    event,
-    hub,
     require_app,
-    route,
     set_ev_cls,
 )
 from typhoon.reconfig import ReconfigError, Scale
@@ -95,6 +91,7 @@ CONF.register_opts(
 )
 
 TICK_S = 0.5
+REST = report_rest("autoscaler", missing="no managed node")
 KEEP_DECISIONS = 50
 
 
@@ -111,32 +108,6 @@ def settings_from_conf() -> ScaleSettings:
     )  # fmt: skip
 
 
-class EventScaleTick(event.EventBase):
-    """Posted by the timer, so all work happens on the app's own event loop."""
-
-
-class AutoscalerRest(ControllerBase):
-    """Read-only: every node's current signal and the recent decisions."""
-
-    def __init__(self, req, link, data, **config):
-        super().__init__(req, link, data, **config)
-        self.scaler: Autoscaler = data["autoscaler"]
-        self.core = self.scaler  # handler() logs through self.core.logger
-
-    @route(API + "_autoscaler", PREFIX + "/autoscaler", methods=["GET"])
-    @handler()
-    def all_apps(self, req, **_):
-        return 200, self.scaler.report()
-
-    @route(API + "_autoscaler", PREFIX + "/apps/{name}/autoscaler", methods=["GET"])
-    @handler()
-    def one_app(self, req, name, **_):
-        report = self.scaler.report()
-        if name not in report:
-            raise ApiError(404, f"no managed node in an application named '{name}'")
-        return 200, report[name]
-
-
 class Autoscaler(RyuApp):
     _CONTEXTS = {"wsgi": WSGIApplication}
 
@@ -148,8 +119,8 @@ class Autoscaler(RyuApp):
         self.loads: dict[tuple[str, int], WorkerLoad] = {}
         self.spark: dict[tuple[str, str], tuple[Signal | None, float]] = {}
         self.decisions: collections.deque = collections.deque(maxlen=KEEP_DECISIONS)
-        kwargs["wsgi"].register(AutoscalerRest, {"autoscaler": self})
-        self.threads.append(hub.spawn(self._timer))
+        kwargs["wsgi"].register(REST, {"app": self})
+        start_ticks(self, TICK_S)
         self.logger.info("autoscaler ready: %s", self.settings)
 
     @staticmethod
@@ -183,12 +154,7 @@ class Autoscaler(RyuApp):
 
     # ----- the timer -------------------------------------------------------------------------
 
-    def _timer(self):
-        while True:
-            hub.sleep(TICK_S)
-            self.send_event(self.name, EventScaleTick())
-
-    @set_ev_cls(EventScaleTick)
+    @set_ev_cls(EventTick)
     def _tick(self, ev):
         now = time.monotonic()
         core = self.core()

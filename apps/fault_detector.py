@@ -20,10 +20,15 @@ says so within milliseconds (OFPPortStatus, raised by the core as
 
 The fallback: a worker whose METRIC_RESP stopped arriving for
 ``heartbeat_timeout`` seconds is handled the same way (its agent stops it when
-the new physical topology leaves it out).  Updates of an application the
-reconfiguration executor is changing are left to the executor, and so are
-workers that end normally: a port that goes down after the worker's METRIC_RESP
-said ``done``, or whose agent reports exit code 0, is an end of stream.
+the new physical topology leaves it out); a worker its agent saw crash
+(non-zero exit) stays watched, so a missed port event is still caught.  With
+``port_events = false`` the heartbeat is the only detector: the Storm-like
+baseline the benchmarks compare port events against (paper Fig. 10).
+
+Updates of an application the reconfiguration executor is changing are left
+to the executor, and so are workers that end normally: a port that goes down
+after the worker's METRIC_RESP said ``done``, or whose agent reports exit code
+0, is an end of stream.
 
 Every decision is logged with its reason; ``GET /typhoon/faults`` lists the
 incidents with their times.
@@ -35,6 +40,7 @@ Settings, section ``[fault_detector]`` of the Ryu config file::
     ack_timeout       = 5.0   seconds the senders get to confirm a ROUTING
     attach_timeout    = 30.0  seconds the replacement gets to be attached
     replace           = true  start replacements (false: only reroute around dead workers)
+    port_events       = true  react to port events (false: heartbeat_timeout alone detects)
 """
 
 from __future__ import annotations
@@ -42,19 +48,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from controller.app_support import EventTick, list_rest, start_ticks
 from controller.core import core_app
 from controller.events import EventWorkerDown, EventWorkerMetrics
-from controller.faults import Heartbeats, Incident, failover, rejoin, reroute, senders_to
-from controller.rest import API, PREFIX, handler
+from controller.faults import (
+    Heartbeats,
+    Incident,
+    crashed,
+    failover,
+    rejoin,
+    reroute,
+    senders_to,
+)
 from controller.ryu_compat import (
-    ControllerBase,
     RyuApp,
     WSGIApplication,
     cfg,
     hub,
     ofproto_v1_3,
     require_app,
-    route,
     set_ev_cls,
 )
 from typhoon.topology.routing import Route
@@ -70,27 +82,15 @@ CONF.register_opts(
         cfg.FloatOpt("ack_timeout", default=5.0, help="seconds senders get to confirm ROUTING"),
         cfg.FloatOpt("attach_timeout", default=30.0, help="seconds a replacement gets to attach"),
         cfg.BoolOpt("replace", default=True, help="start replacements for dead workers"),
+        cfg.BoolOpt("port_events", default=True, help="react to port events (false: heartbeats)"),
     ],
     group="fault_detector",
 )
 
 TICK_S = 0.5
+REST = list_rest("faults")
 POLL_S = 0.01
 LIVE = ("attached", "running")
-
-
-class FaultRest(ControllerBase):
-    """Read-only list of incidents: what died, why, and how long each step took."""
-
-    def __init__(self, req, link, data, **config):
-        super().__init__(req, link, data, **config)
-        self.fd: FaultDetector = data["fd"]
-        self.core = self.fd  # handler() logs through self.core.logger
-
-    @route(API + "_faults", PREFIX + "/faults", methods=["GET"])
-    @handler()
-    def incidents(self, req, **_):
-        return 200, [i.to_dict() for i in self.fd.incidents]
 
 
 class FaultDetector(RyuApp):
@@ -106,11 +106,13 @@ class FaultDetector(RyuApp):
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         self.heartbeats = Heartbeats(self.conf.heartbeat_timeout)
-        kwargs["wsgi"].register(FaultRest, {"fd": self})
-        self.threads.append(hub.spawn(self._timer))
+        kwargs["wsgi"].register(REST, {"app": self})
+        start_ticks(self, TICK_S)
         self.logger.info(
-            "fault detector ready: heartbeat_timeout=%g s confirm_timeout=%g s replace=%s",
+            "fault detector ready: heartbeat_timeout=%g s confirm_timeout=%g s replace=%s "
+            "port_events=%s",
             self.conf.heartbeat_timeout, self.conf.confirm_timeout, self.conf.replace,
+            self.conf.port_events,
         )  # fmt: skip
 
     @staticmethod
@@ -122,6 +124,12 @@ class FaultDetector(RyuApp):
 
     @set_ev_cls(EventWorkerDown)
     def _worker_down(self, ev):
+        if not self.conf.port_events:
+            self.logger.info(
+                "app %s worker %d: port %s/%s %s; port_events = false: left to the heartbeat",
+                ev.app, ev.worker_id, ev.host, ev.port, ev.reason,
+            )  # fmt: skip
+            return
         self.fail(ev.app, ev.worker_id, f"port {ev.host}/{ev.port} {ev.reason}", ev.at)
 
     @set_ev_cls(EventWorkerMetrics)
@@ -130,15 +138,18 @@ class FaultDetector(RyuApp):
         if ev.metrics.get("done"):
             self.done.add((ev.app, ev.worker_id))
 
-    def _timer(self):
-        while True:
-            hub.sleep(TICK_S)
-            if self.conf.heartbeat_timeout <= 0:
-                continue
-            try:
-                self._check_heartbeats()
-            except Exception:  # a bug here must not stop detection by port events
-                self.logger.exception("heartbeat check failed")
+    @set_ev_cls(EventTick)
+    def _tick(self, ev):
+        if self.conf.heartbeat_timeout <= 0:
+            return
+        try:
+            self._check_heartbeats()
+        except Exception:  # a bug here must not stop detection by port events
+            self.logger.exception("heartbeat check failed")
+
+    def report(self) -> list[dict[str, Any]]:
+        """What died, why, and how long each step took (``GET /typhoon/faults``)."""
+        return [i.to_dict() for i in self.incidents]
 
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
@@ -154,7 +165,7 @@ class FaultDetector(RyuApp):
                     for w in app.physical.workers
                     if w.active
                     and (s := app.statuses.get(w.worker_id)) is not None
-                    and s.state in LIVE
+                    and (s.state in LIVE or crashed(s.state, s.exit_code))
                 ]
             self.heartbeats.watch(name, watched, now)
         for name, wid, silent in self.heartbeats.stale(now):

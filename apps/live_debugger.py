@@ -33,6 +33,7 @@ import secrets
 import time
 from typing import Any
 
+from controller.app_support import EventTick, start_ticks
 from controller.cookies import describe
 from controller.core import core_app
 from controller.debug_rest import DebugRest
@@ -44,8 +45,6 @@ from controller.ryu_compat import (
     RyuApp,
     WSGIApplication,
     cfg,
-    event,
-    hub,
     ofp_event,
     ofproto_v1_3,
     require_app,
@@ -84,10 +83,6 @@ def limits_from_conf() -> Limits:
     )  # fmt: skip
 
 
-class EventDebugTick(event.EventBase):
-    """Posted by the timer, so timeouts are handled on the app's own event loop."""
-
-
 class LiveDebugger(RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
@@ -99,7 +94,7 @@ class LiveDebugger(RyuApp):
         kwargs["wsgi"].register(
             DebugRest, {"debugger": self, "core": self, "token": CONF.typhoon.api_token}
         )
-        self.threads.append(hub.spawn(self._timer))
+        start_ticks(self, TICK_S)
         self.logger.info("live debugger ready: %s", self.sessions.limits)
 
     @staticmethod
@@ -216,7 +211,7 @@ class LiveDebugger(RyuApp):
                 self.end(session, f"the observed worker moved from {session.spec.host} to {w.host}")
         # nothing else to do: the core re-applied the overlay with the new view already
 
-    @set_ev_cls(EventDebugTick)
+    @set_ev_cls(EventTick)
     def _tick(self, ev):
         now = time.monotonic()
         if not self.cleaned:
@@ -231,11 +226,6 @@ class LiveDebugger(RyuApp):
                 )
         for session in self.sessions.purge(now):
             self.logger.info("session %s: forgotten (%s)", session.id, session.reason)
-
-    def _timer(self):
-        while True:
-            hub.sleep(TICK_S)
-            self.send_event(self.name, EventDebugTick())
 
     # ----- actions -------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ import time
 from typing import Any
 
 from controller import ofp
+from controller.app_support import EventTick, report_rest, start_ticks
 from controller.balancer import Decision, LbSettings, NodeBalancer, fmt_split
 from controller.core import core_app
 from controller.events import (
@@ -56,19 +57,14 @@ from controller.events import (
     EventWorkerUp,
 )
 from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
-from controller.rest import API, PREFIX, ApiError, handler
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
-    ControllerBase,
     RyuApp,
     WSGIApplication,
     cfg,
-    event,
-    hub,
     ofp_event,
     ofproto_v1_3,
     require_app,
-    route,
     set_ev_cls,
 )
 from typhoon import wire
@@ -98,6 +94,7 @@ CONF.register_opts(
 
 OWNER = "load_balancer"
 TICK_S = 0.5
+REST = report_rest("lb", missing="no balanced stream")
 ROUTING_RETRY_S = 2.0
 KEEP_DECISIONS = 20
 
@@ -110,32 +107,6 @@ def settings_from_conf() -> LbSettings:
         min_share=c.min_share, min_tuples=c.min_tuples, trim=c.trim,
         min_frames=c.min_frames, trim_points=c.trim_points, settle_s=c.settle,
     )  # fmt: skip
-
-
-class EventLbTick(event.EventBase):
-    """Posted by the timer, so all work happens on the app's own event loop."""
-
-
-class LbRest(ControllerBase):
-    """Read-only view of the balancer: configured vs achieved split per node."""
-
-    def __init__(self, req, link, data, **config):
-        super().__init__(req, link, data, **config)
-        self.lb: LoadBalancer = data["lb"]
-        self.core = self.lb  # handler() logs through self.core.logger
-
-    @route(API + "_lb", PREFIX + "/lb", methods=["GET"])
-    @handler()
-    def all_apps(self, req, **_):
-        return 200, self.lb.report()
-
-    @route(API + "_lb", PREFIX + "/apps/{name}/lb", methods=["GET"])
-    @handler()
-    def one_app(self, req, name, **_):
-        report = self.lb.report()
-        if name not in report:
-            raise ApiError(404, f"no balanced stream in an application named '{name}'")
-        return 200, report[name]
 
 
 class LoadBalancer(RyuApp):
@@ -155,8 +126,8 @@ class LoadBalancer(RyuApp):
         self.decisions: dict[tuple[str, str], collections.deque] = {}
         self.next_decision = time.monotonic() + self.settings.interval_s
         self.next_stats = 0.0
-        kwargs["wsgi"].register(LbRest, {"lb": self})
-        self.threads.append(hub.spawn(self._timer))
+        kwargs["wsgi"].register(REST, {"app": self})
+        start_ticks(self, TICK_S)
         self.logger.info("load balancer ready: %s", self.settings)
 
     def start(self):
@@ -213,12 +184,7 @@ class LoadBalancer(RyuApp):
 
     # ----- the timer -----------------------------------------------------------------------
 
-    def _timer(self):
-        while True:
-            hub.sleep(TICK_S)
-            self.send_event(self.name, EventLbTick())
-
-    @set_ev_cls(EventLbTick)
+    @set_ev_cls(EventTick)
     def _tick(self, ev):
         now = time.monotonic()
         core = self.core()

@@ -44,6 +44,13 @@ def test_all_four_apps_in_one_ryu_manager(tmp_path):
                         pass
                 time.sleep(0.3)
             assert answers == {"/faults": 200, "/lb": 200, "/autoscaler": 200, "/apps": 200}
+            # one application's report: 404 with a sentence when it has none
+            for path, says in (
+                ("/apps/nope/lb", "no balanced stream"),
+                ("/apps/nope/autoscaler", "no managed node"),
+            ):
+                status, body = rest_call(url, "GET", path)
+                assert status == 404 and says in body["error"], (path, status, body)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
