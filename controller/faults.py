@@ -126,6 +126,12 @@ def rejoin(
     return Rejoin(worker, routes)
 
 
+def crashed(state: str, exit_code: int | None) -> bool:
+    """A worker its agent saw exit with an error: it will send no METRIC_RESP any more,
+    so the heartbeat keeps watching it (and catches it if no port event did)."""
+    return state == "exited" and exit_code not in (0, None)
+
+
 @dataclass
 class Heartbeats:
     """Last METRIC_RESP time of each worker; ``stale`` names the silent ones.
