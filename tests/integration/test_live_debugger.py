@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -28,13 +27,12 @@ from pathlib import Path
 
 import pytest
 from flowdump import dump_flows
+from harness import emulated_cluster, ryu_apps, wait
 
 from controller.cookies import RuleKind, parse_cookie
 from controller.flows import compile_default_rules, compile_rules
 from controller.mirror import MirrorTap, apply_mirrors
-from mininet_env.fabric import FabricPlan
-from mininet_env.processes import free_port
-from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from mininet_env.run import EmulatedCluster, rest_call
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
@@ -46,30 +44,14 @@ BATCH = 100
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}d"),
+    with emulated_cluster(
+        tmp_path_factory.mktemp("debug"),
+        "d",
         apps=["apps/live_debugger.py"],
-        live=False,
         timeout=300,
-        controller_config="metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n",
-        workdir=tmp_path_factory.mktemp("debug"),
-    )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+        config="metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n",
+    ) as c:
         yield c
-    finally:
-        c.close()
-
-
-def wait(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def bridge_of(c: EmulatedCluster, host: str) -> str:
@@ -406,32 +388,9 @@ def test_bad_requests_and_the_session_limit(cluster):
 
 def test_the_app_starts_alone_and_pulls_in_the_core(tmp_path):
     """``ryu-manager apps/live_debugger.py``: no typhoon_core.py on the command line."""
-    conf = tmp_path / "ryu.conf"
-    conf.write_text(f"[typhoon]\ncoordinator = {tmp_path / 'c.db'}\napi_token = t\n")
-    port, ofp = free_port(), free_port()
-    log = open(tmp_path / "ryu.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ryu-manager")), "--config-file", str(conf),
-         "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
-         "--ofp-tcp-listen-port", str(ofp), "apps/live_debugger.py"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}/typhoon"
-
-        def answers():
-            assert proc.poll() is None, (tmp_path / "ryu.log").read_text()
-            try:
-                return rest_call(url, "GET", "/apps")
-            except OSError:
-                return None
-
-        assert wait(answers, 30, "the controller's REST API") == (200, {})
-        assert rest_call(url, "GET", "/apps/x/debug")[0] == 404  # the debugger's routes
-        assert rest_call(url, "POST", "/apps/x/debug", {"worker": 1}, "t")[0] == 404
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-    text = (tmp_path / "ryu.log").read_text()
+    with ryu_apps(tmp_path, ["apps/live_debugger.py"]) as ryu:
+        assert wait(lambda: ryu.get("/apps"), 30, "the controller's REST API") == (200, {})
+        assert rest_call(ryu.url, "GET", "/apps/x/debug")[0] == 404  # the debugger's routes
+        assert rest_call(ryu.url, "POST", "/apps/x/debug", {"worker": 1}, "t")[0] == 404
+    text = ryu.log()
     assert "instantiating app controller.core" in text and "live debugger ready" in text

@@ -25,17 +25,16 @@ from __future__ import annotations
 import copy
 import json
 import re
-import secrets
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from harness import emulated_cluster, wait
 
 from controller.groups import lb_group_id, parse_group_id
-from mininet_env.fabric import FabricPlan
 from mininet_env.processes import start_controller
-from mininet_env.run import EmulatedCluster, SdnRunOptions, port_open
+from mininet_env.run import EmulatedCluster, port_open
 from typhoon import wire
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology_text
@@ -65,38 +64,23 @@ streams:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=2, shape="line", prefix=f"ty{secrets.token_hex(2)}l"),
+    with emulated_cluster(
+        tmp_path_factory.mktemp("lb"),
+        "l",
+        hosts=2,
+        shape="line",
         apps=["apps/load_balancer.py"],
-        live=False,
-        timeout=120,
-        controller_config=(
+        config=(
             "metrics_interval = 0.5\n"
             "[load_balancer]\ninterval = 2.0\nsettle = 1.0\nmin_frames = 300\n"
         ),
-        workdir=tmp_path_factory.mktemp("lb"),
-    )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+    ) as c:
         yield c
-    finally:
-        c.close()
 
 
 def topology(name: str, grouping: str):
     t = load_topology_text(TOPOLOGY.format(name=name, grouping=grouping), name)
     return copy.deepcopy(t)
-
-
-def wait(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def bridge_of(c: EmulatedCluster, host: str) -> str:

@@ -7,7 +7,6 @@ submits its own application and kills it at the end.
 from __future__ import annotations
 
 import copy
-import secrets
 import subprocess
 import time
 from collections import Counter
@@ -15,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from flowdump import dump_flows
+from harness import emulated_cluster
 
 from controller.cookies import RuleKind, parse_cookie
 from controller.flows import compile_default_rules, compile_rules
-from mininet_env.fabric import FabricPlan
-from mininet_env.run import EmulatedCluster, SdnRunOptions
+from mininet_env.run import EmulatedCluster
 from typhoon import wire
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import build_report, read_worker_reports
@@ -30,19 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}b"),
-        live=False,
-        timeout=300,
-        controller_config="metrics_interval = 0.25\n",
-        workdir=tmp_path_factory.mktemp("sdn"),
-    )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+    with emulated_cluster(tmp_path_factory.mktemp("sdn"), "b", timeout=300) as c:
         yield c
-    finally:
-        c.close()
 
 
 def topo(name: str, text: str | None = None, file: str | None = None, **args):

@@ -1,0 +1,122 @@
+"""What the integration tests share: an emulated cluster per module, a ryu-manager
+running given apps, and polling until a condition holds.
+
+Imported by test modules as ``from harness import ...`` (pytest puts this
+directory on ``sys.path``, as for ``flowdump``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from mininet_env.fabric import FabricPlan
+from mininet_env.processes import free_port
+from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+
+ROOT = Path(__file__).resolve().parents[2]
+RYU_MANAGER = Path(sys.executable).with_name("ryu-manager")
+T = TypeVar("T")
+
+
+def wait(
+    predicate: Callable[[], T], timeout: float = 20.0, what: str = "condition", interval=0.1
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned); fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+
+
+@contextmanager
+def emulated_cluster(
+    workdir: Path,
+    tag: str,
+    *,
+    hosts: int = 3,
+    shape: str = "mesh",
+    apps: Sequence[str] = (),
+    config: str = "metrics_interval = 0.25\n",
+    timeout: float = 120,
+    **options: Any,
+) -> Iterator[EmulatedCluster]:
+    """A started Mininet cluster (bridges ``ty<hex><tag>*``), closed on exit.
+
+    ``config`` is the controller's config file text; ``options`` go to
+    :class:`SdnRunOptions` as they are."""
+    cluster = EmulatedCluster(
+        SdnRunOptions(
+            plan=FabricPlan(hosts=hosts, shape=shape, prefix=f"ty{secrets.token_hex(2)}{tag}"),
+            apps=list(apps),
+            live=False,
+            timeout=timeout,
+            controller_config=config,
+            workdir=workdir,
+            **options,
+        )
+    )
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@dataclass
+class RyuApps:
+    """A ryu-manager process started by :func:`ryu_apps`."""
+
+    proc: subprocess.Popen
+    url: str  # http://127.0.0.1:<port>/typhoon
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str) -> tuple[int, Any] | None:
+        """``GET url+path``, or None while the REST server is not up yet."""
+        assert self.proc.poll() is None, self.log()
+        try:
+            return rest_call(self.url, "GET", path)
+        except OSError:
+            return None
+
+
+@contextmanager
+def ryu_apps(tmp_path: Path, apps: Sequence[str], config: str = "") -> Iterator[RyuApps]:
+    """``ryu-manager --config-file ... <apps>`` from the repository root, with a
+    coordinator of its own and API token ``t``; ``config`` is appended to the
+    config file.  Terminated on exit."""
+    conf = tmp_path / "ryu.conf"
+    conf.write_text(f"[typhoon]\ncoordinator = {tmp_path / 'c.db'}\napi_token = t\n{config}")
+    port, ofp = free_port(), free_port()
+    log_path = tmp_path / "ryu.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [str(RYU_MANAGER), "--config-file", str(conf),
+             "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
+             "--ofp-tcp-listen-port", str(ofp), *apps],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            yield RyuApps(proc, f"http://127.0.0.1:{port}/typhoon", log_path)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
