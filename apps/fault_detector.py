@@ -20,7 +20,9 @@ says so within milliseconds (OFPPortStatus, raised by the core as
 
 The fallback: a worker whose METRIC_RESP stopped arriving for
 ``heartbeat_timeout`` seconds is handled the same way (its agent stops it when
-the new physical topology leaves it out); a worker its agent saw crash
+the new physical topology leaves it out), unless a receiver of it is silent or
+being failed over too: a sender waiting for a hung receiver's credit does not
+answer either, and only the receiver is dead; a worker its agent saw crash
 (non-zero exit) stays watched, so a missed port event is still caught.  With
 ``port_events = false`` the heartbeat is the only detector: the Storm-like
 baseline the benchmarks compare port events against (paper Fig. 10).
@@ -56,6 +58,7 @@ from controller.faults import (
     Incident,
     crashed,
     failover,
+    held_up_by_receivers,
     rejoin,
     reroute,
     senders_to,
@@ -168,9 +171,30 @@ class FaultDetector(RyuApp):
                     and (s.state in LIVE or crashed(s.state, s.exit_code))
                 ]
             self.heartbeats.watch(name, watched, now)
+        stale: dict[str, dict[int, float]] = {}
         for name, wid, silent in self.heartbeats.stale(now):
-            self.heartbeats.forget(name, wid)
-            self.fail(name, wid, f"no METRIC_RESP for {silent:.1f} s", now)
+            stale.setdefault(name, {})[wid] = silent
+        for name, silent in stale.items():
+            app = core.view.apps.get(name)
+            held = set()
+            if app is not None:
+                suspect = {
+                    i.worker
+                    for i in self.incidents
+                    if i.app == name and i.state in ("rerouting", "replacing")
+                } | self.pending.get(name, set())
+                held = held_up_by_receivers(app.topology, app.physical, silent, suspect)
+            for wid, secs in sorted(silent.items()):
+                if wid in held:  # waits for a hung receiver's credit: judge it again later
+                    self.heartbeats.seen(name, wid, now)
+                    self.logger.info(
+                        "app %s worker %d: no METRIC_RESP for %.1f s, but a receiver of it is "
+                        "silent or being replaced (credit back-pressure): not treated as dead",
+                        name, wid, secs,
+                    )  # fmt: skip
+                    continue
+                self.heartbeats.forget(name, wid)
+                self.fail(name, wid, f"no METRIC_RESP for {secs:.1f} s", now)
 
     # ----- step 1: reroute at once ---------------------------------------------------------
 

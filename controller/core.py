@@ -404,8 +404,14 @@ class TyphoonController(RyuApp):
         if view is None:
             return 0
         if worker_ids is None:
+            # a worker the physical topology left out (replaced while hung, still being
+            # stopped by its agent) is attached but no longer addressable: skip it, or the
+            # whole round fails and every worker misses its METRIC_REQ
+            present = {w.worker_id for w in view.physical.workers}
             worker_ids = [
-                wid for wid, s in view.statuses.items() if s.state in ("attached", "running")
+                wid
+                for wid, s in view.statuses.items()
+                if s.state in ("attached", "running") and wid in present
             ]
         rid = next(self.request_ids) & 0x7FFFFFFF
         return self.send_control(
@@ -614,7 +620,16 @@ class TyphoonController(RyuApp):
 
         Only one reconfiguration per application runs at a time.
         """
-        record = self.reconfigs.begin(app, lambda: self.manager.plan(app, request))
+        # another application's running update may not have written its new ports yet
+        reserved = {
+            (w.host, w.port)
+            for other, r in self.reconfigs.latest.items()
+            if other != app and r.running
+            for w in r.plan.physical.workers
+        }
+        record = self.reconfigs.begin(
+            app, lambda: self.manager.plan(app, request, reserved=reserved)
+        )
         executor = Executor(
             self, self.manager, record, CONF.typhoon.reconfig_step_timeout, self.logger
         )

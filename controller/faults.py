@@ -13,7 +13,8 @@ only, so the unit tests need no switch and the app stays a thin shim:
 2. ``rejoin``: once the replacement is attached, its predecessors' routes with it.
 
 ``Heartbeats`` is the slow fallback: a worker whose METRIC_RESP stopped
-arriving for ``timeout`` seconds is reported as dead even if no port event came.
+arriving for ``timeout`` seconds is reported as dead even if no port event came;
+``held_up_by_receivers`` spares the senders a hung receiver silenced.
 """
 
 from __future__ import annotations
@@ -124,6 +125,36 @@ def rejoin(
     reachable = without(physical, set(pending) - {worker})
     routes = {p: routes_for(topology, reachable, p) for p in senders_to(topology, reachable, node)}
     return Rejoin(worker, routes)
+
+
+def held_up_by_receivers(
+    topology: Topology,
+    physical: PhysicalTopology,
+    silent: Collection[int],
+    suspect: Collection[int] = (),
+) -> set[int]:
+    """The ``silent`` workers whose silence a receiver of theirs explains.
+
+    A sender that waits for a receiver's credit reads no control tuple until
+    the wait ends (the transport's credit timeout), so a receiver that hangs
+    without its port going down silences its senders too.  Those are not dead:
+    only workers none of whose receivers is silent or ``suspect`` (being failed
+    over, or a replacement not attached yet) are.  The others get a new window
+    once the receiver is handled.
+    """
+    silent = set(silent)
+    blamed = silent | set(suspect)
+    held = set()
+    for wid in silent:
+        try:
+            node = physical.by_id(wid).node
+        except KeyError:
+            continue
+        dsts = {s.dst for s in topology.outputs_of(node)}
+        receivers = {w.worker_id for w in physical.workers if w.node in dsts}
+        if receivers & blamed:
+            held.add(wid)
+    return held
 
 
 def crashed(state: str, exit_code: int | None) -> bool:

@@ -19,6 +19,7 @@ worker still draining on an agent, holds on that host.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from typhoon.cluster import Cluster
@@ -163,11 +164,19 @@ class Manager:
             self.coordinator.put_app_state(name, {**state, "max_worker_id": top})
         return new
 
-    def plan(self, name: str, request: Request, allow_imports: bool = False) -> Plan:
+    def plan(
+        self,
+        name: str,
+        request: Request,
+        allow_imports: bool = False,
+        reserved: Collection[tuple[str, int]] = (),
+    ) -> Plan:
         """The stable-update plan of ``request`` for the running application ``name``.
 
         Pure planning (``typhoon.reconfig``) on what the coordinator holds now;
-        nothing is written.  ReconfigError says why a request cannot be done.
+        nothing is written.  ``reserved`` (host, port) are also kept free: the
+        new ports of other applications' updates that are planned but not
+        written yet.  ReconfigError says why a request cannot be done.
         """
         c = self.coordinator
         topology, physical = c.get_topology(name), c.get_physical(name)
@@ -190,7 +199,7 @@ class Manager:
             physical,
             cluster.host_names(),
             first_port,
-            avoid=self._ports_in_use(exclude=name),
+            avoid=self._ports_in_use(exclude=name) | set(reserved),
             exited=exited,
             allow_imports=allow_imports,
             min_id=used + 1,

@@ -10,6 +10,12 @@ the 5 s before; the replacement is attached and receives tuples.  The tuples
 lost are counted (source's output minus what the splits received, the dead
 one's last METRIC_RESP included) and must be no more than the dead worker
 could hold: what reached it since its last METRIC_RESP plus the reroute window.
+
+The slow fallback on the same scenario: a split worker is SIGSTOPped, so its
+process (and with it its TAP port) stays up and no port event comes, but it
+stops answering METRIC_REQ.  With ``heartbeat_timeout = 2`` the detector must
+declare it dead from the missed METRIC_RESPs alone, reroute the source around
+it, start a replacement that rejoins, and the count workers keep receiving.
 """
 
 from __future__ import annotations
@@ -82,6 +88,164 @@ def count_in(c: EmulatedCluster, name: str, ids: list[int]) -> tuple[float, int]
 
     got = wait(fresh, 10, "fresh metrics of the count workers")
     return max(m["time"] for m in got), sum(total(m, "in") for m in got)
+
+
+HEARTBEAT_S = 2.0
+
+
+@pytest.fixture
+def slow_cluster(tmp_path):
+    """A cluster of its own: the fallback needs a short heartbeat_timeout (function scope,
+    so it is gone before the module's cluster starts)."""
+    options = SdnRunOptions(
+        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}h"),
+        apps=["apps/fault_detector.py"],
+        live=False,
+        timeout=120,
+        controller_config=(
+            f"metrics_interval = {METRICS_S}\n[fault_detector]\nheartbeat_timeout = {HEARTBEAT_S}\n"
+        ),
+        workdir=tmp_path / "heartbeat",
+    )
+    c = EmulatedCluster(options)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.close()
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of ``pid`` ('T': stopped), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(slow_cluster):
+    """SIGSTOP, not SIGKILL: the port stays up, only the missed METRIC_RESPs tell."""
+    c = slow_cluster
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = name = f"wchb{secrets.token_hex(2)}"
+    t.nodes["source"].args.update(count=10**8, rate=RATE, words=WORDS)
+    c.submit(t)
+    c.wait_active(name)
+    physical = c.coordinator.get_physical(name)
+    source = physical.active_of_node("source")[0].worker_id
+    splits = [w.worker_id for w in physical.active_of_node("split")]
+    counts = [w.worker_id for w in physical.active_of_node("count")]
+    time.sleep(3.0)  # steady state
+
+    t0, n0 = count_in(c, name, counts)
+    time.sleep(WINDOW_S)
+    t1, n1 = count_in(c, name, counts)
+    before = (n1 - n0) / (t1 - t0)
+
+    victim = splits[0]
+    pid = c.coordinator.worker_statuses(name)[victim].pid
+    argv = cmdline(pid)
+    assert b"typhoon" in argv, argv  # the worker itself, not a wrapper
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.time()
+
+        def incident():
+            return next(
+                (
+                    i
+                    for i in c.rest("GET", "/faults")[1]
+                    if i["app"] == name and i["worker"] == victim and i["reroute_acked_ms"]
+                ),
+                None,
+            )
+
+        found = wait(incident, 20 + HEARTBEAT_S, "the heartbeat fallback to reroute", 0.02)
+        state_then = process_state(pid)  # still there and stopped: its port is up
+
+        def source_answers():
+            """The source's first METRIC_RESP after the detection: it sends again."""
+            t = c.coordinator.get_metrics(name).get(source, {}).get("time", 0.0)
+            return t if t > found["detected_wall"] else None
+
+        # the source waited for the stopped worker's credit (its credit timeout) and read
+        # no control tuple meanwhile, the reroute included
+        recovered = wait(source_answers, 30, "the source to answer again", 0.05)
+        t2, n2 = count_in(c, name, counts)
+        time.sleep(WINDOW_S)
+        t3, n3 = count_in(c, name, counts)
+        after = (n3 - n2) / (t3 - t2)
+
+        def rejoined():
+            i = next(i for i in c.rest("GET", "/faults")[1] if i["worker"] == victim)
+            return i if i["state"] in ("rejoined", "failed") else None
+
+        done = wait(rejoined, 40, "the replacement to rejoin")
+        new = done["replacement"]
+        new_in = wait(
+            lambda: total(c.coordinator.get_metrics(name).get(new, {}), "in"),
+            10,
+            "the replacement to receive tuples",
+        )
+        # the agent stops the worker the new physical topology left out (SIGKILL after its
+        # stop timeout, which a stopped process cannot ignore)
+        wait(lambda: process_state(pid) is None or cmdline(pid) != argv, 30,
+             "the agent to stop the left-out worker")  # fmt: skip
+    finally:
+        if cmdline(pid) == argv:  # never a reused pid
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+
+    incidents = c.rest("GET", "/faults")[1]  # before the end of stream closes every port
+    status, reply = c.rest(
+        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
+    )
+    assert status == 202, reply
+
+    def settled():
+        ms = c.coordinator.get_metrics(name)
+        sent = total(ms[source], "out")
+        got = sum(total(ms.get(w, {}), "in") for w in [*splits, new])
+        time.sleep(1.0)
+        ms2 = c.coordinator.get_metrics(name)
+        again = sum(total(ms2.get(w, {}), "in") for w in [*splits, new])
+        same = total(ms2[source], "out") == sent and again == got
+        return (sent, got) if same else None
+
+    sent, received = wait(settled, 30, "the counters to settle", 0.1)
+    lost = sent - received
+    detection_s = found["detected_wall"] - stopped
+    print(
+        f"\nheartbeat fallback: SIGSTOP -> declared dead {detection_s:.2f} s "
+        f"({found['reason']}; heartbeat_timeout {HEARTBEAT_S:g} s, METRIC_REQ every "
+        f"{METRICS_S:g} s), reroute written {found['reroute_ms']:.2f} ms after that (ack wait "
+        f"ended {found['reroute_acked_ms']:.0f} ms), replacement {new} rejoined "
+        f"{done['rejoined_ms']:.0f} ms after; source blocked on the stopped worker's credit "
+        f"until {recovered - stopped:.2f} s after the SIGSTOP; count input {before:.0f}/s "
+        f"before, {after:.0f}/s after ({after / before:.0%}); replacement received {new_in}; "
+        f"sentences sent {sent}, received by splits {received}, lost {lost}; "
+        f"incidents {[(i['worker'], i['reason']) for i in incidents]}"
+    )
+    c.kill(name)
+
+    assert found["reason"].startswith("no METRIC_RESP for"), found  # no port event
+    assert state_then == "T", state_then
+    assert HEARTBEAT_S - METRICS_S <= detection_s <= HEARTBEAT_S + 2.0, detection_s
+    assert found["senders"] == [source]
+    assert done["state"] == "rejoined", done
+    assert new not in {w.worker_id for w in physical.workers}
+    assert [i["worker"] for i in incidents] == [victim], incidents  # nobody else declared dead
+    assert after >= 0.8 * before
+    # what the stopped worker held: what reached it since its last METRIC_RESP; nothing else
+    assert 0 <= lost <= RATE * (detection_s + METRICS_S) + 200
 
 
 def test_split_worker_killed_is_routed_around_and_replaced(cluster):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.faults import Heartbeats, failover, rejoin, without
+from controller.faults import Heartbeats, failover, held_up_by_receivers, rejoin, without
 from typhoon.topology import load_topology, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +114,22 @@ def test_heartbeats_report_only_silent_workers_after_the_timeout():
     assert [w for _, w, _ in hb.stale(6.0)] == [1]
     hb.forget("wc", 1)
     assert hb.stale(100.0) == []
+
+
+def test_a_hung_receiver_explains_its_senders_silence_not_the_other_way_round(wc):
+    """SIGSTOPped split: the source waits for its credit and falls silent too."""
+    topology, physical = wc
+    (source,), splits = ids(physical, "source"), ids(physical, "split")
+    counts = ids(physical, "count")
+    # both silent at once: only the split is dead, the source waits on it
+    assert held_up_by_receivers(topology, physical, {source, splits[0]}) == {source}
+    # the split already being failed over (or its replacement not attached yet)
+    assert held_up_by_receivers(topology, physical, {source}, suspect={splits[0]}) == {source}
+    # nobody downstream silent: the source itself is the one that hangs
+    assert held_up_by_receivers(topology, physical, {source}) == set()
+    assert held_up_by_receivers(topology, physical, {source}, suspect={counts[0]}) == set()
+    # a sink has no receivers; a silent count does hold up both splits
+    assert held_up_by_receivers(topology, physical, {counts[0]}) == set()
+    assert held_up_by_receivers(topology, physical, {*splits, counts[1]}) == set(splits)
+    # a worker the physical topology no longer has is nobody's business here
+    assert held_up_by_receivers(topology, physical, {9999, source}, suspect={splits[1]}) == {source}

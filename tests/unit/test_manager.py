@@ -12,6 +12,7 @@ import pytest
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import AgentState, CoordinatorError, SqliteCoordinator, WorkerStatus
 from typhoon.manager import Manager, ManagerError
+from typhoon.reconfig import Scale
 from typhoon.topology import app_id_for, load_topology_text, reschedule
 
 PIPELINE = """
@@ -205,3 +206,24 @@ def test_an_application_with_corrupt_state_can_still_be_killed(manager: Manager,
     manager.kill("broken")
     assert manager.list() == [] and coord.physical_names() == []
     manager.submit(pipeline())
+
+
+def test_plans_of_two_applications_keep_each_others_reserved_ports_free(manager, coord) -> None:
+    """Two updates planned before either is written (the autoscaler scaling two apps in one
+    tick): the second must not take the port the first one plans to use."""
+    manager.submit(pipeline("a", split=2))
+    manager.submit(pipeline("b", split=2))
+    for name in ("a", "b"):
+        coord.put_app_state(name, {**coord.get_app_state(name), "active": True})
+    first = manager.plan("a", Scale("split", 3))
+    new_a = {(w.host, w.port) for w in first.physical.workers if w.worker_id in first.added}
+    second = manager.plan(
+        "b", Scale("split", 3), reserved={(w.host, w.port) for w in first.physical.workers}
+    )
+    new_b = {(w.host, w.port) for w in second.physical.workers if w.worker_id in second.added}
+    assert new_a and new_b and not new_a & new_b
+    unreserved = manager.plan("b", Scale("split", 3))
+    clash = {
+        (w.host, w.port) for w in unreserved.physical.workers if w.worker_id in unreserved.added
+    }
+    assert clash == new_a  # the race the reservation closes: the same free port for both

@@ -14,12 +14,52 @@ def _field_index(fields: list[str], name: str, what: str) -> int:
     return fields.index(name)
 
 
+def _cost_seconds(cost_us: Any) -> float:
+    """A per-tuple service time in seconds from ``cost_us``; a clear error if it is bad."""
+    if isinstance(cost_us, bool) or not isinstance(cost_us, (int, float)) or cost_us < 0:
+        raise ValueError("cost_us must be a non-negative number")
+    return cost_us / 1e6
+
+
+class ServiceTime:
+    """A fixed service time per tuple, paid by sleeping rather than spinning.
+
+    It keeps a running time debt so short sleeps and oversleeping average out:
+    a worker's service rate is then set by its arguments, not by how many
+    processes share the machine's cores.
+    """
+
+    def __init__(self, cost_s: float) -> None:
+        self.cost = cost_s
+        self.debt = 0.0
+
+    def pay(self) -> None:
+        if self.cost <= 0:
+            return
+        self.debt += self.cost
+        if self.debt >= 0.001:  # sleep in steps of at least a millisecond
+            t0 = time.perf_counter()
+            time.sleep(self.debt)
+            self.debt -= time.perf_counter() - t0
+
+
 class SplitWords(Bolt):
-    """``[sentence]`` -> one ``[word]`` per whitespace-separated word."""
+    """``[sentence]`` -> one ``[word]`` per whitespace-separated word.
+
+    Args: ``cost_us`` microseconds of service time per sentence (default 0:
+    none), so a scenario can make the split stage its bottleneck, e.g. the
+    autoscaler's (paper Fig. 11), without a stage that exists only to be slow.
+    """
 
     fields: ClassVar[tuple[str, ...]] = ("word",)
 
+    def __init__(self, cost_us: float = 0.0) -> None:
+        service = ServiceTime(_cost_seconds(cost_us))
+        super().__init__(cost_us=cost_us)
+        self.service = service
+
     def process(self, values: list, emit: Emit) -> None:
+        self.service.pay()
         for w in values[0].split():
             emit([w])
 
@@ -70,11 +110,7 @@ class Busy(Bolt):
     Args: ``cost_us`` microseconds per tuple; ``slow_index`` and ``slow_factor``
     make the worker with that index (0-based) ``slow_factor`` times slower, for
     load-balancing scenarios with one weak worker; ``emit`` false drops the
-    tuples instead of passing them on.
-
-    It sleeps rather than spins, keeping a running time debt so short sleeps and
-    oversleeping average out: each worker's service rate is then set by its
-    arguments, not by how many processes share the machine's cores.
+    tuples instead of passing them on.  The time is paid like ``ServiceTime`` says.
     """
 
     def __init__(
@@ -84,18 +120,16 @@ class Busy(Bolt):
         slow_factor: float = 1.0,
         emit: bool = True,
     ) -> None:
-        if not isinstance(cost_us, (int, float)) or cost_us < 0:
-            raise ValueError("cost_us must be a non-negative number")
+        cost = _cost_seconds(cost_us)
         if not isinstance(slow_factor, (int, float)) or slow_factor <= 0:
             raise ValueError("slow_factor must be a positive number")
         if slow_index is not None and (not isinstance(slow_index, int) or slow_index < 0):
             raise ValueError("slow_index must be a worker index (int >= 0)")
         super().__init__(cost_us=cost_us, slow_index=slow_index, slow_factor=slow_factor, emit=emit)
-        self.cost = cost_us / 1e6
+        self.service = ServiceTime(cost)
         self.slow_index = slow_index
         self.slow_factor = float(slow_factor)
         self.forward = bool(emit)
-        self.debt = 0.0
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -104,13 +138,9 @@ class Busy(Bolt):
     def open(self, context: Context) -> None:
         super().open(context)
         if context.index == self.slow_index:
-            self.cost *= self.slow_factor
+            self.service.cost *= self.slow_factor
 
     def process(self, values: list, emit: Emit) -> None:
-        self.debt += self.cost
-        if self.debt >= 0.001:  # sleep in steps of at least a millisecond
-            t0 = time.perf_counter()
-            time.sleep(self.debt)
-            self.debt -= time.perf_counter() - t0
+        self.service.pay()
         if self.forward:
             emit(values)
