@@ -35,6 +35,11 @@ Settings, section ``[autoscaler]`` of the Ryu config file::
     recommend_only  = false  log decisions, do not scale
     spark_lag       = 0.9    spark node behind when processed < spark_lag x input rows/s
     spark_idle      = 0.3    spark node idle when a batch takes < spark_idle x trigger_ms
+    spark_window    = 3      progress events a spark node's signal rests on (it must stay behind)
+    spark_warmup    = 2      first batches of a spark query not judged (cold JVM and workers)
+
+A spark node only scales up: when it stays idle the app logs a "keep" with
+the reason (the planner refuses to take workers from a running Spark query).
     nodes           =        comma-separated nodes to manage (empty: every bolt)
 """
 
@@ -51,7 +56,7 @@ from controller.autoscale import (
     ScaleSettings,
     Signal,
     WorkerLoad,
-    spark_signal,
+    spark_window_signal,
     worker_signal,
 )
 from controller.core import core_app
@@ -85,6 +90,8 @@ CONF.register_opts(
         cfg.BoolOpt("recommend_only", default=False, help="log decisions, do not scale"),
         cfg.FloatOpt("spark_lag", default=0.9, help="processed/input ratio: spark behind"),
         cfg.FloatOpt("spark_idle", default=0.3, help="batch/trigger ratio: spark idle"),
+        cfg.IntOpt("spark_window", default=3, help="progress events per spark signal"),
+        cfg.IntOpt("spark_warmup", default=2, help="first batches of a query not judged"),
         cfg.ListOpt("nodes", default=[], help="nodes to manage (empty: every bolt)"),
     ],
     group="autoscaler",
@@ -104,6 +111,7 @@ def settings_from_conf() -> ScaleSettings:
         cooldown_s=c.cooldown, min_parallelism=c.min_parallelism,
         max_parallelism=c.max_parallelism, max_step=c.max_step,
         recommend_only=c.recommend_only, spark_lag=c.spark_lag, spark_idle=c.spark_idle,
+        spark_window=c.spark_window, spark_warmup=c.spark_warmup,
         nodes=tuple(n.strip() for n in c.nodes if n.strip()),
     )  # fmt: skip
 
@@ -118,6 +126,7 @@ class Autoscaler(RyuApp):
         self.shape: dict[tuple[str, str], int] = {}  # parallelism last seen
         self.loads: dict[tuple[str, int], WorkerLoad] = {}
         self.spark: dict[tuple[str, str], tuple[Signal | None, float]] = {}
+        self.progress: dict[tuple[str, str], collections.deque] = {}  # judged events per node
         self.decisions: collections.deque = collections.deque(maxlen=KEEP_DECISIONS)
         kwargs["wsgi"].register(REST, {"app": self})
         start_ticks(self, TICK_S)
@@ -140,13 +149,19 @@ class Autoscaler(RyuApp):
         node = app.topology.nodes.get(ev.node) if app is not None else None
         if node is None:
             return
+        batch = ev.progress.get("batch", ev.progress.get("batchId"))
+        if isinstance(batch, int) and batch < self.settings.spark_warmup:
+            return  # a cold query's first batches say nothing about the load
+        key = (ev.app, ev.node)
+        events = self.progress.setdefault(key, collections.deque(maxlen=32))
+        events.append(ev.progress)
         trigger = float(node.args.get("trigger_ms", 0) or 0)
-        self.spark[(ev.app, ev.node)] = (spark_signal(ev.progress, trigger, self.settings), ev.at)
+        self.spark[key] = (spark_window_signal(list(events), trigger, self.settings), ev.at)
 
     @set_ev_cls(EventTopologyChanged)
     def _topology_changed(self, ev):
         if ev.version is None:  # the application is gone
-            for d in (self.scalers, self.shape, self.spark):
+            for d in (self.scalers, self.shape, self.spark, self.progress):
                 for key in [k for k in d if k[0] == ev.app]:
                     del d[key]
             for key in [k for k in self.loads if k[0] == ev.app]:
@@ -168,11 +183,15 @@ class Autoscaler(RyuApp):
                 key = (name, node.name)
                 scaler = self.scalers.get(key)
                 if scaler is None:
-                    scaler = self.scalers[key] = NodeScaler(node.name, self.settings)
+                    scaler = self.scalers[key] = NodeScaler(
+                        node.name, self.settings, can_shrink=node.engine == "python"
+                    )
                     self.logger.info("app %s node %s: managed (parallelism %d)",
                                      name, node.name, node.parallelism)  # fmt: skip
                 if self.shape.get(key, node.parallelism) != node.parallelism or busy:
                     scaler.reset(now)  # its metrics describe neither the old nor the new shape
+                    if key in self.progress:
+                        self.progress[key].clear()  # batches of the old shape
                 self.shape[key] = node.parallelism
                 if busy:
                     continue

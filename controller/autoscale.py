@@ -14,7 +14,8 @@ metric streams and a fake clock:
   (its senders stall, the backlog stays upstream), it just never idles.
 * ``spark_signal`` reads a Spark StreamingQueryListener progress event: a
   query falls behind when it processes fewer rows per second than arrive, or
-  when a batch takes longer than the trigger interval.
+  when a batch takes longer than the trigger interval; ``spark_window_signal``
+  asks the same of the last few events, so that the node must *stay* behind.
 * ``NodeScaler`` keeps the hysteresis of one node: a condition must hold
   without a break for a whole window before anything happens (``up_window``
   for overload, the longer ``down_window`` for idleness, so a short lull does
@@ -51,6 +52,8 @@ class ScaleSettings:
     stale_s: float = 5.0  # worker samples older than this are ignored
     spark_lag: float = 0.9  # behind when processed < spark_lag × input rows per second
     spark_idle: float = 0.3  # idle when a batch takes below spark_idle × trigger interval
+    spark_window: int = 3  # progress events a spark node's signal rests on ("stays" behind)
+    spark_warmup: int = 2  # first batches of a query not judged (cold JVM, Python workers)
     nodes: tuple[str, ...] = ()  # nodes to manage; empty: every bolt
 
 
@@ -156,6 +159,43 @@ def spark_signal(progress: dict[str, Any], trigger_ms: float, s: ScaleSettings) 
     return Signal(False, False, what)
 
 
+def spark_window_signal(
+    events: list[dict[str, Any]], trigger_ms: float, s: ScaleSettings
+) -> Signal | None:
+    """A spark node over its last ``spark_window`` progress events (None until there are).
+
+    One micro-batch says little on a loaded machine (a batch can stall for
+    seconds), so the node is behind only if it *stays* behind: the rows of
+    the window were processed slower than they arrived (rows over the summed
+    batch durations versus rows over the summed intervals they arrived in),
+    or every batch of the window took longer than the trigger interval.  Idle
+    needs every batch short.  Events of a query's first ``spark_warmup``
+    batches are the caller's to leave out.
+    """
+    n = max(1, s.spark_window)
+    window = [e for e in events if _first(e, "batch_ms", "batchDuration") is not None][-n:]
+    if len(window) < n:
+        return None
+    counts = [float(_first(e, "input_rows", "numInputRows") or 0) for e in window]
+    rates = [float(_first(e, "input_rows_per_s", "inputRowsPerSecond") or 0) for e in window]
+    durations = [float(_first(e, "batch_ms", "batchDuration")) for e in window]
+    rows = sum(counts)
+    arrived_s = sum(k / r for k, r in zip(counts, rates, strict=True) if k and r)
+    inp = rows / arrived_s if arrived_s > 0 else 0.0
+    done = rows / (sum(durations) / 1000.0) if sum(durations) > 0 else 0.0
+    what = (f"last {n} batches: input {inp:.0f} rows/s, processed {done:.0f} rows/s, "
+            f"batches {min(durations):.0f}-{max(durations):.0f} ms")  # fmt: skip
+    if inp > 0 and done < s.spark_lag * inp:
+        load = inp / done if done > 0 else 2.0
+        return Signal(True, False, f"{what}: processed < {s.spark_lag:g} x input", load)
+    if trigger_ms > 0 and min(durations) > trigger_ms:
+        load = sum(durations) / n / trigger_ms
+        return Signal(True, False, f"{what}: every batch > trigger {trigger_ms:g} ms", load)
+    if trigger_ms > 0 and max(durations) < s.spark_idle * trigger_ms and done >= inp:
+        return Signal(False, True, f"{what}: every batch < {s.spark_idle:g} x trigger")
+    return Signal(False, False, what)
+
+
 def _first(d: dict[str, Any], *keys: str) -> Any:
     """The bridge's compact progress names first, Spark's own (raw progress JSON) second."""
     for k in keys:
@@ -188,6 +228,9 @@ class NodeScaler:
 
     node: str
     settings: ScaleSettings
+    # False for spark nodes (the planner refuses to shrink them): an idle window then
+    # ends in a logged "keep" that says why, never in a scale-down request
+    can_shrink: bool = True
     over_since: float | None = None
     under_since: float | None = None
     last: Signal | None = None
@@ -243,11 +286,13 @@ class NodeScaler:
             return self._done(d, now)
         if self.under_since is not None and now - self.under_since >= s.down_window_s:
             held = now - self.under_since
-            if current <= s.min_parallelism:
+            if current <= s.min_parallelism or not self.can_shrink:
                 self.under_since = None  # nothing to do; say so once per window, not per tick
+                why = (f"at min_parallelism {s.min_parallelism}" if self.can_shrink else
+                       "a spark node only scales up (its workers' offset logs and outbox "
+                       "belong to the running query)")  # fmt: skip
                 return Decision(self.node, current, None,
-                                f"{sig.reason} for {held:.1f} s, but at min_parallelism "
-                                f"{s.min_parallelism}")  # fmt: skip
+                                f"{sig.reason} for {held:.1f} s, but {why}")  # fmt: skip
             target = max(s.min_parallelism, current - s.max_step)
             d = Decision(self.node, current, target,
                          f"{sig.reason} for {held:.1f} s (down_window {s.down_window_s:g} s)",

@@ -17,6 +17,11 @@ batch covers every log up to it, and no batch ran for a few triggers (so a
 no-data batch that closes windows has had its turn): the driver writes
 ``out/done`` with that batch ID, stops the query, and exits when all its nodes
 are done.  Workers finish after routing up to that batch.
+
+Scale-up: "every worker" is the plan's workers plus every worker whose log
+appeared under ``in/`` since; the source reads the new logs as more input
+partitions from the next micro-batch on.  The output keeps its owners, the
+plan's workers (``outbox.py``).
 """
 
 from __future__ import annotations
@@ -145,22 +150,23 @@ class Batches:
     but its rows are dropped.
     """
 
-    def __init__(self, node_dir: str, parallelism: int) -> None:
-        self.outdir, self.parallelism = out_dir(node_dir), parallelism
+    def __init__(self, node_dir: str, owners: list[int]) -> None:
+        self.outdir, self.owners = out_dir(node_dir), owners
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if manifest_path(self.outdir, batch_id).exists():
             # a replay: run it all the same (its state-store updates are part of the batch)
             df.write.format("noop").mode("overwrite").save()
-            publish(self.outdir, batch_id, [], self.parallelism)  # drops it, records the replay
+            publish(self.outdir, batch_id, [], self.owners)  # drops it, records the replay
             return
         table = df.toArrow()
         rows = list(zip(*(c.to_pylist() for c in table.columns), strict=True))
-        parts: list[list[tuple]] = [[] for _ in range(self.parallelism)]
+        n = len(self.owners)
+        parts: list[list[tuple]] = [[] for _ in range(n)]
         for row in rows:
-            parts[zlib.crc32(str(row[0]).encode()) % self.parallelism].append(row)
+            parts[zlib.crc32(str(row[0]).encode()) % n].append(row)
         staged = [stage_rows(self.outdir, i, part) for i, part in enumerate(parts) if part]
-        publish(self.outdir, batch_id, staged, self.parallelism)
+        publish(self.outdir, batch_id, staged, self.owners)
 
 
 @dataclass
@@ -211,14 +217,14 @@ class NodeQuery:
             .option("checkpointLocation", str(self.dir / "checkpoint"))
             .trigger(processingTime=f"{s['trigger_ms']} milliseconds")
         )
-        parallelism = str(len(s["workers"]))
+        owners = [int(w) for w in s["workers"]]  # the output leaves through these (outbox.py)
         if s["output_mode"] == "update":  # the Python stream writer takes append/complete only
-            writer = writer.foreachBatch(Batches(str(self.dir), len(s["workers"])))
+            writer = writer.foreachBatch(Batches(str(self.dir), owners))
         else:
             writer = (
                 writer.format("typhoon")
                 .option("dir", str(self.dir))
-                .option("parallelism", parallelism)
+                .option("owners", ",".join(map(str, owners)))
             )
         self.query = writer.start()
         logger.info("node %s: query started (%s mode)", s["node"], s["output_mode"])
@@ -234,11 +240,12 @@ class NodeQuery:
         now = time.monotonic()
         if batch != self.last_batch:
             self.last_batch, self.last_change = batch, now
-        eos = [log.read_json(log.worker_dir(self.dir, w) / "eos") for w in self.spec["workers"]]
+        workers = log.worker_ids(self.dir, [str(w) for w in self.spec["workers"]])
+        eos = [log.read_json(log.worker_dir(self.dir, w) / "eos") for w in workers]
         if any(e is None for e in eos):
             return
         ends = committed[1] if committed else {}
-        for w, e in zip(self.spec["workers"], eos, strict=True):
+        for w, e in zip(workers, eos, strict=True):
             if e["pos"] > ends.get(str(w), log.ZERO)["pos"]:
                 return
         quiet = max(MIN_QUIET_S, QUIET_TRIGGERS * self.spec["trigger_ms"] / 1000.0)

@@ -54,3 +54,28 @@ campaign_window_counts.output_fields = (  # type: ignore[attr-defined]
     "count",
     "ts",
 )
+
+
+def costly_enrichment(rows: Any, cost_ms: float = 2.0) -> Any:
+    """Rows unchanged, after a lookup that waits ``cost_ms`` per row (a remote enrichment call).
+
+    The wait stands for I/O-bound per-row work (a key-value or REST lookup per
+    event): it runs in the task of the row's input partition (``mapInArrow``
+    is narrow, no shuffle), so a micro-batch takes about ``rows x cost_ms``
+    divided by the partitions that run at once.  The source makes one
+    partition per worker log, so a node with one worker processes at most
+    ``1000 / cost_ms`` rows/s and every added worker adds one more concurrent
+    partition (up to the session's task slots, ``local[N]``) -- the case where
+    scaling a spark node up raises its processed rate.  Output fields: the
+    input's.
+    """
+    import time
+
+    wait_s = max(0.0, float(cost_ms)) / 1000.0
+
+    def lookup(batches: Any) -> Any:
+        for batch in batches:
+            time.sleep(batch.num_rows * wait_s)
+            yield batch
+
+    return rows.mapInArrow(lookup, rows.schema)

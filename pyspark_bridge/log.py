@@ -48,6 +48,21 @@ def worker_dir(node_dir: str | Path, worker_id: int | str) -> Path:
     return Path(node_dir) / "in" / f"w{worker_id}"
 
 
+def worker_ids(node_dir: str | Path, configured: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """``configured`` worker IDs, then those of any other log under ``in/`` (added workers).
+
+    A worker creates its log directory when it opens, so a worker that a
+    scale-up adds is seen from the first look after its launch.
+    """
+    seen = set(configured)
+    try:
+        names = sorted(os.listdir(Path(node_dir) / "in"))
+    except FileNotFoundError:
+        names = []
+    ids = sorted(int(n[1:]) for n in names if n.startswith("w") and n[1:].isdigit())
+    return [*configured, *(str(w) for w in ids if str(w) not in seen)]
+
+
 def segments(log_dir: Path) -> list[int]:
     """Start positions of the segments present, ascending."""
     try:

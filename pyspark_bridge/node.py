@@ -100,9 +100,7 @@ class SparkBolt(Bolt):
                 "sets it through pyspark_bridge.plan"
             )
         self.log = OffsetLog(worker_dir(self.dir, context.worker_id), self.segment_bytes)
-        self.outbox = OutboxReader(
-            out_dir(self.dir), context.worker_id, context.index, context.parallelism
-        )
+        self.outbox = OutboxReader(out_dir(self.dir), context.worker_id)
 
     def process(self, values: list, emit: Emit) -> None:
         self.log.append(self._pack(values))  # type: ignore[union-attr]

@@ -3,16 +3,25 @@
 Spark tasks stage their rows; the driver-side commit of batch ``B`` publishes
 them by writing the manifest ``<B:020d>.json`` -- unless it exists, which means
 ``B`` is a replay after a failure whose output was already published: the
-replay's rows are dropped, so downstream never sees a batch twice.  Each worker
-routes, in batch order, the parts whose Spark partition is its own
-(``partition % parallelism == index``) and records the last batch it routed.
+replay's rows are dropped, so downstream never sees a batch twice.
+
+Every manifest names the batch's ``owners`` (worker IDs): part ``p`` leaves
+through ``owners[p % len(owners)]``, so which worker emits a row never depends
+on what a worker believes about the node's shape.  The driver names the
+workers the node started with; workers a scale-up adds feed Spark more input
+partitions but own no output (they read the manifests only to know when the
+node is done).  Each worker routes, in batch order, the parts it owns and
+records the last batch it routed.
 
 Layout under ``<node dir>/out/``::
 
     staging/<uuid>.mp          rows written by a Spark task (msgpack arrays)
     <B:020d>/p<partition>.mp   published parts of batch B
-    <B:020d>.json              manifest {"batch", "parts": [[partition, file, rows]], "time"}
+    <B:020d>.json              manifest {"batch", "owners", "parts": [[partition, file, rows]],
+                               "time"}
     routed/w<worker_id>        {"batch": last batch the worker routed}
+    collected                  {"below": B}: manifests below B were deleted (every owner
+                               routed them); a reader that starts later skips to B
     done                       {"batch": last batch}: the driver saw Spark process all input
     replays.log                one JSON line per replayed batch that was not published again
 """
@@ -80,8 +89,13 @@ def discard(outdir: Path, staged: Iterable[Staged | None]) -> None:
             (outdir / "staging" / s[1]).unlink(missing_ok=True)
 
 
-def publish(outdir: Path, batch: int, staged: list[Staged | None], parallelism: int) -> bool:
-    """Publish batch ``batch`` once (driver side); False when it was a replay (rows dropped)."""
+def publish(outdir: Path, batch: int, staged: list[Staged | None], owners: list[int]) -> bool:
+    """Publish batch ``batch`` once (driver side); False when it was a replay (rows dropped).
+
+    ``owners``: the workers that route the batch's parts (see the module docstring).
+    """
+    if not owners:
+        raise ValueError("a batch needs at least one owner worker to route its rows")
     manifest = manifest_path(outdir, batch)
     if manifest.exists():
         discard(outdir, staged)
@@ -98,17 +112,24 @@ def publish(outdir: Path, batch: int, staged: list[Staged | None], parallelism: 
         final = f"p{partition}.mp"
         os.replace(outdir / "staging" / name, bdir / final)
         parts.append([partition, final, rows])
-    write_json(manifest, {"batch": batch, "parts": parts, "time": time.time()})
-    collect_garbage(outdir, parallelism)
+    doc = {"batch": batch, "owners": [int(w) for w in owners], "parts": parts, "time": time.time()}
+    write_json(manifest, doc)
+    collect_garbage(outdir, owners)
     return True
 
 
-def collect_garbage(outdir: Path, parallelism: int) -> None:
-    """Delete batches every worker has routed (keeping the newest, which a replay checks)."""
-    routed = [read_json(p, {}).get("batch") for p in (outdir / "routed").glob("w*")]
-    if len(routed) < parallelism or None in routed:
+def owner_of(partition: int, owners: list[int]) -> int:
+    """The worker that routes Spark partition ``partition`` of a batch with these owners."""
+    return int(owners[partition % len(owners)])
+
+
+def collect_garbage(outdir: Path, owners: list[int]) -> None:
+    """Delete batches every owner has routed (keeping the newest, which a replay checks)."""
+    routed = [read_json(outdir / "routed" / f"w{w}", {}).get("batch") for w in owners]
+    if None in routed:
         return
     below = min(routed)
+    write_json(outdir / "collected", {"below": below})  # before deleting: readers skip ahead
     for m in outdir.glob("*.json"):
         b = int(m.stem) if m.stem.isdigit() else None
         if b is not None and b < below:
@@ -135,13 +156,13 @@ class RouteStats:
 
 
 class OutboxReader:
-    """Worker side: route published batches in order, each exactly once."""
+    """Worker side: route the parts of published batches this worker owns, in order, once."""
 
-    def __init__(self, outdir: Path, worker_id: int, index: int, parallelism: int) -> None:
+    def __init__(self, outdir: Path, worker_id: int) -> None:
         self.dir = Path(outdir)
         (self.dir / "routed").mkdir(parents=True, exist_ok=True)
+        self.worker_id = int(worker_id)
         self.marker = self.dir / "routed" / f"w{worker_id}"
-        self.index, self.parallelism = index, parallelism
         last = read_json(self.marker, {}).get("batch")
         self.next = 0 if last is None else last + 1
         self.stats = RouteStats()
@@ -152,9 +173,15 @@ class OutboxReader:
         while True:
             manifest = read_json(manifest_path(self.dir, self.next))
             if manifest is None:
+                # deleted because every owner routed it: this worker owned none of them
+                below = int(read_json(self.dir / "collected", {}).get("below", 0))
+                if self.next < below:
+                    self.next = below
+                    continue
                 break
+            owners = manifest["owners"]
             for partition, name, _rows in manifest["parts"]:
-                if partition % self.parallelism != self.index:
+                if owner_of(partition, owners) != self.worker_id:
                     continue
                 path = self.dir / f"{self.next:020d}" / name
                 with open(path, "rb") as f:

@@ -1,15 +1,20 @@
 """The ``typhoon`` Python data source: read a spark node's offset logs, write its outbox.
 
-* Stream reader: one input partition per worker log; offsets are
-  ``{"<worker_id>": {"pos", "seq"}}`` (see ``log.py``).  ``commit`` records
-  what Spark committed so the worker trims only that.
+* Stream reader: one input partition per worker log with new records;
+  offsets are ``{"<worker_id>": {"pos", "seq"}}`` (see ``log.py``).  The
+  workers are the configured ones plus any whose log appeared since (a
+  scale-up): each new log becomes one more partition from the next
+  micro-batch on, starting at position 0, and the offsets of the others do
+  not change.  ``commit`` records what Spark committed so each worker trims
+  only that.
 * Stream writer (append and complete mode) and batch writer (update mode, via
   ``foreachBatch``): tasks stage rows, the driver-side commit publishes them
   under the batch ID, once (see ``outbox.py``).
 
 Options: ``dir`` (the node directory), ``schema`` (DDL of the input
-columns), ``workers`` (comma-separated worker IDs), ``parallelism``, and for
-the batch writer ``batch`` (the micro-batch ID).  Rows cross into Arrow
+columns), ``workers`` (comma-separated worker IDs), ``owners`` (comma-separated
+worker IDs that route the output, see ``outbox.py``), and for the batch writer
+``batch`` (the micro-batch ID).  Rows cross into Arrow
 directly: a timestamp column takes epoch seconds.
 """
 
@@ -73,14 +78,8 @@ class LogReader(DataSourceStreamReader):
         self.schema = schema
 
     def _worker_ids(self) -> list[str]:
-        """Configured workers plus any that appeared since (a rescaled node)."""
-        seen = set(self.workers)
-        try:
-            names = sorted((self.node_dir / "in").iterdir())
-        except FileNotFoundError:
-            names = []
-        extra = [p.name[1:] for p in names if p.name.startswith("w") and p.name[1:] not in seen]
-        return self.workers + extra
+        """Configured workers plus any whose log appeared since (a scaled-up node)."""
+        return log.worker_ids(self.node_dir, self.workers)
 
     def initialOffset(self) -> dict:
         return {w: dict(log.ZERO) for w in self.workers}
@@ -179,6 +178,11 @@ def _stage(options: dict[str, str], batches: Iterator[pa.RecordBatch]) -> Staged
     return StagedRows(outbox.stage_rows(outbox.out_dir(options["dir"]), partition, rows()))
 
 
+def owners(options: dict[str, str]) -> list[int]:
+    """The ``owners`` option: workers that route the output (``outbox.publish``)."""
+    return [int(w) for w in options.get("owners", "").split(",") if w.strip()]
+
+
 def _staged(messages: list[WriterCommitMessage | None]) -> list[outbox.Staged | None]:
     return [m.staged if isinstance(m, StagedRows) else None for m in messages]
 
@@ -197,7 +201,7 @@ class OutboxStreamWriter(DataSourceStreamArrowWriter):
             outbox.out_dir(self.options["dir"]),
             batchId,
             _staged(messages),
-            int(self.options.get("parallelism", "1")),
+            owners(self.options),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -218,7 +222,7 @@ class OutboxBatchWriter(DataSourceArrowWriter):
             outbox.out_dir(self.options["dir"]),
             int(self.options["batch"]),
             _staged(messages),
-            int(self.options.get("parallelism", "1")),
+            owners(self.options),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -25,6 +25,7 @@ from typhoon.topology.model import PhysicalTopology, Topology
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
+PLANNED_ARGS = ("dir",)  # engine-node arguments the engine's plan fills in
 
 
 @dataclass
@@ -43,6 +44,28 @@ class _AppEngines:
     services: list[_Running] = field(default_factory=list)
 
 
+def with_planned_args(topology: Topology, planned: Topology) -> Topology:
+    """``topology`` with the planned arguments of its engine nodes (see ``topology_for``)."""
+    out = Topology.from_dict(topology.to_dict())
+    for node in out.nodes.values():
+        if node.engine == "python":
+            continue
+        was = planned.nodes.get(node.name)
+        same = (
+            was is not None
+            and (was.engine, was.operator) == (node.engine, node.operator)
+            and {**was.args, **node.args} == was.args  # nothing changed or added
+            and set(was.args) - set(node.args) <= set(PLANNED_ARGS)  # nothing removed
+        )
+        if not same:
+            raise ValueError(
+                f"{node.engine} node '{node.name}' is not the one its engine service runs "
+                "(inserted or swapped while the application runs); only scaling it is supported"
+            )
+        node.args.update(was.args)
+    return out
+
+
 class EngineServices:
     """Engine processes of every application with workers on this host."""
 
@@ -52,7 +75,15 @@ class EngineServices:
         self.apps: dict[str, _AppEngines] = {}
 
     def topology_for(self, topology: Topology, physical: PhysicalTopology) -> Topology:
-        """The topology to give workers; plans and starts this host's services once."""
+        """The topology to give workers; plans and starts this host's services once.
+
+        Later launches (a reconfiguration added workers) get the *current*
+        topology with the engine nodes' planned arguments (a spark node's
+        ``dir``) filled in, so a worker added to an engine node joins the
+        service that already runs it.  An engine node the services were not
+        planned for (inserted, or its operator or arguments swapped) cannot be
+        served: ValueError, which fails the launch with that reason.
+        """
         if all(n.engine == "python" for n in topology.nodes.values()):
             return topology
         app = self.apps.get(physical.name)
@@ -65,7 +96,8 @@ class EngineServices:
                     running = _Running(s, appdir / f"{s.name}.log")
                     app.services.append(running)
                     self._start(running)
-        return app.topology
+            return planned
+        return with_planned_args(topology, app.topology)
 
     def _start(self, r: _Running) -> None:
         r.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from pyspark_bridge.driver import NodeQuery, make_listener
+from pyspark_bridge.driver import NodeQuery, last_committed, make_listener
 from pyspark_bridge.log import OffsetLog, read_json, worker_dir
 from pyspark_bridge.outbox import OutboxReader, out_dir, replays
 from typhoon.operators.ads import generate_ad_events, reference_window_counts
@@ -69,8 +69,8 @@ def spec(node_dir: Path, function: str, fields: list[str], mode: str, schema: st
 
 def routed(node_dir: Path) -> list[list]:
     rows: list[list] = []
-    for i, w in enumerate([1, 2]):
-        OutboxReader(out_dir(node_dir), w, i, 2).poll(rows.append)
+    for w in (1, 2):
+        OutboxReader(out_dir(node_dir), w).poll(rows.append)
     return rows
 
 
@@ -165,3 +165,50 @@ def test_append_mode_through_the_stream_writer(spark: Any, tmp_path: Path) -> No
     wait_for(lambda: again.finished, "the node to be done again", again)
     assert replays(out_dir(node_dir)) == 1
     assert routed(node_dir) == []
+
+
+def test_scale_up_reads_the_new_log_from_the_next_batch_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A worker added while the query runs: its log becomes one more input partition.
+
+    The node starts with worker 1; worker 2 appears (its log directory) after
+    batch 0.  Every row is routed exactly once, through worker 1 (the output's
+    owner), worker 1's offsets continue unchanged, and the node is not done
+    before worker 2's end of input.
+    """
+    node_dir = tmp_path / "upper_scaled"
+    s = spec(node_dir, "test_spark_bridge:upper_ids", ["ad", "t"], "append",
+             "ad_id string, event_time bigint, ts double")  # fmt: skip
+    s["workers"] = [1]
+    write_views(node_dir, [1], slice(0, 300))
+    nq = NodeQuery(s)
+    nq.start(spark)
+    wait_for(lambda: (out_dir(node_dir) / f"{0:020d}.json").exists(), "batch 0", nq)
+    first = last_committed(node_dir / "checkpoint")
+    assert first is not None and set(first[1]) == {"1"}
+    write_views(node_dir, [1, 2], slice(300, 900))  # worker 2 opens its log: a scale-up
+    OffsetLog(worker_dir(node_dir, 1)).mark_eos()
+    heads = {w: read_json(worker_dir(node_dir, w) / "head") for w in ("1", "2")}
+
+    def both_read() -> bool:
+        c = last_committed(node_dir / "checkpoint")
+        return c is not None and c[1] == heads
+
+    wait_for(both_read, "a batch that reads worker 2's log", nq)
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # worker 2's input has not ended: not done
+        nq.check()
+        assert not nq.finished
+        time.sleep(0.1)
+    OffsetLog(worker_dir(node_dir, 2)).mark_eos()
+    wait_for(lambda: nq.finished, "the node to be done", nq)
+    views = [e for e in generate_ad_events(COUNT, SEED) if e["event_type"] == "view"][:900]
+    want = sorted([e["ad_id"].upper(), e["event_time"] + 1] for e in views)
+    owner, added = OutboxReader(out_dir(node_dir), 1), OutboxReader(out_dir(node_dir), 2)
+    rows: list[list] = []
+    assert owner.poll(rows.append) == 900 and added.poll(rows.append) == 0
+    assert sorted(rows) == want
+    assert owner.finished() and added.finished()
+    manifests = sorted(out_dir(node_dir).glob("*.json"))
+    assert all(read_json(m)["owners"] == [1] for m in manifests)

@@ -10,7 +10,7 @@ import pytest
 
 from pyspark_bridge import bolt_for, plan
 from pyspark_bridge.log import OffsetLog, commit_offset, read_json, read_range, segments
-from pyspark_bridge.outbox import OutboxReader, publish, replays, stage_rows
+from pyspark_bridge.outbox import OutboxReader, owner_of, publish, replays, stage_rows
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.operators.ads import (
     CampaignWindowCount,
@@ -69,12 +69,12 @@ def test_log_ranges_roll_trim_and_reopen(tmp_path: Path) -> None:
 def test_outbox_publishes_once_per_batch_and_routes_by_partition(tmp_path: Path) -> None:
     out = tmp_path / "out"
     first = [stage_rows(out, p, [[p, k] for k in range(3)]) for p in range(4)]
-    assert publish(out, 0, first, parallelism=2)
+    assert publish(out, 0, first, owners=[10, 11])
     replay = [stage_rows(out, p, [[p, 99]]) for p in range(4)]
-    assert not publish(out, 0, replay, parallelism=2)  # a replay: dropped, recorded
+    assert not publish(out, 0, replay, owners=[10, 11])  # a replay: dropped, recorded
     assert replays(out) == 1
     assert not list((out / "staging").iterdir())
-    readers = [OutboxReader(out, worker_id=10 + i, index=i, parallelism=2) for i in range(2)]
+    readers = [OutboxReader(out, worker_id=10 + i) for i in range(2)]
     got: list[list] = [[], []]
     for i, r in enumerate(readers):
         assert r.poll(got[i].append) == 6
@@ -82,14 +82,35 @@ def test_outbox_publishes_once_per_batch_and_routes_by_partition(tmp_path: Path)
     assert sorted(row[0] for row in got[0]) == [0, 0, 0, 2, 2, 2]
     assert sorted(row[0] for row in got[1]) == [1, 1, 1, 3, 3, 3]
     # a restarted worker continues after the last batch it routed
-    assert OutboxReader(out, worker_id=10, index=0, parallelism=2).next == 1
+    assert OutboxReader(out, worker_id=10).next == 1
     # every worker routed batch 0: publishing batch 1 keeps 0's manifest (a replay checks it)
-    assert publish(out, 1, [stage_rows(out, 0, [["b1"]])], parallelism=2)
+    assert publish(out, 1, [stage_rows(out, 0, [["b1"]])], owners=[10, 11])
     assert (out / f"{0:020d}.json").exists()
     for r in readers:
         r.poll(lambda row: None)
-    publish(out, 2, [], parallelism=2)
+    publish(out, 2, [], owners=[10, 11])
     assert not (out / f"{0:020d}.json").exists()
+    # a worker added later (a scale-up) owns nothing: it skips what was collected, routes
+    # no row of the owners' parts, and finishes with them
+    added = OutboxReader(out, worker_id=12)
+    assert added.poll(got[0].append) == 0 and added.next == 3
+    (out / "done").write_text(json.dumps({"batch": 2}))
+    assert added.finished() and not readers[0].finished()
+    assert readers[0].poll(lambda row: None) == 0 and readers[0].finished()
+    with pytest.raises(ValueError, match="owner"):
+        publish(out, 3, [], owners=[])
+
+
+def test_outbox_owner_of_a_part_comes_from_the_manifest(tmp_path: Path) -> None:
+    """Workers of different shapes agree: the manifest's owners decide, not each worker."""
+    out = tmp_path / "out"
+    publish(out, 0, [stage_rows(out, p, [[p]]) for p in range(3)], owners=[7])
+    publish(out, 1, [stage_rows(out, p, [[10 + p]]) for p in range(3)], owners=[7, 9])
+    got = {w: [] for w in (7, 9)}
+    for w in got:
+        OutboxReader(out, worker_id=w).poll(got[w].append)
+    assert sorted(got[7]) == [[0], [1], [2], [10], [12]] and got[9] == [[11]]
+    assert [owner_of(p, [7, 9]) for p in range(4)] == [7, 9, 7, 9]
 
 
 class FakeEmit:
@@ -115,13 +136,13 @@ def test_spark_bolt_logs_input_and_finishes_only_after_the_last_batch(tmp_path: 
     assert bolt.pump(emit, False) is False
     assert read_json(tmp_path / "in" / "w5" / "head")["seq"] == 1
     out = tmp_path / "out"
-    publish(out, 0, [stage_rows(out, 0, [["c", 0, 10, 1, 0.5]])], parallelism=1)
+    publish(out, 0, [stage_rows(out, 0, [["c", 0, 10, 1, 0.5]])], owners=[5])
     assert bolt.pump(emit, True) is True  # input ended, but Spark has not said it is done
     assert read_json(tmp_path / "in" / "w5" / "eos") == bolt.log.offset()
     assert emit.rows == [["c", 0, 10, 1, 0.5]]
     (out / "done").write_text(json.dumps({"batch": 1}))
     assert bolt.pump(emit, True) is True  # batch 1 not routed yet
-    publish(out, 1, [], parallelism=1)
+    publish(out, 1, [], owners=[5])
     assert bolt.pump(emit, True) is False
     assert bolt.result()["rows_out"] == 1
 

@@ -119,6 +119,7 @@ def plan(
     final = PhysicalTopology(physical.name, physical.app_id, placed.workers, trans.version + 1)
     added = sorted(kept - old_ids)
     removed = [w.worker_id for w in draining]
+    _check_engine_nodes(topology, new_topo, draining)
     staying = sorted(kept & old_ids)
     live = [w for w in staying if w not in exited]
     old, new = (topology, physical), (new_topo, trans)
@@ -146,6 +147,40 @@ def plan(
     steps.append(Step("drop_rules", "remove the rules nothing uses any more"))
     steps.append(Step("wait_rules", "every switch holds exactly the new rules"))
     return Plan(request, topology, physical, new_topo, trans, final, added, removed, steps)
+
+
+def _check_engine_nodes(old: Topology, new: Topology, draining: list[WorkerAssignment]) -> None:
+    """Spark nodes can only be scaled up (409 otherwise, with the reason).
+
+    A running Spark query reads every worker's offset log and hands its output
+    to the workers the node started with: a worker cannot leave (its log, and
+    the outbox parts it owns, would be orphaned), and the engine service runs
+    one fixed function per node, so a spark node cannot be inserted, removed
+    or swapped while the application runs.
+    """
+    for name in sorted(set(old.nodes) | set(new.nodes)):
+        a, b = old.nodes.get(name), new.nodes.get(name)
+        engine = (a or b).engine  # type: ignore[union-attr]
+        if (a is None or a.engine == "python") and (b is None or b.engine == "python"):
+            continue
+        if (
+            a is None
+            or b is None
+            or (a.engine, a.operator, a.args) != (b.engine, b.operator, b.args)
+        ):
+            what = "inserted" if a is None else "removed" if b is None else "swapped"
+            raise ReconfigError(
+                f"{engine} node '{name}' cannot be {what} while the application runs: its "
+                "engine service runs a fixed query per node; only scaling it up is supported",
+                409,
+            )
+    shrinking = sorted({w.node for w in draining if old.nodes[w.node].engine != "python"})
+    if shrinking:
+        raise ReconfigError(
+            f"spark node '{shrinking[0]}' cannot lose workers: each worker's offset log and the "
+            "output it routes belong to the running Spark query; only scaling it up is supported",
+            409,
+        )
 
 
 def _upstream_steps(old, new, added: list[int], live: list[int], exited: set[int]) -> list[Step]:
