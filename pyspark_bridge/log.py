@@ -120,6 +120,7 @@ class OffsetLog:
         self.buf: list[bytes] = []
         self.buf_bytes = 0
         self._recover()
+        (self.dir / "eos").unlink(missing_ok=True)  # reopened: the worker takes input again
 
     def _recover(self) -> None:
         """Drop anything written after the last head (a torn tail), open the segment to append."""

@@ -173,5 +173,9 @@ class SparkBolt(Bolt):
         }
 
     def close(self) -> None:
+        """Stopped before its input ended (a rolled-back scale-up, a replaced worker): what it
+        logged is all it will log, so Spark reads it and the node can still finish."""
         if self.log is not None:
+            if not self.eos_marked:
+                self.log.mark_eos()
             self.log.close()

@@ -113,6 +113,20 @@ def test_outbox_owner_of_a_part_comes_from_the_manifest(tmp_path: Path) -> None:
     assert [owner_of(p, [7, 9]) for p in range(4)] == [7, 9, 7, 9]
 
 
+def test_a_spark_worker_stopped_early_marks_its_end_and_a_reopened_log_clears_it(
+    tmp_path: Path,
+) -> None:
+    """A worker stopped before its input ended (a rolled-back scale-up) must not leave the
+    driver waiting for its end of input; a worker that starts again takes input again."""
+    bolt = bolt_for("pyspark_bridge.examples:costly_enrichment")(dir=str(tmp_path))
+    bolt.open(Context("t", "n", 8, 1, 2, ["src", "seq", "ts", "payload"]))
+    bolt.process([1, 0, 0.5, b"x"], FakeEmit())
+    bolt.close()
+    assert read_json(tmp_path / "in" / "w8" / "eos") == {"pos": bolt.log.pos, "seq": 1}
+    again = OffsetLog(tmp_path / "in" / "w8")
+    assert again.offset()["seq"] == 1 and not (tmp_path / "in" / "w8" / "eos").exists()
+
+
 class FakeEmit:
     def __init__(self) -> None:
         self.rows: list[list] = []
