@@ -178,10 +178,14 @@ class FaultDetector(RyuApp):
             app = core.view.apps.get(name)
             held = set()
             if app is not None:
+                # dead workers and their replacements until the incident is over: a sender
+                # may still wait for the dead one's credit after it was routed elsewhere
                 suspect = {
-                    i.worker
+                    w
                     for i in self.incidents
                     if i.app == name and i.state in ("rerouting", "replacing")
+                    for w in (i.worker, i.replacement)
+                    if w is not None
                 } | self.pending.get(name, set())
                 held = held_up_by_receivers(app.topology, app.physical, silent, suspect)
             for wid, secs in sorted(silent.items()):
@@ -240,6 +244,11 @@ class FaultDetector(RyuApp):
             return "not in the physical topology (removed on purpose)"
         if not w.active:
             return "draining: a reconfiguration removes it"
+        status = app.statuses.get(wid)
+        if status is None or status.state == "starting":
+            # its port may show down while the agent adds it; a failed start is reported by
+            # the agent (exit status), and a crashed worker stays watched by the heartbeat
+            return "not attached yet"
         if app.state.get("drain"):
             return "the application is draining"
         if self._finished(name, wid, app):

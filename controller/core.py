@@ -538,6 +538,8 @@ class TyphoonController(RyuApp):
         if self.port_up.get(key) == up:
             return
         self.port_up[key] = up
+        if msg.reason == ofp_.OFPPR_ADD and not up:
+            return  # a TAP just added to the bridge, not up yet: nothing went down
         found = self.view.worker_at(host, port)
         if found is None:
             self.view = ClusterView.read(self.coordinator)

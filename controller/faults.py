@@ -138,9 +138,9 @@ def held_up_by_receivers(
     A sender that waits for a receiver's credit reads no control tuple until
     the wait ends (the transport's credit timeout), so a receiver that hangs
     without its port going down silences its senders too.  Those are not dead:
-    only workers none of whose receivers is silent or ``suspect`` (being failed
-    over, or a replacement not attached yet) are.  The others get a new window
-    once the receiver is handled.
+    only workers none of whose receivers is silent or ``suspect`` (a dead worker
+    or its replacement while the failover runs) are.  The others get a new
+    window once the receiver is handled.
     """
     silent = set(silent)
     blamed = silent | set(suspect)

@@ -30,6 +30,12 @@ of the overload, the update, and the backlog drain after it).  "Before" is
 every whole second from then to the scale-up decision (3 or 4 with
 ``up_window = 3``: the 10 s target leaves no room for a longer window);
 "after" is as many seconds from 3 s after the third worker first received.
+On a quiet machine the saturated stage is nearly as steady as the source
+(its service time is slept, not spun), and both CVs fall to what the
+measurement resolves: per-second counts interpolated between METRIC_RESPs
+0.5 s apart, about 0.5% with a constant source (seen: 0.000-0.005 after the
+scale-up).  So the test asks ``CV after <= max(CV before, RESOLUTION)`` with
+``RESOLUTION = 0.01``: not higher, beyond what the samples can tell apart.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from typhoon.topology import load_topology_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALE_UP_S = 10.0  # the issue's target: overload start -> third worker receiving
+RESOLUTION = 0.01  # CV the per-second samples resolve (see the docstring)
 
 SPLIT_COST_US = 4000  # 250 sentences/s per split worker
 WC_START, WC_RATE, WC_LOW = 300.0, 620.0, 60.0  # sentences/s: 60% busy, 124%/83%, idle
@@ -375,7 +382,7 @@ def test_fig11_split_overload_scales_up_within_10s_then_down_losing_nothing(clus
     assert received - overload <= SCALE_UP_S, received - overload
     assert received_fwd - overload_fwd <= SCALE_UP_S, received_fwd - overload_fwd
     assert mean_a > 1.1 * mean_b, (before, after)  # 2 -> 3 workers: 1.24 x expected
-    assert cv(after) <= cv(before), (before, after)
+    assert cv(after) <= max(cv(before), RESOLUTION), (before, after)
 
 
 @pytest.mark.parametrize(
