@@ -99,14 +99,41 @@ def reference_window_counts(
     event_type: str = "view",
 ) -> dict[tuple[str, int], int]:
     """``(campaign_id, window_start_ms) -> count`` of ``event_type`` events: the expected result."""
+    return reference_swap_counts(
+        count, count, (event_type,), (), seed, campaigns, ads, start_ms, per_second, window_ms
+    )
+
+
+def reference_swap_counts(
+    count: int,
+    swap_at: int,
+    before: tuple[str, ...] = ("view",),
+    after: tuple[str, ...] = ("view", "click"),
+    seed: int = 1,
+    campaigns: int = 100,
+    ads: int = 10,
+    start_ms: int = START_MS,
+    per_second: int = 1000,
+    window_ms: int = 10_000,
+) -> dict[tuple[str, int], int]:
+    """Expected counts when the filter passed ``before`` types for events ``[0, swap_at)`` and
+    ``after`` types from event ``swap_at`` on (the filter swap of paper Fig. 14)."""
     table = dict(campaign_table(campaigns, ads))
     counts: dict[tuple[str, int], int] = {}
-    for e in generate_ad_events(count, seed, campaigns, ads, start_ms, per_second):
-        if e["event_type"] != event_type:
+    for i, e in enumerate(generate_ad_events(count, seed, campaigns, ads, start_ms, per_second)):
+        if e["event_type"] not in (before if i < swap_at else after):
             continue
         key = (table[e["ad_id"]], e["event_time"] - e["event_time"] % window_ms)
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def per_window(counts: dict[tuple[str, int], int]) -> dict[int, int]:
+    """``window_start_ms -> count`` summed over campaigns."""
+    total: dict[int, int] = {}
+    for (_campaign, start), n in counts.items():
+        total[start] = total.get(start, 0) + n
+    return dict(sorted(total.items()))
 
 
 class AdEventSource(Spout):
