@@ -16,13 +16,17 @@ plain run does not:
   Storm's acker then tells the spout; a topology here is a DAG, so the acker
   is a sink and records the completion (and its latency) itself.  Replay on
   timeout is not modelled: these runs have no failures, and the throughput
-  cost is the extra messages, which are all here.
+  cost is the extra messages, which are all here;
+* :class:`EventLoggingSource` and :class:`EventLogger` reproduce Storm's live
+  debugging (paper Fig. 12): the observed worker sends a second serialized
+  copy of every tuple to an event-logger bolt once a SIGNAL switches it on.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
@@ -180,3 +184,98 @@ class Acker(Bolt):
             "pending": sum(r["pending"] for r in results),
             "per_worker": results,
         }
+
+
+EVENT_LOG_STREAM = "eventlog"
+MARK_S = 0.5  # seconds between the CPU marks of an EventLoggingSource
+
+
+class EventLoggingSource(SequenceSource):
+    """``sequence_source`` with Storm's event logger, switched at run time, and a CPU log.
+
+    Storm's live debugging: once debugging is enabled for a component, its
+    executor sends, besides every tuple, a second copy to the event-logger
+    bolt, serialized and sent a second time by the observed worker (paper
+    Fig. 12, Table 5).  Here a SIGNAL control tuple (``POST
+    /typhoon/apps/NAME/control``, through the controller like any control
+    tuple) switches that copy on, the next SIGNAL off; the copy is the same
+    values on stream ``eventlog``, which the framework serializes and sends
+    again.  End of stream also calls ``on_signal`` (after the last tuple, so
+    that switch copies nothing); ``switches`` records every one.
+
+    ``marks`` is ``[wall time, tuples emitted, copies, process CPU s]`` about
+    every ``MARK_S`` seconds: the CPU the worker spent per tuple in any stretch
+    of the run, read by the worker itself.
+    """
+
+    def __init__(self, count: int | None = None, size: int = 100, rate: float = 0.0) -> None:
+        super().__init__(count=count, size=size, rate=rate)
+        self.logging = False
+        self.copies = 0
+        self.switches: list[list[float]] = []  # [wall time, 1 on / 0 off, tuples emitted]
+        self.marks: list[list[float]] = []
+        self._next_mark = 0.0
+
+    def next_batch(self, emit: Emit, max_count: int) -> bool:
+        if not self.logging:
+            more = super().next_batch(emit, max_count)
+        else:
+            n = max_count if self.count is None else min(max_count, self.count - self.next_seq)
+            seq, src, payload, now = self.next_seq, self.src, self.payload, time.time()
+            for s in range(seq, seq + n):
+                values = [src, s, now, payload]
+                emit(values)
+                emit(values, EVENT_LOG_STREAM)
+            self.next_seq = seq + n
+            self.copies += n
+            more = self.count is None or self.next_seq < self.count
+        now = time.time()
+        if now >= self._next_mark:
+            self._mark(now)
+        return more
+
+    def _mark(self, now: float) -> None:
+        self.marks.append([now, self.next_seq, self.copies, time.process_time()])
+        self._next_mark = now + MARK_S
+
+    def on_signal(self, emit: Emit) -> None:
+        self.logging = not self.logging
+        self.switches.append([time.time(), int(self.logging), self.next_seq])
+
+    def result(self) -> dict[str, Any]:
+        self._mark(time.time())
+        return {
+            **super().result(),
+            "copies": self.copies,
+            "switches": self.switches,
+            "marks": self.marks,
+        }
+
+
+class EventLogger(Bolt):
+    """Storm's event-logger bolt: receives the copies, keeps the newest ``ring`` of them.
+
+    The debug consumer of the application-level variant: what it costs is
+    mostly the framework's receive and deserialization of every copy, as the
+    live debugger's debug worker decodes every mirrored frame.
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, ring: int = 1000) -> None:
+        if not isinstance(ring, int) or ring < 1:
+            raise ValueError("ring must be a positive integer")
+        super().__init__(ring=ring)
+        self.ring: deque[list] = deque(maxlen=ring)
+        self.received = 0
+
+    def process(self, values: list, emit: Emit) -> None:
+        self.received += 1
+        self.ring.append(values)
+
+    def result(self) -> dict[str, Any]:
+        return {"received": self.received}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {"received": sum(r["received"] for r in results)}

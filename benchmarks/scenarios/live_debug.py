@@ -1,0 +1,608 @@
+"""Scenario 6, live debugging overhead (paper Fig. 12, Table 5).
+
+A source sends 100-byte tuples as fast as it can to a sequence-checking sink
+on the emulated sdn cluster (three hosts; source and sink on two of them).
+From second 18 (quick mode: 4) until a second before the end, someone
+watches every tuple the source sends, in one of two ways, interleaved over
+the rounds in one run of the suite:
+
+* ``mirror``: the live debugger, attached as ``typhoon debug attach NAME
+  source`` does it (``POST /typhoon/apps/NAME/debug`` of ``apps/live_debugger.py``
+  with the CLI's own client, wait until the session is live, read its records
+  as the CLI does, ``DELETE`` at the end).  The controller starts a debug
+  worker on the source's host and adds one output to the source's rules; the
+  switch copies the frames, the source does nothing extra.  The debug worker
+  decodes every copy and ships 1 % of them to the controller's ring buffer.
+* ``app copy``: Storm's event logger.  The same source
+  (:class:`benchmarks.operators.EventLoggingSource`) in a topology that also
+  has an event-logger bolt on a second stream, provisioned at deployment as
+  Storm's is; a SIGNAL control tuple through the controller's REST switches
+  the copy on at the same second (and a second SIGNAL off), from when on the
+  source serializes and sends every tuple twice.  The event logger receives
+  and deserializes every copy and keeps the last 1000.
+
+Measured per run: the sink's tuples per second (from its arrival timeline,
+one-second bins since activation), the median before the attach against the
+median while attached; the source process's own CPU per 1000 tuples in both
+stretches (the worker reads its CPU clock every 0.5 s); the framework's
+serialization counter per tuple (polled from the controller's metrics); what
+the debug consumer saw and the CPU it used; lost and duplicated tuples at the
+sink.  On this shared two-core machine the sink's rate moves with everything
+else that runs, so the source's CPU per tuple is the cleaner measure of what
+watching costs the observed worker; the throughput ratio is the paper's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from benchmarks import measure
+from benchmarks.operators import EVENT_LOG_STREAM
+from benchmarks.plots import time_series
+from benchmarks.scenario import (
+    Bench,
+    Ratio,
+    Scenario,
+    ScenarioResult,
+    Table,
+    fmt_count,
+    fmt_num,
+    fmt_rate,
+    median,
+    register,
+)
+from benchmarks.testbed import RunResult, ovs_cpu_seconds
+from benchmarks.timeline import tick_rates
+from mininet_env.run import EmulatedCluster
+from typhoon.client import ApiCallError, Client, resolve
+from typhoon.report import read_worker_reports
+from typhoon.topology import Topology, load_topology_text
+
+SOURCE = "benchmarks.operators:EventLoggingSource"
+SINK = "benchmarks.operators:BenchSink"
+LOGGER = "benchmarks.operators:EventLogger"
+VARIANTS = ("mirror", "app copy")
+TUPLE_BYTES = 100
+SAMPLE_PERCENT = 1.0  # of the decoded copies the debug worker ships to the controller
+HOSTS = 3
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds since the topology became active."""
+
+    duration: float  # then the source is drained
+    attach_at: float
+    warmup: float  # nothing before this counts
+    window: float = 8.0  # the "before" stretch: this long up to the attach (after warmup)
+    settle: float = 0.5  # the "attached" stretch starts this long after the copy began
+
+    @property
+    def detach_at(self) -> float:
+        return self.duration - 1.0
+
+
+FULL = Timing(duration=28.0, attach_at=18.0, warmup=2.0)
+QUICK = Timing(duration=9.0, attach_at=3.0, warmup=1.0)
+
+
+def topology(name: str, app_copy: bool, count: int | None = None) -> Topology:
+    """source -> sink; with ``app_copy`` also source -(eventlog)-> an event-logger bolt.
+
+    The sink is listed first, so with one worker per host the source and the
+    sink get the same two hosts in both variants (the scheduler's order).
+    """
+    args: dict[str, Any] = {"size": TUPLE_BYTES}
+    if count is not None:
+        args["count"] = count
+    doc: dict[str, Any] = {
+        "name": name,
+        "spouts": [{"id": "source", "operator": SOURCE, "args": args}],
+        "bolts": [{"id": "sink", "operator": SINK}],
+        "streams": [{"from": "source", "to": "sink", "grouping": "shuffle"}],
+    }
+    if app_copy:
+        doc["bolts"].append({"id": "eventlog", "operator": LOGGER})
+        doc["streams"].append(
+            {"from": "source", "to": "eventlog", "stream": EVENT_LOG_STREAM, "grouping": "shuffle"}
+        )
+    return load_topology_text(yaml.safe_dump(doc, sort_keys=False), f"<{name}>")
+
+
+# ----- arithmetic over one run's timelines (pure, unit-tested) ------------------------------
+
+
+def phase_median(series: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """Median rate of the one-second bins lying wholly within [start, end]."""
+    return median(r for t, r in series if t >= start - 1e-9 and t + 1.0 <= end + 1e-9)
+
+
+def cpu_ms_per_1000(marks: list[list[float]], start: float, end: float) -> float | None:
+    """CPU ms per 1000 tuples between the first mark at/after ``start`` and the last
+    at/before ``end`` (marks: ``[wall, emitted, copies, cpu s]``)."""
+    inside = [m for m in marks if start <= m[0] <= end]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    return 1e6 * (inside[-1][3] - inside[0][3]) / (inside[-1][1] - inside[0][1])
+
+
+def serializations_per_tuple(
+    polled: list[tuple[float, int, int]], start: float, end: float
+) -> float | None:
+    """Framework serializations per tuple emitted between two polls of its counters
+    (``(time, serializations, tuples out)``) inside [start, end]."""
+    inside = [p for p in polled if start <= p[0] <= end]
+    if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
+        return None
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
+
+
+# ----- one run -------------------------------------------------------------------------------
+
+
+class Watcher:
+    """The live debugger's client in a thread, as ``typhoon debug attach`` runs it."""
+
+    POLL_S = 0.2  # the CLI's --poll default
+
+    def __init__(self, api: Client, app: str) -> None:
+        self.api = api
+        self.path = f"/apps/{app}/debug"
+        self.requested = 0.0
+        self.live = 0.0  # wall time the session was first seen live
+        self.session: dict[str, Any] = {}
+        self.final: dict[str, Any] = {}
+        self.records = 0
+        self.stats: dict[str, Any] = {}  # the debug worker's, at the end
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-debug", daemon=True)
+
+    def attach(self) -> None:
+        self.requested = time.time()
+        body = {"worker": "source", "direction": "out", "sample": SAMPLE_PERCENT}
+        self.session = self.api.call("POST", self.path, body)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sid = self.session["session"]
+        try:
+            while not self._stop.is_set():
+                s = self.api.call("GET", f"{self.path}/{sid}")
+                if s["state"] == "live":
+                    self.live, self.session = time.time(), s
+                    break
+                if s["state"] == "ended":
+                    self.error = f"the debug session ended before it went live: {s['reason']}"
+                    return
+                self._stop.wait(0.1)
+            after = 0
+            while not self._stop.is_set():
+                page = self.api.call("GET", f"{self.path}/{sid}/tuples?after={after}&limit=1000")
+                self.records += len(page["records"])
+                after = page["next"]
+                if page["state"] == "ended":
+                    self.error = f"the debug session ended: {page['reason']}"
+                    return
+                if not page["records"]:
+                    self._stop.wait(self.POLL_S)
+        except ApiCallError as e:
+            self.error = f"debug session: {e}"
+
+    def detach(self) -> float:
+        """Stop reading, DELETE the session (mirrors removed); the wall time it was asked."""
+        at = time.time()
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.session:
+            try:
+                self.final = self.api.call("DELETE", f"{self.path}/{self.session['session']}")
+            except ApiCallError as e:
+                self.error = self.error or f"detach: {e}"
+        return at
+
+    def final_stats(self, wait_s: float = 5.0) -> dict[str, Any]:
+        """The debug worker's last statistics: it posts them once the detach stopped it,
+        after the DELETE answered (the controller keeps an ended session a while)."""
+        at_detach = (self.final or {}).get("stats") or {}
+        if not self.session:
+            return at_detach
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                stats = self.api.call("GET", f"{self.path}/{self.session['session']}")["stats"]
+            except ApiCallError:
+                return at_detach
+            if stats != at_detach or time.monotonic() > deadline:
+                return stats or at_detach
+            time.sleep(0.2)
+
+
+@dataclass
+class Timeline:
+    """The on_tick hook of one run: the schedule, and the source's counters polled."""
+
+    cluster: EmulatedCluster
+    name: str
+    variant: str
+    timing: Timing
+    api: Client
+    t0: float = 0.0  # wall time the topology became active
+    source: int = 0  # worker id
+    data_stream: str = ""  # id of the source -> sink stream, as the metrics key it
+    polled: list[tuple[float, int, int]] = field(default_factory=list)
+    watcher: Watcher | None = None
+    attach_requested: float = 0.0
+    detach_requested: float = 0.0
+    error: str = ""
+
+    def __call__(self, elapsed: float) -> None:
+        if not self.t0:
+            self.t0 = time.time() - elapsed
+            self.source = self.cluster.coordinator.get_physical(self.name).of_node("source")[0]
+            self.source = self.source.worker_id
+            topo = self.cluster.coordinator.get_topology(self.name)
+            sid = next(s.id for s in topo.outputs_of("source") if s.dst == "sink")
+            self.data_stream = str(sid)
+        m = self.cluster.coordinator.get_metrics(self.name).get(self.source)
+        if m and (not self.polled or m["time"] > self.polled[-1][0]):
+            # tuples out on the data stream only: the event-log copies count as "out" too
+            self.polled.append((m["time"], m["serializations"], m["out"].get(self.data_stream, 0)))
+        try:
+            if elapsed >= self.timing.attach_at and not self.attach_requested:
+                self.attach_requested = time.time()
+                if self.variant == "mirror":
+                    self.watcher = Watcher(self.api, self.name)
+                    self.watcher.attach()
+                else:
+                    self._signal(1)
+            if elapsed >= self.timing.detach_at and self.attach_requested:
+                if not self.detach_requested:
+                    if self.watcher is not None:
+                        self.detach_requested = self.watcher.detach()
+                    else:
+                        self.detach_requested = time.time()
+                        self._signal(2)
+        except ApiCallError as e:
+            self.error = self.error or f"{type(e).__name__}: {e}"
+
+    def _signal(self, version: int) -> None:
+        body = {"type": "SIGNAL", "body": {"version": version}, "node": "source"}
+        self.api.call("POST", f"/apps/{self.name}/control", body)
+
+
+def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timing) -> RunResult:
+    """One run of ``variant``; its record goes to ``results.json`` like any run's."""
+    name = f"bench{next(bench.testbed.names):04d}-livedebug-{variant.replace(' ', '')}"
+    topo = topology(name, app_copy=variant == "app copy")
+    topo.config["batch_size"] = 100
+    topo.config["max_delay_ms"] = 2.0
+    cluster.options.duration = timing.duration
+    cluster.options.timeout = timing.duration + 60
+    cluster.options.live_every = 0.5
+    api = Client(resolve(config=str(cluster.workdir / "client.ini")))
+    hook = Timeline(cluster, name, variant, timing, api)
+    label = f"live debug {variant}"
+    cpu0, t0 = ovs_cpu_seconds(), time.monotonic()
+    try:
+        report = cluster.run(topo, hook)
+        workers = read_worker_reports(cluster.report_dir(name))
+        if hook.watcher is not None:
+            hook.watcher.stats = hook.watcher.final_stats()
+        error = hook.error or (hook.watcher.error if hook.watcher else "")
+        if not hook.detach_requested:
+            error = error or "the run ended before the debugger was detached"
+        if not report.get("ok"):
+            error = error or "a worker failed or the run timed out"
+        result = RunResult("sdn", HOSTS, label, not error, time.monotonic() - t0, error)
+        result.report, result.workers = report, workers
+    except Exception as e:  # one failed run must not end the benchmark
+        if name in cluster.manager.list():
+            try:
+                cluster.kill(name)
+            except Exception:
+                pass
+        detail = traceback.format_exception_only(e)[-1].strip()
+        result = RunResult("sdn", HOSTS, label, False, time.monotonic() - t0, detail)
+    cpu1 = ovs_cpu_seconds()
+    if cpu0 is not None and cpu1 is not None:
+        result.ovs_cpu_s = round(cpu1 - cpu0, 3)
+    result.report["live_debug"] = describe_run(result, hook, timing)
+    record = result.to_dict()
+    record["live_debug"] = result.report["live_debug"]
+    bench.records.append(record)
+    if not result.ok:
+        bench.failures += 1
+    status = "ok" if result.ok else f"FAILED: {result.error}"
+    print(f"  {label} [sdn]: {status} ({result.wall_s:.1f} s)", file=bench.out, flush=True)
+    return result
+
+
+def describe_run(run: RunResult, hook: Timeline, timing: Timing) -> dict[str, Any]:
+    """This run's timelines and per-stretch numbers (seconds since activation)."""
+    out: dict[str, Any] = {"variant": hook.variant}
+    if not run.report or not hook.t0:
+        return out
+    t0 = hook.t0
+    sink = run.node_result("sink")
+    series = []
+    if sink.get("timeline"):
+        bins = tick_rates(sink["timeline"], sink["tick_s"], t0, t0 + timing.duration, 1.0)
+        series = [(round(t - t0, 3), r) for t, r in bins]
+    src = next((w["result"] for w in run.node_workers("source") if w.get("result")), {})
+    marks = src.get("marks", [])
+    switches = src.get("switches", [])
+    if hook.watcher is not None:
+        began = hook.watcher.live
+        ended = hook.detach_requested
+    else:  # the source's own record of the SIGNALs (the first two; the third is end of stream)
+        began = switches[0][0] if switches and switches[0][1] == 1 else 0.0
+        ended = switches[1][0] if len(switches) > 1 else hook.detach_requested
+    attach = hook.attach_requested or t0 + timing.attach_at
+    before = (max(t0 + timing.warmup, attach - timing.window), attach)
+    attached = (began + timing.settle, ended) if began else None
+    rate_before = phase_median(series, before[0] - t0, before[1] - t0)
+    # the same ratio between the two stretches before it, where nothing changed: how far
+    # the rate moves on its own on this machine (None when the warmup leaves no room)
+    earlier = (before[0] - timing.window, before[0])
+    rate_earlier = (
+        phase_median(series, earlier[0] - t0, earlier[1] - t0)
+        if earlier[0] >= t0 + timing.warmup - 1e-6
+        else None
+    )
+    rate_attached = phase_median(series, attached[0] - t0, attached[1] - t0) if attached else None
+    out.update(
+        {
+            "series": series,
+            "attach_requested_s": round(hook.attach_requested - t0, 3)
+            if hook.attach_requested
+            else None,
+            "copy_began_s": round(began - t0, 3) if began else None,
+            "attach_latency_s": round(began - hook.attach_requested, 3) if began else None,
+            "detach_requested_s": round(ended - t0, 3) if ended else None,
+            "tuples_s_before": rate_before,
+            "placebo_ratio": rate_before / rate_earlier if rate_before and rate_earlier else None,
+            "tuples_s_attached": rate_attached,
+            "attached_over_before": rate_attached / rate_before
+            if rate_attached and rate_before
+            else None,
+            "source_cpu_ms_per_1000_before": cpu_ms_per_1000(marks, *before),
+            "source_cpu_ms_per_1000_attached": cpu_ms_per_1000(marks, *attached)
+            if attached
+            else None,
+            "serializations_per_tuple_before": serializations_per_tuple(hook.polled, *before),
+            "serializations_per_tuple_attached": serializations_per_tuple(hook.polled, *attached)
+            if attached
+            else None,
+            "lost": measure.lost(run, acker=""),
+            "duplicates": measure.duplicates(run),
+        }
+    )
+    if hook.watcher is not None:
+        stats = hook.watcher.stats
+        out["consumer"] = {
+            "kind": "debug worker (mirror copies)",
+            "copies_seen": stats.get("tuples"),
+            "frames": stats.get("frames"),
+            "lost_copies": stats.get("seq_gaps"),
+            "cpu_s": stats.get("cpu_s"),
+            "records_read": hook.watcher.records,
+            "mirrored_rules": hook.watcher.session.get("mirrored_rules"),
+        }
+    else:
+        logger = next((w for w in run.node_workers("eventlog") if w.get("result")), None)
+        out["consumer"] = {
+            "kind": "event-logger bolt (second copies)",
+            "copies_sent": src.get("copies"),
+            "copies_seen": logger["result"]["received"] if logger else None,
+            "cpu_s": logger.get("cpu_s") if logger else None,
+        }
+    return out
+
+
+# ----- the scenario --------------------------------------------------------------------------
+
+
+@register
+class LiveDebug(Scenario):
+    name = "live_debug"
+    title = "Live debugging overhead"
+    figure = "Fig. 12"
+    order = 6
+
+    APPS = ["apps/live_debugger.py"]
+    CONTROLLER_CONFIG = "metrics_interval = 0.5\n"
+
+    def run(self, bench: Bench) -> ScenarioResult:
+        timing = QUICK if bench.quick else FULL
+        res = self.result(bench)
+        runs: dict[str, list[RunResult]] = {v: [] for v in VARIANTS}
+        cluster = bench.testbed.app_cluster("d", self.APPS, self.CONTROLLER_CONFIG)
+        try:
+            for rnd in range(bench.repeats):
+                for variant in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
+                    runs[variant].append(run_once(bench, cluster, variant, timing))
+        finally:
+            cluster.close()
+        self.describe(res, bench, runs, timing)
+        return res
+
+    def describe(
+        self, res: ScenarioResult, bench: Bench, runs: dict[str, list[RunResult]], timing: Timing
+    ) -> None:
+        per = {v: [r.report.get("live_debug", {}) for r in rs] for v, rs in runs.items()}
+
+        def med(variant: str, key: str) -> float | None:
+            return median(d.get(key) for d in per[variant])
+
+        def consumer(variant: str, key: str) -> float | None:
+            return median((d.get("consumer") or {}).get(key) for d in per[variant])
+
+        rows, summary = [], {}
+        for v in VARIANTS:
+            lost = [d.get("lost") for d in per[v]]
+            dups = [d.get("duplicates") for d in per[v]]
+            seen, cpu = consumer(v, "copies_seen"), consumer(v, "cpu_s")
+            rows.append(
+                [
+                    v,
+                    fmt_rate(med(v, "tuples_s_before")),
+                    fmt_rate(med(v, "tuples_s_attached")),
+                    fmt_num(med(v, "attached_over_before"))
+                    + f" ({', '.join(fmt_num(d.get('attached_over_before')) for d in per[v])})",
+                    fmt_num(med(v, "placebo_ratio")),
+                    fmt_num(med(v, "source_cpu_ms_per_1000_before")),
+                    fmt_num(med(v, "source_cpu_ms_per_1000_attached")),
+                    fmt_num(med(v, "serializations_per_tuple_before")),
+                    fmt_num(med(v, "serializations_per_tuple_attached")),
+                    f"{fmt_count(lost)} / {fmt_count(dups)}",
+                    f"{fmt_rate(seen)} / {fmt_num(cpu, 1)}",
+                    fmt_num(med(v, "attach_latency_s")),
+                    str(sum(r.ok for r in runs[v])),
+                ]
+            )
+            summary[v] = {
+                key: med(v, key)
+                for key in (
+                    "tuples_s_before",
+                    "tuples_s_attached",
+                    "attached_over_before",
+                    "placebo_ratio",
+                    "source_cpu_ms_per_1000_before",
+                    "source_cpu_ms_per_1000_attached",
+                    "serializations_per_tuple_before",
+                    "serializations_per_tuple_attached",
+                    "attach_latency_s",
+                )
+            } | {"runs": [{k: x for k, x in d.items() if k != "series"} for d in per[v]]}
+        res.summary = summary
+        res.tables.append(
+            Table(
+                f"{self.title}: source -> sink, {TUPLE_BYTES}-byte tuples, watched from second "
+                f"{timing.attach_at:g} to {timing.detach_at:g} of {timing.duration:g} "
+                "(medians over the runs)",
+                [
+                    "variant",
+                    "tuples/s before",
+                    "tuples/s attached",
+                    "attached/before (runs)",
+                    "same, nothing attached",
+                    "source CPU ms/1000 before",
+                    "attached",
+                    "serializations/tuple before",
+                    "attached",
+                    "lost / dup",
+                    "consumer copies / CPU s",
+                    "attach -> copying (s)",
+                    "runs ok",
+                ],
+                rows,
+                note=(
+                    "Throughput at the sink: median of one-second bins in the "
+                    f"{timing.window:g} s before the attach request (from second "
+                    f"{timing.warmup:g} at the earliest), and from {timing.settle:g} s after "
+                    "the copying began to the detach. 'Same, nothing attached': the ratio of "
+                    f"that before-stretch to the {timing.window:g} s before it, where nothing "
+                    "changed: how far the rate moves on its own here. Source CPU: "
+                    "the source process's own CPU clock per tuple it emitted over the same "
+                    "stretches. Serializations: the framework's counter. Consumer: the debug "
+                    "worker (mirror; CPU over its life) or the event-logger bolt (app copy; "
+                    "CPU over the whole run). Lost / dup: the sink's sequence check, summed."
+                ),
+            )
+        )
+        mirror_ser = med("mirror", "serializations_per_tuple_attached")
+        copy_ser = med("app copy", "serializations_per_tuple_attached")
+        res.tables.append(
+            Table(
+                "Table 5: Storm-style event logger vs Typhoon live debugger (as measured here)",
+                ["property", "app copy (Storm's event logger)", "mirror (Typhoon)"],
+                [
+                    [
+                        "debugging granularity",
+                        "the whole source node (a stream provisioned in the topology)",
+                        "one worker, one direction, with a filter",
+                    ],
+                    [
+                        "resources",
+                        "event-logger worker and its connections for the whole run",
+                        "a debug worker started on attach, stopped on detach",
+                    ],
+                    [
+                        "dynamic provisioning",
+                        "no (in the topology at deployment; switched on by SIGNAL)",
+                        f"yes: attach to live in {fmt_num(med('mirror', 'attach_latency_s'))} s",
+                    ],
+                    [
+                        "serializations per tuple while watched",
+                        fmt_num(copy_ser),
+                        fmt_num(mirror_ser),
+                    ],
+                ],
+            )
+        )
+        res.ratios.append(
+            Ratio.against(
+                "live debug mirror: throughput attached / detached",
+                med("mirror", "attached_over_before"),
+                at_least=0.95,
+            )
+        )
+        res.ratios.append(
+            Ratio(
+                "live debug app copy: throughput attached / detached",
+                med("app copy", "attached_over_before"),
+            )
+        )
+        for v in VARIANTS:
+            b = med(v, "source_cpu_ms_per_1000_before")
+            a = med(v, "source_cpu_ms_per_1000_attached")
+            res.ratios.append(
+                Ratio(
+                    f"live debug {v}: source CPU per tuple attached / detached",
+                    a / b if a and b else None,
+                )
+            )
+        res.plots.append(self.plot(bench, per, timing))
+        res.notes.append(
+            f"Setup: {HOSTS} emulated hosts (userspace OVS bridges, full mesh) under the "
+            "Typhoon controller with `apps/live_debugger.py`; source on h1, sink on h2, the "
+            "mirror's debug worker on h1 (the observed worker's host), the event logger on h3. "
+            f"The debug worker decodes every copy and ships {SAMPLE_PERCENT:g} % to the "
+            "controller, which a client thread reads as `typhoon debug attach` does. Variants "
+            "alternate order every round."
+        )
+
+    def plot(self, bench: Bench, per: dict[str, list[dict[str, Any]]], timing: Timing) -> str:
+        """Fig. 12: per-second sink throughput, median over the runs, attach marked."""
+        series = {}
+        for v in VARIANTS:
+            by_t: dict[float, list[float]] = {}
+            for d in per[v]:
+                for t, r in d.get("series", []):
+                    by_t.setdefault(round(t), []).append(r)
+            ts = sorted(by_t)
+            series[v] = (ts, [median(by_t[t]) or 0.0 for t in ts])
+        live = med_of(per["mirror"], "copy_began_s")
+        markers = [(timing.attach_at, "debugger attached", "")]
+        if live is not None:
+            markers.append((live, "mirror live", "mirror"))
+        markers.append((timing.detach_at, "detached", ""))
+        return time_series(
+            bench.out_dir / "fig12_live_debug.png",
+            f"Fig. 12: live debugging overhead ({TUPLE_BYTES}-byte tuples, sink throughput)",
+            series,
+            "tuples/s (median of runs)",
+            markers,
+            xlabel="seconds since the topology became active",
+        )
+
+
+def med_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    return median(d.get(key) for d in rows)
