@@ -8,11 +8,12 @@ controller on this machine.
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 from functools import partial
 
 from mininet.link import Link, TCLink
-from mininet.log import setLogLevel
+from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
@@ -22,6 +23,20 @@ from typhoon.cluster import Cluster
 log = logging.getLogger(__name__)
 
 LINK_MTU = 9000  # like worker TAPs: a full worker frame (9000-byte payload) fits
+
+
+class QuietRemoteController(RemoteController):
+    """Mininet's remote controller, checked with a socket instead of telnet.
+
+    Mininet pipes ``telnet`` to the controller and decodes what comes back as
+    text; Ryu answers with a binary OpenFlow HELLO, which now and then fails to
+    decode (UnicodeDecodeError) and aborts the cluster start."""
+
+    def checkListening(self) -> None:
+        try:
+            socket.create_connection((self.ip, self.port), timeout=2).close()
+        except OSError as e:
+            warn(f"Unable to contact the remote controller at {self.ip}:{self.port}: {e}\n")
 
 
 class EmulatedNetwork:
@@ -46,7 +61,7 @@ class EmulatedNetwork:
         )
         self.net = net
         net.addController(
-            "c0", controller=RemoteController, ip="127.0.0.1", port=self.controller_port
+            "c0", controller=QuietRemoteController, ip="127.0.0.1", port=self.controller_port
         )
         names = {}
         for i in range(1, self.plan.hosts + 1):
