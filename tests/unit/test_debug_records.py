@@ -135,3 +135,15 @@ def test_a_frame_copied_before_the_load_balancer_names_its_virtual_address():
     [r] = d.feed(frame, 0.0)
     assert (r["dst"], r["dst_label"]) == (None, "lb:1/5")
     assert d.stats.links == {f"{SPLIT}->load_balancer": 1}
+
+
+def test_unfiltered_sampling_chooses_before_decoding_and_counts_every_tuple():
+    d = decoder("", sample=10.0, seed=5)
+    words = [f"w{i}" for i in range(5000)]
+    batches = [frames(COUNT0, words[i : i + 100], seq=i // 100) for i in range(0, 5000, 100)]
+    got = feed(d, [f for b in batches for f in b])
+    assert d.stats.tuples == d.stats.matched == 5000
+    assert d.stats.sampled_out + len(got) == 5000
+    assert 400 < len(got) < 600
+    assert all(r["fields"]["word"] in words and r["dst"] == COUNT0 for r in got)
+    assert len({r["fields"]["word"] for r in got}) == len(got)  # each chosen tuple once

@@ -34,7 +34,7 @@ class DecoderStats:
 
     frames: int = 0  # frames read off the debug port
     data_frames: int = 0
-    tuples: int = 0  # data tuples decoded
+    tuples: int = 0  # data tuples seen (decoded, except those sampling left out unfiltered)
     matched: int = 0  # tuples that passed the filter
     sampled_out: int = 0  # matched, but left out by sampling
     eos: int = 0  # end-of-stream punctuations
@@ -127,7 +127,21 @@ class MirrorDecoder:
         if frame.stream == EOS_STREAM:
             st.eos += len(payloads)
             return []
-        return [r for p in payloads if (r := self._tuple(p, frame, src, dst, now)) is not None]
+        if self.show_raw and self.sample < 100.0:  # no filter: sample before decoding
+            keep = self.sample / 100.0
+            rnd = self.rng.random
+            chosen = [p for p in payloads if rnd() < keep]
+            skipped = len(payloads) - len(chosen)
+            st.tuples += skipped
+            st.matched += skipped
+            st.sampled_out += skipped
+            payloads = chosen
+            sampled = True
+        else:
+            sampled = self.sample >= 100.0
+        return [
+            r for p in payloads if (r := self._tuple(p, frame, src, dst, now, sampled)) is not None
+        ]
 
     def _check_seq(self, frame: wire.Frame) -> None:
         key = (frame.src, frame.dst, frame.stream)
@@ -139,8 +153,17 @@ class MirrorDecoder:
         self.next_seq[key] = (frame.seq + 1) & _U32
 
     def _tuple(
-        self, payload: bytes, frame: wire.Frame, src: wire.Address, dst: wire.Address, now: float
+        self,
+        payload: bytes,
+        frame: wire.Frame,
+        src: wire.Address,
+        dst: wire.Address,
+        now: float,
+        sampled: bool,
     ) -> dict[str, Any] | None:
+        """One tuple's record, or None.  Filter, then sample (unless ``sampled``
+        already), then build the record: a tuple left out costs its decoding and
+        little else (the debug worker shares the machine with what it watches)."""
         st = self.stats
         try:
             values = wire.decode_tuple(payload)
@@ -149,9 +172,21 @@ class MirrorDecoder:
             return None
         st.tuples += 1
         src_node, src_index = self.workers.get(src.value, ("?", 0))
-        names = self.fields.get(src_node, [])
-        named = dict(zip(names, values, strict=False))
-        meta: dict[str, Any] = {"_src": src.value, "_src_node": src_node, "_stream": frame.stream}
+        named: dict[str, Any] | None = None
+        if not self.show_raw:  # a field filter: it sees the named fields and the metadata
+            named = dict(zip(self.fields.get(src_node, []), values, strict=False))
+            meta: dict[str, Any] = {"_src": src.value, "_src_node": src_node,
+                                    "_stream": frame.stream}  # fmt: skip
+            if dst.cls == AddrClass.WORKER:
+                meta.update(_dst=dst.value, _dst_node=self.workers.get(dst.value, ("?", 0))[0])
+            if not self.accept({**named, **meta}):
+                return None
+        st.matched += 1
+        if not sampled and self.rng.random() * 100.0 >= self.sample:
+            st.sampled_out += 1
+            return None
+        if named is None:
+            named = dict(zip(self.fields.get(src_node, []), values, strict=False))
         record: dict[str, Any] = {
             "time": now,
             "src": src.value,
@@ -161,18 +196,11 @@ class MirrorDecoder:
         }
         if dst.cls == AddrClass.WORKER:
             dst_node, dst_index = self.workers.get(dst.value, ("?", 0))
-            meta.update(_dst=dst.value, _dst_node=dst_node)
             record.update(dst=dst.value, dst_label=f"{dst_node}[{dst_index}]")
         elif dst.cls == AddrClass.LOAD_BALANCER:  # copied before the switch picks a receiver
             record.update(dst=None, dst_label=f"lb:{dst.value >> 8}/{dst.value & 0xFF}")
         else:
             record.update(dst=None, dst_label=f"group:{dst.value}")
-        if not self.accept({**named, **meta}):
-            return None
-        st.matched += 1
-        if self.sample < 100.0 and self.rng.random() * 100.0 >= self.sample:
-            st.sampled_out += 1
-            return None
         record["fields"] = json_safe(named)
         record["values"] = json_safe(values)
         return record
