@@ -209,6 +209,12 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
             "the backlog kept growing"
         )
         assert done_after > 1.3 * done_before, "a second partition did not raise the rate"
+        # shrinking a spark node is refused with the reason, nothing starts
+        status, reply = c.rest(
+            "POST", f"/apps/{t.name}/scale", {"node": "enrich", "parallelism": 1}
+        )
+        assert status == 409 and "only scaling it up is supported" in reply["error"], reply
+        assert len(c.coordinator.get_physical(t.name).of_node("enrich")) == 2
 
         status, reply = c.rest(
             "POST", f"/apps/{t.name}/control",
