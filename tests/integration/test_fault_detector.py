@@ -176,8 +176,8 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
             t = c.coordinator.get_metrics(name).get(source, {}).get("time", 0.0)
             return t if t > found["detected_wall"] else None
 
-        # the source waited for the stopped worker's credit (its credit timeout) and read
-        # no control tuple meanwhile, the reroute included
+        # the source is blocked on the stopped worker's credit; the ROUTING without it ends
+        # that wait at once (the worker answered no SYNC), not the 10 s credit timeout
         recovered = wait(source_answers, 30, "the source to answer again", 0.05)
         t2, n2 = count_in(c, name, counts)
         time.sleep(WINDOW_S)
@@ -229,8 +229,10 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
         f"{METRICS_S:g} s), reroute written {found['reroute_ms']:.2f} ms after that (ack wait "
         f"ended {found['reroute_acked_ms']:.0f} ms), replacement {new} rejoined "
         f"{done['rejoined_ms']:.0f} ms after; source blocked on the stopped worker's credit "
-        f"until {recovered - stopped:.2f} s after the SIGSTOP; count input {before:.0f}/s "
-        f"before, {after:.0f}/s after ({after / before:.0%}); replacement received {new_in}; "
+        f"until {recovered - stopped:.2f} s after the SIGSTOP "
+        f"({recovered - found['detected_wall']:.2f} s after the detection); count input "
+        f"{before:.0f}/s before, {after:.0f}/s after ({after / before:.0%}); "
+        f"replacement received {new_in}; "
         f"sentences sent {sent}, received by splits {received}, lost {lost}; "
         f"incidents {[(i['worker'], i['reason']) for i in incidents]}"
     )
@@ -240,6 +242,10 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
     assert state_then == "T", state_then
     assert HEARTBEAT_S - METRICS_S <= detection_s <= HEARTBEAT_S + 2.0, detection_s
     assert found["senders"] == [source]
+    # the source applied and acked the reroute while blocked on the stopped worker's credit
+    # (the detector waits ack_timeout = 5 s for it), and sends again right after it
+    assert found["reroute_acked_ms"] <= 2000, found
+    assert recovered - found["detected_wall"] <= 2.0, recovered - found["detected_wall"]
     assert done["state"] == "rejoined", done
     assert new not in {w.worker_id for w in physical.workers}
     assert [i["worker"] for i in incidents] == [victim], incidents  # nobody else declared dead

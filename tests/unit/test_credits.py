@@ -234,6 +234,24 @@ def test_sync_rate_limit_and_dead_links():
     assert not s.is_dead(A)
 
 
+def test_a_request_for_credit_stays_unanswered_until_a_grant():
+    s = SenderCredits(W, sync_s=0.1)
+    assert s.unanswered_for(A, 5.0) == 0.0  # nothing asked yet
+    s.start_wait([A], 5.0)
+    assert s.unanswered_for(A, 6.5) == 1.5
+    assert s.sync_due(A, 6.5)  # a later SYNC does not restart the silence
+    assert s.unanswered_for(A, 7.0) == 2.0
+    s.on_grant(A, W)  # any grant answers, even one that adds no room
+    assert s.unanswered_for(A, 7.5) == 0.0
+    assert s.sync_due(A, 8.0)  # a SYNC is a request too
+    assert s.unanswered_for(A, 8.25) == 0.25
+    s.start_wait([A], 8.2)  # the oldest unanswered request counts
+    assert s.unanswered_for(A, 8.25) == 0.25
+    s.mark_dead(A)  # dead: still unanswered until a grant revives it
+    assert s.unanswered_for(A, 9.0) == 1.0
+    assert s.on_grant(A, W) and s.unanswered_for(A, 9.0) == 0.0
+
+
 # --------------------------------------------------------------------------- bytes
 
 

@@ -121,6 +121,7 @@ class _Out:
     synced: bool = False  # SYNC sent before the first frame
     dead: bool = False  # a credit wait timed out; cleared by the next grant
     last_sync: float = -math.inf
+    asked: float | None = None  # oldest request for a grant (wait, SYNC) no grant answered
 
 
 class SenderCredits:
@@ -232,6 +233,7 @@ class SenderCredits:
         self._release(link, max(0, self.window - diff32(link.grant, link.sent)))
         revived = link.dead
         link.dead = False
+        link.asked = None
         return revived
 
     def needs_first_sync(self, dst: int) -> bool:
@@ -249,6 +251,8 @@ class SenderCredits:
         if now - link.last_sync < (self.sync_s if interval is None else interval):
             return False
         link.last_sync = now
+        if link.asked is None:  # a SYNC asks for a grant: the receiver answers at once
+            link.asked = now
         return True
 
     def start_wait(self, dsts: Iterable[int], now: float) -> None:
@@ -256,6 +260,20 @@ class SenderCredits:
         for d in dsts:
             link = self._link(d)
             link.last_sync = max(link.last_sync, now)
+            if link.asked is None:
+                link.asked = now
+
+    def unanswered_for(self, dst: int, now: float) -> float:
+        """Seconds since we first asked ``dst`` for a grant (a wait, a SYNC) without one.
+
+        0 when every request was answered: a receiver that is alive, even one too
+        busy to consume, answers each SYNC with a grant, so only a hung or dead one
+        stays silent.
+        """
+        link = self._links.get(dst)
+        if link is None or link.asked is None:
+            return 0.0
+        return max(0.0, now - link.asked)
 
     def mark_dead(self, dst: int) -> bool:
         """A credit wait on ``dst`` timed out; True if it was alive until now.

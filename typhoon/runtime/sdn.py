@@ -11,7 +11,10 @@ Ethernet addresses alone (DESIGN §3).  This layer
   only when its receiver(s) granted room for it.  While a sender waits it keeps
   reading its port: credit frames count at once, everything else is queued for the
   next :meth:`SdnTransport.poll` *unconsumed*, so no credit goes back for it and
-  back-pressure propagates upstream hop by hop;
+  back-pressure propagates upstream hop by hop.  A receiver that answers no SYNC
+  is dead after ``credit_timeout_s``, or at once when a ROUTING queued meanwhile
+  routes around it (the controller found it hung): the wait ends and the
+  framework applies that ROUTING;
 * checks what arrives: malformed frames, control tuples not from the controller
   address, frames for another worker are counted in ``stats.drops`` and dropped
   (a worker never dies of a bad frame); sequence gaps per link are counted in
@@ -61,12 +64,16 @@ from typhoon.runtime import credits as cr
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
 from typhoon.runtime.transport import Inbound, Transport
-from typhoon.wire import AddrClass, ControlTuple, Frame, Kind, WireError
+from typhoon.wire import AddrClass, Control, ControlTuple, Frame, Kind, WireError
 
 log = logging.getLogger(__name__)
 
 READ_BATCH = 512  # frames read per poll() before handing out what arrived
 DEFAULT_CREDIT_TIMEOUT_S = 10.0
+# a receiver the controller routes around that answered no request for credit for this
+# long is dead at once, without waiting out the credit timeout (ten SYNC intervals: a
+# live receiver, even a blocked one, answers every SYNC)
+REROUTE_SILENCE_S = 1.0
 
 
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
@@ -102,6 +109,7 @@ class SdnTransport(Transport):
         txqueuelen: int | None = DEFAULT_TXQUEUELEN,
         device: Device | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reroute_silence_s: float = REROUTE_SILENCE_S,
     ) -> None:
         super().__init__()
         if not wire.MIN_MTU <= mtu <= 65535:
@@ -114,6 +122,7 @@ class SdnTransport(Transport):
         self.mtu = mtu
         self.ethertype = ethertype
         self.credit_timeout_s = float(credit_timeout_s)
+        self.reroute_silence_s = min(float(reroute_silence_s), self.credit_timeout_s)
         self.clock = clock
         # bytes in flight a sender keeps within (see credits.py); 0 = count frames only
         budget = cr.default_budget() if port_budget is None else port_budget or None
@@ -150,6 +159,10 @@ class SdnTransport(Transport):
         self.pending_bytes = 0
         self._src_ids: dict[bytes, int] = {}
         self._dst_macs: dict[int, bytes] = {}
+        # next hops of every stream that a ROUTING still in ``pending`` sets: a credit wait
+        # gives up on a silent receiver the controller routes around (see _routed_around)
+        self.routing_ahead: dict[int, frozenset[int]] = {}
+        self.group_dsts: dict[int, tuple[int, ...]] = {}  # one-to-many stream -> receivers
 
     @classmethod
     def from_spec(cls, spec: Any) -> SdnTransport:
@@ -256,6 +269,26 @@ class SdnTransport(Transport):
         else:
             self.pending.append((f, 0, len(raw)))
             self.pending_bytes += len(raw)
+            self._peek_routing(f)
+
+    def _peek_routing(self, f: Frame) -> None:
+        """Note the next hops a queued ROUTING sets; the framework still applies it.
+
+        Only a sender blocked on credit looks at them.  A malformed tuple is left
+        for :meth:`_hand_out` to count; a segmented one is not peeked at.
+        """
+        if f.flags & wire.SEG:
+            return
+        for p in f.payloads:
+            try:
+                ct = wire.decode_control(p)
+            except WireError:
+                continue
+            if ct.type != Control.ROUTING:
+                continue
+            stream, hops = ct.body.get("stream"), ct.body.get("next_hops")
+            if isinstance(stream, int) and isinstance(hops, list):
+                self.routing_ahead[stream] = frozenset(h for h in hops if isinstance(h, int))
 
     def _credit_frame(self, f: Frame) -> None:
         st = self.stats
@@ -322,6 +355,7 @@ class SdnTransport(Transport):
         seq_in = self.seq_in
         consume = self.rx.on_consume
         truesize = cr.truesize
+        self.routing_ahead.clear()  # every queued ROUTING goes to the framework now
         while pending:
             f, src, size = pending.popleft()
             self.pending_bytes -= size
@@ -444,7 +478,9 @@ class SdnTransport(Transport):
             self.mtu, self.ethertype,
         )  # fmt: skip
         self.seq_out[key] = (seq + len(frames)) & cr.MASK
-        self._transmit(frames, tuple(dsts))
+        dsts = tuple(dsts)
+        self.group_dsts[group] = dsts
+        self._transmit(frames, dsts)
 
     # ----- load-balanced sending -----------------------------------------------------------
 
@@ -569,6 +605,12 @@ class SdnTransport(Transport):
         counted.  When only the port's byte budget blocks, the receivers holding its
         bytes are asked for their grants (a SYNC) instead of waiting for their
         half-window or refresh grants.
+
+        A receiver is dead before the timeout when a ROUTING read meanwhile routes
+        around it and it has answered no request for credit for ``reroute_silence_s``
+        (the controller found it hung): the wait ends at once, so the framework gets
+        to apply that ROUTING.  A receiver that still answers SYNCs is alive (a
+        reconfiguration taking out a busy worker): it is waited for, nothing is lost.
         """
         tx, st = self.tx, self.stats
         now = self.clock()
@@ -615,6 +657,16 @@ class SdnTransport(Transport):
             self._send_grants(now)
             if tx.can_send(live, cost):
                 return True
+            gone = self._routed_around(live, cost, now) if self.routing_ahead else []
+            if gone:
+                rest = tuple(d for d in live if d not in gone)
+                if not rest:
+                    return False
+                st.drop("credit_timeout", len(live) - len(rest))  # frames the dead ones miss
+                live = rest
+                if tx.can_send(live, cost):
+                    return True
+                continue
             if now >= deadline:
                 blocking = tx.lacking(live, cost) or tx.holders()
                 for d in blocking:
@@ -628,6 +680,27 @@ class SdnTransport(Transport):
                     return False
                 st.drop("credit_timeout", len(live) - len(rest))  # frames the dead ones miss
                 return True
+
+    def _routed_around(self, live: tuple[int, ...], cost: int, now: float) -> list[int]:
+        """Receivers blocking this wait that a queued ROUTING leaves out and that are
+        silent; they are marked dead (a grant revives them, as after a timeout)."""
+        tx, ahead = self.tx, self.routing_ahead
+        blocking = set(tx.lacking(live, cost)) | set(tx.holders())
+        gone = []
+        for d in sorted(blocking):
+            if tx.unanswered_for(d, now) < self.reroute_silence_s:
+                continue
+            streams = {s for (dst, s) in self.seq_out if dst == d}
+            streams.update(s for s, ds in self.group_dsts.items() if d in ds)
+            if any(s in ahead and d not in ahead[s] for s in streams):
+                gone.append(d)
+                tx.mark_dead(d)
+                log.warning(
+                    "worker %d: worker %d is routed around and answered no SYNC for %.1f s: "
+                    "dropping its frames",
+                    self.worker_id, d, tx.unanswered_for(d, now),
+                )  # fmt: skip
+        return gone
 
     # ----- control -------------------------------------------------------------------------
 
