@@ -12,7 +12,8 @@ the rounds in one run of the suite:
   as the CLI does, ``DELETE`` at the end).  The controller starts a debug
   worker on the source's host and adds one output to the source's rules; the
   switch copies the frames, the source does nothing extra.  The debug worker
-  decodes every copy and ships 1 % of them to the controller's ring buffer.
+  reads every copy, decodes the 1 % that sampling keeps (no filter) and ships
+  them to the controller's ring buffer.
 * ``app copy``: Storm's event logger.  The same source
   (:class:`benchmarks.operators.EventLoggingSource`) in a topology that also
   has an event-logger bolt on a second stream, provisioned at deployment as
@@ -574,7 +575,8 @@ class LiveDebug(Scenario):
             f"Setup: {HOSTS} emulated hosts (userspace OVS bridges, full mesh) under the "
             "Typhoon controller with `apps/live_debugger.py`; source on h1, sink on h2, the "
             "mirror's debug worker on h1 (the observed worker's host), the event logger on h3. "
-            f"The debug worker decodes every copy and ships {SAMPLE_PERCENT:g} % to the "
+            f"The debug worker reads every copy, decodes the {SAMPLE_PERCENT:g} % sampling keeps "
+            "and ships them to the "
             "controller, which a client thread reads as `typhoon debug attach` does. Variants "
             "alternate order every round."
         )
