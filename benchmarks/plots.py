@@ -1,4 +1,4 @@
-"""PNG figures in the style of the paper's: grouped bars, CDFs, lines over a parameter.
+"""PNG figures in the style of the paper's: grouped bars, CDFs, lines over a parameter or time.
 
 matplotlib runs headless (Agg): benchmarks run on servers and in CI.  Each
 function draws one figure file and returns its name, so scenarios can list
@@ -103,6 +103,44 @@ def line_panels(
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def time_series(
+    path: Path,
+    title: str,
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    ylabel: str,
+    markers: Sequence[tuple[float, str, str]] = (),
+    xlabel: str = "time (s)",
+    note: str = "",
+) -> str:
+    """Lines over time (one per series, x and y given), with labelled vertical markers.
+
+    A marker is ``(x, label, series name or '')``: drawn dashed in that series'
+    colour, or black solid for an event common to every series (a kill, say).
+    """
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = list(series)
+    for i, (name, (xs, ys)) in enumerate(series.items()):
+        ax.plot(xs, ys, label=name, color=_color(name, i), drawstyle="steps-post")
+    for x, label, owner in markers:
+        if owner in series:
+            color, style = _color(owner, names.index(owner)), "--"
+        else:
+            color, style = "black", "-"
+        ax.axvline(x, color=color, linestyle=style, linewidth=1, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

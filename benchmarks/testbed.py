@@ -155,6 +155,32 @@ class Testbed:
         self.started_s[f"sdn-{hosts}h"] = round(time.monotonic() - t0, 2)
         return cluster
 
+    def app_cluster(self, tag: str, apps: list[str], controller_config: str) -> EmulatedCluster:
+        """A started 3-host sdn cluster whose controller runs ``apps`` (paper §6.2 scenarios).
+
+        Its controller settings differ per scenario, so it is not shared: the
+        caller closes it.  ``tag`` (one letter) keeps its bridges apart from the
+        other clusters of this testbed; the idle plain sdn cluster is closed
+        first so that its switches do not take CPU from the measurement.
+        """
+        self.close_sdn()
+        options = SdnRunOptions(
+            plan=FabricPlan(hosts=MAX_HOSTS, shape="mesh", prefix=f"{self.sdn_prefix}{tag}"),
+            apps=apps,
+            live=False,
+            controller_config=controller_config,
+            workdir=self.workdir / f"apps-{tag}",
+        )
+        t0 = time.monotonic()
+        cluster = EmulatedCluster(options, self.out)
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.close()
+            raise
+        self.started_s[f"apps-{tag}"] = round(time.monotonic() - t0, 2)
+        return cluster
+
     def tcp_fabric(self) -> TcpFabric:
         if self.tcp is None:
             t0 = time.monotonic()
