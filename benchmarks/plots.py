@@ -127,11 +127,13 @@ def time_series(
     names = list(series)
     for i, (name, (xs, ys)) in enumerate(series.items()):
         ax.plot(xs, ys, label=name, color=_color(name, i), drawstyle="steps-post")
+    common = 0
     for x, label, owner in markers:
         if owner in series:
             color, style = _color(owner, names.index(owner)), "--"
-        else:
-            color, style = "black", "-"
+        else:  # events common to every series: black, one line style each
+            color, style = "black", ("-", ":", "-.", (0, (5, 1)))[common % 4]
+            common += 1
         ax.axvline(x, color=color, linestyle=style, linewidth=1, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
