@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.app_runs import counter, run_app, wait_for
 from benchmarks.plots import time_series
 from benchmarks.scenario import (
     Bench,
@@ -95,21 +96,6 @@ SETTINGS = (
     "min_parallelism = 2\n"
     "max_parallelism = 3\n"
 )
-
-
-def counter(metrics: dict[str, Any], key: str) -> int:
-    """A worker's tuples in or out over its data streams (stream 0 is control)."""
-    return sum(v for k, v in metrics.get(key, {}).items() if k != "0")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @dataclass
@@ -197,25 +183,9 @@ class Autoscale(Scenario):
     def one_run(self, c: EmulatedCluster, n: int, p: dict[str, float]) -> ScaleRun:
         run = ScaleRun(f"wordcount, split overloaded {OVERLOAD_RATE:g}/{START_RATE:g} sentences/s")
         t = copy.deepcopy(load_topology_text(WORDCOUNT, "asbench"))
-        t.name = name = f"bench{n:04d}-scale"  # unique per testbed: nothing carries over
-        t0 = time.monotonic()
-        submitted = False
-        try:
-            c.submit(t)
-            submitted = True
-            c.wait_active(name)
-            self.measure(c, name, run, p)
-            run.ok = True
-        except Exception as e:  # one failed run must not end the scenario
-            run.error = f"{type(e).__name__}: {e}"
-        finally:
-            if submitted and name in c.manager.list():
-                try:
-                    c.kill(name)
-                except Exception as e:
-                    run.error = run.error or f"kill: {e}"
-                    run.ok = False
-            run.wall_s = time.monotonic() - t0
+        t.name = f"bench{n:04d}-scale"  # unique per testbed: nothing carries over
+        out = run_app(c, t, lambda name: self.measure(c, name, run, p))
+        run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s
         return run
 
     def measure(self, c: EmulatedCluster, name: str, run: ScaleRun, p: dict[str, float]) -> None:

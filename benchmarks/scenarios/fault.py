@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.app_runs import counter, run_app, wait_for
 from benchmarks.plots import time_series
 from benchmarks.scenario import (
     Bench,
@@ -67,21 +68,6 @@ BIN_S = 0.5
 POLL_S = 0.1
 RECOVERED_S = 2.0  # the rate counts as recovered once this long at >= 80% of before
 MAX_AFTER_S = 15.0  # longest a run follows an unrecovered rate after its usual window
-
-
-def counter(metrics: dict[str, Any], key: str) -> int:
-    """A worker's tuples in or out over its data streams (stream 0 is control)."""
-    return sum(v for k, v in metrics.get(key, {}).items() if k != "0")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, poll: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @dataclass
@@ -217,26 +203,10 @@ class Fault(Scenario):
         run = FaultRun(variant, f"wordcount split worker killed, {variant}")
         t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
         tag = "p" if variant == "port events" else "h"
-        t.name = name = f"bench{n:04d}-fault{tag}"  # unique per testbed: nothing carries over
+        t.name = f"bench{n:04d}-fault{tag}"  # unique per testbed: nothing carries over
         t.nodes["source"].args.update(count=10**9, rate=self.RATE, words=self.WORDS)
-        t0 = time.monotonic()
-        submitted = False
-        try:
-            c.submit(t)
-            submitted = True
-            c.wait_active(name)
-            self.measure(c, name, run, p)
-            run.ok = True
-        except Exception as e:  # one failed run must not end the scenario
-            run.error = f"{type(e).__name__}: {e}"
-        finally:
-            if submitted and name in c.manager.list():
-                try:
-                    c.kill(name)
-                except Exception as e:
-                    run.error = run.error or f"kill: {e}"
-                    run.ok = False
-            run.wall_s = time.monotonic() - t0
+        out = run_app(c, t, lambda name: self.measure(c, name, run, p))
+        run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s
         return run
 
     def measure(self, c: EmulatedCluster, name: str, run: FaultRun, p: dict[str, float]) -> None:

@@ -42,20 +42,16 @@ scale-up).  So the test asks ``CV after <= max(CV before, RESOLUTION)`` with
 from __future__ import annotations
 
 import bisect
-import secrets
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from harness import emulated_cluster, ryu_apps, wait
 
-from mininet_env.fabric import FabricPlan
-from mininet_env.processes import free_port
-from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from mininet_env.run import EmulatedCluster
 from typhoon.coordinator import open_coordinator
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import build_report, read_worker_reports
@@ -136,30 +132,10 @@ SETTINGS = (
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}a"),
-        apps=["apps/autoscaler.py"],
-        live=False,
-        timeout=120,
-        controller_config=SETTINGS,
-        workdir=tmp_path_factory.mktemp("autoscale"),
-    )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+    with emulated_cluster(
+        tmp_path_factory.mktemp("autoscale"), "a", apps=["apps/autoscaler.py"], config=SETTINGS
+    ) as c:
         yield c
-    finally:
-        c.close()
-
-
-def wait(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def decisions(c: EmulatedCluster, name: str, node: str, action: str) -> list[dict]:
@@ -407,34 +383,8 @@ def test_fig11_split_overload_scales_up_within_10s_then_down_losing_nothing(clus
 )
 def test_the_app_starts_alone_and_with_the_others(tmp_path, apps):
     """``ryu-manager apps/autoscaler.py [others]``: the core comes in by itself."""
-    conf = tmp_path / "ryu.conf"
-    conf.write_text(
-        f"[typhoon]\ncoordinator = {tmp_path / 'c.db'}\napi_token = t\n"
-        "[autoscaler]\nrecommend_only = true\nmax_step = 2\n"
-    )
-    port, ofp = free_port(), free_port()
-    log = open(tmp_path / "ryu.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ryu-manager")), "--config-file", str(conf),
-         "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
-         "--ofp-tcp-listen-port", str(ofp), *apps],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}/typhoon"
-
-        def answers():
-            assert proc.poll() is None, (tmp_path / "ryu.log").read_text()
-            try:
-                return rest_call(url, "GET", "/autoscaler")
-            except OSError:
-                return None
-
-        assert wait(answers, 30, "the autoscaler's REST API") == (200, {})
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-    text = (tmp_path / "ryu.log").read_text()
+    with ryu_apps(tmp_path, apps, "[autoscaler]\nrecommend_only = true\nmax_step = 2\n") as ryu:
+        assert wait(lambda: ryu.get("/autoscaler"), 30, "the autoscaler's REST API") == (200, {})
+    text = ryu.log()
     assert "instantiating app controller.core" in text
     assert "autoscaler ready" in text and "recommend_only=True" in text and "max_step=2" in text

@@ -24,16 +24,13 @@ import copy
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from harness import emulated_cluster, ryu_apps, wait
 
-from mininet_env.fabric import FabricPlan
-from mininet_env.processes import free_port
-from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from mininet_env.run import EmulatedCluster
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,32 +42,11 @@ WINDOW_S = 5.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}f"),
-        apps=["apps/fault_detector.py"],
-        live=False,
-        timeout=120,
-        controller_config=(
-            f"metrics_interval = {METRICS_S}\n[fault_detector]\nheartbeat_timeout = 5.0\n"
-        ),
-        workdir=tmp_path_factory.mktemp("faults"),
-    )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+    config = f"metrics_interval = {METRICS_S}\n[fault_detector]\nheartbeat_timeout = 5.0\n"
+    with emulated_cluster(
+        tmp_path_factory.mktemp("faults"), "f", apps=["apps/fault_detector.py"], config=config
+    ) as c:
         yield c
-    finally:
-        c.close()
-
-
-def wait(predicate, timeout=20.0, what="condition", interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def total(m: dict, key: str) -> int:
@@ -90,6 +66,25 @@ def count_in(c: EmulatedCluster, name: str, ids: list[int]) -> tuple[float, int]
     return max(m["time"] for m in got), sum(total(m, "in") for m in got)
 
 
+def steady_wordcount(c: EmulatedCluster, prefix: str):
+    """Wordcount (paper Fig. 10: 1 source, 2 split, 4 count) running steadily: (name,
+    physical topology, source, split workers, count workers, count input rate)."""
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = name = f"{prefix}{secrets.token_hex(2)}"
+    t.nodes["source"].args.update(count=10**8, rate=RATE, words=WORDS)
+    c.submit(t)
+    c.wait_active(name)
+    physical = c.coordinator.get_physical(name)
+    source = physical.active_of_node("source")[0].worker_id
+    splits = [w.worker_id for w in physical.active_of_node("split")]
+    counts = [w.worker_id for w in physical.active_of_node("count")]
+    time.sleep(3.0)  # steady state
+    t0, n0 = count_in(c, name, counts)
+    time.sleep(WINDOW_S)
+    t1, n1 = count_in(c, name, counts)
+    return name, physical, source, splits, counts, (n1 - n0) / (t1 - t0)
+
+
 HEARTBEAT_S = 2.0
 
 
@@ -97,22 +92,13 @@ HEARTBEAT_S = 2.0
 def slow_cluster(tmp_path):
     """A cluster of its own: the fallback needs a short heartbeat_timeout (function scope,
     so it is gone before the module's cluster starts)."""
-    options = SdnRunOptions(
-        plan=FabricPlan(hosts=3, shape="mesh", prefix=f"ty{secrets.token_hex(2)}h"),
-        apps=["apps/fault_detector.py"],
-        live=False,
-        timeout=120,
-        controller_config=(
-            f"metrics_interval = {METRICS_S}\n[fault_detector]\nheartbeat_timeout = {HEARTBEAT_S}\n"
-        ),
-        workdir=tmp_path / "heartbeat",
+    config = (
+        f"metrics_interval = {METRICS_S}\n[fault_detector]\nheartbeat_timeout = {HEARTBEAT_S}\n"
     )
-    c = EmulatedCluster(options)
-    try:
-        c.start()
+    with emulated_cluster(
+        tmp_path / "heartbeat", "h", apps=["apps/fault_detector.py"], config=config
+    ) as c:
         yield c
-    finally:
-        c.close()
 
 
 def process_state(pid: int) -> str | None:
@@ -134,21 +120,7 @@ def cmdline(pid: int) -> bytes:
 def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(slow_cluster):
     """SIGSTOP, not SIGKILL: the port stays up, only the missed METRIC_RESPs tell."""
     c = slow_cluster
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = name = f"wchb{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=10**8, rate=RATE, words=WORDS)
-    c.submit(t)
-    c.wait_active(name)
-    physical = c.coordinator.get_physical(name)
-    source = physical.active_of_node("source")[0].worker_id
-    splits = [w.worker_id for w in physical.active_of_node("split")]
-    counts = [w.worker_id for w in physical.active_of_node("count")]
-    time.sleep(3.0)  # steady state
-
-    t0, n0 = count_in(c, name, counts)
-    time.sleep(WINDOW_S)
-    t1, n1 = count_in(c, name, counts)
-    before = (n1 - n0) / (t1 - t0)
+    name, physical, source, splits, counts, before = steady_wordcount(c, "wchb")
 
     victim = splits[0]
     pid = c.coordinator.worker_statuses(name)[victim].pid
@@ -256,21 +228,7 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
 
 def test_split_worker_killed_is_routed_around_and_replaced(cluster):
     c = cluster
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = name = f"wcfault{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=10**8, rate=RATE, words=WORDS)
-    c.submit(t)
-    c.wait_active(name)
-    physical = c.coordinator.get_physical(name)
-    source = physical.active_of_node("source")[0].worker_id
-    splits = [w.worker_id for w in physical.active_of_node("split")]
-    counts = [w.worker_id for w in physical.active_of_node("count")]
-    time.sleep(3.0)  # steady state
-
-    t0, n0 = count_in(c, name, counts)
-    time.sleep(WINDOW_S)
-    t1, n1 = count_in(c, name, counts)
-    before = (n1 - n0) / (t1 - t0)
+    name, physical, source, splits, counts, before = steady_wordcount(c, "wcfault")
 
     victim = splits[0]
     pid = c.coordinator.worker_statuses(name)[victim].pid
@@ -358,34 +316,8 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
 )
 def test_the_app_starts_alone_and_with_the_others(tmp_path, apps):
     """``ryu-manager apps/fault_detector.py [others]``: the core comes in by itself."""
-    conf = tmp_path / "ryu.conf"
-    conf.write_text(
-        f"[typhoon]\ncoordinator = {tmp_path / 'c.db'}\napi_token = t\n"
-        "[fault_detector]\nheartbeat_timeout = 3.0\n"
-    )
-    port, ofp = free_port(), free_port()
-    log = open(tmp_path / "ryu.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ryu-manager")), "--config-file", str(conf),
-         "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
-         "--ofp-tcp-listen-port", str(ofp), *apps],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}/typhoon"
-
-        def answers():
-            assert proc.poll() is None, (tmp_path / "ryu.log").read_text()
-            try:
-                return rest_call(url, "GET", "/faults")
-            except OSError:
-                return None
-
-        assert wait(answers, 30, "the fault detector's REST API") == (200, [])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
-    text = (tmp_path / "ryu.log").read_text()
+    with ryu_apps(tmp_path, apps, "[fault_detector]\nheartbeat_timeout = 3.0\n") as ryu:
+        assert wait(lambda: ryu.get("/faults"), 30, "the fault detector's REST API") == (200, [])
+    text = ryu.log()
     assert "instantiating app controller.core" in text
     assert "fault detector ready: heartbeat_timeout=3 s" in text
