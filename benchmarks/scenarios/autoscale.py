@@ -29,6 +29,7 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.app_runs import counter, run_app, wait_for
@@ -49,8 +50,9 @@ from benchmarks.scenario import (
 from benchmarks.timeline import CounterLog, cv, mean_rate
 from mininet_env.run import EmulatedCluster
 from typhoon.report import read_worker_reports
-from typhoon.topology import load_topology_text
+from typhoon.topology import load_topology
 
+ROOT = Path(__file__).resolve().parents[2]
 METRICS_S = 0.5
 BIN_S = 1.0
 POLL_S = 0.1
@@ -59,30 +61,6 @@ SPLIT_COST_US = 8000  # 125 sentences/s per split worker
 START_RATE, OVERLOAD_RATE = 150.0, 310.0  # sentences/s: 60% of 2 workers; 124% of 2, 83% of 3
 WORDS = 8
 
-WORDCOUNT = f"""
-name: asbench
-spouts:
-  - id: source
-    operator: sentence_source
-    args: {{count: 1000000000, seed: 7, words: {WORDS}, vocabulary: 500, rate: {START_RATE}}}
-bolts:
-  - id: split
-    operator: split_words
-    parallelism: 2
-    args: {{cost_us: {SPLIT_COST_US}}}
-  - id: count
-    operator: count_by_key
-    args: {{key: word}}
-    parallelism: 4
-    stateful: true
-streams:
-  - from: source
-    to: split
-    grouping: shuffle
-  - from: split
-    to: count
-    grouping: {{type: fields, fields: [word]}}
-"""
 
 SETTINGS = (
     f"metrics_interval = {METRICS_S}\n"
@@ -182,7 +160,9 @@ class Autoscale(Scenario):
 
     def one_run(self, c: EmulatedCluster, n: int, p: dict[str, float]) -> ScaleRun:
         run = ScaleRun(f"wordcount, split overloaded {OVERLOAD_RATE:g}/{START_RATE:g} sentences/s")
-        t = copy.deepcopy(load_topology_text(WORDCOUNT, "asbench"))
+        t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+        t.nodes["source"].args.update(count=10**9, words=WORDS, rate=START_RATE)
+        t.nodes["split"].args["cost_us"] = SPLIT_COST_US
         t.name = f"bench{n:04d}-scale"  # unique per testbed: nothing carries over
         out = run_app(c, t, lambda name: self.measure(c, name, run, p))
         run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s

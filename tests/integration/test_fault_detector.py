@@ -85,6 +85,27 @@ def steady_wordcount(c: EmulatedCluster, prefix: str):
     return name, physical, source, splits, counts, (n1 - n0) / (t1 - t0)
 
 
+def drain_and_settle(c: EmulatedCluster, name: str, source: int, splits: list[int]):
+    """DRAIN the source, wait until the counters stop moving: (sentences the source
+    sent, sentences the split workers received, the dead one's last report included)."""
+    status, reply = c.rest(
+        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
+    )
+    assert status == 202, reply
+
+    def settled():
+        ms = c.coordinator.get_metrics(name)
+        sent = total(ms[source], "out")
+        got = sum(total(ms.get(w, {}), "in") for w in splits)
+        time.sleep(1.0)
+        ms2 = c.coordinator.get_metrics(name)
+        again = sum(total(ms2.get(w, {}), "in") for w in splits)
+        same = total(ms2[source], "out") == sent and again == got
+        return (sent, got) if same else None
+
+    return wait(settled, 30, "the counters to settle", 0.1)
+
+
 HEARTBEAT_S = 2.0
 
 
@@ -177,22 +198,7 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
             os.kill(pid, signal.SIGKILL)
 
     incidents = c.rest("GET", "/faults")[1]  # before the end of stream closes every port
-    status, reply = c.rest(
-        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
-    )
-    assert status == 202, reply
-
-    def settled():
-        ms = c.coordinator.get_metrics(name)
-        sent = total(ms[source], "out")
-        got = sum(total(ms.get(w, {}), "in") for w in [*splits, new])
-        time.sleep(1.0)
-        ms2 = c.coordinator.get_metrics(name)
-        again = sum(total(ms2.get(w, {}), "in") for w in [*splits, new])
-        same = total(ms2[source], "out") == sent and again == got
-        return (sent, got) if same else None
-
-    sent, received = wait(settled, 30, "the counters to settle", 0.1)
+    sent, received = drain_and_settle(c, name, source, [*splits, new])
     lost = sent - received
     detection_s = found["detected_wall"] - stopped
     print(
@@ -269,22 +275,7 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
     )
 
     # what was lost: drain the source, let the counters settle, compare
-    status, reply = c.rest(
-        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
-    )
-    assert status == 202, reply
-
-    def settled():
-        ms = c.coordinator.get_metrics(name)
-        sent = total(ms[source], "out")
-        got = sum(total(ms.get(w, {}), "in") for w in [*splits, new])
-        time.sleep(1.0)
-        ms2 = c.coordinator.get_metrics(name)
-        again = sum(total(ms2.get(w, {}), "in") for w in [*splits, new])
-        same = total(ms2[source], "out") == sent and again == got
-        return (sent, got) if same else None
-
-    sent, received = wait(settled, 30, "the counters to settle", 0.1)
+    sent, received = drain_and_settle(c, name, source, [*splits, new])
     lost = sent - received
     detection_s = incident["detected_wall"] - killed
     print(
