@@ -108,7 +108,10 @@ class FaultDetector(RyuApp):
         self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
-        self.heartbeats = Heartbeats(self.conf.heartbeat_timeout)
+        # replies come every metrics_interval: a longer gap without any means we were deaf
+        quiet = 2 * CONF.typhoon.metrics_interval
+        self.heartbeats = Heartbeats(self.conf.heartbeat_timeout, quiet)
+        self.unheard_logged = 0.0
         kwargs["wsgi"].register(REST, {"app": self})
         start_ticks(self, TICK_S)
         self.logger.info(
@@ -172,6 +175,13 @@ class FaultDetector(RyuApp):
                 ]
             self.heartbeats.watch(name, watched, now)
         stale: dict[str, dict[int, float]] = {}
+        if self.heartbeats.unheard_s > self.unheard_logged:
+            self.logger.warning(
+                "no METRIC_RESP from any worker for %.2f s more than usual (the controller did "
+                "not run or hear): not counted as anybody's silence",
+                self.heartbeats.unheard_s - self.unheard_logged,
+            )
+            self.unheard_logged = self.heartbeats.unheard_s
         for name, wid, silent in self.heartbeats.stale(now):
             stale.setdefault(name, {})[wid] = silent
         for name, silent in stale.items():
@@ -190,7 +200,7 @@ class FaultDetector(RyuApp):
                 held = held_up_by_receivers(app.topology, app.physical, silent, suspect)
             for wid, secs in sorted(silent.items()):
                 if wid in held:  # waits for a hung receiver's credit: judge it again later
-                    self.heartbeats.seen(name, wid, now)
+                    self.heartbeats.restart(name, wid, now)
                     self.logger.info(
                         "app %s worker %d: no METRIC_RESP for %.1f s, but a receiver of it is "
                         "silent or being replaced (credit back-pressure): not treated as dead",

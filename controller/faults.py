@@ -170,13 +170,35 @@ class Heartbeats:
     A worker is only judged once it was seen (or watched) for ``timeout``
     seconds, so a worker that just started is not declared dead before its
     first reply could arrive.
+
+    Silence counts only while the controller hears others.  It is measured up
+    to the last reply heard from any worker, not up to now, and a gap longer
+    than ``quiet`` in which no reply at all was heard is forgiven to everyone:
+    a controller that did not run (a blocking call on its event loop, CPU
+    starvation) or whose switch connections stalled read nobody's replies,
+    and after it the queued replies arrive in any order.  So a worker is
+    declared dead only after others were heard for ``timeout`` seconds without
+    it; a cluster-wide hang is left to port events and the agents' exit codes.
     """
 
     timeout: float
+    quiet: float = 1.0  # the longest normal gap between two replies from anyone
     last: dict[tuple[str, int], float] = field(default_factory=dict)
+    heard: float | None = None  # the last reply from any worker
+    unheard_s: float = 0.0  # gaps without any reply, forgiven so far
 
     def seen(self, app: str, worker: int, at: float) -> None:
+        """A METRIC_RESP from ``worker``, read at ``at``."""
+        if self.heard is not None and at - self.heard > self.quiet:
+            gap = at - self.heard - self.quiet  # nobody was heard: nobody was silent
+            self.unheard_s += gap
+            self.last = {k: min(t + gap, at) for k, t in self.last.items()}
         self.last[(app, worker)] = at
+        self.heard = at if self.heard is None else max(self.heard, at)
+
+    def restart(self, app: str, worker: int, now: float) -> None:
+        """Give ``worker`` a new allowance (no reply was heard)."""
+        self.last[(app, worker)] = now
 
     def watch(self, app: str, workers: Iterable[int], now: float) -> None:
         """Track these workers of ``app`` (first watch counts as a reply); forget others."""
@@ -192,8 +214,11 @@ class Heartbeats:
 
     def stale(self, now: float) -> list[tuple[str, int, float]]:
         """(app, worker, seconds silent) of every worker silent for longer than the timeout."""
+        if self.heard is None:  # nobody heard yet: nobody can be told apart
+            return []
+        until = min(now, self.heard)
         return sorted(
-            (app, w, now - t) for (app, w), t in self.last.items() if now - t > self.timeout
+            (app, w, until - t) for (app, w), t in self.last.items() if until - t > self.timeout
         )
 
 

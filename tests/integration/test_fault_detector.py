@@ -31,6 +31,7 @@ import pytest
 from harness import emulated_cluster, ryu_apps, wait
 
 from mininet_env.run import EmulatedCluster
+from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,25 +86,33 @@ def steady_wordcount(c: EmulatedCluster, prefix: str):
     return name, physical, source, splits, counts, (n1 - n0) / (t1 - t0)
 
 
-def drain_and_settle(c: EmulatedCluster, name: str, source: int, splits: list[int]):
-    """DRAIN the source, wait until the counters stop moving: (sentences the source
-    sent, sentences the split workers received, the dead one's last report included)."""
+def drain_and_count(c: EmulatedCluster, name: str, source: int, splits: list[int]):
+    """DRAIN the source and wait until every worker has exited: (sentences the source
+    sent, sentences the split workers received).
+
+    Exact: the counts come from the reports workers write as they exit (a METRIC_RESP
+    can be up to a metrics interval older than a worker's end).  A killed worker
+    writes none; its last METRIC_RESP stands in, so what reached it after that
+    counts as lost, which is what it held."""
     status, reply = c.rest(
         "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
     )
     assert status == 202, reply
 
-    def settled():
-        ms = c.coordinator.get_metrics(name)
-        sent = total(ms[source], "out")
-        got = sum(total(ms.get(w, {}), "in") for w in splits)
-        time.sleep(1.0)
-        ms2 = c.coordinator.get_metrics(name)
-        again = sum(total(ms2.get(w, {}), "in") for w in splits)
-        same = total(ms2[source], "out") == sent and again == got
-        return (sent, got) if same else None
+    def exited():
+        statuses = c.coordinator.worker_statuses(name)
+        return all(
+            (s := statuses.get(w.worker_id)) is not None and s.state == "exited"
+            for w in c.coordinator.get_physical(name).workers
+        )
 
-    return wait(settled, 30, "the counters to settle", 0.1)
+    wait(exited, 30, "every worker to exit after the DRAIN", 0.1)
+    reports = {r["worker"]: r["metrics"] for r in read_worker_reports(c.report_dir(name))}
+    last = c.coordinator.get_metrics(name)
+    assert source in reports, sorted(reports)
+    sent = total(reports[source], "out")
+    received = sum(total(reports.get(w) or last.get(w, {}), "in") for w in splits)
+    return sent, received
 
 
 HEARTBEAT_S = 2.0
@@ -198,7 +207,7 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
             os.kill(pid, signal.SIGKILL)
 
     incidents = c.rest("GET", "/faults")[1]  # before the end of stream closes every port
-    sent, received = drain_and_settle(c, name, source, [*splits, new])
+    sent, received = drain_and_count(c, name, source, [*splits, new])
     lost = sent - received
     detection_s = found["detected_wall"] - stopped
     print(
@@ -275,7 +284,7 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
     )
 
     # what was lost: drain the source, let the counters settle, compare
-    sent, received = drain_and_settle(c, name, source, [*splits, new])
+    sent, received = drain_and_count(c, name, source, [*splits, new])
     lost = sent - received
     detection_s = incident["detected_wall"] - killed
     print(

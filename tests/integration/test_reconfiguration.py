@@ -405,7 +405,11 @@ def _outage(cluster, t, physical, sink, expected, into_sink) -> None:
         samples.append(into_sink())
     steps = [b - a for a, b in zip(samples, samples[1:], strict=False)]
     print(f"\ncontroller down 10 s: frames into the sink per 0.5 s: {steps}")
-    assert min(steps) > 0  # the sink never stopped receiving
+    # the switch's own counters, per 2.5 s: OVS copies datapath counts into the OpenFlow
+    # rules' on its revalidator rounds (every 0.5 s, later under load), so single
+    # half-seconds can read 0 while frames flow; the sink's report checks each 0.5 s below
+    windows = [sum(steps[i : i + 5]) for i in range(0, len(steps), 5)]
+    assert min(windows) > 0, windows  # the switch forwarded to the sink all along
 
     restarted = time.time()
     cluster.start_controller()

@@ -103,17 +103,69 @@ def test_without_keeps_version(wc):
     assert 1 not in {w.worker_id for w in without(physical, {1}).workers}
 
 
+def beat(hb: Heartbeats, workers: list[int], t0: float, t1: float, step: float = 0.25):
+    """Replies of ``workers`` every ``step`` from ``t0`` to ``t1`` (both included)."""
+    k = 0
+    while t0 + k * step <= t1 + 1e-9:
+        for w in workers:
+            hb.seen("wc", w, t0 + k * step)
+        k += 1
+
+
 def test_heartbeats_report_only_silent_workers_after_the_timeout():
-    hb = Heartbeats(timeout=3.0)
+    hb = Heartbeats(timeout=3.0, quiet=0.5)
     hb.watch("wc", [1, 2], now=0.0)
-    hb.seen("wc", 1, 2.5)
-    assert hb.stale(2.9) == []
+    beat(hb, [1], 0.25, 3.0)
+    assert hb.stale(3.0) == []  # silent exactly the timeout, not longer
+    beat(hb, [1], 3.25, 3.5)
     assert hb.stale(3.5) == [("wc", 2, 3.5)]
     hb.watch("wc", [1], now=4.0)  # worker 2 left the topology: forgotten
-    assert hb.stale(5.0) == []
-    assert [w for _, w, _ in hb.stale(6.0)] == [1]
+    beat(hb, [1], 3.75, 6.0)
+    assert hb.stale(6.0) == []
     hb.forget("wc", 1)
     assert hb.stale(100.0) == []
+
+
+def test_heartbeats_judge_nobody_while_nobody_is_heard():
+    hb = Heartbeats(timeout=2.0, quiet=0.5)
+    hb.watch("wc", [1, 2], now=0.0)
+    assert hb.stale(10.0) == []  # no reply ever: nobody can be told apart
+    beat(hb, [1, 2], 0.25, 1.0)
+    # the controller hears nobody from 1.0 on (its switch connections stalled): ticks
+    # keep coming, nobody is declared dead
+    assert hb.stale(5.0) == [] and hb.stale(9.0) == []
+    # replies resume, queued ones first, in any order: 1's before 2's
+    hb.seen("wc", 1, 9.0)
+    assert hb.stale(9.0) == []
+    assert hb.unheard_s == 9.0 - 1.0 - 0.5
+    hb.seen("wc", 2, 9.05)
+    # now 2 hangs while 1 answers: found once 1 was heard for the timeout without it
+    beat(hb, [1], 9.25, 11.0)
+    assert hb.stale(11.0) == []
+    beat(hb, [1], 11.25, 11.25)
+    [(app, w, silent)] = hb.stale(11.25)
+    assert (app, w) == ("wc", 2) and silent == pytest.approx(2.2)
+
+
+def test_a_controller_stall_is_nobodys_silence():
+    """The controller's event loop blocked for 2.2 s (a slow write under load): afterwards
+    the first reply it reads must not make the workers whose replies wait behind it dead;
+    without the stall rule all but that one were declared dead (seen in CI)."""
+    hb = Heartbeats(timeout=2.0, quiet=0.5)
+    hb.watch("wc", [1, 2, 3], now=0.0)
+    beat(hb, [1, 2, 3], 0.25, 3.0)
+    # stalled from 3.0 to 5.2; the tick that runs first still sees the old replies
+    assert hb.stale(5.2) == []
+    hb.seen("wc", 3, 5.21)  # the first queued reply read; 2's stopped at 3.0
+    assert hb.stale(5.22) == []
+    hb.seen("wc", 1, 5.23)
+    # 2 really stopped at 3.0: still found, after others were heard for the timeout
+    # without it (the stall beyond the usual gap not counted)
+    beat(hb, [1, 3], 5.25, 6.5)
+    assert hb.stale(6.5) == []
+    beat(hb, [1, 3], 6.75, 7.0)
+    [(_, w, silent)] = hb.stale(7.0)
+    assert w == 2 and silent == pytest.approx(7.0 - 3.0 - (5.21 - 3.0 - 0.5))
 
 
 def test_a_hung_receiver_explains_its_senders_silence_not_the_other_way_round(wc):

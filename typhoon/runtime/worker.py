@@ -18,7 +18,7 @@ from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Transport
-from typhoon.wire import ControlTuple
+from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
@@ -96,10 +96,23 @@ class Worker:
             log.error("worker %d: %s", fw.worker_id, self.error)
         finally:
             if self.error is None:
+                self.say_done()
                 io.linger()
             self.write_report()
             self.operator.close()
             io.close()
+
+    def say_done(self) -> None:
+        """A last METRIC_RESP, unasked, once the input is finished: the controller hears of
+        the end before our port goes down (an end of stream, not a death) and keeps the
+        final counters."""
+        if not self.fw.done:  # stopped, not finished
+            return
+        body = {"request_id": 0, "worker": self.fw.worker_id, "metrics": self.fw.metrics()}
+        try:
+            self.io.reply(ControlTuple(Control.METRIC_RESP, body))
+        except OSError as e:
+            log.warning("worker %d: final METRIC_RESP not sent: %s", self.fw.worker_id, e)
 
     def report(self) -> dict[str, Any]:
         a = self.spec.assignment
