@@ -22,7 +22,9 @@ The fallback: a worker whose METRIC_RESP stopped arriving for
 ``heartbeat_timeout`` seconds is handled the same way (its agent stops it when
 the new physical topology leaves it out), unless a receiver of it is silent or
 being failed over too: a sender waiting for a hung receiver's credit does not
-answer either, and only the receiver is dead; a worker its agent saw crash
+answer either, and only the receiver is dead.  Silence counts only while
+other workers are heard (``controller/faults.py``, ``Heartbeats``): a stalled
+controller has heard nobody.  A worker its agent saw crash
 (non-zero exit) stays watched, so a missed port event is still caught.  With
 ``port_events = false`` the heartbeat is the only detector: the Storm-like
 baseline the benchmarks compare port events against (paper Fig. 10).
