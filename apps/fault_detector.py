@@ -209,12 +209,13 @@ class FaultDetector(RyuApp):
                         name, wid, secs,
                     )  # fmt: skip
                     continue
+                unheard = self.heartbeats.excused.get((name, wid), 0.0)
                 self.heartbeats.forget(name, wid)
-                self.fail(name, wid, f"no METRIC_RESP for {secs:.1f} s", now)
+                self.fail(name, wid, f"no METRIC_RESP for {secs:.1f} s", now, unheard)
 
     # ----- step 1: reroute at once ---------------------------------------------------------
 
-    def fail(self, name: str, wid: int, reason: str, at: float) -> None:
+    def fail(self, name: str, wid: int, reason: str, at: float, unheard_s: float = 0.0) -> None:
         """React to worker ``wid`` of ``name`` being dead since ``at`` (monotonic)."""
         core = self.core()
         app = core.view.apps.get(name)
@@ -223,7 +224,8 @@ class FaultDetector(RyuApp):
             self.logger.info("app %s worker %d: %s; %s: nothing to do", name, wid, reason, why_not)
             return
         w = app.physical.by_id(wid)
-        incident = Incident(name, wid, w.node, reason, at, time.time() - (time.monotonic() - at))
+        wall = time.time() - (time.monotonic() - at)
+        incident = Incident(name, wid, w.node, reason, at, wall, unheard_s=unheard_s)
         self.incidents.append(incident)
         self.handled.add((name, wid))
         self.heartbeats.forget(name, wid)

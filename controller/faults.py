@@ -186,31 +186,38 @@ class Heartbeats:
     last: dict[tuple[str, int], float] = field(default_factory=dict)
     heard: float | None = None  # the last reply from any worker
     unheard_s: float = 0.0  # gaps without any reply, forgiven so far
+    excused: dict[tuple[str, int], float] = field(default_factory=dict)  # ... since its reply
 
     def seen(self, app: str, worker: int, at: float) -> None:
         """A METRIC_RESP from ``worker``, read at ``at``."""
         if self.heard is not None and at - self.heard > self.quiet:
             gap = at - self.heard - self.quiet  # nobody was heard: nobody was silent
             self.unheard_s += gap
-            self.last = {k: min(t + gap, at) for k, t in self.last.items()}
+            for k, t in self.last.items():
+                self.last[k] = min(t + gap, at)
+                self.excused[k] = self.excused.get(k, 0.0) + self.last[k] - t
         self.last[(app, worker)] = at
+        self.excused.pop((app, worker), None)
         self.heard = at if self.heard is None else max(self.heard, at)
 
     def restart(self, app: str, worker: int, now: float) -> None:
         """Give ``worker`` a new allowance (no reply was heard)."""
         self.last[(app, worker)] = now
+        self.excused.pop((app, worker), None)
 
     def watch(self, app: str, workers: Iterable[int], now: float) -> None:
         """Track these workers of ``app`` (first watch counts as a reply); forget others."""
         workers = set(workers)
         for key in [k for k in self.last if k[0] == app and k[1] not in workers]:
             del self.last[key]
+            self.excused.pop(key, None)
         for w in workers:
             self.last.setdefault((app, w), now)
 
     def forget(self, app: str, worker: int | None = None) -> None:
         for key in [k for k in self.last if k[0] == app and worker in (None, k[1])]:
             del self.last[key]
+            self.excused.pop(key, None)
 
     def stale(self, now: float) -> list[tuple[str, int, float]]:
         """(app, worker, seconds silent) of every worker silent for longer than the timeout."""
@@ -245,6 +252,8 @@ class Incident:
     rejoined_ms: float | None = None  # replacement attached and routed to again
     exit_code: int | None = None
     detail: str = ""
+    # heartbeat only: time added to its silence allowance because nobody was heard
+    unheard_s: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)

@@ -213,7 +213,8 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
     print(
         f"\nheartbeat fallback: SIGSTOP -> declared dead {detection_s:.2f} s "
         f"({found['reason']}; heartbeat_timeout {HEARTBEAT_S:g} s, METRIC_REQ every "
-        f"{METRICS_S:g} s), reroute written {found['reroute_ms']:.2f} ms after that (ack wait "
+        f"{METRICS_S:g} s; unheard spells forgiven {found['unheard_s']:.2f} s), reroute "
+        f"written {found['reroute_ms']:.2f} ms after that (ack wait "
         f"ended {found['reroute_acked_ms']:.0f} ms), replacement {new} rejoined "
         f"{done['rejoined_ms']:.0f} ms after; source blocked on the stopped worker's credit "
         f"until {recovered - stopped:.2f} s after the SIGSTOP "
@@ -227,7 +228,9 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
 
     assert found["reason"].startswith("no METRIC_RESP for"), found  # no port event
     assert state_then == "T", state_then
-    assert HEARTBEAT_S - METRICS_S <= detection_s <= HEARTBEAT_S + 2.0, detection_s
+    # a spell in which the controller heard nobody (stalled under load) is added to the
+    # allowance, and reported
+    assert HEARTBEAT_S - METRICS_S <= detection_s <= HEARTBEAT_S + 2.0 + found["unheard_s"], found
     assert found["senders"] == [source]
     # the source applied and acked the reroute while blocked on the stopped worker's credit
     # (the detector waits ack_timeout = 5 s for it), and sends again right after it

@@ -165,7 +165,10 @@ def test_a_controller_stall_is_nobodys_silence():
     assert hb.stale(6.5) == []
     beat(hb, [1, 3], 6.75, 7.0)
     [(_, w, silent)] = hb.stale(7.0)
-    assert w == 2 and silent == pytest.approx(7.0 - 3.0 - (5.21 - 3.0 - 0.5))
+    forgiven = 5.21 - 3.0 - 0.5
+    assert w == 2 and silent == pytest.approx(7.0 - 3.0 - forgiven)
+    assert hb.excused[("wc", 2)] == pytest.approx(forgiven)  # what the incident reports
+    assert ("wc", 1) not in hb.excused  # heard since
 
 
 def test_a_hung_receiver_explains_its_senders_silence_not_the_other_way_round(wc):
