@@ -167,6 +167,15 @@ class EmulatedCluster:
         """Call the controller's REST API (with the token); returns (status, JSON body)."""
         return rest_call(self.rest_url, method, path, body, self.token)
 
+    def drain(self, name: str, node: str = "source") -> None:
+        """DRAIN a spout node (REST): it ends its stream, and every worker below it
+        finishes after the end of stream reaches it."""
+        status, reply = self.rest(
+            "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": node}
+        )
+        if status != 202:
+            raise RuntimeError(f"DRAIN of {name}/{node} refused: {status} {reply}")
+
     def submit(self, topology: Topology) -> None:
         topology.config.setdefault("batch_size", self.options.batch_size)
         topology.config.setdefault("max_delay_ms", self.options.max_delay_ms)

@@ -234,12 +234,7 @@ class Autoscale(Scenario):
         run.cv_after = cv(series, start_after, start_after + p["post"])
 
         # every sentence and word accounted for: drain the source, let every worker finish
-        status, reply = c.rest(
-            "POST", f"/apps/{name}/control",
-            {"type": "DRAIN", "body": {"version": 1}, "node": "source"},
-        )  # fmt: skip
-        if status != 202:
-            raise RuntimeError(f"DRAIN refused: {status} {reply}")
+        c.drain(name)
         c.options.timeout = 60.0
         if not c.wait_finished(name):
             raise RuntimeError("the drained workers did not all finish cleanly")

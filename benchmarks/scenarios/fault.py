@@ -286,13 +286,7 @@ class Fault(Scenario):
         dead_in = counter(latest.get(victim, {}), "in")  # its last METRIC_RESP
 
         # every sentence accounted for: drain the source, let every worker finish
-        status, reply = c.rest(
-            "POST",
-            f"/apps/{name}/control",
-            {"type": "DRAIN", "body": {"version": 1}, "node": "source"},
-        )
-        if status != 202:
-            raise RuntimeError(f"DRAIN refused: {status} {reply}")
+        c.drain(name)
         run.incident = wait_for(incident, 10, "the incident")
         c.options.timeout = 60.0
         if not c.wait_finished(name):

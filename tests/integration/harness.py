@@ -22,6 +22,8 @@ import pytest
 from mininet_env.fabric import FabricPlan
 from mininet_env.processes import free_port
 from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from typhoon.report import read_worker_reports
+from typhoon.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 RYU_MANAGER = Path(sys.executable).with_name("ryu-manager")
@@ -39,6 +41,19 @@ def wait(
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def finish(c: EmulatedCluster, name: str) -> tuple[Topology, list[dict[str, Any]]]:
+    """Wait until every worker of ``name`` exited, kill it; its topology and the workers'
+    exit reports.  Fails the test unless every worker ever started exited with 0."""
+    topology = c.coordinator.get_topology(name)
+    clean = c.wait_finished(name)
+    statuses = c.coordinator.worker_statuses(name)
+    c.kill(name)
+    reports = read_worker_reports(c.report_dir(name))
+    exits = {w: (s.state, s.exit_code) for w, s in statuses.items()}
+    assert clean and {s.exit_code for s in statuses.values()} == {0}, exits
+    return topology, reports
 
 
 @contextmanager

@@ -49,12 +49,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import emulated_cluster, ryu_apps, wait
+from harness import emulated_cluster, finish, ryu_apps, wait
 
 from mininet_env.run import EmulatedCluster
 from typhoon.coordinator import open_coordinator
 from typhoon.operators.sources import generate_sentences
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report
 from typhoon.topology import load_topology_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,21 +220,6 @@ def cv(xs: list[float]) -> float:
     return statistics.stdev(xs) / statistics.mean(xs)
 
 
-def finish(c: EmulatedCluster, name: str):
-    """DRAIN the source, wait for every worker to exit cleanly; the run report."""
-    status, reply = c.rest(
-        "POST", f"/apps/{name}/control",
-        {"type": "DRAIN", "body": {"version": 1}, "node": "source"},
-    )  # fmt: skip
-    assert status == 202, reply
-    topology = c.coordinator.get_topology(name)
-    assert c.wait_finished(name)
-    statuses = c.coordinator.worker_statuses(name)
-    assert {s.exit_code for s in statuses.values()} == {0}, statuses
-    c.kill(name)
-    return topology, read_worker_reports(c.report_dir(name))
-
-
 def test_fig11_split_overload_scales_up_within_10s_then_down_losing_nothing(cluster):
     c = cluster
     wc, fwd = load_topology_text(WORDCOUNT, "aswc"), load_topology_text(FORWARD, "asfwd")
@@ -339,6 +324,7 @@ def test_fig11_split_overload_scales_up_within_10s_then_down_losing_nothing(clus
     assert len(decisions(c, fwd.name, "work", "scale up")) == 1
 
     # ----- nothing lost ----------------------------------------------------------------
+    c.drain(fwd.name)
     topology, reports = finish(c, fwd.name)
     # sequence numbers are followed through identity nodes only; busy passes every tuple
     # on unchanged, so it is reported as one
@@ -351,6 +337,7 @@ def test_fig11_split_overload_scales_up_within_10s_then_down_losing_nothing(clus
     )
     assert sink["received"] > 0 and sink["missing"] == 0 and sink["duplicates"] == 0
 
+    c.drain(wc.name)
     topology, reports = finish(c, wc.name)
     report = build_report(topology, reports)
     sent = report["results"]["source"]["emitted"]

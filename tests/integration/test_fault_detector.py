@@ -67,6 +67,24 @@ def count_in(c: EmulatedCluster, name: str, ids: list[int]) -> tuple[float, int]
     return max(m["time"] for m in got), sum(total(m, "in") for m in got)
 
 
+def count_rate(c: EmulatedCluster, name: str, counts: list[int]) -> float:
+    """The count workers' input rate over the next ``WINDOW_S``."""
+    t0, n0 = count_in(c, name, counts)
+    time.sleep(WINDOW_S)
+    t1, n1 = count_in(c, name, counts)
+    return (n1 - n0) / (t1 - t0)
+
+
+def wait_rejoined(c: EmulatedCluster, victim: int) -> dict:
+    """The incident of ``victim`` once its replacement rejoined (or the failover failed)."""
+
+    def rejoined():
+        i = next(i for i in c.rest("GET", "/faults")[1] if i["worker"] == victim)
+        return i if i["state"] in ("rejoined", "failed") else None
+
+    return wait(rejoined, 40, "the replacement to rejoin")
+
+
 def steady_wordcount(c: EmulatedCluster, prefix: str):
     """Wordcount (paper Fig. 10: 1 source, 2 split, 4 count) running steadily: (name,
     physical topology, source, split workers, count workers, count input rate)."""
@@ -80,10 +98,7 @@ def steady_wordcount(c: EmulatedCluster, prefix: str):
     splits = [w.worker_id for w in physical.active_of_node("split")]
     counts = [w.worker_id for w in physical.active_of_node("count")]
     time.sleep(3.0)  # steady state
-    t0, n0 = count_in(c, name, counts)
-    time.sleep(WINDOW_S)
-    t1, n1 = count_in(c, name, counts)
-    return name, physical, source, splits, counts, (n1 - n0) / (t1 - t0)
+    return name, physical, source, splits, counts, count_rate(c, name, counts)
 
 
 def drain_and_count(c: EmulatedCluster, name: str, source: int, splits: list[int]):
@@ -94,10 +109,7 @@ def drain_and_count(c: EmulatedCluster, name: str, source: int, splits: list[int
     can be up to a metrics interval older than a worker's end).  A killed worker
     writes none; its last METRIC_RESP stands in, so what reached it after that
     counts as lost, which is what it held."""
-    status, reply = c.rest(
-        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
-    )
-    assert status == 202, reply
+    c.drain(name)
 
     def exited():
         statuses = c.coordinator.worker_statuses(name)
@@ -181,16 +193,8 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
         # the source is blocked on the stopped worker's credit; the ROUTING without it ends
         # that wait at once (the worker answered no SYNC), not the 10 s credit timeout
         recovered = wait(source_answers, 30, "the source to answer again", 0.05)
-        t2, n2 = count_in(c, name, counts)
-        time.sleep(WINDOW_S)
-        t3, n3 = count_in(c, name, counts)
-        after = (n3 - n2) / (t3 - t2)
-
-        def rejoined():
-            i = next(i for i in c.rest("GET", "/faults")[1] if i["worker"] == victim)
-            return i if i["state"] in ("rejoined", "failed") else None
-
-        done = wait(rejoined, 40, "the replacement to rejoin")
+        after = count_rate(c, name, counts)
+        done = wait_rejoined(c, victim)
         new = done["replacement"]
         new_in = wait(
             lambda: total(c.coordinator.get_metrics(name).get(new, {}), "in"),
@@ -265,16 +269,8 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
         10,
         "the fault detector to reroute around the dead split worker",
     )
-    t2, n2 = count_in(c, name, counts)
-    time.sleep(WINDOW_S)
-    t3, n3 = count_in(c, name, counts)
-    after = (n3 - n2) / (t3 - t2)
-
-    def rejoined():
-        i = next(i for i in c.rest("GET", "/faults")[1] if i["worker"] == victim)
-        return i if i["state"] in ("rejoined", "failed") else None
-
-    incident = wait(rejoined, 40, "the replacement to rejoin")
+    after = count_rate(c, name, counts)
+    incident = wait_rejoined(c, victim)
     assert incident["state"] == "rejoined", incident
     new = incident["replacement"]
     assert new not in {w.worker_id for w in physical.workers}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from flowdump import dump_flows
-from harness import emulated_cluster
+from harness import emulated_cluster, finish, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -64,16 +64,6 @@ def topo(name: str, text: str | None = None, file: str | None = None, **args):
     return t
 
 
-def wait(predicate, timeout=20.0, what="condition", interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def reconfigure(c: EmulatedCluster, name: str, kind: str, body: dict) -> dict:
     """One update through REST; returns its record once it is done."""
     status, record = c.rest("POST", f"/apps/{name}/{kind}", body)
@@ -89,20 +79,12 @@ def reconfigure(c: EmulatedCluster, name: str, kind: str, body: dict) -> dict:
 
 
 def drain_and_report(c: EmulatedCluster, name: str, spout: str = "source") -> dict:
-    status, reply = c.rest(
-        "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": spout}
-    )
-    assert status == 202, reply
+    c.drain(name, spout)
     return finish_and_report(c, name)
 
 
 def finish_and_report(c: EmulatedCluster, name: str) -> dict:
-    topology = c.coordinator.get_topology(name)
-    assert c.wait_finished(name)
-    statuses = c.coordinator.worker_statuses(name)
-    assert {s.exit_code for s in statuses.values()} == {0}, statuses
-    c.kill(name)
-    return build_report(topology, read_worker_reports(c.report_dir(name)))
+    return build_report(*finish(c, name))
 
 
 def rates(timeline: dict[str, int], tick: float) -> dict[float, float]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from flowdump import dump_flows
-from harness import emulated_cluster
+from harness import emulated_cluster, wait
 
 from controller.cookies import RuleKind, parse_cookie
 from controller.flows import compile_default_rules, compile_rules
@@ -46,16 +46,6 @@ def topo(name: str, text: str | None = None, file: str | None = None, **args):
 
 def bridge_of(c: EmulatedCluster, host: str) -> str:
     return c.options.plan.bridge(int(host[1:]))
-
-
-def wait(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def counter_after(c: EmulatedCluster, name: str, wid: int, after: float, key="out"):

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import wait
 
 from mininet_env.fabric import FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions
@@ -97,16 +98,6 @@ SETTINGS = (
 )
 
 
-def wait(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def progress(node_dir: Path) -> list[dict]:
     """The driver's progress events of the node (what EventSparkMetrics carries)."""
     try:
@@ -155,7 +146,7 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
         # the rate rises from batch WARMUP - 1 on, so the autoscaler judges only batches
         # that saw it; batches 0 and 1 of a cold session take seconds (JVM, Python workers)
         wait(lambda: any(e["batch"] >= WARMUP - 2 for e in progress(node_dir)), 120,
-             "Spark to warm up at the low rate")  # fmt: skip
+             "Spark to warm up at the low rate", 0.2)  # fmt: skip
         assert not decisions(c, t.name, "scale up"), "scaled up before the overload"
         status, reply = c.rest(
             "POST", f"/apps/{t.name}/control",
@@ -164,7 +155,7 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
         assert status == 202, reply
         overload, warm_events = time.monotonic(), len(progress(node_dir))
 
-        up = wait(lambda: decisions(c, t.name, "scale up"), 60, "a scale-up decision")[0]
+        up = wait(lambda: decisions(c, t.name, "scale up"), 60, "a scale-up decision", 0.2)[0]
         assert (up["from"], up["to"]) == (1, 2), up
         # the reason is a Spark progress event's: the node's only signal (EventSparkMetrics)
         assert "rows/s" in up["reason"] and (
@@ -174,7 +165,7 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
         decided = time.monotonic()
         wait(
             lambda: c.rest("GET", f"/apps/{t.name}/reconfig")[1].get("state") == "done",
-            90, "the scale-up to finish",
+            90, "the scale-up to finish", 0.2,
         )  # fmt: skip
         scaled = time.monotonic()
         added = sorted(
@@ -188,7 +179,7 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
             first = next((i for i, e in enumerate(ev) if new in readers(e)), None)
             return ev if first is not None and len(ev) >= first + 1 + AFTER else None
 
-        events = wait(caught_up, 120, f"{AFTER} progress events after the scale-up")
+        events = wait(caught_up, 120, f"{AFTER} progress events after the scale-up", 0.2)
         first = next(i for i, e in enumerate(events) if new in readers(e))
         behind = [e for e in events[max(warm_events, first - 2) : first] if e["input_rows"]]
         after = events[first + 1 : first + 1 + AFTER]
@@ -216,11 +207,7 @@ def test_spark_node_falls_behind_autoscaler_adds_a_worker_and_it_catches_up(tmp_
         assert status == 409 and "only scaling it up is supported" in reply["error"], reply
         assert len(c.coordinator.get_physical(t.name).of_node("enrich")) == 2
 
-        status, reply = c.rest(
-            "POST", f"/apps/{t.name}/control",
-            {"type": "DRAIN", "body": {"version": 1}, "node": "source"},
-        )  # fmt: skip
-        assert status == 202, reply
+        c.drain(t.name)
         topology = c.coordinator.get_topology(t.name)
         assert c.wait_finished(t.name), c.coordinator.worker_statuses(t.name)
         c.kill(t.name)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import finish, wait
 
 from mininet_env.fabric import FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions
@@ -34,7 +35,7 @@ from typhoon.operators.ads import (
     reference_swap_counts,
     reference_window_counts,
 )
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report
 from typhoon.topology import load_topology
 from typhoon.topology.model import Topology
 
@@ -79,16 +80,6 @@ def final_counts(rows: list[list]) -> dict[tuple[str, int], int]:
     return final
 
 
-def wait(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def engines_dir(c: EmulatedCluster, app: str) -> Path:
     return c.workdir / app / "engines" / "spark"
 
@@ -125,13 +116,7 @@ def alive(pid: int) -> bool:
 
 
 def finish_and_report(c: EmulatedCluster, app: str) -> dict:
-    topology = c.coordinator.get_topology(app)
-    clean = c.wait_finished(app)
-    statuses = c.coordinator.worker_statuses(app)
-    c.kill(app)
-    report = build_report(topology, read_worker_reports(c.report_dir(app)))
-    assert clean, {w: (s.state, s.exit_code) for w, s in statuses.items()}
-    return report
+    return build_report(*finish(c, app))
 
 
 def test_ad_analytics_on_emulated_hosts_counts_equal_reference(cluster):
