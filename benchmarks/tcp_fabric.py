@@ -35,6 +35,8 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
+from mininet_env.fabric import EMULATED_SOCKET_BUFFER
+from mininet_env.network import SocketBuffers
 from typhoon.tcp_cluster import Launcher, RunOptions, TcpCluster
 from typhoon.topology.model import Topology
 
@@ -72,6 +74,7 @@ class TcpFabric:
         self.net: Mininet | None = None
         self.hosts: dict[str, Host] = {}
         self.control_ip = f"{subnet}.254"
+        self.buffers = False
 
     # ----- addresses -----------------------------------------------------------------------
 
@@ -96,6 +99,9 @@ class TcpFabric:
 
     def start(self) -> None:
         setLogLevel("warning")
+        # the same port socket buffers as the sdn fabric (mininet_env.network.SocketBuffers)
+        SocketBuffers.acquire(EMULATED_SOCKET_BUFFER)
+        self.buffers = True
         switch = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
         net = Mininet(
             switch=switch,
@@ -203,6 +209,9 @@ class TcpFabric:
                 capture_output=True,
                 timeout=30,
             )
+        if self.buffers:
+            SocketBuffers.release()
+            self.buffers = False
 
 
 class FabricTcpCluster(TcpCluster):

@@ -60,6 +60,7 @@ from typhoon import wire
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
 from typhoon.reconfig import Request
+from typhoon.topology.budgets import plan_budgets
 from typhoon.wire import Control, ControlTuple, Kind, WireError
 
 CONF = cfg.CONF
@@ -142,6 +143,7 @@ class TyphoonController(RyuApp):
         self.reconfigs = Registry()  # the latest reconfiguration of every application
         self.manager = Manager(self.coordinator)
         self.rates: dict[str, dict[int, dict]] = {}  # app -> worker -> tuples/s in and out
+        self.told_budgets: dict[tuple[str, int], int] = {}  # (app, worker) -> FLOW_CONTROL sent
         self._last_counts: dict[tuple[str, int], tuple[float, int, int]] = {}
         # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
         self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
@@ -328,6 +330,7 @@ class TyphoonController(RyuApp):
                 if problems.get(name) != why:
                     self.logger.error("app %s: cannot compile its rules: %s", name, why)
             self._announce_changes()
+            self._push_budgets()
         self._start_or_drain()
 
     def _announce_changes(self) -> None:
@@ -361,6 +364,37 @@ class TyphoonController(RyuApp):
                 fresh = self.coordinator.get_app_state(name)
                 self.coordinator.put_app_state(name, {**fresh, "drained": True})
                 self.logger.info("app %s: sources drained on request", name)
+
+    def _push_budgets(self) -> None:
+        """FLOW_CONTROL to every attached worker whose share of the switch's socket
+        buffers (``typhoon.topology.budgets``) differs from what it was last told.
+
+        Agents start workers with the share of the physical topology they launch
+        them from; workers added or moved later change the shares of the others.
+        Applications that set ``sdn.port_budget`` (or turn flow control off) keep theirs.
+        """
+        told = self.told_budgets
+        for name, app in self.view.apps.items():
+            config = app.topology.config
+            if "port_budget" in (config.get("sdn") or {}) or config.get("flow_control") is False:
+                continue
+            try:
+                budgets = plan_budgets(app.topology, app.physical, self.view.cluster).budgets
+            except (ValueError, KeyError) as e:
+                self.logger.error("app %s: no budgets: %s", name, e)
+                continue
+            for wid, budget in budgets.items():
+                status = app.statuses.get(wid)
+                if status is None or status.state not in ("attached", "running"):
+                    continue
+                if told.get((name, wid)) == budget:
+                    continue
+                ct = ControlTuple(Control.FLOW_CONTROL, {"budget": budget})
+                if self.send_control(name, [wid], ct):
+                    told[(name, wid)] = budget
+        live = set(self.view.apps)
+        for key in [k for k in told if k[0] not in live]:
+            del told[key]
 
     # ----- control tuples ------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from controller.cookies import RuleKind, make_cookie
-from controller.fabric import fabric_graph, multicast_tree, shortest_paths
 from typhoon.cluster import Cluster
+from typhoon.topology.fabric import fabric_graph, multicast_tree, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.wire import ETHERTYPE, controller_mac, mac_str, multicast_mac, worker_mac
 
@@ -237,7 +237,8 @@ def compile_rules(
             if kind in MULTICAST_GROUPINGS:
                 c.multicast(stream.id, u, receivers)
             for v in receivers:
-                if kind in UNICAST_GROUPINGS:
-                    c.unicast(u, v, credit=False)
-                c.unicast(v, u, credit=True)  # credits flow back by unicast, whatever the grouping
+                # a one-to-many link still needs unicast both ways: a receiver's base SYNC,
+                # and the end of stream, which follows the frames once they are confirmed
+                c.unicast(u, v, credit=kind in MULTICAST_GROUPINGS)
+                c.unicast(v, u, credit=True)  # grants and NACKs, whatever the grouping
     return c.rules.frozen()

@@ -39,9 +39,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.cookies import RuleKind, make_cookie
-from controller.fabric import fabric_graph, next_hop_port
 from controller.flows import PRIO_DATA, Action, RuleSpec, match, output
 from typhoon.cluster import Cluster
+from typhoon.topology.fabric import fabric_graph, next_hop_port
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import node_index
 from typhoon.wire import ETHERTYPE, lb_mac, mac_str, worker_mac

@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from typhoon.cluster import FIRST_WORKER_PORT, Cluster, FabricLink, HostInfo
+from typhoon.runtime.truesize import MAX_TRUESIZE
 
 SHAPES = ("mesh", "line", "star")
+# net.core.rmem_default while an emulation runs: every switch port's socket holds this
+# many bytes of frames (truesize), shared by the senders that cross it (docs/flow_control.md)
+EMULATED_SOCKET_BUFFER = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class FabricPlan:
     bw_mbit: float | None = None
     delay: str | None = None  # e.g. "1ms"
     dpid_base: int = 0x7479_0000
+    socket_buffer: int = EMULATED_SOCKET_BUFFER  # bytes; see mininet_env.network
 
     def __post_init__(self) -> None:
         if self.hosts < 1:
@@ -32,6 +37,10 @@ class FabricPlan:
             raise ValueError(f"fabric shape must be one of {', '.join(SHAPES)}")
         if len(self.prefix) + len(str(self.hosts)) + len("-eth99") > 15:
             raise ValueError("bridge prefix too long for Linux interface names")
+        if not 16 * MAX_TRUESIZE <= self.socket_buffer <= 1 << 30:
+            raise ValueError(
+                f"socket buffer must be between {16 * MAX_TRUESIZE} and {1 << 30} bytes"
+            )
 
     def host_names(self) -> list[str]:
         return [f"h{i}" for i in range(1, self.hosts + 1)]
@@ -62,8 +71,9 @@ class FabricPlan:
             next_port[b] += 1
         if max(next_port.values()) >= FIRST_WORKER_PORT:
             raise ValueError("too many fabric links for the worker port range")
+        buf = self.socket_buffer  # EmulatedNetwork sets it before any port exists
         hosts = {
-            f"h{i}": HostInfo(f"h{i}", self.bridge(i), self.dpid(i))
+            f"h{i}": HostInfo(f"h{i}", self.bridge(i), self.dpid(i), socket_buffer=buf)
             for i in range(1, self.hosts + 1)
         }
         return Cluster(hosts, links)

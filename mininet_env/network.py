@@ -7,10 +7,14 @@ controller on this machine.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
+import os
 import socket
 import subprocess
 from functools import partial
+from pathlib import Path
 
 from mininet.link import Link, TCLink
 from mininet.log import setLogLevel, warn
@@ -23,6 +27,83 @@ from typhoon.cluster import Cluster
 log = logging.getLogger(__name__)
 
 LINK_MTU = 9000  # like worker TAPs: a full worker frame (9000-byte payload) fits
+RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
+
+
+class SocketBuffers:
+    """``net.core.rmem_default`` raised while emulated networks run on this machine.
+
+    Userspace OVS reads each port through a packet socket whose receive buffer is
+    rmem_default at the time the port is added (it sets none itself); frames that
+    do not fit are dropped by the kernel, unseen by OVS.  The plan's
+    ``socket_buffer`` is what flow control shares among the senders crossing a
+    port, so it must be in force before the first bridge port and worker TAP is
+    made.  Several emulations (a test and a benchmark, say) may overlap: a
+    record under /run lists the processes holding the raise, and the old value
+    comes back when the last of them releases it (dead holders are dropped).
+    """
+
+    SYSCTL = RMEM_DEFAULT
+    RECORD = Path("/run/typhoon-rmem.json")
+    LOCK = Path("/run/typhoon-rmem.lock")
+
+    @classmethod
+    def _update(cls, change) -> None:
+        with open(cls.LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                record = json.loads(cls.RECORD.read_text())
+            except (OSError, ValueError):
+                record = {}
+            holders = [p for p in record.get("holders", []) if _alive(p)]
+            record = change({**record, "holders": holders})
+            if record is None:
+                cls.RECORD.unlink(missing_ok=True)
+            else:
+                cls.RECORD.write_text(json.dumps(record))
+
+    @classmethod
+    def acquire(cls, size: int) -> None:
+        def change(record: dict) -> dict:
+            current = int(cls.SYSCTL.read_text())
+            if not record["holders"]:
+                # a holder that died without releasing left its raise: keep its saved value
+                left = record.get("ours") == current and "saved" in record
+                record = {"saved": record["saved"] if left else current, "holders": []}
+                if left:
+                    record["ours"] = current
+            if current < size:
+                cls.SYSCTL.write_text(str(size))
+                record["ours"] = size
+            record["holders"].append(os.getpid())
+            return record
+
+        cls._update(change)
+
+    @classmethod
+    def release(cls) -> None:
+        def change(record: dict) -> dict | None:
+            holders = record["holders"]
+            if os.getpid() in holders:
+                holders.remove(os.getpid())
+            if holders:
+                return record
+            ours, saved = record.get("ours"), record.get("saved")
+            if ours is not None and saved is not None and int(cls.SYSCTL.read_text()) == ours:
+                cls.SYSCTL.write_text(str(saved))
+            return None
+
+        cls._update(change)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class QuietRemoteController(RemoteController):
@@ -46,9 +127,12 @@ class EmulatedNetwork:
         self.plan = plan
         self.controller_port = controller_port
         self.net: Mininet | None = None
+        self.buffers = False
 
     def start(self) -> Cluster:
         setLogLevel("warning")
+        SocketBuffers.acquire(self.plan.socket_buffer)
+        self.buffers = True
         switch = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
         shaped = self.plan.bw_mbit is not None or self.plan.delay is not None
         net = Mininet(
@@ -132,3 +216,6 @@ class EmulatedNetwork:
             subprocess.run(
                 ["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True, timeout=30
             )
+        if self.buffers:
+            SocketBuffers.release()
+            self.buffers = False

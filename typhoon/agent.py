@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from typhoon.cluster import Cluster
 from typhoon.coordinator import (
     AgentState,
     Coordinator,
@@ -52,6 +53,7 @@ from typhoon.debug.supervisor import DebugWorkers
 from typhoon.engine_services import EngineServices
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
+from typhoon.topology.budgets import plan_budgets
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 log = logging.getLogger("typhoon.agent")
@@ -70,7 +72,9 @@ def sdn_options(config: dict) -> dict:
 
     ``flow_control: false`` turns credits off (an unbounded window, no byte
     budget): only for showing what flow control prevents.  ``sdn: {window,
-    port_budget, credit_timeout_s}`` tunes it.
+    port_budget, credit_timeout_s}`` tunes it; without ``port_budget`` every
+    worker gets its share of the switch's socket buffers
+    (:func:`typhoon.topology.budgets.plan_budgets`), kept current by the controller.
     """
     opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
     if config.get("flow_control") is False:
@@ -214,6 +218,7 @@ class Agent:
         # engine processes (a Spark driver per host) of applications with spark nodes
         self.engines = EngineServices(host, self.workdir)
         self.bridge: Bridge | None = None
+        self.cluster: Cluster | None = None
         self.port_range = (1, MAX_OFPORT)
         self.stopping = False
         self._version = 0
@@ -287,6 +292,7 @@ class Agent:
                 info.first_worker_port,
             )
         self.bridge = Bridge(info.bridge)
+        self.cluster = cluster
         self.port_range = (info.first_worker_port, MAX_OFPORT)
         self._warned_no_host = False
 
@@ -394,6 +400,11 @@ class Agent:
         appdir = self.workdir / physical.name
         (appdir / "reports").mkdir(parents=True, exist_ok=True)
         config = topology.config
+        transport = {"kind": "sdn", "tap": tap, "mtu": WORKER_MTU, **sdn_options(config)}
+        if "port_budget" not in transport and self.cluster is not None:
+            budgets = plan_budgets(topology, physical, self.cluster).budgets
+            if w.worker_id in budgets:
+                transport["port_budget"] = budgets[w.worker_id]
         spec = WorkerSpec(
             topology,
             physical,
@@ -401,7 +412,7 @@ class Agent:
             batch_size=int(config.get("batch_size", 100)),
             max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
             report_dir=str(appdir / "reports"),
-            transport={"kind": "sdn", "tap": tap, "mtu": WORKER_MTU, **sdn_options(config)},
+            transport=transport,
         )
         path = appdir / f"worker-{w.worker_id}.spec.json"
         spec.save(path)

@@ -99,8 +99,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from mininet_env.run import SdnRunOptions, run_sdn
 
         try:
+            extra = {} if args.socket_buffer is None else {"socket_buffer": args.socket_buffer}
             plan = FabricPlan(
-                hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw, delay=args.delay
+                hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw, delay=args.delay, **extra
             )
         except ValueError as e:
             raise UsageError(str(e)) from e
@@ -119,6 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(args.report).write_text(text)
     summary = {k: v for k, v in report["results"].items()}
     print(json.dumps({"ok": report["ok"], "elapsed_s": report["elapsed_s"]}))
+    for problem in report.get("problems", []):
+        print(f"  problem: {problem}")
     for node, result in summary.items():
         brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
         if "counts" in result:
@@ -161,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="apps/APP.py",
         help="sdn: control-plane app to load into the controller",
+    )
+    r.add_argument(
+        "--socket-buffer",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="sdn: net.core.rmem_default during the run (default 4 MiB): what each "
+        "switch port queues, shared by flow control (docs/flow_control.md)",
     )
     r.add_argument("--workdir", help="sdn: keep logs, coordinator and reports here")
     r.set_defaults(func=cmd_run)

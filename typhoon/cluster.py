@@ -13,12 +13,18 @@ from typing import Any
 FIRST_WORKER_PORT = 100  # OpenFlow ports below this are left for fabric links and tunnels
 
 
+DEFAULT_SOCKET_BUFFER = 212992  # Linux net.core.rmem_default
+
+
 @dataclass(frozen=True)
 class HostInfo:
     name: str  # scheduler host name, e.g. "h1"
     bridge: str  # OVS bridge of the host
     dpid: int  # datapath ID of that bridge
     first_worker_port: int = FIRST_WORKER_PORT
+    # bytes (kernel truesize) each port socket of the bridge holds: net.core.rmem_default
+    # of the host when OVS opened the port; flow control shares it (typhoon.topology.budgets)
+    socket_buffer: int = DEFAULT_SOCKET_BUFFER
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

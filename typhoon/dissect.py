@@ -79,7 +79,7 @@ class Typhoon(Packet):
     fields_desc = [
         ByteField("version", VERSION),
         ByteEnumField("kind", Kind.DATA, {k.value: k.name for k in Kind}),
-        FlagsField("flags", 0, 8, ["SEG", "SEG_FIRST", "SEG_LAST", "LB"]),
+        FlagsField("flags", 0, 8, ["SEG", "SEG_FIRST", "SEG_LAST", "LB", "ACK_REQ"]),
         ByteField("reserved", 0),
         ShortField("stream", 0),
         IntField("seq", 0),

@@ -1,7 +1,14 @@
-"""The run report: every worker's counters and each node's merged result.
+"""The run report: every worker's counters, each node's merged result, and a verdict.
 
 Built from the report files workers write when they stop, so a tcp run and
 an sdn run on emulated hosts produce the same document.
+
+The verdict (``ok``, ``problems``) does not trust any single counter: every
+worker counts the tuples it sent on each link (receiver, stream) and the tuples
+it received on each link (sender, stream), and :func:`link_problems` compares
+the two ends of every link.  A run with a tuple missing or duplicated on any
+link, a sequence check that found one, or a frame the transport had to write
+off is not ok, and each problem is one sentence naming the link.
 """
 
 from __future__ import annotations
@@ -98,10 +105,105 @@ def _sequence_check(
     return out
 
 
+def _name(w: dict[str, Any]) -> str:
+    return f"worker {w['worker']} ({w['node']}[{w['index']}])"
+
+
+def _pairs(counts: dict[str, int]) -> dict[tuple[int, int], int]:
+    """``{"7:2": n}`` -> ``{(7, 2): n}``."""
+    out = {}
+    for key, n in counts.items():
+        a, _, b = key.partition(":")
+        out[(int(a), int(b))] = int(n)
+    return out
+
+
+def link_problems(worker_reports: list[dict[str, Any]]) -> list[str]:
+    """One sentence per link whose two ends disagree, or whose transport lost frames.
+
+    Tuples sent to a node's load-balancer address (``sdn`` grouping through the
+    switch) have no known receiver: they are checked per (sender, stream), against
+    what every receiver got from that sender on that stream.
+    """
+    by_id = {w["worker"]: w for w in worker_reports}
+    sent: dict[tuple[int, int, int], int] = {}  # (sender, receiver, stream) -> tuples
+    got: dict[tuple[int, int, int], int] = {}
+    balanced: dict[tuple[int, int], int] = {}  # (sender, stream) -> tuples to the LB address
+    problems: list[str] = []
+    for w in worker_reports:
+        links = w.get("links")
+        if links is None:
+            continue
+        me = w["worker"]
+        for (dst, sid), n in _pairs(links.get("out", {})).items():
+            sent[(me, dst, sid)] = n
+        for (src, sid), n in _pairs(links.get("in", {})).items():
+            got[(src, me, sid)] = n
+        for sid, n in links.get("balanced_out", {}).items():
+            balanced[(me, int(sid))] = int(n)
+        t = links.get("transport", {})
+        for dst, n in sorted(t.get("lost_to", {}).items()):
+            peer = by_id.get(int(dst))
+            who = _name(peer) if peer else f"worker {dst}"
+            problems.append(f"{_name(w)} -> {who}: {n} frames written off (receiver silent)")
+        for dst, n in sorted(t.get("unconfirmed", {}).items()):
+            peer = by_id.get(int(dst))
+            who = _name(peer) if peer else f"worker {dst}"
+            problems.append(f"{_name(w)} -> {who}: {n} frames never confirmed at the end")
+        if t.get("open_gaps"):
+            problems.append(f"{_name(w)}: {t['open_gaps']} frames still missing at the end")
+        if t.get("lb_lost"):
+            problems.append(f"{_name(w)}: {t['lb_lost']} load-balanced frames lost")
+
+    def missing(name: str, n_sent: int, n_got: int) -> str:
+        what = f"{n_sent - n_got} missing" if n_got < n_sent else f"{n_got - n_sent} duplicated"
+        return f"{name}: {n_sent} tuples sent, {n_got} received ({what})"
+
+    lb_keys = set(balanced)
+    for key in sorted(set(sent) | set(got)):
+        s, r, sid = key
+        if (s, sid) in lb_keys:
+            continue
+        if s not in by_id or r not in by_id:
+            continue  # an end left no report: the run failed already (a worker died)
+        if by_id[s].get("links") is None or by_id[r].get("links") is None:
+            continue
+        n_sent, n_got = sent.get(key, 0), got.get(key, 0)
+        if n_sent != n_got:
+            link = f"{_name(by_id[s])} -> {_name(by_id[r])} stream {sid}"
+            problems.append(missing(link, n_sent, n_got))
+    for (s, sid), n_lb in sorted(balanced.items()):
+        n_sent = n_lb + sum(n for (a, _, b), n in sent.items() if a == s and b == sid)
+        n_got = sum(n for (a, _, b), n in got.items() if a == s and b == sid)
+        if n_sent != n_got and s in by_id:
+            problems.append(missing(f"{_name(by_id[s])} -> stream {sid} (balanced)", n_sent, n_got))
+    return problems
+
+
+def result_problems(results: dict[str, Any]) -> list[str]:
+    """Sequence checks that found tuples missing or duplicated.
+
+    Only sinks whose every input path is a chain of pass-through nodes from
+    distinct sequence sources know what to expect (``missing`` is not None); a sink
+    that two paths reach gets some tuples twice by design.
+    """
+    out = []
+    for node, r in sorted(results.items()):
+        if not isinstance(r, dict) or "duplicates" not in r or r.get("missing") is None:
+            continue
+        if r["missing"]:
+            out.append(f"sink {node}: {r['missing']} tuples missing of {r.get('expected')}")
+        if r["duplicates"]:
+            out.append(f"sink {node}: {r['duplicates']} tuples duplicated")
+    return out
+
+
 def build_report(
     topology: Topology, worker_reports: list[dict[str, Any]], **extra: Any
 ) -> dict[str, Any]:
-    """Per-worker counters, per-node totals, and merged sink/source results."""
+    """Per-worker counters, per-node totals, merged sink/source results, and the
+    verdict: ``ok`` is False when the caller says so (``ok=False``: a worker failed)
+    or when any link or sink shows a loss; ``problems`` says where."""
     by_node: dict[str, list[dict[str, Any]]] = {n: [] for n in topology.nodes}
     for r in worker_reports:
         by_node.setdefault(r["node"], []).append(r)
@@ -130,6 +232,7 @@ def build_report(
                 "out": m["out"],
                 "drops": m["drops"],
                 "seq_gaps": m["seq_gaps"],
+                "retransmitted": m.get("retransmitted", 0),
                 "serializations": m["serializations"],
                 "frames_out": m["frames_out"],
                 "credit_stalls": m["credit_stalls"],
@@ -150,8 +253,12 @@ def build_report(
         rs = [w["result"] for w in ws if w.get("result") is not None]
         if rs:
             results[name] = resolve_operator(node.operator).merge_results(rs)
+    problems = link_problems(worker_reports) + result_problems(results)
+    ok = bool(extra.pop("ok", True)) and not problems
     return {
         "topology": topology.name,
+        "ok": ok,
+        "problems": problems,
         **extra,
         "workers": workers,
         "nodes": nodes,

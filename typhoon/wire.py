@@ -23,9 +23,10 @@ Frame (all integers big endian)::
     12      2     EtherType, 0x88B5 by default (configurable)
     14      1     version (1)
     15      1     kind: 0 data, 1 control, 2 credit
-    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, other bits 0
+    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, 0x10 ACK_REQ,
+                  other bits 0
     17      1     reserved, 0
-    18      2     stream id
+    18      2     stream id (of a credit frame: its kind, typhoon.runtime.links)
     20      4     sequence number, +1 per frame on a link, wraps at 2**32
     24      2     count of entries
     26            unsegmented: count x (u16 length, length bytes)
@@ -34,7 +35,12 @@ Frame (all integers big endian)::
                     u16 chunk length, chunk bytes
 
 Each entry of a data frame is one msgpack-encoded tuple, of a control frame one
-encoded control tuple ``[type, body]``, of a credit frame a u32 credit grant.  A
+encoded control tuple ``[type, body]``, of a credit frame a u32 (link id, counts,
+sequence numbers: ``typhoon.runtime.links``).  A *link* is the frames of one
+sender to one destination address (a worker, or a stream's one-to-many address);
+its sequence numbers let the receiver deliver in order, drop duplicates and ask
+for what a gap lost.  ACK_REQ asks the receiver for a grant once it consumed the
+frame.  A
 payload too large for one frame is cut into SEG frames with consecutive sequence
 numbers: SEG_FIRST on the first, SEG_LAST on the last, SEG alone in between.
 LB marks a data frame that was sent to a load-balancer address (``sdn``
@@ -73,8 +79,10 @@ SEG = 0x01
 SEG_FIRST = 0x02
 SEG_LAST = 0x04
 LB = 0x08
+ACK_REQ = 0x10
 _SEG_MASK = SEG | SEG_FIRST | SEG_LAST
-_FLAG_MASK = _SEG_MASK | LB
+_FLAG_MASK = _SEG_MASK | LB | ACK_REQ
+_FLAGS_OFFSET = ETH_HLEN + 2
 
 _U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFFFFFF
@@ -386,7 +394,8 @@ def pack_frames(
 
     Payload order is kept.  Frame ``i`` gets sequence number ``first_seq + i`` modulo
     2**32 (``first_seq`` itself may be any int, so callers can just keep adding).
-    ``flags`` may only be :data:`LB` (segment flags are set here).
+    ``flags`` may only be :data:`LB` (segment flags are set here; ACK_REQ is set on
+    single frames with :func:`with_flags`).
     """
     _check_addr_args(dst, src, ethertype)
     if flags & ~LB:
@@ -464,6 +473,14 @@ def _segment(
         off = end
         flags = SEG | extra_flags
     return seq
+
+
+def with_flags(frame: bytes, flags: int) -> bytes:
+    """A copy of an encoded frame with ``flags`` (e.g. :data:`ACK_REQ`) set as well."""
+    if flags & ~_FLAG_MASK or flags & _SEG_MASK:
+        raise ValueError(f"with_flags sets only LB and ACK_REQ, got {flags:#04x}")
+    i = _FLAGS_OFFSET
+    return b"".join((frame[:i], bytes((frame[i] | flags,)), frame[i + 1 :]))
 
 
 @dataclass(slots=True)
@@ -551,6 +568,7 @@ class Control(IntEnum):
     BATCH_SIZE = 8
     DRAIN = 9
     UPSTREAM = 10  # the workers that send to this one changed (runtime reconfiguration)
+    FLOW_CONTROL = 11  # the bytes this worker may have in flight (its share of the fabric)
 
 
 POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
@@ -674,6 +692,8 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "max_delay_ms": (_nonneg_float, _REQUIRED),
     },
     Control.DRAIN: {"version": (_u64, _REQUIRED)},
+    # bytes of truesize the worker may have in flight (typhoon.topology.budgets)
+    Control.FLOW_CONTROL: {"budget": (_int(0, _U32_MAX), _REQUIRED)},
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
         "add": (_list_of(_worker_id), []),
@@ -730,7 +750,7 @@ def decode_control(data: bytes) -> ControlTuple:
 
 
 def encode_credit(credits: int) -> bytes:
-    """Body of a CREDIT entry: how many more frames the receiver grants the sender."""
+    """One u32 entry of a CREDIT frame (a link id, a count or a sequence number)."""
     return _U32.pack(_check_int("credits", credits, 0, _U32_MAX))
 
 

@@ -69,14 +69,14 @@ def deploy(topology: Topology, cluster: Cluster) -> tuple[PhysicalTopology, Fake
 
 
 def allowed_pairs(topology: Topology, physical: PhysicalTopology) -> set[tuple[int, int]]:
-    """(src worker, dst worker) pairs that may exchange unicast frames: data and credits."""
+    """(src worker, dst worker) pairs that may exchange unicast frames: data and credits,
+    both ways for every grouping (a one-to-many link sends base SYNCs and EOS unicast)."""
     pairs = set()
     for s in topology.streams:
         for u in physical.of_node(s.src):
             for v in physical.of_node(s.dst):
                 pairs.add((v.worker_id, u.worker_id))
-                if s.grouping.type != "all":
-                    pairs.add((u.worker_id, v.worker_id))
+                pairs.add((u.worker_id, v.worker_id))
     return pairs
 
 
@@ -198,12 +198,28 @@ def test_broadcast_from_the_middle_of_a_line():
     assert trace.links == Counter({("h2", "h1"): 1, ("h2", "h3"): 1})
 
 
-def test_all_grouping_has_no_unicast_data_rules():
+def test_all_grouping_has_unicast_credit_paths_both_ways():
+    """A one-to-many link needs unicast too: a joining receiver's base SYNC and the end of
+    stream go sender -> receiver, grants and NACKs back; both are credit rules (cookie).
+    Before, the base SYNC met the sender port's anti-spoofing drop rule."""
     topology = load_topology_text(BROADCAST)
     physical, fabric = deploy(topology, CLUSTERS["line"])
+    rules = compile_rules(topology, physical, CLUSTERS["line"])
     [source] = physical.of_node("source")
-    sink = physical.of_node("sink")[0]
-    assert not fabric.send(source.host, frame(source, mac(sink))).delivered
+    for sink in physical.of_node("sink"):
+        there = fabric.send(source.host, frame(source, mac(sink)))
+        assert there.delivered == Counter({(sink.host, sink.port): 1}), sink
+        back = fabric.send(sink.host, frame(sink, mac(source)))
+        assert back.delivered == Counter({(source.host, source.port): 1}), sink
+    unicast_to_sinks = [
+        r
+        for host_rules in rules.values()
+        for r in host_rules
+        if r.match_dict().get("eth_src") == mac(source)
+        and r.match_dict().get("eth_dst") != mac_str(multicast_mac(APP, 1))
+        and r.priority == 100
+    ]
+    assert unicast_to_sinks and all(parse_cookie(r.cookie).credit for r in unicast_to_sinks)
 
 
 def test_rules_have_the_documented_shape(wordcount):

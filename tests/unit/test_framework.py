@@ -59,6 +59,7 @@ class Recorder(Transport):
         self.sent: list[tuple[str, object, int, list[bytes]]] = []
         self.replies: list[ControlTuple] = []
         self.groups: list[int] = []
+        self.settled: list[list[int]] = []
 
     def poll(self, timeout):
         return []
@@ -74,6 +75,10 @@ class Recorder(Transport):
 
     def reply(self, ct):
         self.replies.append(ct)
+
+    def settle(self, dsts):
+        self.settled.append(list(dsts))
+        return []
 
     def tuples(self, stream=None):
         return [
@@ -135,9 +140,13 @@ def test_broadcast_serializes_once_with_multicast():
     assert fw.serializations == 10
     data = [x for x in io.sent if x[2] == 1]
     assert {x[0] for x in data} == {"group"}
-    # end of stream follows the data's one-to-many path, on the reserved stream
+    # end of stream goes to each receiver once, after the transport confirmed that the
+    # receiver holds every one-to-many frame (they take another path through the switch)
     eos = [x for x in io.sent if x[2] == EOS_STREAM]
-    assert [x[0] for x in eos] == ["group"] and eos[0][3] == [EOS_PAYLOAD]
+    sinks = sorted(w.worker_id for w in phys.of_node("sink"))
+    assert [(x[0], x[1]) for x in eos] == [("unicast", d) for d in sinks]
+    assert all(x[3] == [EOS_PAYLOAD] for x in eos)
+    assert io.settled == [sinks]
     assert set(io.groups) == {1}
 
 
@@ -259,3 +268,32 @@ def test_sender_added_at_run_time_is_waited_for():
     assert not fw.done
     fw.deliver(Inbound(99, EOS_STREAM, [EOS_PAYLOAD]))
     assert fw.done
+
+
+def test_frames_after_a_senders_end_of_stream_are_counted_not_processed():
+    """A released receiver still gets one-to-many copies: after the EOS they are dropped."""
+    fw, io, phys = make(WORDCOUNT, "count")
+    splits = [w.worker_id for w in phys.of_node("split")]
+    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["a"])]))
+    fw.deliver(Inbound(splits[0], EOS_STREAM, [EOS_PAYLOAD]))
+    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["b"]), msgpack.packb(["c"])]))
+    assert io.stats.drops == {"after_eos": 2}
+    assert fw.received_from == {(splits[0], 2): 1}
+    # an UPSTREAM that adds the sender again opens its link once more
+    fw.control(ControlTuple(Control.UPSTREAM, {"add": [splits[0]], "remove": [], "version": 4}))
+    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["d"])]))
+    assert fw.received_from == {(splits[0], 2): 2}
+
+
+def test_release_settles_before_and_after_the_end_of_stream():
+    fw, io, phys = make(BROADCAST, "source", multicast=True)
+    sinks = [w.worker_id for w in phys.of_node("sink")]
+    fw.control(
+        ControlTuple(
+            Control.ROUTING,
+            {"stream": 1, "policy": "all", "next_hops": sinks[1:], "version": 2},
+        )
+    )
+    fw.release([sinks[0]])
+    assert io.settled == [[sinks[0]], [sinks[0]]]
+    assert [(d, s) for k, d, s, _ in io.sent] == [(sinks[0], EOS_STREAM)]

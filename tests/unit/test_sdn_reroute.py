@@ -22,7 +22,7 @@ import pytest
 
 from typhoon import wire
 from typhoon.operators import resolve_operator
-from typhoon.runtime import credits as cr
+from typhoon.runtime import links as lk
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.spec import WorkerSpec
@@ -104,9 +104,11 @@ class Net(threading.Thread):
             self.end.send(frame)
 
     def grant(self, wid: int) -> None:
-        value = (WINDOW + self.rx[wid].consumed) & cr.MASK
-        self._to_sender(wire.worker_mac(self.app, wid), Kind.CREDIT, cr.GRANT,
-                        [wire.encode_credit(value)])  # fmt: skip
+        """GRANT [link 0, consumed, received]: the sender's window over the unicast link."""
+        r = self.rx[wid]
+        values = [0, r.consumed & lk.MASK, len(r.got) & lk.MASK]
+        self._to_sender(wire.worker_mac(self.app, wid), Kind.CREDIT, lk.GRANT,
+                        [wire.encode_credit(v) for v in values])  # fmt: skip
 
     def control(self, ct: ControlTuple) -> None:
         """The controller writes a control tuple to the sender (a PacketOut)."""
@@ -133,7 +135,7 @@ class Net(threading.Thread):
                 if r.mode == "consume":
                     r.consumed = len(r.got)
                     self.grant(wid)
-            elif f.kind == Kind.CREDIT and f.stream == cr.SYNC and r.mode != "hung":
+            elif f.kind == Kind.CREDIT and f.stream == lk.SYNC and r.mode != "hung":
                 self.grant(wid)  # busy: the same grant again, no new room
 
 

@@ -88,7 +88,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 11))
+    assert [c.value for c in Control] == list(range(1, 12))
 
 
 @given(app_ids, worker_ids)
@@ -429,7 +429,7 @@ def test_pack_frames_rejects_bad_arguments(kwargs) -> None:
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG | SEG_FIRST | SEG_LAST, [b"abc"], total=4),
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG, [b"a", b"b"]),
         Frame(DST, SRC, Kind.DATA, 1, 0, SEG_LAST, [b"a"]),
-        Frame(DST, SRC, Kind.DATA, 1, 0, 0x10, [b"a"]),
+        Frame(DST, SRC, Kind.DATA, 1, 0, 0x20, [b"a"]),
         Frame(DST, SRC, Kind.DATA, 1, 2**32, 0, [b"a"]),
         Frame(DST, SRC, Kind.DATA, 0x10000, 0, 0, [b"a"]),
         Frame(DST, SRC, 7, 1, 0, 0, [b"a"]),
@@ -459,7 +459,7 @@ def patched(buf: bytes, offset: int, fmt: str, value: int) -> bytes:
         patched(GOOD, 14, "!B", 0),
         patched(GOOD, 15, "!B", 3),  # unknown kind
         patched(GOOD, 17, "!B", 1),  # reserved byte set
-        patched(GOOD, 16, "!B", 0x10),  # unknown flag
+        patched(GOOD, 16, "!B", 0x20),  # unknown flag
         patched(FIRST, 16, "!B", SEG | SEG_FIRST | 0x80),
         patched(GOOD, 16, "!B", SEG_FIRST),  # segment flags without SEG
         patched(GOOD, 16, "!B", SEG_LAST),
@@ -683,6 +683,7 @@ bodies = {
     Control.UPSTREAM: st.fixed_dictionaries(
         {"add": worker_lists, "remove": worker_lists, "version": u64}
     ),
+    Control.FLOW_CONTROL: st.fixed_dictionaries({"budget": st.integers(0, 2**32 - 1)}),
 }
 ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0}
 
@@ -761,6 +762,10 @@ BAD_BODIES = [
     (Control.BATCH_SIZE, {"size": 10, "max_delay_ms": -0.5}),
     (Control.BATCH_SIZE, {"size": 10}),
     (Control.DRAIN, {"version": 2**64}),
+    (Control.FLOW_CONTROL, {}),
+    (Control.FLOW_CONTROL, {"budget": -1}),
+    (Control.FLOW_CONTROL, {"budget": 2**32}),
+    (Control.FLOW_CONTROL, {"budget": 1.5}),
 ]
 
 
@@ -846,3 +851,15 @@ def test_encode_credit_rejects(bad) -> None:
 @pytest.mark.parametrize("data", [b"", b"\x00" * 3, b"\x00" * 5])
 def test_decode_credit_rejects(data: bytes) -> None:
     raises_exactly(WireError, decode_credit, data)
+
+
+def test_with_flags_sets_ack_req_on_a_copy() -> None:
+    frame = pack_frames(DST, SRC, Kind.DATA, 3, 9, [b"a", b"bc"])[0]
+    marked = wire.with_flags(frame, wire.ACK_REQ)
+    f = decode_frame(marked)
+    assert f.flags == wire.ACK_REQ and f.payloads == [b"a", b"bc"] and f.seq == 9
+    assert decode_frame(frame).flags == 0  # the original is untouched
+    seg = pack_frames(DST, SRC, Kind.DATA, 3, 0, [b"x" * 20000])[1]
+    assert decode_frame(wire.with_flags(seg, wire.ACK_REQ)).flags == SEG | wire.ACK_REQ
+    with pytest.raises(ValueError):
+        wire.with_flags(frame, SEG)

@@ -5,9 +5,13 @@ layer, hands arriving tuples to the operator, and applies control tuples
 (paper Table 2 plus DRAIN and UPSTREAM) through one code path for every
 transport.
 
-End of stream travels in-band: when a sender finishes it sends an EOS
-punctuation on reserved stream 0 to every receiver, after its last tuple on
-the same link; a bolt finishes once every upstream worker has sent EOS.
+End of stream travels in-band: when a sender finishes it sends one EOS
+punctuation on reserved stream 0 to every receiver, once the transport confirmed
+that the receiver holds every frame sent to it (``Transport.settle``: frames of a
+one-to-many stream take another path through the switch than the EOS); a bolt
+finishes once every upstream worker has sent EOS.  Every tuple is counted per
+link (sender, receiver, stream) on both ends, so the run report can prove that
+each link delivered exactly what was sent on it.
 Reconfiguration keeps that exact: a ROUTING that takes receivers out may
 ``release`` them (EOS to each right away), and UPSTREAM tells a worker which
 new senders to wait for before any old one releases it.
@@ -92,6 +96,10 @@ class Framework:
         # metrics
         self.tuples_in: dict[int, int] = {}
         self.tuples_out: dict[int, int] = {}
+        # tuples per link, for the run report: (receiver, stream) and (sender, stream)
+        self.sent_to: dict[tuple[int, int], int] = {}
+        self.received_from: dict[tuple[int, int], int] = {}
+        self.sent_balanced: dict[int, int] = {}  # stream -> tuples to its LB address
         self.serializations = 0
         self.unrouted = 0
         self.proc_ns = 0
@@ -145,10 +153,16 @@ class Framework:
         released = sorted((set(workers) & known) - routed)
         if released:
             self.io.drain_balanced()  # a released worker may still get balanced frames of ours
+            self.io.settle(released)
         for dst in released:
             for targets in self.eos_targets.values():
                 targets.discard(dst)
             self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+        if released:
+            # one-to-many frames still reach a released worker (the switch copies them
+            # to the stream's consumers) and travel on another link than the end of
+            # stream: once it holds the end of stream, it drops what follows it
+            self.io.settle(released)
 
     def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""
@@ -198,11 +212,18 @@ class Framework:
 
     def _send(self, key: tuple[int, int], payloads: list[bytes]) -> None:
         dst, sid = key
+        n = len(payloads)
+        sent = self.sent_to
         if dst > 0:
+            sent[key] = sent.get(key, 0) + n
             self.io.send(dst, sid, payloads)
         elif dst == 0:
-            self.io.send_group(sid, self.routers[sid].hops, payloads)
+            hops = self.routers[sid].hops
+            for h in hops:
+                sent[(h, sid)] = sent.get((h, sid), 0) + n
+            self.io.send_group(sid, hops, payloads)
         else:
+            self.sent_balanced[sid] = self.sent_balanced.get(sid, 0) + n
             self.io.send_balanced(sid, -1 - dst, self.routers[sid].lb_slot(), payloads)
 
     def flush(self, force: bool = False) -> None:
@@ -227,9 +248,14 @@ class Framework:
         if item.stream == EOS_STREAM:
             self._eos_from(item.src)
             return
-        self.last_input = self.now
         src = item.src
-        if src not in self.pending_upstream and src not in self.finished_upstream:
+        if src in self.finished_upstream:
+            # after its end of stream (a release): one-to-many frames the switch still
+            # copies here; the sender no longer counts them as sent to us
+            self.io.stats.drop("after_eos", len(item.payloads))
+            return
+        self.last_input = self.now
+        if src not in self.pending_upstream:
             # a sender added at run time (scale-up): wait for its end of stream too
             self.pending_upstream.add(src)
         process, emit = self.op.process, self.emit
@@ -251,6 +277,8 @@ class Framework:
         self.proc_count += good
         self.in_bytes += sum(map(len, item.payloads))
         self.tuples_in[item.stream] = self.tuples_in.get(item.stream, 0) + good
+        key = (src, item.stream)
+        self.received_from[key] = self.received_from.get(key, 0) + good
 
     def _eos_from(self, src: int) -> None:
         self.pending_upstream.discard(src)
@@ -306,14 +334,12 @@ class Framework:
         """Flush state and batches, then tell every receiver this link is finished."""
         self.op.on_signal(self.emit)
         self.flush(force=True)
-        self.io.drain_balanced()  # end of stream goes direct: it must not overtake them
-        for sid, r in self.routers.items():
-            targets = self.eos_targets.get(sid, set())
-            if r.broadcast and self.io.multicast:
-                self.io.send_group(sid, r.hops, [EOS_PAYLOAD], stream=EOS_STREAM)
-                targets = targets - set(r.hops)
-            for dst in sorted(targets):
-                self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+        # end of stream goes direct: it must not overtake balanced or one-to-many frames
+        self.io.drain_balanced()
+        targets = sorted(set().union(*self.eos_targets.values())) if self.eos_targets else []
+        self.io.settle(targets)
+        for dst in targets:
+            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
         self.done = True
         if self.draining:
             self._ack("DRAIN", self.drain_version)
@@ -377,6 +403,8 @@ class Framework:
             self.last_refill = self.now
         elif t == Control.DEACTIVATE:
             self.active = False
+        elif t == Control.FLOW_CONTROL:
+            self.io.set_budget(int(body["budget"]))
         elif t == Control.BATCH_SIZE:
             self.batch_size = int(body["size"])
             self.max_delay = float(body["max_delay_ms"]) / 1000.0
@@ -404,6 +432,15 @@ class Framework:
 
     # ----- metrics -------------------------------------------------------------------------
 
+    def link_counts(self) -> dict[str, Any]:
+        """Tuples per link on both ends, and what the transport's links did (run report)."""
+        return {
+            "out": {f"{d}:{s}": n for (d, s), n in sorted(self.sent_to.items())},
+            "in": {f"{src}:{s}": n for (src, s), n in sorted(self.received_from.items())},
+            "balanced_out": {str(s): n for s, n in sorted(self.sent_balanced.items())},
+            "transport": self.io.link_stats(),
+        }
+
     def metrics(self) -> dict[str, Any]:
         """Worker statistics for METRIC_RESP and the run report."""
         st = self.io.stats
@@ -423,6 +460,7 @@ class Framework:
             "bytes_in": st.bytes_in,
             "bytes_out": st.bytes_out,
             "seq_gaps": st.seq_gaps,
+            "retransmitted": st.retransmitted,
             "credit_stalls": st.credit_stalls,
             # sdn streams sent to the load-balancer address (the LB app checks its switch took)
             "balanced": {

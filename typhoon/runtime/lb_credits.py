@@ -60,10 +60,10 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from typhoon.runtime.credits import MASK, SYNC_S, diff32
+from typhoon.runtime.links import MASK, diff32
 
-LB_GRANT = 2  # credit frame stream: receiver -> sender, [stream, consumed, received, probe]
-LB_SYNC = 3  # credit frame stream: sender -> receiver, [stream, probe]; probe 0 = reset
+LB_GRANT = 2  # credit frame kind: receiver -> sender, [stream, consumed, received, probe]
+LB_SYNC = 3  # credit frame kind: sender -> receiver, [stream, probe]; probe 0 = reset
 GRANT_ENTRIES = 4
 SYNC_ENTRIES = 2
 PROBE_S = 0.005  # a sender waiting for group credit probes at most this often
@@ -96,12 +96,10 @@ class BalancedSender:
         self,
         window: int,
         budget: int | None = None,
-        sync_s: float = SYNC_S,
         probe_s: float = PROBE_S,
     ) -> None:
         self.window = window
         self.budget = budget
-        self.sync_s = sync_s
         self.probe_s = probe_s
         self.members: list[int] = []
         self.known: dict[int, _Member] = {}

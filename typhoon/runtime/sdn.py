@@ -4,34 +4,36 @@ Every worker owns a TAP device (:mod:`typhoon.runtime.tap`) that its agent plugs
 into the host's Open vSwitch bridge; the switch forwards frames on their
 Ethernet addresses alone (DESIGN §3).  This layer
 
-* batches serialized tuples into frames (:func:`typhoon.wire.pack_frames`), one
-  sequence counter per (receiver, stream), or per stream for the one-to-many
-  address: the switch copies a multicast frame, the worker writes it once;
-* paces every link with credits (:mod:`typhoon.runtime.credits`): a frame goes out
-  only when its receiver(s) granted room for it.  While a sender waits it keeps
-  reading its port: credit frames count at once, everything else is queued for the
-  next :meth:`SdnTransport.poll` *unconsumed*, so no credit goes back for it and
+* batches serialized tuples into frames (:func:`typhoon.wire.pack_frames`) on
+  *links*: one per receiver, and one per one-to-many stream, whose frames the
+  switch copies (the worker writes each frame once);
+* makes every link reliable and paced (:mod:`typhoon.runtime.links`,
+  ``docs/flow_control.md``): sequence numbers, receivers that deliver in order and
+  NACK gaps, frames kept until consumed and sent again when lost, credit windows
+  per link and a byte budget over the whole port (the worker's share of the
+  switch's socket buffers).  While a sender waits for credit it keeps reading its
+  port: credit frames count at once, everything else is queued for the next
+  :meth:`SdnTransport.poll` *unconsumed*, so no credit goes back for it and
   back-pressure propagates upstream hop by hop.  A receiver that answers no SYNC
-  is dead after ``credit_timeout_s``, or at once when a ROUTING queued meanwhile
+  for ``credit_timeout_s`` is dead, or at once when a ROUTING queued meanwhile
   routes around it (the controller found it hung): the wait ends and the
   framework applies that ROUTING;
 * checks what arrives: malformed frames, control tuples not from the controller
   address, frames for another worker are counted in ``stats.drops`` and dropped
-  (a worker never dies of a bad frame); sequence gaps per link are counted in
-  ``stats.seq_gaps``; segmented payloads are reassembled.
+  (a worker never dies of a bad frame); segmented payloads are reassembled.
 
-Credit frames (kind CREDIT, one u32 entry) travel on the same path as data:
-stream 0 (GRANT) receiver -> sender, stream 1 (SYNC) sender -> receiver, so the
-flow rules of a link must forward both directions.  Control tuples go to the
-controller address (``reply``) without credit.
+Credit frames (kind CREDIT, u32 entries, :mod:`typhoon.runtime.links` for the
+kinds) travel on the links' paths: GRANT, NACK and RESYNC receiver -> sender,
+SYNC sender -> receiver (to the group address on a one-to-many link), so the flow
+rules of a link forward both directions.  Control tuples go to the controller
+address (``reply``) without credit.
 
 Load-balanced streams (``sdn`` grouping switched to the switch's select group by
 the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to a
 random load-balancer slot address of the receiving node, flagged
 :data:`typhoon.wire.LB`; the switch picks the worker.  They are paced by one
-group window per stream instead of a link's (:mod:`typhoon.runtime.lb_credits`:
-receivers return their credit with LB_GRANT frames, stream 2, and answer the
-sender's LB_SYNC probes, stream 3, both several u32 entries).
+group window per stream (:mod:`typhoon.runtime.lb_credits`); a frame the switch
+drops on that path is counted lost, not sent again.
 
 Spec (``WorkerSpec.transport``)::
 
@@ -39,8 +41,8 @@ Spec (``WorkerSpec.transport``)::
      "tap": "ty007a0002",        # optional, default tap_name(app, worker)
      "mtu": 9000, "window": 32,  # window in frames per link
      "ethertype": 0x88B5,        # optional
-     "credit_timeout_s": 10,     # then the receiver counts as dead (frames dropped)
-     "port_budget": 212992}      # optional, bytes in flight; default rmem_default, 0 = off
+     "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
+     "port_budget": 180224}      # bytes in flight (typhoon.topology.budgets); 0 = off
 
 The port must be (re-)added to the bridge by the agent *after* the worker created
 its TAP; when a worker is restarted under the same device name, the agent must
@@ -56,14 +58,15 @@ import math
 import select
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from typhoon import wire
-from typhoon.runtime import credits as cr
 from typhoon.runtime import lb_credits as lb
+from typhoon.runtime import links as lk
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
 from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.truesize import default_budget, truesize
 from typhoon.wire import AddrClass, Control, ControlTuple, Frame, Kind, WireError
 
 log = logging.getLogger(__name__)
@@ -71,14 +74,12 @@ log = logging.getLogger(__name__)
 READ_BATCH = 512  # frames read per poll() before handing out what arrived
 DEFAULT_CREDIT_TIMEOUT_S = 10.0
 # a receiver the controller routes around that answered no request for credit for this
-# long is dead at once, without waiting out the credit timeout (ten SYNC intervals: a
-# live receiver, even a blocked one, answers every SYNC)
+# long is dead at once, without waiting out the credit timeout (a live receiver, even
+# a blocked one, answers every SYNC)
 REROUTE_SILENCE_S = 1.0
-
-
+REQUEST_S = 0.002  # at most one SYNC per link this often while the port budget blocks
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
-LINGER_SYNC_S = 0.05
-LINGER_QUIET_S = 0.5  # wait this long for grants before asking for them
+SETTLE_S = 10.0  # longest a wait for a receiver to hold every frame (end of stream) lasts
 
 
 class Device(Protocol):
@@ -102,7 +103,7 @@ class SdnTransport(Transport):
         worker_id: int,
         tap: str | None = None,
         mtu: int = wire.DEFAULT_MTU,
-        window: int = cr.DEFAULT_WINDOW,
+        window: int = lk.DEFAULT_WINDOW,
         ethertype: int = wire.ETHERTYPE,
         credit_timeout_s: float = DEFAULT_CREDIT_TIMEOUT_S,
         port_budget: int | None = None,
@@ -124,18 +125,17 @@ class SdnTransport(Transport):
         self.credit_timeout_s = float(credit_timeout_s)
         self.reroute_silence_s = min(float(reroute_silence_s), self.credit_timeout_s)
         self.clock = clock
-        # bytes in flight a sender keeps within (see credits.py); 0 = count frames only
-        budget = cr.default_budget() if port_budget is None else port_budget or None
-        self.tx = cr.SenderCredits(window, budget)
-        threshold = cr.byte_threshold(budget, wire.ETH_HLEN + mtu)
-        self.rx = cr.ReceiverCredits(window, threshold)
-        self.window, self.budget = window, budget
+        budget = default_budget() if port_budget is None else port_budget or None
+        self.tx = lk.Sender(window, budget)
+        self.rx = lk.Receiver(window)
+        self.window = window
         # load-balanced streams: group windows as a sender, grants owed as a receiver
         self.lb_tx: dict[int, lb.BalancedSender] = {}
         self.lb_rx = lb.BalancedReceiver(
-            lb.grant_threshold(window), threshold / 4 if threshold else math.inf
+            lb.grant_threshold(window), budget / 8 if budget else math.inf
         )
         self.lb_seq: dict[int, int] = {}
+        self.lb_bytes = 0  # balanced bytes in flight (they count against the budget too)
         self.name = tap or tap_name(app_id, worker_id)
         self.dev: Device = (
             device
@@ -146,23 +146,23 @@ class SdnTransport(Transport):
         self._poller = select.poll()  # not select.select: no FD_SETSIZE limit
         self._poller.register(self.fd, select.POLLIN)
         self._read_size = wire.ETH_HLEN + mtu + 64  # larger frames arrive truncated: malformed
-        self.seq_out: dict[tuple[int, int], int] = {}  # (dst, stream), dst 0 = multicast
-        self.seq_in: dict[tuple[bytes, bytes, int], int] = {}  # (src MAC, dst MAC, stream)
         self.reassembler = wire.Reassembler()
         self.ctrl_seq = 0
         self.credit_seq = 0
-        self.lost_frames = 0  # data frames a SYNC proved lost in the network
-        self.credit_frames_in = 0  # credit frames (grants and SYNCs), also in stats.frames_*
+        self.credit_frames_in = 0  # credit frames (grants, SYNCs, NACKs), also in stats.frames_*
         self.credit_frames_out = 0
-        # frames read off the port but not handed out yet: (frame, sender id or 0, bytes)
-        self.pending: deque[tuple[Frame, int, int]] = deque()
+        # frames read off the port but not handed out yet:
+        # (frame, sender id or 0, bytes, its InLink or None, link key)
+        self.pending: deque[tuple[Frame, int, int, Any, Any]] = deque()
         self.pending_bytes = 0
         self._src_ids: dict[bytes, int] = {}
         self._dst_macs: dict[int, bytes] = {}
+        self._resync_at: dict[tuple[int, int], float] = {}
         # next hops of every stream that a ROUTING still in ``pending`` sets: a credit wait
         # gives up on a silent receiver the controller routes around (see _routed_around)
         self.routing_ahead: dict[int, frozenset[int]] = {}
-        self.group_dsts: dict[int, tuple[int, ...]] = {}  # one-to-many stream -> receivers
+        self.streams_of: dict[int, set[int]] = {}  # receiver -> streams we sent it
+        self._next_timer = -math.inf
 
     @classmethod
     def from_spec(cls, spec: Any) -> SdnTransport:
@@ -173,11 +173,22 @@ class SdnTransport(Transport):
             spec.worker_id,
             tap=p.get("tap") or None,
             mtu=int(p.get("mtu", wire.DEFAULT_MTU)),
-            window=int(p.get("window", cr.DEFAULT_WINDOW)),
+            window=int(p.get("window", lk.DEFAULT_WINDOW)),
             ethertype=int(p.get("ethertype", wire.ETHERTYPE)),
             credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
             port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
         )
+
+    @property
+    def budget(self) -> int | None:
+        return self.tx.budget
+
+    def set_budget(self, budget: int) -> None:
+        """A new byte budget (FLOW_CONTROL from the controller: the fabric's shares changed)."""
+        self.tx.budget = budget or None
+        self.lb_rx.bytes = budget / 8 if budget else math.inf
+        for group in self.lb_tx.values():
+            group.budget = budget or None
 
     # ----- addresses -----------------------------------------------------------------------
 
@@ -200,18 +211,23 @@ class SdnTransport(Transport):
             wid = self._src_ids[bytes(mac)] = a.value
         return wid
 
-    def _for_me(self, dst: bytes) -> bool:
-        # our own address, or the one-to-many address of any stream of this application
-        return dst == self.mac or dst[:4] == self._mcast_prefix
+    def _link_of(self, dst: bytes) -> int:
+        """Link id of a frame for us: 0 (our address), the stream of a one-to-many
+        address of this application, or -1 (not for us)."""
+        if dst == self.mac:
+            return 0
+        if dst[:4] == self._mcast_prefix:
+            return dst[4] << 8 | dst[5]
+        return -1
 
     # ----- receiving -----------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
-        # wake up in time to refresh grants even when the framework has nothing to do
-        if self.pending or self._readable(min(timeout, 0.05)):
+        # wake up in time to refresh grants and probe even when the framework is idle
+        if self.pending or self._readable(min(timeout, 0.01)):
             self._read_batch()
         out = self._hand_out()
-        self._send_grants(self.clock())
+        self._housekeeping(self.clock())
         return out
 
     def _readable(self, timeout: float) -> bool:
@@ -251,25 +267,58 @@ class SdnTransport(Transport):
             src = self._worker_id(f.src)
             if not src:
                 st.drop("foreign_src")
-            elif not self._for_me(f.dst):
+                return
+            link = self._link_of(f.dst)
+            if link < 0:
                 st.drop("not_for_me")
-            else:
-                if f.flags & wire.LB:
-                    self.lb_rx.on_receive((src, f.stream), now)
-                else:
-                    self.rx.on_receive(src, now)
-                self.pending.append((f, src, len(raw)))
+            elif f.flags & wire.LB:
+                self.lb_rx.on_receive((src, f.stream), now)
+                self.pending.append((f, src, len(raw), None, None))
                 self.pending_bytes += len(raw)
+            else:
+                self._data(f, src, link, len(raw), now)
         elif kind == Kind.CREDIT:
-            self._credit_frame(f)
+            self._credit_frame(f, now)
         elif f.src != self.controller:
             st.drop("spoofed_control")
         elif f.dst != self.mac:
             st.drop("not_for_me")
         else:
-            self.pending.append((f, 0, len(raw)))
+            self.pending.append((f, 0, len(raw), None, None))
             self.pending_bytes += len(raw)
             self._peek_routing(f)
+
+    def _data(self, f: Frame, src: int, link: int, size: int, now: float) -> None:
+        """A data frame of a link: in order it goes to ``pending``, after a gap it waits."""
+        key = (src, link)
+        rx = self.rx
+        il = rx.get(key)
+        if il is None:
+            # the first frame of a link to us starts it; a one-to-many link starts only
+            # with the base its sender tells each member (the switch copies its frames
+            # to workers the sender does not count as members yet)
+            if link or f.seq != 0:
+                rx.unsynced += 1
+                self._resync(key, now)
+                return
+            il = rx.start(key, 0)
+        ready, gap = rx.accept(il, f.seq, (f, src, size, il, key), now)
+        if ready:
+            pending = self.pending
+            for item in ready:
+                pending.append(item)
+                self.pending_bytes += item[2]
+        if gap:
+            r = rx.nack_range(il, now)
+            if r is not None:
+                self._credit_entries(src, lk.NACK, [link, *r])
+        elif not ready:  # a duplicate: the sender is repeating what we have; tell it
+            rx.urgent.add(key)
+
+    def _resync(self, key: tuple[int, int], now: float) -> None:
+        if now - self._resync_at.get(key, -math.inf) >= lk.NACK_S:
+            self._resync_at[key] = now
+            self._credit_entries(key[0], lk.RESYNC, [key[1]])
 
     def _peek_routing(self, f: Frame) -> None:
         """Note the next hops a queued ROUTING sets; the framework still applies it.
@@ -290,51 +339,76 @@ class SdnTransport(Transport):
             if isinstance(stream, int) and isinstance(hops, list):
                 self.routing_ahead[stream] = frozenset(h for h in hops if isinstance(h, int))
 
-    def _credit_frame(self, f: Frame) -> None:
+    def _credit_frame(self, f: Frame, now: float) -> None:
         st = self.stats
         self.credit_frames_in += 1
         src = self._worker_id(f.src)
         if not src:
             st.drop("foreign_src")
             return
-        if f.dst != self.mac:
+        link = self._link_of(f.dst)
+        if link < 0:
             st.drop("not_for_me")
             return
-        if f.stream in (lb.LB_GRANT, lb.LB_SYNC):
-            self._lb_credit_frame(f, src)
-            return
-        if f.flags or len(f.payloads) != 1:
+        if f.flags:
             st.drop("malformed_credit")
             return
         try:
-            value = wire.decode_credit(f.payloads[0])
-        except WireError:
-            st.drop("malformed_credit")
-            return
-        if f.stream == cr.GRANT:
-            if self.tx.on_grant(src, value):
-                log.info("worker %d: credit from worker %d again", self.worker_id, src)
-        elif f.stream == cr.SYNC:
-            lost = self.rx.on_sync(src, value)
-            if lost > 0:
-                self.lost_frames += lost
-            elif lost < 0:
-                log.info("worker %d: worker %d restarted its link count", self.worker_id, src)
-        else:
-            st.drop("malformed_credit")
-
-    def _lb_credit_frame(self, f: Frame, src: int) -> None:
-        """LB_GRANT (we are the sender) or LB_SYNC (we are a receiver): see lb_credits."""
-        want = lb.GRANT_ENTRIES if f.stream == lb.LB_GRANT else lb.SYNC_ENTRIES
-        try:
-            if f.flags or len(f.payloads) != want:
-                raise WireError("bad entry count")
             values = [wire.decode_credit(p) for p in f.payloads]
         except WireError:
-            self.stats.drop("malformed_credit")
+            st.drop("malformed_credit")
             return
+        kind, n = f.stream, len(values)
+        if kind in (lb.LB_GRANT, lb.LB_SYNC):
+            want = lb.GRANT_ENTRIES if kind == lb.LB_GRANT else lb.SYNC_ENTRIES
+            if n != want or link:
+                st.drop("malformed_credit")
+            else:
+                self._lb_credit(kind, values, src)
+            return
+        ok = {lk.GRANT: n == 3, lk.SYNC: n in (2, 3), lk.NACK: n == 3, lk.RESYNC: n == 1}
+        # a SYNC names its link; one sent to a group address must name that group
+        if not ok.get(kind) or (link and (kind != lk.SYNC or values[0] != link)):
+            st.drop("malformed_credit")
+            return
+        if kind == lk.SYNC:
+            self._on_sync(src, values, now)
+            return
+        ol, m = self.tx.find(values[0], src)
+        if m is None:
+            st.drop("unexpected_credit")
+            return
+        if kind == lk.GRANT:
+            if self.tx.on_grant(ol, m, values[1], values[2], now):
+                log.info("worker %d: credit from worker %d again", self.worker_id, src)
+                self._send_bases(ol)
+        elif kind == lk.NACK:
+            self._retransmit(ol, self.tx.on_nack(ol, m, values[1], values[2], now))
+        else:  # RESYNC
+            rng = self.tx.on_resync(ol, m, now)
+            self._send_bases(ol)
+            self._retransmit(ol, rng)
+
+    def _on_sync(self, src: int, values: list[int], now: float) -> None:
+        """A SYNC: answer with a NACK for what is missing, else a grant (at once)."""
+        link, nxt = values[0], values[1]
+        base = values[2] if len(values) == 3 else None
+        key = (src, link)
+        try:
+            il = self.rx.on_sync(key, nxt, base, now)
+        except KeyError:
+            self.rx.unsynced += 1
+            self._resync(key, now)
+            return
+        r = self.rx.nack_range(il, now, end=nxt, force=True)
+        if r is not None:
+            self._credit_entries(src, lk.NACK, [link, *r])
+        self._grant(key, il, now)
+
+    def _lb_credit(self, kind: int, values: list[int], src: int) -> None:
+        """LB_GRANT (we are the sender) or LB_SYNC (we are a receiver): see lb_credits."""
         stream = values[0]
-        if f.stream == lb.LB_SYNC:
+        if kind == lb.LB_SYNC:
             # answered at once: the counts must be those of the moment the probe arrived
             self._lb_grant(src, stream, self.lb_rx.on_probe((src, stream), values[1], self.clock()))
             return
@@ -343,7 +417,7 @@ class SdnTransport(Transport):
             self.stats.drop("unexpected_credit")
             return
         released, revived = group.on_grant(src, *values[1:])
-        self.tx.release(released)
+        self.lb_bytes = max(0, self.lb_bytes - released)
         if revived:
             log.info("worker %d: balanced credit from worker %d again", self.worker_id, src)
 
@@ -352,12 +426,12 @@ class SdnTransport(Transport):
         out: list[Inbound | ControlTuple] = []
         pending = self.pending
         st = self.stats
-        seq_in = self.seq_in
-        consume = self.rx.on_consume
-        truesize = cr.truesize
+        rx = self.rx
+        links = rx.links
+        ack_req = wire.ACK_REQ
         self.routing_ahead.clear()  # every queued ROUTING goes to the framework now
         while pending:
-            f, src, size = pending.popleft()
+            f, src, size, il, key = pending.popleft()
             self.pending_bytes -= size
             payloads = f.payloads
             if f.flags & wire.SEG:
@@ -373,55 +447,39 @@ class SdnTransport(Transport):
                     except WireError:
                         st.drop("malformed_control")
                 continue
-            if f.flags & wire.LB:
-                # a group-wide sequence number: this receiver sees only its share
+            if il is None:  # load-balanced: the sender's group window gets the credit
                 self.lb_rx.on_consume((src, f.stream), truesize(size))
-                if payloads:
-                    out.append(Inbound(src, f.stream, payloads))
-                continue
-            consume(src, 1, truesize(size))
-            key = (f.src, f.dst, f.stream)
-            expect = seq_in.get(key)
-            if expect is not None and f.seq != expect:
-                gap = (f.seq - expect) & cr.MASK
-                if gap < 1 << 31:  # a frame from the past (duplicate) is not a gap
-                    st.seq_gaps += gap
-            seq_in[key] = (f.seq + 1) & cr.MASK
+            elif links.get(key) is il:  # a link restarted meanwhile: not its frame
+                il.consumed = (il.consumed + 1) & lk.MASK
+                if f.flags & ack_req:
+                    rx.urgent.add(key)
             if payloads:
                 out.append(Inbound(src, f.stream, payloads))
         return out
 
     # ----- credit frames -------------------------------------------------------------------
 
-    def _credit(self, wid: int, stream: int, value: int) -> None:
+    def _credit_entries(self, wid: int, kind: int, values: list[int], dst: bytes = b"") -> None:
         frame = wire.pack_frames(
-            self._worker_mac(wid),
-            self.mac,
-            Kind.CREDIT,
-            stream,
-            self.credit_seq,
-            [wire.encode_credit(value)],
-            self.mtu,
-            self.ethertype,
-        )[0]
-        self.credit_seq = (self.credit_seq + 1) & cr.MASK
+            dst or self._worker_mac(wid), self.mac, Kind.CREDIT, kind, self.credit_seq,
+            [wire.encode_credit(v & lk.MASK) for v in values], self.mtu, self.ethertype,
+        )[0]  # fmt: skip
+        self.credit_seq = (self.credit_seq + 1) & lk.MASK
         if self._write(frame):
             self.credit_frames_out += 1
+
+    def _grant(self, key: tuple[int, int], il: lk.InLink, now: float) -> None:
+        consumed, received = self.rx.grant(key, il, now)
+        self._credit_entries(key[0], lk.GRANT, [key[1], consumed, received])
 
     def _send_grants(self, now: float) -> None:
-        for src in self.rx.due(now):
-            self._credit(src, cr.GRANT, self.rx.grant(src, now))
+        links = self.rx.links
+        for key in self.rx.due(now):
+            il = links.get(key)
+            if il is not None:
+                self._grant(key, il, now)
         for key in self.lb_rx.due(now):
             self._lb_grant(key[0], key[1], self.lb_rx.grant(key, now))
-
-    def _credit_entries(self, wid: int, stream: int, values: list[int]) -> None:
-        frame = wire.pack_frames(
-            self._worker_mac(wid), self.mac, Kind.CREDIT, stream, self.credit_seq,
-            [wire.encode_credit(v & cr.MASK) for v in values], self.mtu, self.ethertype,
-        )[0]  # fmt: skip
-        self.credit_seq = (self.credit_seq + 1) & cr.MASK
-        if self._write(frame):
-            self.credit_frames_out += 1
 
     def _lb_grant(self, sender: int, stream: int, counts: tuple[int, int, int]) -> None:
         self._credit_entries(sender, lb.LB_GRANT, [stream, *counts])
@@ -431,8 +489,36 @@ class SdnTransport(Transport):
         for r in targets:
             self._credit_entries(r, lb.LB_SYNC, [stream, probe])
 
-    def _sync(self, dst: int) -> None:
-        self._credit(dst, cr.SYNC, self.tx.sent(dst))
+    def _probe(self, ol: lk.OutLink, now: float) -> None:
+        """SYNC on the link's own path: every member answers with a NACK or a grant."""
+        self.tx.probed(ol, now)
+        if ol.link:
+            self._credit_entries(
+                0, lk.SYNC, [ol.link, ol.next], wire.multicast_mac(self.app_id, ol.link)
+            )
+        else:
+            self._credit_entries(ol.key, lk.SYNC, [0, ol.next])
+
+    def _send_bases(self, ol: lk.OutLink) -> None:
+        """Tell members that have not heard it where their part of the link starts."""
+        for d, m in list(ol.members.items()):
+            if not m.base_sent and not m.dead:
+                m.base_sent = True
+                self._credit_entries(d, lk.SYNC, [ol.link, ol.next, m.received])
+
+    def _housekeeping(self, now: float) -> None:
+        """Grants due, SYNC probes for unconfirmed frames, NACKs for gaps still open."""
+        self._send_grants(now)
+        self.stats.seq_gaps = self.rx.gaps
+        if now < self._next_timer:
+            return
+        self._next_timer = now + lk.NACK_S / 2
+        for ol in self.tx.probes_due(now):
+            self._probe(ol, now)
+        for key, il in self.rx.open_gaps(now):
+            r = self.rx.nack_range(il, now)
+            if r is not None:
+                self._credit_entries(key[0], lk.NACK, [key[1], *r])
 
     # ----- sending -------------------------------------------------------------------------
 
@@ -455,15 +541,26 @@ class SdnTransport(Transport):
         self.stats.bytes_out += len(frame)
         return True
 
+    def _retransmit(self, ol: lk.OutLink, seqs: range) -> None:
+        """Write frames of ``ol`` again (they are still counted in flight)."""
+        if not seqs:
+            return
+        last = seqs[-1]
+        for seq in seqs:
+            frame = ol.frame(seq)
+            if seq == last:  # the sender wants to hear at once that they arrived
+                frame = wire.with_flags(frame, wire.ACK_REQ)
+            self._write(frame)
+        self.stats.retransmitted += len(seqs)
+
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        key = (dst, stream)
-        seq = self.seq_out.get(key, 0)
+        ol = self.tx.unicast(dst)
+        self.streams_of.setdefault(dst, set()).add(stream)
         frames = wire.pack_frames(
-            self._worker_mac(dst), self.mac, Kind.DATA, stream, seq, payloads, self.mtu,
+            self._worker_mac(dst), self.mac, Kind.DATA, stream, ol.next, payloads, self.mtu,
             self.ethertype,
         )  # fmt: skip
-        self.seq_out[key] = (seq + len(frames)) & cr.MASK
-        self._transmit(frames, (dst,))
+        self._transmit(ol, frames)
 
     def send_group(
         self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
@@ -471,24 +568,166 @@ class SdnTransport(Transport):
         if not dsts:
             return
         stream = group if stream is None else stream
-        key = (0, stream)
-        seq = self.seq_out.get(key, 0)
+        ol = self.tx.multicast(group)
+        self.tx.set_members(ol, dsts)
+        for d in dsts:
+            self.streams_of.setdefault(d, set()).add(group)
         frames = wire.pack_frames(
-            wire.multicast_mac(self.app_id, group), self.mac, Kind.DATA, stream, seq, payloads,
-            self.mtu, self.ethertype,
+            wire.multicast_mac(self.app_id, group), self.mac, Kind.DATA, stream, ol.next,
+            payloads, self.mtu, self.ethertype,
         )  # fmt: skip
-        self.seq_out[key] = (seq + len(frames)) & cr.MASK
-        dsts = tuple(dsts)
-        self.group_dsts[group] = dsts
-        self._transmit(frames, dsts)
+        self._transmit(ol, frames)
+
+    def _transmit(self, ol: lk.OutLink, frames: list[bytes]) -> None:
+        """Write ``frames`` (numbered from ``ol.next``) within the link's credit.
+
+        Frames that no live member would get are not written: they and the rest of
+        the batch are counted lost (``credit_timeout``) and keep no sequence number.
+        """
+        tx = self.tx
+        if ol.members and not any(True for _ in ol.live()) and not self._revive(ol):
+            self._lose(ol, len(frames))
+            return
+        self._send_bases(ol)
+        for i, frame in enumerate(frames):
+            cost = truesize(len(frame))
+            if not tx.can_send(ol, cost) and not self._wait_credit(ol, cost):
+                self._lose(ol, len(frames) - i)
+                return
+            self._send_bases(ol)  # a member joined or revived while we waited
+            marked = tx.wants_ack(ol, cost)
+            if marked:
+                frame = wire.with_flags(frame, wire.ACK_REQ)
+            # a frame the port refused is kept all the same: a NACK brings it again
+            self._write(frame)
+            tx.on_send(ol, frame, cost, self.clock(), marked)
+
+    def _lose(self, ol: lk.OutLink, n: int) -> None:
+        """``n`` frames of ``ol`` not sent: every member is dead."""
+        for m in ol.members.values():
+            m.lost += n
+        self.stats.drop("credit_timeout", n)
+
+    def _wait_credit(self, ol: lk.OutLink, cost: int) -> bool:
+        """Wait until every live member of ``ol`` has room; False: no live member left.
+
+        A member that answers no SYNC for ``credit_timeout_s`` is *dead* until a grant
+        arrives from it: the frames it lacks are written off (counted lost for it)
+        and the link carries on without it.  When only the port's byte budget
+        blocks, the receivers holding its bytes are probed at once.
+
+        A member is dead before the timeout when a ROUTING read meanwhile routes
+        around it and it has answered no request for ``reroute_silence_s`` (the
+        controller found it hung): the wait ends at once, so the framework gets to
+        apply that ROUTING.  A receiver that still answers SYNCs is alive (a
+        reconfiguration taking out a busy worker): it is waited for, nothing is lost.
+        """
+        tx, st = self.tx, self.stats
+        now = self.clock()
+        st.credit_stalls += 1
+        tx.start_wait(ol, tx.lacking(ol), now)
+        while True:
+            lacking = tx.lacking(ol)
+            if not lacking and tx.port_full(cost):
+                # only the budget blocks: probe the links that hold our bytes
+                for o in tx.links.values():
+                    if (
+                        o.frames
+                        and now - max((m.last_probe for m in o.live()), default=-math.inf)
+                        >= REQUEST_S
+                    ):
+                        self._probe(o, now)
+                wait = REQUEST_S
+            else:
+                if now - max((m.last_probe for m in ol.live()), default=-math.inf) >= (tx.probe_s):
+                    self._probe(ol, now)
+                wait = tx.probe_s
+            if self._readable(wait):
+                self._read_batch()
+            now = self.clock()
+            # SYNCs from upstream are answered even now: a grant only ever covers
+            # what was consumed, so this releases no back-pressure
+            self._housekeeping(now)
+            if tx.can_send(ol, cost):
+                return True
+            blocking = set(tx.lacking(ol)) | (set(tx.holders()) if tx.port_full(cost) else set())
+            gone = [d for d in sorted(blocking) if self._gone(d, now)]
+            for d in gone:
+                if tx.mark_dead(d):
+                    log.warning(
+                        "worker %d: worker %d answered no SYNC for %.1f s: its frames are "
+                        "written off",
+                        self.worker_id, d, tx.unanswered_for(d, now) or self.credit_timeout_s,
+                    )  # fmt: skip
+            if gone:
+                if not any(True for _ in ol.live()):
+                    return False
+                if tx.can_send(ol, cost):
+                    return True
+
+    def _gone(self, d: int, now: float) -> bool:
+        """Is receiver ``d`` dead: silent past the credit timeout, or silent and routed
+        around by a queued ROUTING?"""
+        silent = self.tx.unanswered_for(d, now)
+        if silent >= self.credit_timeout_s:
+            return True
+        if silent < self.reroute_silence_s or not self.routing_ahead:
+            return False
+        ahead = self.routing_ahead
+        return any(s in ahead and d not in ahead[s] for s in self.streams_of.get(d, ()))
+
+    def _revive(self, ol: lk.OutLink) -> bool:
+        """Every member of ``ol`` is dead: probe them (at most every ``probe_s``), read
+        without waiting; True if a grant brought one back."""
+        now = self.clock()
+        for d, m in ol.members.items():
+            if m.dead and now - m.last_probe >= self.tx.probe_s:
+                m.last_probe = now
+                self._credit_entries(d, lk.SYNC, [ol.link, ol.next])
+        self._read_batch()  # picks up a grant that answers an earlier probe
+        return any(True for _ in ol.live())
+
+    def settle(self, dsts: Iterable[int], timeout: float = SETTLE_S) -> list[int]:
+        """Wait until every receiver of ``dsts`` holds every frame we sent it, on every
+        link (end of stream must come after them); returns those that never confirmed.
+
+        A frame sent on a one-to-many link and an end of stream sent to one receiver
+        take different rules through the switch, which may reorder them.
+        """
+        tx = self.tx
+        waiting = {d for d in dsts if tx.owed_by(d)}
+        deadline = self.clock() + timeout
+        while waiting:
+            now = self.clock()
+            if now >= deadline:
+                break
+            for d in sorted(waiting):
+                for ol in tx.owed_by(d):
+                    if now - max((m.last_probe for m in ol.live()), default=-math.inf) >= (
+                        tx.probe_s
+                    ):
+                        self._probe(ol, now)
+            if self._readable(tx.probe_s):
+                self._read_batch()
+            self._housekeeping(self.clock())
+            waiting = {d for d in waiting if tx.owed_by(d) and not self._gone(d, self.clock())}
+        left = sorted(d for d in dsts if tx.owed_by(d))
+        if left:
+            log.warning("worker %d: frames unconfirmed by %s", self.worker_id, left)
+        return left
 
     # ----- load-balanced sending -----------------------------------------------------------
 
     def set_balanced(self, stream: int, members: list[int]) -> None:
         group = self.lb_tx.get(stream)
         if group is None:
-            group = self.lb_tx[stream] = lb.BalancedSender(self.window, self.budget)
+            group = self.lb_tx[stream] = lb.BalancedSender(self.window, self.tx.budget)
         group.set_members(members)
+
+    def _lb_port_full(self, cost: int) -> bool:
+        budget = self.tx.budget
+        total = self.tx.port_bytes + self.lb_bytes
+        return budget is not None and total > 0 and total + cost > budget
 
     def send_balanced(self, stream: int, lb_node: int, slot: int, payloads: list[bytes]) -> None:
         """Frames to one load-balancer slot of the receiving node, within the group window.
@@ -504,21 +743,20 @@ class SdnTransport(Transport):
             wire.lb_mac(self.app_id, lb_node, slot), self.mac, Kind.DATA, stream, seq, payloads,
             self.mtu, self.ethertype, wire.LB,
         )  # fmt: skip
-        self.lb_seq[stream] = (seq + len(frames)) & cr.MASK
+        self.lb_seq[stream] = (seq + len(frames)) & lk.MASK
         for r in group.needs_reset():
             # zero the receiver's counts for us before our first frame (we may have restarted)
             self._credit_entries(r, lb.LB_SYNC, [stream, 0])
-        tx, truesize = self.tx, cr.truesize
         for frame in frames:
             cost = truesize(len(frame))
-            if not (group.can_send(cost) and not tx.port_full(cost)) and not self._wait_balanced(
-                stream, group, cost
+            if not (group.can_send(cost) and not self._lb_port_full(cost)) and (
+                not self._wait_balanced(stream, group, cost)
             ):
                 self.stats.drop("credit_timeout")
                 continue
             if self._write(frame):
                 group.on_send(cost)
-                tx.hold(cost)
+                self.lb_bytes += cost
 
     def _wait_balanced(self, stream: int, group: lb.BalancedSender, cost: int) -> bool:
         """Wait for room in the group window (and the port budget); False: drop the frame.
@@ -528,22 +766,18 @@ class SdnTransport(Transport):
         come back at once.  Receivers that stay silent until the credit timeout are
         dead: what they held is written off and the group carries on without them.
         """
-        tx, st = self.tx, self.stats
+        st = self.stats
         now = self.clock()
         st.credit_stalls += 1
         deadline = now + self.credit_timeout_s
         while True:
             if group.probe_due(now):
                 self._lb_probe(stream, group, now)
-            if tx.port_full(cost):
-                for d in tx.holders():
-                    if tx.sync_due(d, now, tx.request_s):
-                        self._sync(d)
             if self._readable(min(max(0.0, deadline - now), group.probe_s)):
                 self._read_batch()
             now = self.clock()
-            self._send_grants(now)
-            if group.can_send(cost) and not tx.port_full(cost):
+            self._housekeeping(now)
+            if group.can_send(cost) and not self._lb_port_full(cost):
                 return True
             if now >= deadline:
                 dead = group.mark_unanswered_dead()
@@ -553,7 +787,7 @@ class SdnTransport(Transport):
                         "their frames are written off", self.worker_id, stream, dead,
                         self.credit_timeout_s,
                     )  # fmt: skip
-                if group.can_send(cost) and not tx.port_full(cost):
+                if group.can_send(cost) and not self._lb_port_full(cost):
                     return True
                 if group.all_dead() or not dead:
                     return False
@@ -573,134 +807,13 @@ class SdnTransport(Transport):
                 if self._readable(group.probe_s):
                     self._read_batch()
                 now = self.clock()
-                self._send_grants(now)
+                self._housekeeping(now)
             if group.inflight() > 0:
                 dead = group.mark_unanswered_dead()
                 log.warning(
                     "worker %d: stream %d: %d balanced frame(s) unconfirmed at end of stream "
                     "(silent workers %s)", self.worker_id, stream, group.inflight(), dead,
                 )  # fmt: skip
-
-    def _transmit(self, frames: list[bytes], dsts: tuple[int, ...]) -> None:
-        tx = self.tx
-        for d in dsts:
-            if tx.needs_first_sync(d):
-                # tells a receiver that counted an earlier incarnation of us to start over
-                self._sync(d)
-        truesize = cr.truesize
-        for frame in frames:
-            cost = truesize(len(frame))
-            if not tx.can_send(dsts, cost) and not self._wait_credit(dsts, cost):
-                self.stats.drop("credit_timeout")
-                continue
-            if self._write(frame):
-                tx.consume(dsts, cost)
-
-    def _wait_credit(self, dsts: tuple[int, ...], cost: int) -> bool:
-        """Wait until every live receiver of ``dsts`` has room; False: drop the frame.
-
-        A receiver that let a wait time out is *dead* until a grant arrives from it:
-        frames to it are dropped without waiting (a one-to-many frame still goes to
-        the live receivers).  Each wait and each frame missed by a dead receiver is
-        counted.  When only the port's byte budget blocks, the receivers holding its
-        bytes are asked for their grants (a SYNC) instead of waiting for their
-        half-window or refresh grants.
-
-        A receiver is dead before the timeout when a ROUTING read meanwhile routes
-        around it and it has answered no request for credit for ``reroute_silence_s``
-        (the controller found it hung): the wait ends at once, so the framework gets
-        to apply that ROUTING.  A receiver that still answers SYNCs is alive (a
-        reconfiguration taking out a busy worker): it is waited for, nothing is lost.
-        """
-        tx, st = self.tx, self.stats
-        now = self.clock()
-        lacking = tx.lacking(dsts, cost)
-        dead = [d for d in lacking if tx.is_dead(d)]
-        if dead:
-            for d in dead:
-                if tx.sync_due(d, now):
-                    self._sync(d)  # a probe: if it is alive after all, its grant revives it
-            self._read_batch()  # without waiting: picks up the grant that answers a probe
-            if tx.can_send(dsts, cost):
-                return True
-            lacking = tx.lacking(dsts, cost)
-            dead = [d for d in lacking if tx.is_dead(d)]
-        if dead:
-            if len(dead) == len(dsts):
-                return False
-            st.drop("credit_timeout", len(dead))
-            live = tuple(d for d in dsts if d not in dead)
-            if tx.can_send(live, cost):
-                return True
-        else:
-            live = dsts
-        st.credit_stalls += 1
-        tx.start_wait(lacking, now)
-        deadline = now + self.credit_timeout_s
-        while True:
-            lacking = tx.lacking(live, cost)
-            if not lacking and tx.port_full(cost):
-                for d in tx.holders():
-                    if tx.sync_due(d, now, tx.request_s):
-                        self._sync(d)
-                wait = tx.request_s
-            else:
-                for d in lacking:
-                    if tx.sync_due(d, now):
-                        self._sync(d)
-                wait = tx.sync_s
-            if self._readable(min(deadline - now, wait)):
-                self._read_batch()
-            now = self.clock()
-            # SYNCs from upstream are answered even now: a grant only ever covers
-            # what was consumed, so this releases no back-pressure
-            self._send_grants(now)
-            if tx.can_send(live, cost):
-                return True
-            gone = self._routed_around(live, cost, now) if self.routing_ahead else []
-            if gone:
-                rest = tuple(d for d in live if d not in gone)
-                if not rest:
-                    return False
-                st.drop("credit_timeout", len(live) - len(rest))  # frames the dead ones miss
-                live = rest
-                if tx.can_send(live, cost):
-                    return True
-                continue
-            if now >= deadline:
-                blocking = tx.lacking(live, cost) or tx.holders()
-                for d in blocking:
-                    if tx.mark_dead(d):
-                        log.warning(
-                            "worker %d: no credit from worker %d for %.1f s: dropping its frames",
-                            self.worker_id, d, self.credit_timeout_s,
-                        )  # fmt: skip
-                rest = [d for d in live if d not in blocking]
-                if not rest:
-                    return False
-                st.drop("credit_timeout", len(live) - len(rest))  # frames the dead ones miss
-                return True
-
-    def _routed_around(self, live: tuple[int, ...], cost: int, now: float) -> list[int]:
-        """Receivers blocking this wait that a queued ROUTING leaves out and that are
-        silent; they are marked dead (a grant revives them, as after a timeout)."""
-        tx, ahead = self.tx, self.routing_ahead
-        blocking = set(tx.lacking(live, cost)) | set(tx.holders())
-        gone = []
-        for d in sorted(blocking):
-            if tx.unanswered_for(d, now) < self.reroute_silence_s:
-                continue
-            streams = {s for (dst, s) in self.seq_out if dst == d}
-            streams.update(s for s, ds in self.group_dsts.items() if d in ds)
-            if any(s in ahead and d not in ahead[s] for s in streams):
-                gone.append(d)
-                tx.mark_dead(d)
-                log.warning(
-                    "worker %d: worker %d is routed around and answered no SYNC for %.1f s: "
-                    "dropping its frames",
-                    self.worker_id, d, tx.unanswered_for(d, now),
-                )  # fmt: skip
-        return gone
 
     # ----- control -------------------------------------------------------------------------
 
@@ -709,7 +822,7 @@ class SdnTransport(Transport):
             self.controller, self.mac, Kind.CONTROL, 0, self.ctrl_seq, [wire.encode_control(ct)],
             self.mtu, self.ethertype,
         )  # fmt: skip
-        self.ctrl_seq = (self.ctrl_seq + len(frames)) & cr.MASK
+        self.ctrl_seq = (self.ctrl_seq + len(frames)) & lk.MASK
         for frame in frames:
             self._write(frame)
 
@@ -723,38 +836,44 @@ class SdnTransport(Transport):
         """
         return self.pending_bytes
 
+    def link_stats(self) -> dict[str, Any]:
+        """What the links did: frames sent, sent again, written off; gaps found and
+        still open; duplicates; frames unconfirmed.  For the run report."""
+        tx, rx = self.tx, self.rx
+        open_gaps = sum(
+            lk.diff32(min(il.ooo, key=lambda s: lk.diff32(s, il.expect)), il.expect)
+            for il in rx.links.values()
+            if il.ooo
+        )
+        unconfirmed = {
+            str(d): sum(ol.members[d].end(ol.next) - ol.members[d].received for ol in tx.owed_by(d))
+            for d in tx.holders() + [d for ol in tx.links.values() for d in ol.members]
+            if tx.owed_by(d)
+        }
+        return {
+            **tx.stats(),
+            "lost_to": {str(d): n for d, n in tx.lost().items()},
+            "unconfirmed": unconfirmed,
+            "gaps": rx.gaps,
+            "open_gaps": open_gaps,
+            "duplicates": rx.duplicates,
+            "unsynced": rx.unsynced,
+            "lb_lost": sum(g.lost for g in self.lb_tx.values()),
+        }
+
     def linger(self, timeout: float = LINGER_S) -> None:
-        """Before the port goes away, wait until every receiver confirmed our frames.
+        """Before the port goes away, wait until every receiver holds our frames.
 
         Closing the TAP destroys the device, and frames the switch has not read
-        from it yet die with it: without this wait the last frames of a finished
-        worker could be lost under load.  SYNCs ask receivers for their grants.
+        from it yet die with it; a receiver may also still need some sent again.
         """
-        start = self.clock()
-        deadline = start + timeout
-        while True:
-            now = self.clock()
-            waiting = self.tx.holders()
-            if not waiting or now >= deadline:
-                if waiting:
-                    log.warning(
-                        "worker %d: closing with unconfirmed frames to %s", self.worker_id, waiting
-                    )
-                return
-            # receivers refresh their grants on their own (and grant when they close):
-            # ask with SYNCs only when that did not happen, so a normal end sends none
-            if now - start >= LINGER_QUIET_S:
-                for d in waiting:
-                    if self.tx.sync_due(d, now, LINGER_SYNC_S):
-                        self._sync(d)
-            if self._readable(0.01):
-                self._read_batch()
-            self._send_grants(now)
+        everyone = {d for ol in self.tx.links.values() for d in ol.members}
+        self.settle(everyone, timeout)
 
     def close(self) -> None:
         # senders may linger for our confirmation of what we consumed: send it now
         now = self.clock()
-        for src in list(self.rx._links):
-            if self.rx.pending(src) == 0:
-                self._credit(src, cr.GRANT, self.rx.grant(src, now))
+        for key, il in list(self.rx.links.items()):
+            if il.consumed != il.granted:
+                self._grant(key, il, now)
         self.dev.close()

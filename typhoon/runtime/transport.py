@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from typhoon.wire import ControlTuple
 
@@ -33,7 +34,8 @@ class IOStats:
     frames_out: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
-    seq_gaps: int = 0  # frames missing on a link, by sequence number
+    seq_gaps: int = 0  # frames found missing on a link (each asked for again)
+    retransmitted: int = 0  # frames sent again because a receiver missed them
     credit_stalls: int = 0
     drops: dict[str, int] = field(default_factory=dict)  # reason -> count
 
@@ -91,6 +93,19 @@ class Transport(ABC):
     @abstractmethod
     def reply(self, ct: ControlTuple) -> None:
         """Send a control tuple (METRIC_RESP) back to the controller."""
+
+    def settle(self, dsts: list[int]) -> list[int]:
+        """Wait until each receiver of ``dsts`` holds every tuple sent to it so far (an
+        end of stream may follow); returns those that never confirmed.  A transport
+        with one ordered channel per receiver has nothing to wait for."""
+        return []
+
+    def set_budget(self, budget: int) -> None:  # noqa: B027 - a no-op by default
+        """Bytes this worker may have in flight (FLOW_CONTROL; only the sdn transport)."""
+
+    def link_stats(self) -> dict[str, Any]:
+        """What the transport's links did (frames sent again, lost, gaps): run report."""
+        return {}
 
     def queue_bytes(self) -> int:
         """Bytes received by the host but not yet read by the worker."""

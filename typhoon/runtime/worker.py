@@ -127,6 +127,7 @@ class Worker:
                 "error": self.error,
                 "cpu_s": round(time.process_time() - self.cpu_start, 6),
                 "metrics": self.fw.metrics(),
+                "links": self.fw.link_counts(),
                 "result": self.operator.result(),
             }
         )

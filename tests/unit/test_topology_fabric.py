@@ -6,7 +6,8 @@ from fakeflows import cluster_of, line_cluster, mesh_cluster
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.fabric import (
+from typhoon.cluster import Cluster, FabricLink, HostInfo
+from typhoon.topology.fabric import (
     NoPath,
     TreeHop,
     fabric_graph,
@@ -16,7 +17,6 @@ from controller.fabric import (
     port_to,
     shortest_paths,
 )
-from typhoon.cluster import Cluster, FabricLink, HostInfo
 
 
 def test_graph_edges_carry_the_port_of_each_side():
