@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from mininet_env.drops import drop_counters, drop_problems
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
@@ -234,11 +235,16 @@ class EmulatedCluster:
     ) -> dict[str, Any]:
         """Submit, run until every worker finished, report, kill; the cluster stays up."""
         name = topology.name
+        bridges = self.network.bridges()
+        drops_before = drop_counters(bridges)
         self.submit(topology)
         self.wait_active(name)
         started = time.monotonic()
+        switch_problems: list[str] = []
         try:
             clean = self.wait_finished(name, on_tick)
+            # the application's rules are still installed: what did they drop?
+            switch_problems = drop_problems(drops_before, drop_counters(bridges))
         finally:
             elapsed = time.monotonic() - started
             physical = self.coordinator.get_physical(name)
@@ -251,6 +257,7 @@ class EmulatedCluster:
             elapsed_s=round(elapsed, 3),
             ok=clean,
             app_id=physical.app_id,
+            switch_problems=switch_problems,
         )
 
     def close(self) -> None:

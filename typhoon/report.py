@@ -254,6 +254,7 @@ def build_report(
         if rs:
             results[name] = resolve_operator(node.operator).merge_results(rs)
     problems = link_problems(worker_reports) + result_problems(results)
+    problems += extra.pop("switch_problems", [])
     ok = bool(extra.pop("ok", True)) and not problems
     return {
         "topology": topology.name,

@@ -1,0 +1,57 @@
+"""Frames the switches dropped during a run: the counters of every drop rule.
+
+The compiled rules send every frame a worker, the controller or a fabric link
+legitimately produces somewhere; the drop rules (a worker port's anti-spoofing
+rule, a bridge's priority-0 default) only ever count mistakes or attacks.  A run
+therefore snapshots their counters before it starts and after its workers
+finished, and any increase is reported as a problem naming the bridge and rule,
+so that a frame lost to a missing rule cannot hide behind an ``ok``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+_FLOW = re.compile(r"n_packets=(\d+), n_bytes=(\d+), (\S+) actions=drop\s*$")
+
+
+def drop_counters(bridges: list[str]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(bridge, rule match) -> (packets, bytes) of every rule whose action is drop."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for br in bridges:
+        text = subprocess.run(
+            ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", br],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        out.update(parse_drop_rules(br, text))
+    return out
+
+
+def parse_drop_rules(bridge: str, dump: str) -> dict[tuple[str, str], tuple[int, int]]:
+    """The drop rules in one ``ovs-ofctl dump-flows`` output."""
+    out = {}
+    for line in dump.splitlines():
+        m = _FLOW.search(line)
+        if m:
+            out[(bridge, m.group(3))] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
+def drop_problems(
+    before: dict[tuple[str, str], tuple[int, int]],
+    after: dict[tuple[str, str], tuple[int, int]],
+) -> list[str]:
+    """One line per drop rule that counted frames between the two snapshots."""
+    lines = []
+    for (br, match), (packets, nbytes) in sorted(after.items()):
+        p0, b0 = before.get((br, match), (0, 0))
+        if packets < p0:  # the rule was replaced meanwhile: its counter started over
+            p0, b0 = 0, 0
+        if packets > p0:
+            lines.append(
+                f"switch {br}: {packets - p0} frames ({nbytes - b0} bytes) met drop rule {match}"
+            )
+    return lines
