@@ -177,6 +177,22 @@ def test_dead_members_are_written_off_and_a_grant_revives_them():
     assert s.lost() == {B: W - 1}
 
 
+def test_a_resync_from_a_dead_member_revives_it():
+    """A receiver cut off before it got anything has no state to grant from: its
+    RESYNC (answer to our probe) is the sign of life that brings it back."""
+    s = Sender(W)
+    ol = s.unicast(B)
+    send(s, ol, W)
+    assert s.mark_dead(B)
+    assert send(s, ol, 2) == 2  # written off while dead
+    m = ol.members[B]
+    rng = s.on_resync(ol, m, 3.0)
+    assert not m.dead and not m.base_sent  # its base goes out next
+    assert rng == range(0)  # nothing kept to send again: every frame was released
+    assert s.lost() == {B: W + 2}
+    assert send(s, ol, 1) == 1 and s.lost() == {B: W + 2}
+
+
 def test_unanswered_requests_are_timed_from_the_first_one():
     s = Sender(W)
     ol = s.unicast(A)

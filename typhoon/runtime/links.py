@@ -280,13 +280,7 @@ class Sender:
             return False  # malformed: ignored
         revived = m.dead
         if revived:
-            # what we released while it was dead is gone: it skips those frames
-            m.dead = False
-            have = max(r, m.received)
-            m.lost += max(0, ol.base - have)
-            m.consumed = max(c, m.consumed, ol.base)
-            m.received = max(have, ol.base)
-            m.base_sent = False  # a SYNC with its base tells it where it is now
+            self._revive(ol, m, c, r)
         if c > m.consumed or r > m.received:
             ol.progress_at = now
         m.consumed = max(m.consumed, c)
@@ -315,8 +309,22 @@ class Sender:
         ol.retransmitted += hi - lo
         return range(lo, hi)
 
+    def _revive(self, ol: OutLink, m: Member, consumed: int, received: int) -> None:
+        """A member marked dead answered: what we released meanwhile is gone (counted
+        lost), it skips those frames (a SYNC with its base tells it where it is now)."""
+        m.dead = False
+        have = max(received, m.received)
+        m.lost += max(0, ol.base - have)
+        m.consumed = max(consumed, m.consumed, ol.base)
+        m.received = max(have, ol.base)
+        m.base_sent = False
+
     def on_resync(self, ol: OutLink, m: Member, now: float) -> range:
-        """A RESYNC: the member lost our base; it gets the base again, then the frames."""
+        """A RESYNC: the member lost our base (or never had it: a receiver that got
+        nothing before it was marked dead); it gets the base again, then the frames."""
+        if m.dead:
+            self._revive(ol, m, m.consumed, m.received)
+            ol.progress_at = now
         m.base_sent = False
         m.retx_from = -1
         lo = max(m.received, ol.base)

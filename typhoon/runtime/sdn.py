@@ -385,6 +385,8 @@ class SdnTransport(Transport):
         elif kind == lk.NACK:
             self._retransmit(ol, self.tx.on_nack(ol, m, values[1], values[2], now))
         else:  # RESYNC
+            if m.dead:
+                log.info("worker %d: worker %d answers again", self.worker_id, src)
             rng = self.tx.on_resync(ol, m, now)
             self._send_bases(ol)
             self._retransmit(ol, rng)
