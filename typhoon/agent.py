@@ -51,6 +51,7 @@ from typhoon.coordinator import (
 )
 from typhoon.debug.supervisor import DebugWorkers
 from typhoon.engine_services import EngineServices
+from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
 from typhoon.topology.budgets import plan_budgets
@@ -70,15 +71,16 @@ SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s")
 def sdn_options(config: dict) -> dict:
     """I/O-layer settings from the topology's ``config``.
 
-    ``flow_control: false`` turns credits off (an unbounded window, no byte
-    budget): only for showing what flow control prevents.  ``sdn: {window,
+    ``flow_control: false`` turns credits off (the largest window, no byte
+    budget): only for showing what flow control prevents; the links still resend
+    what the switch drops.  ``sdn: {window,
     port_budget, credit_timeout_s}`` tunes it; without ``port_budget`` every
     worker gets its share of the switch's socket buffers
     (:func:`typhoon.topology.budgets.plan_budgets`), kept current by the controller.
     """
     opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
     if config.get("flow_control") is False:
-        opts.update(window=1 << 30, port_budget=0)
+        opts.update(window=lk.MAX_WINDOW, port_budget=0)
     return opts
 
 

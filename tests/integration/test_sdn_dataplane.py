@@ -142,19 +142,8 @@ def test_forward_across_hosts_million_tuples_no_loss(cluster):
     assert sink["missing"] == 0 and sink["duplicates"] == 0
 
 
-def test_without_flow_control_the_same_run_loses_tuples(cluster):
-    t = topo("fwd-nofc", FORWARD_REMOTE, source__count=300000)
-    t.config["flow_control"] = False
-    cluster.options.timeout = 20  # lost EOS frames may leave the sink waiting
-    try:
-        report = cluster.run(t)
-    finally:
-        cluster.options.timeout = 300
-    sink = report["results"]["sink"]
-    gaps = sum(w["seq_gaps"] for w in report["workers"])
-    print(f"\nflow control off: missing {sink['missing']} of 300000, {gaps} frame gaps")
-    assert sink["missing"] > 0
-    assert gaps > 0
+# Flow control off on one bridge: test_sdn_transport.py; frames dropped on a fabric
+# and sent again: test_forced_loss.py.
 
 
 BROADCAST6 = """

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from typhoon import wire
+from typhoon.runtime.links import MAX_WINDOW
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.tap import Tap
 from typhoon.runtime.transport import Inbound
@@ -32,7 +33,7 @@ STREAM = 1
 N_TUPLES = 300_000
 TUPLE_SIZE = 100
 BATCH = 100  # the framework's default batch size
-HUGE_WINDOW = 1 << 30  # flow control disabled: the sender never waits
+HUGE_WINDOW = MAX_WINDOW  # flow control disabled: the sender never waits
 
 
 def mac(wid: int) -> str:
@@ -109,7 +110,7 @@ def worker_main(conn, wid: int, tap: str, window: int, credit_timeout_s: float) 
                         "credit_stalls": t.stats.credit_stalls,
                         "credit_frames_in": t.credit_frames_in,
                         "credit_frames_out": t.credit_frames_out,
-                        "lost_frames": t.lost_frames,
+                        "links": t.link_stats(),
                     }
                 )
             elif cmd == "send":
@@ -287,10 +288,10 @@ def wait_quiet(w: Worker, want: int, quiet_s: float = 2.0, timeout: float = 120)
         time.sleep(0.05)
 
 
-def blast(bridge: Bridge, window: int) -> tuple[dict, dict, dict]:
+def blast(bridge: Bridge, window: int, quiet_s: float = 2.0) -> tuple[dict, dict, dict]:
     s, r = pair(bridge, window)
     sent = s.call("send", [RECV], N_TUPLES, TUPLE_SIZE, BATCH)
-    got = wait_quiet(r, N_TUPLES)
+    got = wait_quiet(r, N_TUPLES, quiet_s)
     return sent, got, s.stats()
 
 
@@ -309,25 +310,30 @@ def test_credits_give_zero_loss_at_full_speed(bridge):
     assert got["tuples"] == N_TUPLES
     assert got["out_of_order"] == got["skipped"] == 0
     assert got["seq_gaps"] == 0
-    assert got["lost_frames"] == 0
+    assert got["links"]["open_gaps"] == 0 and got["links"]["duplicates"] == 0
+    assert sstats["links"]["lost"] == 0
     assert got["drops"] == {}
     assert sstats["drops"] == {}
     assert sent["credit_stalls"] > 0, "the sender never had to wait: flow control untested"
 
 
-def test_without_credits_the_switch_drops(bridge):
-    sent, got, _ = blast(bridge, HUGE_WINDOW)
+def test_without_credits_the_switch_drops_and_the_link_resends(bridge):
+    """Flow control off: the switch drops what the sender pushes beyond its queues;
+    selective repeat still delivers every tuple, in order, at the price of resends."""
+    sent, got, sstats = blast(bridge, HUGE_WINDOW, quiet_s=15.0)  # resend storms stall for seconds
     elapsed = max(got["last"], sent["end"]) - sent["start"]
-    lost = N_TUPLES - got["tuples"]
+    links = sstats["links"]
     print(
         f"\n[credits off] {got['tuples']}/{N_TUPLES} tuples in {elapsed:.3f} s "
-        f"= {got['tuples'] / elapsed:,.0f} tuples/s delivered; lost {lost} tuples "
-        f"({100 * lost / N_TUPLES:.1f}%), seq gaps {got['seq_gaps']} of {sent['frames']} frames "
+        f"= {got['tuples'] / elapsed:,.0f} tuples/s delivered; {sent['frames']} frames, "
+        f"{links['retransmitted']} sent again, receiver gaps {got['links']['gaps']} "
         f"(sender wrote {sent['frames'] / (sent['end'] - sent['start']):,.0f} frames/s)"
     )
     assert sent["credit_stalls"] == 0
-    assert got["seq_gaps"] > 0
-    assert got["tuples"] < N_TUPLES
+    assert got["seq_gaps"] > 0 and links["retransmitted"] > 0, "the switch dropped nothing"
+    assert got["tuples"] == N_TUPLES
+    assert got["out_of_order"] == got["skipped"] == 0
+    assert links["lost"] == 0 and got["links"]["open_gaps"] == 0
 
 
 def test_multicast_reaches_every_receiver_from_one_write(bridge):
