@@ -222,7 +222,14 @@ class Testbed:
                 report, workers = self._run_sdn(spec)
             else:
                 report, workers = self._run_tcp(spec)
-            error = "" if report.get("ok") else "a worker failed or the run timed out"
+            # a run that lost, duplicated or dropped anything is a failed run, not a point
+            problems = report.get("problems") or []
+            if report.get("ok"):
+                error = ""
+            elif problems:
+                error = "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "")
+            else:
+                error = "a worker failed or the run timed out"
             result = RunResult(
                 spec.transport,
                 spec.hosts,

@@ -71,3 +71,52 @@ def one_to_many(name: str, sinks: int, size: int = 100, count: int | None = None
             "streams": [{"from": "source", "to": "sink", "grouping": "all"}],
         }
     )
+
+
+def fan_in(name: str, sources: int = 6, size: int = 64, count: int | None = None) -> Topology:
+    """``sources`` source workers -> one sink (shuffle): many senders into one receiver,
+    over the fabric links into the sink's host (issue 11's first case)."""
+    return _load(
+        {
+            "name": name,
+            "spouts": [
+                {
+                    "id": "source",
+                    "operator": SOURCE,
+                    "args": _source_args(size, 0, count),
+                    "parallelism": sources,
+                }
+            ],
+            "bolts": [{"id": "sink", "operator": SINK}],
+            "streams": [{"from": "source", "to": "sink", "grouping": "shuffle"}],
+        }
+    )
+
+
+def diamond(name: str, size: int = 64, count: int | None = None) -> Topology:
+    """Two sources through mixed groupings into two sink nodes (issue 11's diamond):
+
+    s1 -fields-> a(3) -local_or_shuffle-> b(2) -all-> sink(3);
+    s2 -shuffle-> d(2) -global-> sink2(1).
+    """
+    src = {"operator": SOURCE, "args": _source_args(size, 0, count)}
+    return _load(
+        {
+            "name": name,
+            "spouts": [{"id": "s1", **src}, {"id": "s2", **src}],
+            "bolts": [
+                {"id": "a", "operator": "identity", "parallelism": 3},
+                {"id": "b", "operator": "identity", "parallelism": 2},
+                {"id": "sink", "operator": SINK, "parallelism": 3},
+                {"id": "d", "operator": "identity", "parallelism": 2},
+                {"id": "sink2", "operator": SINK},
+            ],
+            "streams": [
+                {"from": "s1", "to": "a", "grouping": {"type": "fields", "fields": ["seq"]}},
+                {"from": "a", "to": "b", "grouping": "local_or_shuffle"},
+                {"from": "b", "to": "sink", "grouping": "all"},
+                {"from": "s2", "to": "d", "grouping": "shuffle"},
+                {"from": "d", "to": "sink2", "grouping": "global"},
+            ],
+        }
+    )
