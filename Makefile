@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint demo clean-net
+.PHONY: setup test lint demo fuzz-topologies clean-net
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -28,6 +28,13 @@ demo: setup
 		--arg source.count=300000 --report demo-report.json \
 		--app apps/fault_detector.py --app apps/live_debugger.py \
 		--app apps/load_balancer.py --app apps/autoscaler.py
+
+## fuzz-topologies: N generated topologies (seeds FIRST..FIRST+N-1) over sdn and tcp, each
+## checked against its exact result; prints the seed of every failure (replay: --seed S)
+N ?= 200
+FIRST ?= 0
+fuzz-topologies: setup
+	$(PY) -m mininet_env.differential --seeds $(N) --first $(FIRST)
 
 ## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
 ## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.

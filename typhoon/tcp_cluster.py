@@ -118,6 +118,7 @@ class TcpCluster:
     def start(self) -> None:
         """Launch every worker, wait for each to say hello, tell them their peers."""
         o = self.options
+        config = self.topology.config
         for svc in self.services:
             self._launch_service(svc)
         for w in self.physical.workers:
@@ -125,8 +126,9 @@ class TcpCluster:
                 self.topology,
                 self.physical,
                 w.worker_id,
-                batch_size=o.batch_size,
-                max_delay_ms=o.max_delay_ms,
+                # the file's config wins, as on sdn (EmulatedCluster.submit)
+                batch_size=int(config.get("batch_size", o.batch_size)),
+                max_delay_ms=float(config.get("max_delay_ms", o.max_delay_ms)),
                 report_dir=str(self.report_dir),
                 transport={
                     "kind": "tcp",

@@ -11,6 +11,7 @@ import importlib
 
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout
+from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
 from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
@@ -44,6 +45,9 @@ BUILTINS: dict[str, type[Operator]] = {
     "ad_event_source": AdEventSource,
     "parse_json": ParseJson,
     "project": Project,
+    "keyed_source": KeyedSource,
+    "split_streams": SplitStreams,
+    "digest": Digest,
 }
 
 
