@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from benchmarks.tcp_fabric import FabricTcpCluster, TcpFabric
 from mininet_env.fabric import FabricPlan
-from mininet_env.run import EmulatedCluster, SdnRunOptions
+from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.report import read_worker_reports
 from typhoon.tcp_cluster import RunOptions
 from typhoon.topology.model import Topology
@@ -145,12 +145,7 @@ class Testbed:
             live=False,
             workdir=self.workdir / f"sdn-{hosts}h",
         )
-        cluster = EmulatedCluster(options, self.out)
-        try:
-            cluster.start()
-        except BaseException:
-            cluster.close()
-            raise
+        cluster = start_cluster(options, self.out)
         self.sdn, self.sdn_hosts = cluster, hosts
         self.started_s[f"sdn-{hosts}h"] = round(time.monotonic() - t0, 2)
         return cluster
@@ -172,12 +167,7 @@ class Testbed:
             workdir=self.workdir / f"apps-{tag}",
         )
         t0 = time.monotonic()
-        cluster = EmulatedCluster(options, self.out)
-        try:
-            cluster.start()
-        except BaseException:
-            cluster.close()
-            raise
+        cluster = start_cluster(options, self.out)
         self.started_s[f"apps-{tag}"] = round(time.monotonic() - t0, 2)
         return cluster
 

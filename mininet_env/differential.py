@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mininet_env.fabric import FabricPlan
-from mininet_env.run import EmulatedCluster, SdnRunOptions
+from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.tcp_cluster import RunOptions, run_tcp
 from typhoon.topology.generate import Case, generate
 
@@ -132,12 +132,7 @@ class Differential:
             timeout=RUN_TIMEOUT_S,
             workdir=self.workdir / f"sdn-{hosts}{shape}",
         )
-        cluster = EmulatedCluster(options, self.log)
-        try:
-            cluster.start()
-        except BaseException:
-            cluster.close()
-            raise
+        cluster = start_cluster(options, self.log)
         self.cluster, self.key = cluster, key
         return cluster
 

@@ -302,6 +302,17 @@ def rest_call(
         return e.code, json.loads(e.read() or b"null")
 
 
+def start_cluster(options: SdnRunOptions, out: TextIO = sys.stderr) -> EmulatedCluster:
+    """A started cluster, or (having torn down what it started) the exception."""
+    cluster = EmulatedCluster(options, out)
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
 def run_sdn(topology: Topology, options: SdnRunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run a topology to completion on an emulated cluster and return its report."""
     cluster = EmulatedCluster(options, out)

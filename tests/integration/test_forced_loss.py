@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mininet_env.fabric import FabricPlan
-from mininet_env.run import EmulatedCluster, SdnRunOptions
+from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.runtime.truesize import MAX_TRUESIZE
 from typhoon.topology import load_topology_text
 
@@ -53,13 +53,7 @@ def fan_in(name: str, sources: int, count: int, rate: float = 0, sdn: str = "{}"
 def cluster(tmp: Path, socket_buffer: int | None = None) -> EmulatedCluster:
     extra = {} if socket_buffer is None else {"socket_buffer": socket_buffer}
     plan = FabricPlan(hosts=3, prefix=f"ty{secrets.token_hex(2)}l", **extra)
-    c = EmulatedCluster(SdnRunOptions(plan=plan, live=False, timeout=180, workdir=tmp))
-    try:
-        c.start()
-    except BaseException:
-        c.close()
-        raise
-    return c
+    return start_cluster(SdnRunOptions(plan=plan, live=False, timeout=180, workdir=tmp))
 
 
 def test_frames_a_full_port_socket_dropped_are_sent_again(tmp_path: Path) -> None:
