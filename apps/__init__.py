@@ -1,1 +1,1 @@
-"""Control-plane apps, each loadable with `ryu-manager apps/<name>.py` (DESIGN.md §6)."""
+"""Control-plane apps, each loadable with `ryu-manager apps/<name>.py` (docs/design.md §6)."""

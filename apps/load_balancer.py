@@ -1,4 +1,4 @@
-"""Weighted load balancer (paper §4, DESIGN §6): ``ryu-manager apps/load_balancer.py``.
+"""Weighted load balancer (paper §4, docs/design.md §6): ``ryu-manager apps/load_balancer.py``.
 
 For every stream with the ``sdn`` grouping the app has the core install, on
 each bridge that holds a sender, an OpenFlow select group for the receiving

@@ -1,4 +1,4 @@
-"""Weights of a load-balanced node, from worker metrics and switch counters (DESIGN §6).
+"""Weights of a load-balanced node, from worker metrics and switch counters (docs/design.md §6).
 
 The load-balancer app (``apps/load_balancer.py``) feeds one :class:`NodeBalancer`
 per balanced node with what it hears -- METRIC_RESPs, port statistics, group

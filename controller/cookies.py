@@ -1,4 +1,4 @@
-"""OpenFlow cookie layout of Typhoon rules (DESIGN.md §3, "cookies").
+"""OpenFlow cookie layout of Typhoon rules (docs/design.md §3, "cookies").
 
 Every rule Typhoon installs carries a 64-bit cookie saying who owns it and why
 it exists, so `ovs-ofctl dump-flows` reads well, the reconciler knows which

@@ -1,4 +1,4 @@
-"""Ryu events the controller core raises for control-plane apps (DESIGN §5).
+"""Ryu events the controller core raises for control-plane apps (docs/design.md §5).
 
 Apps subscribe with ``@set_ev_cls(EventWorkerDown)`` etc.; the core raises
 them from switch messages (port status, PacketIn) and coordinator changes.

@@ -1,4 +1,4 @@
-"""Load-balancer select groups and the rules that feed them, as data (DESIGN §6).
+"""Load-balancer select groups and the rules that feed them, as data (docs/design.md §6).
 
 A stream with the ``sdn`` grouping, once the load-balancer app balances it,
 sends every batch to a random *slot* address of the receiving node

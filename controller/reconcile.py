@@ -1,4 +1,4 @@
-"""Desired rules vs. installed rules -> the smallest set of flow mods (DESIGN.md §5).
+"""Desired rules vs. installed rules -> the smallest set of flow mods (docs/design.md §5).
 
 This is what keeps the controller stateless and restartable: on connect (or
 after any change) it reads the switch's flow table, compiles what the table

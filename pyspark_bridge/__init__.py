@@ -1,4 +1,4 @@
-"""Spark engine for ``engine: spark`` nodes (DESIGN §7), named in ``typhoon.engines``.
+"""Spark engine for ``engine: spark`` nodes (docs/design.md §7), named in ``typhoon.engines``.
 
 A spark node names a PySpark function ``DataFrame -> DataFrame``
 (``operator: module:function``).  Its workers (``node.SparkBolt``) append

@@ -1,7 +1,7 @@
 """Engines other than ``python``: where they live and what they add to a run.
 
 A node with ``engine: spark`` runs its computation outside the worker process
-(DESIGN §7).  The core never imports an engine statically (layering rule): an
+(docs/design.md §7).  The core never imports an engine statically (layering rule): an
 engine is a module named here, imported by name only when a topology uses it.
 Such a module provides:
 

@@ -671,7 +671,7 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "local": (_list_of(_worker_id), []),
         "lb_node": (_int(0, 0xFF), 0),
         # receivers this sender will never send to again: end of stream goes to each of
-        # them right after the route is installed (stable removal, DESIGN §5)
+        # them right after the route is installed (stable removal, docs/design.md §5)
         "release": (_list_of(_worker_id), _OMITTED),
         # sdn policy: true = frames go to the node's load-balancer address and the switch
         # picks the worker; absent = keep the stream's current mode (the LB app sets it)

@@ -1,4 +1,4 @@
-"""Layers import downward only (STYLE.md): checked on the source, not by convention.
+"""Layers import downward only (docs/style.md): checked on the source, not by convention.
 
 The shared core (wire format, topology, runtime, coordinator, ...) imports none
 of controller/, apps/, mininet_env/, pyspark_bridge/; controller/ and apps/

@@ -1,6 +1,6 @@
 """SQLite coordinator backend: one database file shared by the processes of one machine.
 
-The default backend (DESIGN §2): the manager, the agents (one per emulated
+The default backend (docs/design.md §2): the manager, the agents (one per emulated
 host) and the controller each open the same file with their own connection.
 
 Path: the constructor argument, else the environment variable

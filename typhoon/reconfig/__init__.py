@@ -1,6 +1,6 @@
 """Dynamic topology manager: a reconfiguration request -> the steps of a stable update.
 
-Pure logic (paper §3.2 last part, §3.5, Fig. 6; DESIGN §5): it reads nothing
+Pure logic (paper §3.2 last part, §3.5, Fig. 6; docs/design.md §5): it reads nothing
 and sends nothing.  ``requests`` checks a JSON request, ``edit`` builds and
 checks the new logical topology, ``plan`` turns both and the running
 application into a :class:`Plan`: the physical topology *during* the update

@@ -1,4 +1,4 @@
-"""Routing policies of the framework layer (paper Listing 1, DESIGN §4).
+"""Routing policies of the framework layer (paper Listing 1, docs/design.md §4).
 
 A :class:`Router` holds one output stream's routing state and picks the
 receiving worker(s) of each tuple.  The state is replaced wholesale by a

@@ -2,7 +2,7 @@
 
 Every worker owns a TAP device (:mod:`typhoon.runtime.tap`) that its agent plugs
 into the host's Open vSwitch bridge; the switch forwards frames on their
-Ethernet addresses alone (DESIGN §3).  This layer
+Ethernet addresses alone (docs/design.md §3).  This layer
 
 * batches serialized tuples into frames (:func:`typhoon.wire.pack_frames`) on
   *links*: one per receiver, and one per one-to-many stream, whose frames the

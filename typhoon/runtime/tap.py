@@ -4,7 +4,7 @@ The worker opens ``/dev/net/tun`` and attaches a TAP device (``IFF_TAP |
 IFF_NO_PI``: whole Ethernet frames, no packet-information prefix).  The device is
 *not* persistent: it lives exactly as long as this process holds the file
 descriptor, so when the worker dies the kernel unregisters the device and the
-switch reports its port down -- the fault detector's signal (DESIGN §3).
+switch reports its port down -- the fault detector's signal (docs/design.md §3).
 
 The worker's agent adds the device to the host bridge as an ordinary (system)
 port; Open vSwitch reads it through a packet socket, so what the worker

@@ -1,4 +1,4 @@
-"""Paths between host bridges on the emulated fabric (DESIGN.md §3, "remote").
+"""Paths between host bridges on the emulated fabric (docs/design.md §3, "remote").
 
 The cluster's bridges and the links between them form an undirected graph; a
 tuple between workers on different hosts follows the shortest path, and a
