@@ -1,4 +1,4 @@
-"""``typhoon bench``: the command-line verb, added to ``typhoon`` by ``typhoon/cli.py``.
+"""``typhoon bench``: the command-line verb, added to ``typhoon`` by ``typhoon_cli``.
 
 Only argparse here: the runner (Mininet, matplotlib, ...) is imported when the
 verb runs, so ``typhoon --help`` and the other verbs stay fast.

@@ -31,7 +31,7 @@ def table_rows(markdown: str, section: str) -> list[list[str]]:
 def test_quick_forwarding_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "typhoon.cli", "bench", "--quick", "--only", "forwarding",
+        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "forwarding",
          "--out", str(out)],
         cwd=REPO,
         capture_output=True,
@@ -75,7 +75,7 @@ def test_quick_paper_6_2_scenarios_write_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
     only = "fault,autoscale,live_debug,logic_swap"
     proc = subprocess.run(
-        [sys.executable, "-m", "typhoon.cli", "bench", "--quick", "--only", only,
+        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", only,
          "--out", str(out)],
         cwd=REPO,
         capture_output=True,

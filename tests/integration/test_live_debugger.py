@@ -124,7 +124,7 @@ class Attach:
     """``typhoon debug attach`` as a child process; stdout lines collected by a thread."""
 
     def __init__(self, c: EmulatedCluster, *args: str) -> None:
-        argv = [sys.executable, "-m", "typhoon.cli", "debug", "attach", *args]
+        argv = [sys.executable, "-m", "typhoon_cli", "debug", "attach", *args]
         env = {**os.environ, "TYPHOON_CONTROLLER": c.rest_url, "TYPHOON_TOKEN": c.token}
         self.proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

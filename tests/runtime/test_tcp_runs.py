@@ -24,7 +24,7 @@ def typhoon(
     *args: str, env: dict | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "typhoon.cli", *args],
+        [sys.executable, "-m", "typhoon_cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

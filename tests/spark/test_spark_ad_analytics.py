@@ -43,7 +43,7 @@ def test_counts_equal_reference_and_the_run_ends_by_itself(tmp_path: Path) -> No
         [
             sys.executable,
             "-m",
-            "typhoon.cli",
+            "typhoon_cli",
             "run",
             str(AD_YAML),
             "--transport",

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from ryu.app.wsgi import WSGIApplication
 from webob import Request
 
+import typhoon_cli as cli
 from controller.reconfigure import Registry
 from controller.rest import TyphoonRest
 from controller.view import ClusterView
-from typhoon import cli
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.manager import Manager

@@ -27,6 +27,9 @@ from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
 from typhoon.topology.scheduler import app_id_for
 
+# The top layer: the one package that composes the core with the runners (mininet_env)
+# and the benchmarks; no package imports it (tests/unit/test_layering.py).
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -197,7 +200,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())
