@@ -1,6 +1,6 @@
 """Spark node vs its python-engine twin on the ad-analytics pipeline, over tcp.
 
-``python -m pyspark_bridge.bench [--count N] [--rate R] [--out FILE]`` runs
+``python -m benchmarks.spark_engine [--count N] [--rate R] [--out FILE]`` runs
 ``topologies/ad_analytics.yaml`` four times: throughput (unlimited source)
 and latency (source paced at ``--rate``), each with the window-count node on
 the spark engine and on the python engine (``CampaignWindowCount``, same
