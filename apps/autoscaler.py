@@ -8,7 +8,7 @@ whose workers stay overloaded for ``up_window`` seconds gets more workers; one
 that stays idle for the longer ``down_window`` gets fewer; never outside
 ``[min_parallelism, max_parallelism]``, never more than ``max_step`` at once,
 and not again before ``cooldown`` seconds passed.  The decisions themselves are
-in ``controller/autoscale.py``; this file feeds it and acts.
+in ``controller/autoscaler.py``; this file feeds it and acts.
 
 A scale is a stable update through the controller's reconfiguration executor
 (``core.reconfigure``, the same path as ``POST /typhoon/apps/NAME/scale``), so
@@ -50,7 +50,7 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, report_rest, start_ticks
-from controller.autoscale import (
+from controller.autoscaler import (
     Decision,
     NodeScaler,
     ScaleSettings,

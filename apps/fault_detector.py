@@ -5,7 +5,7 @@ says so within milliseconds (OFPPortStatus, raised by the core as
 ``EventWorkerDown``).  The app then, in this order:
 
 1. sends ROUTING to the dead worker's senders with routes that leave it out
-   (``controller/faults.py``), right in the event handler: every tuple a sender
+   (``controller/fault_detector.py``), right in the event handler: every tuple a sender
    writes to the dead port until then is lost, so this is the step timed
    (``reroute_ms``, from the port event to the last PacketOut written);
    the load-balancer app drops the worker from its select group on the same
@@ -23,7 +23,7 @@ The fallback: a worker whose METRIC_RESP stopped arriving for
 the new physical topology leaves it out), unless a receiver of it is silent or
 being failed over too: a sender waiting for a hung receiver's credit does not
 answer either, and only the receiver is dead.  Silence counts only while
-other workers are heard (``controller/faults.py``, ``Heartbeats``): a stalled
+other workers are heard (``controller/fault_detector.py``, ``Heartbeats``): a stalled
 controller has heard nobody.  A worker its agent saw crash
 (non-zero exit) stays watched, so a missed port event is still caught.  With
 ``port_events = false`` the heartbeat is the only detector: the Storm-like
@@ -55,7 +55,7 @@ from typing import Any
 from controller.app_support import EventTick, list_rest, start_ticks
 from controller.core import core_app
 from controller.events import EventWorkerDown, EventWorkerMetrics
-from controller.faults import (
+from controller.fault_detector import (
     Heartbeats,
     Incident,
     crashed,

@@ -15,7 +15,7 @@ window per stream (``typhoon/runtime/lb_credits.py``), as lossless as a link's.
 Every ``interval`` seconds the app recomputes each node's weights from its
 workers' METRIC_RESPs (processing time per tuple, queue depth) and the switch's
 port statistics (frames dropped toward a worker, port down)
-(``controller/balancer.py``).  It installs new weights only when a share moves
+(``controller/load_balancer.py``).  It installs new weights only when a share moves
 by more than ``threshold`` points, logs every decision with its reason, and
 warns when the achieved split (bucket counters) is more than ``warn`` points
 from the configured one.  A worker whose port goes down leaves the group at
@@ -47,7 +47,6 @@ from typing import Any
 
 from controller import ofp
 from controller.app_support import EventTick, report_rest, start_ticks
-from controller.balancer import Decision, LbSettings, NodeBalancer, fmt_split
 from controller.core import core_app
 from controller.events import (
     EventTopologyChanged,
@@ -57,6 +56,7 @@ from controller.events import (
     EventWorkerUp,
 )
 from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
+from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
     RyuApp,

@@ -1,10 +1,10 @@
-"""Autoscaler decisions (controller/autoscale.py) on synthetic metric streams and a fake clock."""
+"""Autoscaler decisions (controller/autoscaler.py) on synthetic metric streams and a fake clock."""
 
 from dataclasses import replace
 
 import pytest
 
-from controller.autoscale import (
+from controller.autoscaler import (
     NodeScaler,
     ScaleSettings,
     WorkerLoad,

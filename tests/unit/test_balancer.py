@@ -1,10 +1,10 @@
-"""Weights of a balanced node from metrics and switch counters (controller.balancer), no Ryu."""
+"""Weights of a balanced node from metrics and switch counters (controller.load_balancer)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.balancer import MAX_TRIMS, LbSettings, NodeBalancer, normalize, tuples_in
+from controller.load_balancer import MAX_TRIMS, LbSettings, NodeBalancer, normalize, tuples_in
 
 FAST, FAST2, SLOW = 3, 4, 5
 

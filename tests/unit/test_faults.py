@@ -1,4 +1,4 @@
-"""The fault detector's decisions (controller/faults.py) on the paper's Fig. 10 wordcount."""
+"""The fault detector's decisions (controller/fault_detector.py) on the Fig. 10 wordcount."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.faults import Heartbeats, failover, held_up_by_receivers, rejoin, without
+from controller.fault_detector import Heartbeats, failover, held_up_by_receivers, rejoin, without
 from typhoon.topology import load_topology, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
