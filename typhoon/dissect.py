@@ -45,7 +45,7 @@ from typhoon.wire import (
     decode_control,
     decode_credit,
     decode_frame,
-    decode_tuple,
+    decode_rows,
     mac_bytes,
     mac_str,
 )
@@ -60,7 +60,7 @@ _U16 = struct.Struct("!H")
 
 
 class TyphoonEntry(Packet):
-    """One length-prefixed entry: a tuple, a control tuple, a credit, or a chunk."""
+    """One length-prefixed entry: a row batch, a control tuple, a credit, or a chunk."""
 
     name = "TyphoonEntry"
     fields_desc = [
@@ -111,8 +111,8 @@ bind_ethertype(ETHERTYPE)
 
 
 def _decode_payloads(kind: Kind, payloads: list[bytes]) -> list[Any]:
-    if kind == Kind.DATA:
-        return [decode_tuple(p) for p in payloads]
+    if kind == Kind.DATA:  # each entry a row batch: one list of the tuples of the frame
+        return [row for p in payloads for row in decode_rows(p)]
     if kind == Kind.CONTROL:
         return [decode_control(p) for p in payloads]
     return [decode_credit(p) for p in payloads]

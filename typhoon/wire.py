@@ -21,7 +21,7 @@ Frame (all integers big endian)::
     0       6     Ethernet destination (address above)
     6       6     Ethernet source
     12      2     EtherType, 0x88B5 by default (configurable)
-    14      1     version (1)
+    14      1     version (2)
     15      1     kind: 0 data, 1 control, 2 credit
     16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, 0x10 ACK_REQ,
                   other bits 0
@@ -34,8 +34,10 @@ Frame (all integers big endian)::
                     [u32 total payload length, only if SEG_FIRST]
                     u16 chunk length, chunk bytes
 
-Each entry of a data frame is one msgpack-encoded tuple, of a control frame one
-encoded control tuple ``[type, body]``, of a credit frame a u32 (link id, counts,
+Each entry of a data frame is a *row batch*: one msgpack array of tuples (each a
+msgpack array), encoded in one call (:func:`encode_rows`), so a frame costs one
+serialization, not one per tuple; a control frame's entry is one encoded control
+tuple ``[type, body]``, of a credit frame a u32 (link id, counts,
 sequence numbers: ``typhoon.runtime.links``).  A *link* is the frames of one
 sender to one destination address (a worker, or a stream's one-to-many address);
 its sequence numbers let the receiver deliver in order, drop duplicates and ask
@@ -67,7 +69,7 @@ from typing import Any
 import msgpack
 
 ETHERTYPE = 0x88B5
-VERSION = 1
+VERSION = 2  # 2: data entries are row batches (1: one tuple per entry)
 HEADER_LEN = 12
 ETH_HLEN = 14
 ETH_ZLEN = 60  # minimum Ethernet frame without FCS; shorter frames get zero padding
@@ -256,6 +258,33 @@ def decode_tuple(data: bytes) -> list:
         if _has_timestamp(value):
             raise WireError("msgpack timestamp extension is not allowed")
     return value
+
+
+def encode_rows(rows: list) -> bytes:
+    """Serialize a batch of tuples as one data entry (one msgpack array of arrays)."""
+    try:
+        pack = _local.pack
+    except AttributeError:
+        pack = _local.pack = msgpack.Packer(use_bin_type=True).pack
+    return pack(rows)
+
+
+def decode_rows(data: bytes) -> list[list]:
+    """Inverse of :func:`encode_rows`, as strict as :func:`decode_tuple`.
+
+    Every row must be a msgpack array; a batch with one bad row is rejected whole
+    (it came from one sender's one serialization, so nothing in it is trusted).
+    """
+    value = decode_tuple(data)
+    for row in value:
+        if type(row) is not list:
+            raise WireError(f"a row must be a msgpack array, got {type(row).__name__}")
+    return value
+
+
+def entry_capacity(mtu: int) -> int:
+    """Largest entry that still travels unsegmented in one frame of ``mtu``."""
+    return min(mtu - HEADER_LEN - 2, _U16_MAX)
 
 
 # --------------------------------------------------------------------------- frames

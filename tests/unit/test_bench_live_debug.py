@@ -3,7 +3,6 @@ serialization per tuple while on; and the scenario's pure arithmetic over a run'
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
 from benchmarks.operators import EVENT_LOG_STREAM, EventLogger, EventLoggingSource
@@ -19,7 +18,7 @@ from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Transport
 from typhoon.topology import schedule
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import Control, ControlTuple, decode_rows
 
 
 class Recorder(Transport):
@@ -40,7 +39,7 @@ class Recorder(Transport):
         self.replies.append(ct)
 
     def tuples(self, stream: int) -> list[list]:
-        return [msgpack.unpackb(p) for _, s, ps in self.sent if s == stream for p in ps]
+        return [row for _, s, ps in self.sent if s == stream for p in ps for row in decode_rows(p)]
 
 
 def _source(app_copy: bool) -> tuple[Framework, Recorder, dict[str, int]]:

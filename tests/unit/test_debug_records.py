@@ -8,7 +8,7 @@ from typhoon import wire
 from typhoon.debug.filter import parse
 from typhoon.debug.records import MirrorDecoder
 from typhoon.runtime.framework import EOS_PAYLOAD
-from typhoon.wire import Kind, encode_credit, encode_tuple, mac_str, multicast_mac, worker_mac
+from typhoon.wire import Kind, encode_credit, encode_rows, mac_str, multicast_mac, worker_mac
 
 APP = 9
 SPLIT, COUNT0, COUNT1 = 2, 4, 5
@@ -21,7 +21,7 @@ def decoder(text: str = "", sample: float = 100.0, seed: int = 1) -> MirrorDecod
 
 
 def frames(dst: int, words: list[str], seq: int = 0, stream: int = 2) -> list[bytes]:
-    payloads = [encode_tuple([w]) for w in words]
+    payloads = [encode_rows([[w] for w in words])]  # one row batch, as a worker sends it
     return wire.pack_frames(
         worker_mac(APP, dst), worker_mac(APP, SPLIT), Kind.DATA, stream, seq, payloads
     )
@@ -88,7 +88,7 @@ def test_end_of_stream_credits_and_segments():
     )
     big = "x" * 20000  # more than one 9000-byte frame: segmented, reassembled
     segs = wire.pack_frames(
-        worker_mac(APP, COUNT0), worker_mac(APP, SPLIT), Kind.DATA, 2, 0, [encode_tuple([big])]
+        worker_mac(APP, COUNT0), worker_mac(APP, SPLIT), Kind.DATA, 2, 0, [encode_rows([[big]])]
     )
     assert len(segs) == 3
     assert feed(d, eos + sync) == []
@@ -105,7 +105,7 @@ def test_multicast_and_values_that_json_cannot_hold():
         Kind.DATA,
         3,
         0,
-        [encode_tuple([b"\xffraw", {1: float("nan")}])],
+        [encode_rows([[b"\xffraw", {1: float("nan")}]])],
     )[0]
     [r] = d.feed(frame, 0.0)
     assert r["dst"] is None and r["dst_label"] == "group:3"
@@ -115,7 +115,7 @@ def test_multicast_and_values_that_json_cannot_hold():
 
 def test_frames_that_are_not_ours_are_summarised_by_scapy_unless_filtered():
     other_app = wire.pack_frames(
-        worker_mac(APP + 1, 1), worker_mac(APP + 1, 2), Kind.DATA, 1, 0, [encode_tuple([1])]
+        worker_mac(APP + 1, 1), worker_mac(APP + 1, 2), Kind.DATA, 1, 0, [encode_rows([[1]])]
     )[0]
     garbage = bytes.fromhex(mac_str(worker_mac(APP, 1)).replace(":", "")) * 2 + b"\x08\x00" + b"x"
     d = decoder()
@@ -130,14 +130,14 @@ def test_frames_that_are_not_ours_are_summarised_by_scapy_unless_filtered():
 def test_a_frame_copied_before_the_load_balancer_names_its_virtual_address():
     d = decoder()
     [frame] = wire.pack_frames(
-        wire.lb_mac(APP, 1, 5), worker_mac(APP, SPLIT), Kind.DATA, 2, 0, [encode_tuple(["w"])]
+        wire.lb_mac(APP, 1, 5), worker_mac(APP, SPLIT), Kind.DATA, 2, 0, [encode_rows([["w"]])]
     )
     [r] = d.feed(frame, 0.0)
     assert (r["dst"], r["dst_label"]) == (None, "lb:1/5")
     assert d.stats.links == {f"{SPLIT}->load_balancer": 1}
 
 
-def test_unfiltered_sampling_chooses_before_decoding_and_counts_every_tuple():
+def test_unfiltered_sampling_chooses_before_building_records_and_counts_every_tuple():
     d = decoder("", sample=10.0, seed=5)
     words = [f"w{i}" for i in range(5000)]
     batches = [frames(COUNT0, words[i : i + 100], seq=i // 100) for i in range(0, 5000, 100)]

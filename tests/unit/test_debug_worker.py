@@ -11,7 +11,7 @@ import pytest
 from typhoon import wire
 from typhoon.debug import worker as dw
 from typhoon.debug.spec import DebugSpec
-from typhoon.wire import Kind, encode_tuple, worker_mac
+from typhoon.wire import Kind, encode_rows, worker_mac
 
 APP = 9
 
@@ -56,7 +56,7 @@ def spec(**kw) -> DebugSpec:
 
 
 def frame(words: list[str], seq: int) -> bytes:
-    payloads = [encode_tuple([w]) for w in words]
+    payloads = [encode_rows([[w]]) for w in words]
     [f] = wire.pack_frames(worker_mac(APP, 4), worker_mac(APP, 2), Kind.DATA, 2, seq, payloads)
     return f
 

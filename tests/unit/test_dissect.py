@@ -43,7 +43,7 @@ from typhoon.wire import (
     encode_control,
     encode_credit,
     encode_frame,
-    encode_tuple,
+    encode_rows,
     mac_str,
     multicast_mac,
     pack_frames,
@@ -74,10 +74,10 @@ def traffic(mtu: int = 1500, ethertype: int = ETHERTYPE) -> tuple[list[bytes], l
         return seq + len(new)
 
     small = [[i, f"word{i}", i / 2] for i in range(40)]
-    seq = add(DST, SRC, Kind.DATA, 1, [encode_tuple(t) for t in small[:20]], small[:20], 0)
-    seq = add(DST, SRC, Kind.DATA, 1, [encode_tuple(BIG)], [BIG], seq)
-    add(DST, SRC, Kind.DATA, 1, [encode_tuple(t) for t in small[20:]], small[20:], seq)
-    add(GROUP, SRC, Kind.DATA, 4, [encode_tuple(["all", 1])], [["all", 1]], 100)
+    seq = add(DST, SRC, Kind.DATA, 1, [encode_rows([t]) for t in small[:20]], small[:20], 0)
+    seq = add(DST, SRC, Kind.DATA, 1, [encode_rows([BIG])], [BIG], seq)
+    add(DST, SRC, Kind.DATA, 1, [encode_rows([t]) for t in small[20:]], small[20:], seq)
+    add(GROUP, SRC, Kind.DATA, 4, [encode_rows([["all", 1]])], [["all", 1]], 100)
     controls = [encode_control(SIGNAL), encode_control(RATE)]
     add(DST, CTRL, Kind.CONTROL, 0, controls, [SIGNAL, RATE], 7)
     add(SRC, DST, Kind.CREDIT, 1, [encode_credit(64)], [64], 0)
@@ -88,11 +88,11 @@ def traffic(mtu: int = 1500, ethertype: int = ETHERTYPE) -> tuple[list[bytes], l
 
 
 def test_layer_dissects_header_and_entries() -> None:
-    payloads = [encode_tuple([1, "a"]), b"", encode_tuple([2.5])]
+    payloads = [encode_rows([[1, "a"]]), b"", encode_rows([[2.5]])]
     buf = pack_frames(DST, SRC, Kind.DATA, 9, 1234, payloads)[0]
     pkt = Ether(buf)
     t = pkt[Typhoon]
-    assert (t.version, t.kind, int(t.flags), t.reserved) == (1, Kind.DATA, 0, 0)
+    assert (t.version, t.kind, int(t.flags), t.reserved) == (2, Kind.DATA, 0, 0)
     assert (t.stream, t.seq, t.count, t.total) == (9, 1234, 3, None)
     assert [e.data for e in t.entries] == payloads
     assert [e.len for e in t.entries] == [len(p) for p in payloads]
@@ -153,7 +153,7 @@ def test_decode_tuples_all_kinds() -> None:
 
 
 def test_decode_tuples_segments_need_a_reassembler() -> None:
-    frames = pack_frames(DST, SRC, 0, 1, 0, [encode_tuple(BIG)], mtu=1500)
+    frames = pack_frames(DST, SRC, 0, 1, 0, [encode_rows([BIG])], mtu=1500)
     pkts = [Ether(f) for f in frames]
     with pytest.raises(WireError):
         decode_tuples(pkts[0])
@@ -165,7 +165,7 @@ def test_decode_tuples_segments_need_a_reassembler() -> None:
 def test_decode_tuples_rejects_other_and_malformed_packets() -> None:
     with pytest.raises(WireError):
         decode_tuples(Ether() / IP() / UDP())
-    bad = bytearray(pack_frames(DST, SRC, 0, 1, 0, [encode_tuple([1])])[0])
+    bad = bytearray(pack_frames(DST, SRC, 0, 1, 0, [encode_rows([[1]])])[0])
     bad[14] = 9  # version
     with pytest.raises(WireError):
         decode_tuples(Ether(bytes(bad)))

@@ -10,7 +10,7 @@ from typhoon.runtime.framework import EOS_PAYLOAD, Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import Control, ControlTuple, decode_rows, encode_rows
 
 WORDCOUNT = """
 name: wc
@@ -82,10 +82,11 @@ class Recorder(Transport):
 
     def tuples(self, stream=None):
         return [
-            (kind, dst, msgpack.unpackb(p))
+            (kind, dst, row)
             for kind, dst, s, ps in self.sent
             for p in ps
             if stream is None or s == stream
+            for row in decode_rows(p)
         ]
 
 
@@ -116,17 +117,17 @@ def test_spout_waits_for_activate_then_emits_round_robin():
 
 def test_batching_by_size_and_delay():
     fw, io, _ = make(WORDCOUNT, "split", batch=4)
-    fw.deliver(Inbound(1, 1, [msgpack.packb(["a b c"])]))
+    fw.deliver(Inbound(1, 1, [encode_rows([["a b c"]])]))
     assert io.sent == []  # 3 tuples spread over receivers, none full
     fw.now += 1.0
     fw.flush()
-    assert sum(len(ps) for *_, ps in io.sent) == 3
+    assert len(io.tuples()) == 3
     assert fw.out == {}
 
 
 def test_fields_grouping_keeps_key_on_one_worker():
     fw, io, _ = make(WORDCOUNT, "split")
-    fw.deliver(Inbound(1, 1, [msgpack.packb(["x y x y x"])] * 5))
+    fw.deliver(Inbound(1, 1, [encode_rows([["x y x y x"]])] * 5))
     by_word: dict[str, set[int]] = {}
     for _, dst, (word,) in io.tuples(stream=2):
         by_word.setdefault(word, set()).add(dst)
@@ -163,7 +164,7 @@ def test_routing_control_tuple_replaces_next_hops():
     only = phys.of_node("count")[0].worker_id
     body = {"stream": 2, "policy": "global", "next_hops": [only], "version": 9}
     fw.control(ControlTuple(Control.ROUTING, body))
-    fw.deliver(Inbound(1, 1, [msgpack.packb(["p q r s"])]))
+    fw.deliver(Inbound(1, 1, [encode_rows([["p q r s"]])]))
     assert {d for _, d, _ in io.tuples(stream=2)} == {only}
     assert io.replies[-1].body["metrics"] == {"ack": "ROUTING", "version": 9}
 
@@ -180,7 +181,7 @@ def test_routing_for_unknown_stream_is_refused():
 
 def test_signal_flushes_stateful_cache():
     fw, io, _ = make(WORDCOUNT, "count")
-    fw.deliver(Inbound(2, 2, [msgpack.packb(["w"])] * 3))
+    fw.deliver(Inbound(2, 2, [encode_rows([["w"]])] * 3))
     assert io.sent == []  # no output stream, and cache not flushed yet
     fw.control(ControlTuple(Control.SIGNAL, {"version": 4}))
     assert fw.op.cache == {}
@@ -190,7 +191,7 @@ def test_signal_flushes_stateful_cache():
 
 def test_metric_req_gets_metric_resp():
     fw, io, _ = make(WORDCOUNT, "count")
-    fw.deliver(Inbound(2, 2, [msgpack.packb(["w"])] * 3))
+    fw.deliver(Inbound(2, 2, [encode_rows([["w"]])] * 3))
     fw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 77}))
     resp = io.replies[-1]
     assert resp.type == Control.METRIC_RESP
@@ -230,7 +231,7 @@ def test_drain_finishes_spout_with_eos():
 def test_bolt_finishes_after_eos_from_every_upstream():
     fw, io, phys = make(WORDCOUNT, "count")
     splits = [w.worker_id for w in phys.of_node("split")]
-    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["w"])]))
+    fw.deliver(Inbound(splits[0], 2, [encode_rows([["w"]])]))
     fw.deliver(Inbound(splits[0], EOS_STREAM, [EOS_PAYLOAD]))
     assert not fw.done
     fw.deliver(Inbound(splits[1], EOS_STREAM, [EOS_PAYLOAD]))
@@ -240,9 +241,11 @@ def test_bolt_finishes_after_eos_from_every_upstream():
 
 def test_malformed_tuples_are_counted_not_fatal():
     fw, io, _ = make(WORDCOUNT, "count")
-    fw.deliver(Inbound(2, 2, [b"\xc1garbage", msgpack.packb({"a": 1}), msgpack.packb(["ok"])]))
-    assert io.stats.drops == {"malformed_tuple": 2}
-    assert fw.op.result() == {"counts": {"ok": 1}}
+    bad_rows = encode_rows([["ok"], {"a": 1}, "x"])  # two rows that are not arrays
+    fw.deliver(Inbound(2, 2, [b"\xc1garbage", msgpack.packb({"a": 1}), encode_rows([["ok"]])]))
+    fw.deliver(Inbound(2, 2, [bad_rows]))
+    assert io.stats.drops == {"malformed_batch": 2, "malformed_tuple": 2}
+    assert fw.op.result() == {"counts": {"ok": 2}}
 
 
 def test_eos_reaches_a_receiver_removed_by_routing():
@@ -262,7 +265,7 @@ def test_eos_reaches_a_receiver_removed_by_routing():
 def test_sender_added_at_run_time_is_waited_for():
     fw, io, phys = make(WORDCOUNT, "count")
     splits = [w.worker_id for w in phys.of_node("split")]
-    fw.deliver(Inbound(99, 2, [msgpack.packb(["w"])]))  # a new split worker
+    fw.deliver(Inbound(99, 2, [encode_rows([["w"]])]))  # a new split worker
     for s in splits:
         fw.deliver(Inbound(s, EOS_STREAM, [EOS_PAYLOAD]))
     assert not fw.done
@@ -274,14 +277,14 @@ def test_frames_after_a_senders_end_of_stream_are_counted_not_processed():
     """A released receiver still gets one-to-many copies: after the EOS they are dropped."""
     fw, io, phys = make(WORDCOUNT, "count")
     splits = [w.worker_id for w in phys.of_node("split")]
-    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["a"])]))
+    fw.deliver(Inbound(splits[0], 2, [encode_rows([["a"]])]))
     fw.deliver(Inbound(splits[0], EOS_STREAM, [EOS_PAYLOAD]))
-    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["b"]), msgpack.packb(["c"])]))
+    fw.deliver(Inbound(splits[0], 2, [encode_rows([["b"]]), encode_rows([["c"]])]))
     assert io.stats.drops == {"after_eos": 2}
     assert fw.received_from == {(splits[0], 2): 1}
     # an UPSTREAM that adds the sender again opens its link once more
     fw.control(ControlTuple(Control.UPSTREAM, {"add": [splits[0]], "remove": [], "version": 4}))
-    fw.deliver(Inbound(splits[0], 2, [msgpack.packb(["d"])]))
+    fw.deliver(Inbound(splits[0], 2, [encode_rows([["d"]])]))
     assert fw.received_from == {(splits[0], 2): 2}
 
 

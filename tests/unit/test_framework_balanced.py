@@ -3,7 +3,6 @@ switches a stream (ROUTING ``balanced``), then one load-balancer send per batch.
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 
 from typhoon import wire
@@ -33,6 +32,10 @@ streams:
 """
 
 
+def _rows(payloads: list[bytes]) -> int:
+    return sum(len(wire.decode_rows(p)) for p in payloads)
+
+
 class Balancing(Transport):
     """Records what the framework hands the I/O layer, as a switch-balancing transport."""
 
@@ -47,11 +50,11 @@ class Balancing(Transport):
         return []
 
     def send(self, dst, stream, payloads):
-        self.log.append(("send", dst, stream, len(payloads)))
+        self.log.append(("send", dst, stream, _rows(payloads)))
 
     def send_balanced(self, stream, lb_node, slot, payloads):
         assert 0 <= slot < wire.LB_SLOTS
-        self.log.append(("balanced", lb_node, stream, len(payloads)))
+        self.log.append(("balanced", lb_node, stream, _rows(payloads)))
 
     def set_balanced(self, stream, members):
         self.members[stream] = list(members)
@@ -163,4 +166,4 @@ def test_lb_flag_survives_framing_and_segmentation():
     assert out == [b"x" * 20000]
     with pytest.raises(ValueError):
         wire.pack_frames(dst, src, wire.Kind.DATA, 1, 0, [b"a"], flags=wire.SEG)
-    assert msgpack.unpackb(EOS_PAYLOAD) == ["eos"]
+    assert wire.decode_rows(EOS_PAYLOAD) == [["eos"]]

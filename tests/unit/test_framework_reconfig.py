@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import msgpack
-
 from typhoon.operators import resolve_operator
 from typhoon.reconfig import Scale, plan
 from typhoon.runtime.framework import EOS_PAYLOAD, Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple, decode_control, encode_control
+from typhoon.wire import Control, ControlTuple, decode_control, encode_control, encode_rows
 
 PIPE = """
 name: pipe
@@ -108,7 +106,7 @@ def test_upstream_makes_a_worker_wait_for_new_senders_and_forget_finished_ones()
     for m in mids:
         fw.deliver(Inbound(m, EOS_STREAM, [EOS_PAYLOAD]))
     assert not fw.done  # still waiting for 77
-    fw.deliver(Inbound(77, 2, [msgpack.packb([1, 0, 0.0, b""])]))
+    fw.deliver(Inbound(77, 2, [encode_rows([[1, 0, 0.0, b""]])]))
     ctl(fw, Control.UPSTREAM, {"remove": [77], "version": 10})
     assert fw.done  # 77 left without end of stream: input is over
 

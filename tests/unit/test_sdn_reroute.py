@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import msgpack
 import pytest
 
 from typhoon import wire
@@ -131,7 +130,7 @@ class Net(threading.Thread):
             wid = wire.parse_mac(f.dst).value
             r = self.rx[wid]
             if f.kind == Kind.DATA and f.stream != EOS_STREAM:
-                r.got += [msgpack.unpackb(p)[0] for p in f.payloads]
+                r.got += [row[0] for p in f.payloads for row in wire.decode_rows(p)]
                 if r.mode == "consume":
                     r.consumed = len(r.got)
                     self.grant(wid)

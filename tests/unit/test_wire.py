@@ -33,11 +33,14 @@ from typhoon.wire import (
     decode_control,
     decode_credit,
     decode_frame,
+    decode_rows,
     decode_tuple,
     encode_control,
     encode_credit,
     encode_frame,
+    encode_rows,
     encode_tuple,
+    entry_capacity,
     lb_mac,
     mac_bytes,
     mac_str,
@@ -84,7 +87,7 @@ def payload(size: int, seed: int) -> bytes:
 
 
 def test_constants() -> None:
-    assert (ETHERTYPE, wire.VERSION, HEADER_LEN, ETH_HLEN, DEFAULT_MTU) == (0x88B5, 1, 12, 14, 9000)
+    assert (ETHERTYPE, wire.VERSION, HEADER_LEN, ETH_HLEN, DEFAULT_MTU) == (0x88B5, 2, 12, 14, 9000)
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
@@ -280,6 +283,42 @@ def test_decode_tuple_garbage(data: bytes) -> None:
     assert result is None or isinstance(result, list)
 
 
+rows_strategy = st.lists(
+    st.lists(st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8) | st.binary(max_size=8)),
+    max_size=30,
+)
+
+
+@given(rows_strategy)
+def test_row_batch_roundtrip(rows: list[list]) -> None:
+    data = encode_rows(rows)
+    assert data == msgpack.packb(rows, use_bin_type=True)  # one msgpack array of arrays
+    assert decode_rows(data) == rows
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        msgpack.packb([[1], 2]),  # a row that is not an array
+        msgpack.packb([[1], {"a": 1}]),
+        msgpack.packb({"a": [1]}),  # not an array of rows
+        msgpack.packb([[msgpack.Timestamp(1, 0)]]),
+        msgpack.packb([[1]]) + b"\x01",
+    ],
+)
+def test_decode_rows_rejects(data: bytes) -> None:
+    raises_exactly(WireError, decode_rows, data)
+
+
+def test_entry_capacity_is_what_travels_unsegmented() -> None:
+    for mtu in (MIN_MTU, 1500, DEFAULT_MTU, 65535):
+        cap = entry_capacity(mtu)
+        frames = pack_frames(DST, SRC, Kind.DATA, 1, 0, [b"x" * cap], mtu)
+        assert len(frames) == 1 and not decode_frame(frames[0], mtu=mtu).flags & SEG
+        if cap < 0xFFFF:
+            assert len(pack_frames(DST, SRC, Kind.DATA, 1, 0, [b"x" * (cap + 1)], mtu)) == 2
+
+
 # ------------------------------------------------------------------ frames
 
 macs = st.builds(worker_mac, app_ids, worker_ids) | st.builds(multicast_mac, app_ids, u16)
@@ -297,7 +336,7 @@ def test_frame_roundtrip(dst, src, kind, stream, seq, payloads) -> None:
 def test_frame_layout_is_documented_layout() -> None:
     f = Frame(DST, SRC, Kind.CONTROL, 0x0102, 0x03040506, 0, [b"ab", b""])
     assert encode_frame(f) == (
-        DST + SRC + b"\x88\xb5" + b"\x01\x01\x00\x00" + b"\x01\x02" + b"\x03\x04\x05\x06"
+        DST + SRC + b"\x88\xb5" + b"\x02\x01\x00\x00" + b"\x01\x02" + b"\x03\x04\x05\x06"
         b"\x00\x02" + b"\x00\x02ab" + b"\x00\x00"
     )
     seg = Frame(DST, SRC, Kind.DATA, 1, 9, SEG | SEG_FIRST, [b"xyz"], total=10)
@@ -455,7 +494,7 @@ def patched(buf: bytes, offset: int, fmt: str, value: int) -> bytes:
     "buf",
     [
         patched(GOOD, 12, "!H", 0x0800),  # wrong ethertype
-        patched(GOOD, 14, "!B", 2),  # wrong version
+        patched(GOOD, 14, "!B", 1),  # wrong version (1: one tuple per entry)
         patched(GOOD, 14, "!B", 0),
         patched(GOOD, 15, "!B", 3),  # unknown kind
         patched(GOOD, 17, "!B", 1),  # reserved byte set

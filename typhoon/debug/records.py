@@ -127,21 +127,25 @@ class MirrorDecoder:
         if frame.stream == EOS_STREAM:
             st.eos += len(payloads)
             return []
-        if self.show_raw and self.sample < 100.0:  # no filter: sample before decoding
+        rows: list[list] = []
+        for p in payloads:  # each entry one row batch: one decoding for all its tuples
+            try:
+                rows.extend(wire.decode_rows(p))
+            except WireError:
+                st.undecodable += 1
+        if self.show_raw and self.sample < 100.0:  # no filter: sample before building records
             keep = self.sample / 100.0
             rnd = self.rng.random
-            chosen = [p for p in payloads if rnd() < keep]
-            skipped = len(payloads) - len(chosen)
+            chosen = [v for v in rows if rnd() < keep]
+            skipped = len(rows) - len(chosen)
             st.tuples += skipped
             st.matched += skipped
             st.sampled_out += skipped
-            payloads = chosen
+            rows = chosen
             sampled = True
         else:
             sampled = self.sample >= 100.0
-        return [
-            r for p in payloads if (r := self._tuple(p, frame, src, dst, now, sampled)) is not None
-        ]
+        return [r for v in rows if (r := self._tuple(v, frame, src, dst, now, sampled)) is not None]
 
     def _check_seq(self, frame: wire.Frame) -> None:
         key = (frame.src, frame.dst, frame.stream)
@@ -154,7 +158,7 @@ class MirrorDecoder:
 
     def _tuple(
         self,
-        payload: bytes,
+        values: list,
         frame: wire.Frame,
         src: wire.Address,
         dst: wire.Address,
@@ -162,14 +166,9 @@ class MirrorDecoder:
         sampled: bool,
     ) -> dict[str, Any] | None:
         """One tuple's record, or None.  Filter, then sample (unless ``sampled``
-        already), then build the record: a tuple left out costs its decoding and
+        already), then build the record: a tuple left out costs its share of the decoding and
         little else (the debug worker shares the machine with what it watches)."""
         st = self.stats
-        try:
-            values = wire.decode_tuple(payload)
-        except WireError:
-            st.undecodable += 1
-            return None
         st.tuples += 1
         src_node, src_index = self.workers.get(src.value, ("?", 0))
         named: dict[str, Any] | None = None

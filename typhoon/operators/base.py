@@ -1,6 +1,9 @@
 """Application-layer operator API (paper Fig. 4, top layer).
 
-A bolt implements ``process(values, emit)``; a spout implements
+A bolt implements ``process(values, emit)``, and may implement
+``process_batch(rows, emit)`` as well: the framework then hands it every row
+batch that arrived in one call (same effect as ``process`` on each row in
+order, less interpreter overhead per tuple).  A spout implements
 ``next_batch(emit, max_count)``.  ``emit(values, stream="default")`` hands a
 tuple to the framework layer, which routes it.  Stateful bolts keep an
 in-memory cache and flush it in ``on_signal(emit)`` (paper Listing 2), which the

@@ -169,6 +169,15 @@ class Digest(Bolt):
         self.sum = (self.sum + h) & MASK64
         self.xor ^= h
 
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        total, x = self.sum, self.xor
+        for values in rows:
+            h = tuple_digest(values)
+            total += h
+            x ^= h
+        self.tuples += len(rows)
+        self.sum, self.xor = total & MASK64, x
+
     def result(self) -> dict[str, Any]:
         return {"tuples": self.tuples, "sum": self.sum, "xor": self.xor}
 

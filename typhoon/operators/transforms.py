@@ -74,6 +74,10 @@ class Identity(Bolt):
     def process(self, values: list, emit: Emit) -> None:
         emit(values)
 
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        for values in rows:
+            emit(values)
+
 
 class Filter(Bolt):
     """Passes tuples whose ``field`` equals ``equals`` or is in ``values``."""

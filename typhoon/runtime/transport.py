@@ -1,7 +1,8 @@
 """The boundary between the framework layer and the I/O layer (paper Fig. 4).
 
 The framework layer hands the I/O layer batches of serialized tuples per
-(receiver, stream) and gets back what arrived.  Only the I/O layer differs
+(receiver, stream), as row-batch entries, and gets back what arrived.  Only
+the I/O layer differs
 between the ``tcp`` transport (one connection per next hop, Storm-like) and
 the ``sdn`` transport (frames on a TAP port of an Open vSwitch bridge).
 """
@@ -12,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from typhoon.wire import ControlTuple
+from typhoon.wire import DEFAULT_MTU, ControlTuple
 
 EOS_STREAM = 0  # reserved stream ID: end-of-stream punctuation on a link
 
@@ -23,7 +24,7 @@ class Inbound:
 
     src: int  # sender worker ID
     stream: int
-    payloads: list[bytes]
+    payloads: list[bytes]  # row-batch entries (typhoon.wire.encode_rows)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Transport(ABC):
     multicast: bool = False
     #: True when the ``sdn`` policy can hand receiver choice to the switch
     switch_balancing: bool = False
+    #: largest frame payload (bytes after the Ethernet header): sizes the row batches
+    mtu: int = DEFAULT_MTU
 
     def __init__(self) -> None:
         self.stats = IOStats()
