@@ -128,7 +128,6 @@ class Framework:
         self.input_done = False
         # metrics
         self.tuples_in: dict[int, int] = {}
-        self.tuples_out: dict[int, int] = {}
         # tuples per link, for the run report: (receiver, stream) and (sender, stream)
         self.sent_to: dict[tuple[int, int], int] = {}
         self.received_from: dict[tuple[int, int], int] = {}
@@ -164,13 +163,15 @@ class Framework:
         name = self.stream_names.get(route.stream)
         if name is None:
             raise ValueError(f"stream {route.stream} is not an output of node {self.node.name}")
+        old = self.routers.get(route.stream)
         if route.balanced is None:
             # only the load-balancer app switches a stream between worker and LB addresses
-            old = self.routers.get(route.stream)
             route.balanced = bool(old and old.route.balanced)
         if route.policy == "sdn" and route.balanced:
             self.io.set_balanced(route.stream, route.next_hops)
-        router = Router(route)
+        router = Router(route, old.emitted if old else 0)
+        if route.policy == "sdn" and route.balanced and self.io.switch_balancing:
+            router.plain = False
         self.routers[route.stream] = router
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
         self.routes[name] = [
@@ -208,7 +209,24 @@ class Framework:
             return
         for r in routers:
             sid = r.route.stream
-            self.tuples_out[sid] = self.tuples_out.get(sid, 0) + 1
+            r.emitted += 1
+            if r.plain:  # unicast, receiver chosen here: the common case, inlined
+                dst = r.select(values)
+                if dst < 0:
+                    self.unrouted += 1
+                    continue
+                self.serializations += 1
+                key = (dst, sid)
+                buf = self.out.get(key)
+                if buf is None:
+                    buf = self.out[key] = []
+                    self.out_since[key] = self.now
+                buf.append(values)
+                if len(buf) >= self.batch_size:
+                    self._send(key, buf)
+                    del self.out[key]
+                    del self.out_since[key]
+                continue
             if r.broadcast:
                 self._broadcast(r, values, sid)
                 continue
@@ -526,7 +544,7 @@ class Framework:
         return {
             "node": self.node.name,
             "in": {str(k): v for k, v in self.tuples_in.items()},
-            "out": {str(k): v for k, v in self.tuples_out.items()},
+            "out": {str(k): r.emitted for k, r in self.routers.items() if r.emitted},
             "queue_bytes": qbytes,
             "queue": int(qbytes / avg) if avg else 0,
             "proc_us": (self.proc_ns / self.proc_count / 1000.0) if self.proc_count else 0.0,

@@ -33,9 +33,12 @@ class Router:
     tuple to all ``next_hops`` instead (the caller handles that case).
     """
 
-    __slots__ = ("route", "hops", "n", "counter", "fields", "local", "broadcast", "rng")
+    __slots__ = (
+        "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
+        "emitted", "plain",
+    )  # fmt: skip
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, emitted: int = 0) -> None:
         self.route = route
         self.hops = list(route.next_hops)
         self.n = len(self.hops)
@@ -43,32 +46,58 @@ class Router:
         self.fields = list(route.fields)
         self.local = list(route.local)
         self.broadcast = route.policy == "all"
+        # unicast with the receiver chosen by select() (the framework clears it for a
+        # stream whose switch picks the receiver)
+        self.plain = not self.broadcast
         self.rng = random.Random(0x7479 + route.stream)
+        self.emitted = emitted  # tuples routed on this stream (kept across ROUTING updates)
+        # one method per policy, chosen once: select() runs for every tuple
+        self.select = self._none if not self.n else self._pick_select(route.policy)
 
-    def select(self, values: list) -> int:
-        """Receiving worker ID for a unicast policy; ``-1`` when there is none."""
-        n = self.n
-        if n == 0:
-            return -1
-        policy = self.route.policy
-        if policy == "shuffle" or policy == "sdn":
-            self.counter += 1
-            return self.hops[self.counter % n]
+    def _pick_select(self, policy: str):  # noqa: ANN202 - a bound method of this class
+        if policy in ("shuffle", "sdn"):
+            return self._round_robin
         if policy == "fields":
-            return self.hops[stable_hash([values[i] for i in self.fields]) % n]
+            return self._fields
         if policy == "global":
-            return self.hops[0]
+            return self._first
         if policy == "local_or_shuffle":
-            pool = self.local or self.hops
-            self.counter += 1
-            return pool[self.counter % len(pool)]
+            if self.local:
+                return self._local
+            return self._round_robin
         if policy == "direct":
-            key = [values[i] for i in self.fields]
-            dst = self.route.table.get(str(key[0]) if len(key) == 1 else str(key))
-            if dst is not None:
-                return dst
-            return self.hops[stable_hash(key) % n]
-        raise ValueError(f"policy {policy!r} has no single receiver")
+            return self._direct
+        return self._no_single
+
+    # select(values) -> receiving worker ID for a unicast policy; -1 when there is none
+
+    def _none(self, values: list) -> int:
+        return -1
+
+    def _round_robin(self, values: list) -> int:
+        self.counter += 1
+        return self.hops[self.counter % self.n]
+
+    def _local(self, values: list) -> int:
+        self.counter += 1
+        pool = self.local
+        return pool[self.counter % len(pool)]
+
+    def _fields(self, values: list) -> int:
+        return self.hops[stable_hash([values[i] for i in self.fields]) % self.n]
+
+    def _first(self, values: list) -> int:
+        return self.hops[0]
+
+    def _direct(self, values: list) -> int:
+        key = [values[i] for i in self.fields]
+        dst = self.route.table.get(str(key[0]) if len(key) == 1 else str(key))
+        if dst is not None:
+            return dst
+        return self.hops[stable_hash(key) % self.n]
+
+    def _no_single(self, values: list) -> int:
+        raise ValueError(f"policy {self.route.policy!r} has no single receiver")
 
     def lb_slot(self) -> int:
         """Random load-balancer slot for the ``sdn`` policy (bounded set of addresses)."""
