@@ -165,6 +165,8 @@ def test_routing_control_tuple_replaces_next_hops():
     body = {"stream": 2, "policy": "global", "next_hops": [only], "version": 9}
     fw.control(ControlTuple(Control.ROUTING, body))
     fw.deliver(Inbound(1, 1, [encode_rows([["p q r s"]])]))
+    assert io.tuples() == []  # serialized; they leave at the end of the event-loop turn
+    fw.tick()
     assert {d for _, d, _ in io.tuples(stream=2)} == {only}
     assert io.replies[-1].body["metrics"] == {"ack": "ROUTING", "version": 9}
 

@@ -93,6 +93,7 @@ def test_without_the_app_sdn_goes_to_worker_addresses_like_shuffle():
     fw, io, _, phys, _ = make()
     fw.control(ControlTuple(Control.ACTIVATE, {}))
     fw.step_spout()
+    fw.push()
     assert not sends(io, "balanced") and io.members == {}
     dsts = {e[1] for e in sends(io, "send") if e[2] == 1}
     assert dsts == {w.worker_id for w in phys.of_node("work")}
@@ -104,7 +105,8 @@ def test_balanced_routing_sends_each_batch_to_the_node_address_once():
     work = [w.worker_id for w in phys.of_node("work")]
     assert io.members == {1: work}
     fw.control(ControlTuple(Control.ACTIVATE, {}))
-    fw.step_spout()  # 256 tuples: 25 full batches of 10 go out, 6 wait for the max delay
+    fw.step_spout()  # 256 tuples: 25 full batches of 10, 6 wait for the max delay
+    fw.push()  # end of the event-loop turn: the full batches go out
     data = sends(io, "balanced")
     assert data and all(e[1:3] == (1, 1) for e in data)  # node index 1 ("work"), stream 1
     assert sum(e[3] for e in data) == 250 and fw.serializations == 256
@@ -120,11 +122,13 @@ def test_a_routing_update_without_the_flag_keeps_the_mode_and_updates_the_member
     assert io.members[1] == work[:2]
     fw.control(ControlTuple(Control.ACTIVATE, {}))
     fw.step_spout()
+    fw.push()
     assert sends(io, "balanced") and not [e for e in sends(io, "send") if e[2] == 1]
     # the app switches it back
     fw.control(routing(topo, phys, wid, balanced=False))
     io.log.clear()
     fw.step_spout()
+    fw.push()
     assert not sends(io, "balanced") and sends(io, "send")
     assert fw.metrics()["balanced"] == {}
 

@@ -95,11 +95,22 @@ def test_a_batch_leaves_as_few_frame_sized_entries() -> None:
     fw, io = _framework(9000, 100)
     for i in range(100):
         fw._buffer((2, 1), [1, i, 0.0, b"x" * 100])
+    assert io.sent == [] and fw.sent_to == {(2, 1): 100}  # counted, not yet handed over
+    fw.push()
     (sent,) = io.sent
     entries = sent[3]
     assert len(entries) == 2 and all(len(e) <= entry_capacity(9000) for e in entries)
     assert [r[1] for e in entries for r in decode_rows(e)] == list(range(100))
-    assert fw.sent_to == {(2, 1): 100}
+
+
+def test_small_batches_of_one_turn_share_one_send() -> None:
+    fw, io = _framework(9000, 1)
+    for i in range(256):  # batch size 1: 256 batches, one event-loop turn
+        fw._buffer((2, 1), [1, i, 0.0, b"x" * 10])
+    fw.push()
+    (sent,) = io.sent  # one hand-over to the I/O layer, one entry: one msgpack call
+    assert [r[1] for e in sent[3] for r in decode_rows(e)] == list(range(256))
+    assert len(sent[3]) == 1
 
 
 def _rows_with_faults(seed: int) -> list[list]:
