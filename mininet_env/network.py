@@ -26,7 +26,7 @@ from typhoon.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
-LINK_MTU = 9000  # like worker TAPs: a full worker frame (9000-byte payload) fits
+LINK_MTU = 65000  # fits the largest worker frame (`config: {sdn: {mtu: ...}}` up to 64 KB)
 RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
 
 

@@ -65,7 +65,7 @@ WORKER_MTU = 9000
 SYS_NET = Path("/sys/class/net")
 
 
-SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s")
+SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s", "mtu")
 
 
 def sdn_options(config: dict) -> dict:
