@@ -367,22 +367,12 @@ class Framework:
             # a sender added at run time (scale-up): wait for its end of stream too
             self.pending_upstream.add(src)
         process, batch, emit = self.op.process, self._process_batch, self.emit
-        unpack = msgpack.unpackb
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:
-            try:
-                rows = unpack(p, raw=False, strict_map_key=False)
-            except Exception:  # msgpack raises several types for garbage
-                self.io.stats.drop("malformed_batch")
+            rows = self._decode_entry(p)
+            if rows is None:
                 continue
-            if type(rows) is not list:
-                self.io.stats.drop("malformed_batch")
-                continue
-            if not all([type(r) is list for r in rows]):
-                kept = [r for r in rows if type(r) is list]
-                self.io.stats.drop("malformed_tuple", len(rows) - len(kept))
-                rows = kept
             if batch is not None:
                 batch(rows, emit)
             else:
@@ -395,6 +385,22 @@ class Framework:
         self.tuples_in[item.stream] = self.tuples_in.get(item.stream, 0) + good
         key = (src, item.stream)
         self.received_from[key] = self.received_from.get(key, 0) + good
+
+    def _decode_entry(self, entry: bytes) -> list[list] | None:
+        """The rows of one row-batch entry; what is not a row is counted and left out."""
+        try:
+            rows = msgpack.unpackb(entry, raw=False, strict_map_key=False)
+        except Exception:  # msgpack raises several types for garbage
+            self.io.stats.drop("malformed_batch")
+            return None
+        if type(rows) is not list:
+            self.io.stats.drop("malformed_batch")
+            return None
+        if not all([type(r) is list for r in rows]):
+            kept = [r for r in rows if type(r) is list]
+            self.io.stats.drop("malformed_tuple", len(rows) - len(kept))
+            return kept
+        return rows
 
     def _eos_from(self, src: int) -> None:
         self.pending_upstream.discard(src)

@@ -1,0 +1,156 @@
+"""Microseconds per tuple in each layer of a worker, read off a real run by sampling.
+
+Runs ``topologies/forward.yaml`` (100-byte tuples, source -> sequence check) with
+``typhoon run`` under ``py-spy record --subprocesses`` and charges every sample of
+the two worker processes to the layer of the innermost frame that belongs to one
+(``LAYERS``): operator, framework routing and batching, msgpack, frame building
+and parsing, the link protocol (sequence numbers, credits), the device or socket
+I/O, and waiting for input.  Samples / sampling rate / tuples = µs per tuple.
+Interpreter start-up and imports are left out (``startup``), so the figures are
+what the event loop spends, on the machine as loaded as it is.
+
+    python -m benchmarks.costs [--transport sdn tcp] [--batch-size 100] [--rate 250]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGY = ROOT / "topologies" / "forward.yaml"
+
+# (layer, file suffix, function names or None for every function of the file), first match
+LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
+    ("msgpack encode", "typhoon/runtime/framework.py", ("Framework._entries",)),
+    ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
+    ("wait for input", "typhoon/runtime/sdn.py", ("SdnTransport._readable",)),
+    ("wait for input", "selectors.py", None),
+    ("device / socket I/O", "typhoon/runtime/tap.py", None),
+    ("device / socket I/O", "socket.py", None),
+    ("operator", "typhoon/operators/", None),
+    ("framework routing + batching", "typhoon/runtime/framework.py", None),
+    ("framework routing + batching", "typhoon/runtime/policies.py", None),
+    ("frames (build, parse)", "typhoon/wire.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/sdn.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/links.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/lb_credits.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/truesize.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/tcp.py", None),
+    ("event loop", "typhoon/runtime/worker.py", None),
+]
+ORDER = [
+    "operator",
+    "framework routing + batching",
+    "msgpack encode",
+    "msgpack decode",
+    "frames (build, parse)",
+    "link protocol (seq, credits)",
+    "device / socket I/O",
+    "event loop",
+    "wait for input",
+]
+_FRAME = re.compile(r"^(?P<func>.+) \((?P<file>[^():]+):\d+\)$")
+_WORKER = re.compile(r'^process (\d+):".*typhoon\.runtime\.worker (\S+)"')
+
+
+def layer_of(frames: list[str]) -> str:
+    """The layer of the innermost frame that belongs to one; ``startup`` otherwise."""
+    for raw in reversed(frames):
+        m = _FRAME.match(raw)
+        if not m:
+            continue
+        func, file = m["func"], m["file"]
+        for layer, suffix, funcs in LAYERS:
+            if (file.endswith(suffix) or suffix.endswith("/") and suffix in file) and (
+                funcs is None or func in funcs
+            ):
+                return layer
+        if "Worker.run" in func:  # below the loop: C code or a library the loop called
+            return "event loop"
+    return "startup"
+
+
+def attribute(raw: str) -> dict[str, Counter]:
+    """Samples per layer for each worker process of a py-spy raw (collapsed) file."""
+    out: dict[str, Counter] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        spec = next((m[2] for f in frames if (m := _WORKER.match(f))), None)
+        if spec is None:
+            continue
+        worker = Path(spec).name.removesuffix(".spec.json")
+        out.setdefault(worker, Counter())[layer_of(frames)] += int(count)
+    return out
+
+
+def measure(transport: str, batch: int, rate: int, workdir: Path) -> dict:
+    raw, report = workdir / f"{transport}.raw", workdir / f"{transport}.json"
+    cmd = [  # fmt: skip
+        *(
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--subprocesses",
+            "--nonblocking",
+            "-r",
+            str(rate),
+            "-f",
+            "raw",
+        ),
+        *("-o", str(raw), "--", sys.executable, "-m", "typhoon_cli", "run", str(TOPOLOGY)),
+        *("--transport", transport, "--batch-size", str(batch), "-q", "--report", str(report)),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    rep = json.loads(report.read_text())
+    sink = rep["results"]["sink"]
+    if not rep["ok"] or sink["missing"] or sink["duplicates"]:
+        raise SystemExit(f"{transport}: the run lost or duplicated tuples: {rep['problems']}")
+    tuples = sink["received"]
+    per_worker = attribute(raw.read_text())
+    nodes = {str(w["worker"]): w["node"] for w in rep.get("workers", [])}
+    us = {}
+    for worker, samples in sorted(per_worker.items()):
+        node = nodes.get(worker.removeprefix("worker-"), worker)
+        us[node] = {k: samples[k] / rate / tuples * 1e6 for k in ORDER}
+    return {"transport": transport, "tuples": tuples, "elapsed_s": rep["elapsed_s"], "us": us}
+
+
+def table(results: list[dict]) -> str:
+    cols = [(r["transport"], node) for r in results for node in r["us"]]
+    head = "| layer (µs per tuple) | " + " | ".join(f"{t} {n}" for t, n in cols) + " |"
+    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    by = {(r["transport"], n): r["us"][n] for r in results for n in r["us"]}
+    for layer in ORDER:
+        lines.append(f"| {layer} | " + " | ".join(f"{by[c][layer]:.3f}" for c in cols) + " |")
+    busy = [sum(v for k, v in by[c].items() if k != "wait for input") for c in cols]
+    lines.append("| **busy total** | " + " | ".join(f"**{b:.3f}**" for b in busy) + " |")
+    rates = " · ".join(
+        f"{r['transport']}: {r['tuples'] / r['elapsed_s']:,.0f} tuples/s" for r in results
+    )
+    return "\n".join(lines) + f"\n\nthroughput of these runs: {rates}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transport", nargs="+", default=["sdn", "tcp"], choices=["sdn", "tcp"])
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--rate", type=int, default=250, help="samples per second")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="typhoon-costs-") as tmp:
+        results = [measure(t, args.batch_size, args.rate, Path(tmp)) for t in args.transport]
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
