@@ -31,16 +31,35 @@ T = TypeVar("T")
 
 
 def wait(
-    predicate: Callable[[], T], timeout: float = 20.0, what: str = "condition", interval=0.1
+    predicate: Callable[[], T],
+    timeout: float = 20.0,
+    what: str = "condition",
+    interval=0.1,
+    explain: Callable[[], str] | None = None,
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned); fail the test on timeout."""
+    """Poll ``predicate`` until it returns something truthy (returned); fail the test on
+    timeout, with what ``explain`` says about the state then (a stack dump, counters)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+    detail = f"\n{explain()}" if explain is not None else ""
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}{detail}")
+
+
+def stacks_of(pid: int) -> str:
+    """Every thread's Python stack in process ``pid`` (py-spy dump), for a failure message:
+    where a worker that stopped answering is stuck."""
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        out = subprocess.run(
+            [str(spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"py-spy dump of {pid} failed: {e}"
+    return f"py-spy dump of {pid}:\n{out.stdout}{out.stderr}"
 
 
 def finish(c: EmulatedCluster, name: str) -> tuple[Topology, list[dict[str, Any]]]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import emulated_cluster, ryu_apps, wait
+from harness import emulated_cluster, ryu_apps, stacks_of, wait
 
 from mininet_env.run import EmulatedCluster
 from typhoon.report import read_worker_reports
@@ -192,7 +192,18 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
 
         # the source is blocked on the stopped worker's credit; the ROUTING without it ends
         # that wait at once (the worker answered no SYNC), not the 10 s credit timeout
-        recovered = wait(source_answers, 30, "the source to answer again", 0.05)
+        def where_the_source_is() -> str:
+            spid = c.coordinator.worker_statuses(name)[source].pid
+            last = c.coordinator.get_metrics(name).get(source, {})
+            return (
+                f"incident {found}; the source's last METRIC_RESP at {last.get('time')} "
+                f"({ {k: last.get(k) for k in ('credit_stalls', 'drops', 'out')} })\n"
+                + stacks_of(spid)
+            )
+
+        recovered = wait(
+            source_answers, 30, "the source to answer again", 0.05, explain=where_the_source_is
+        )
         after = count_rate(c, name, counts)
         done = wait_rejoined(c, victim)
         new = done["replacement"]

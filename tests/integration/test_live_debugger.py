@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import re
 import signal
@@ -270,14 +269,15 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
         stats = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]["stats"]
         per_dst = Counter(r["dst"] for r in records)
         assert per_dst  # sanity
-        emitted = Counter(
-            (w.worker_id, reports[w.worker_id]["metrics"]["in"].get("2", 0))
-            for w in physical.of_node("count")
-        )
+        # split[0]'s own count of the frames it sent per link (row batches of one event-loop
+        # turn share frames, so this is not ceil(tuples / batch)); none sent twice
+        sent = reports[split0.worker_id]["links"]["transport"]
+        assert sent["retransmitted"] == 0, sent
         frames = {
-            f"{split0.worker_id}->{wid}": math.ceil(n / BATCH) + 1  # + end of stream
-            for wid, n in emitted
+            f"{split0.worker_id}->{w.worker_id}": sent["frames_to"][str(w.worker_id)]
+            for w in physical.of_node("count")
         }
+        assert all(n >= 2 for n in frames.values()), frames  # data and the end of stream
         assert stats["links"] == frames and stats["seq_gaps"] == 0, stats
 
         # every frame the switch forwarded from split[0] (data and SYNC credits) was copied once;
@@ -356,9 +356,12 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
     # the same data frames toward the count workers, and a few SYNC probes (as many as
     # the links' timing asked for); frames_out also counts METRIC_RESP replies
     # (4 a second here, and the debugger run waited longer before it started) and credits
+    # (row batches pack a turn's batches into few frames: ~140 here, so the probes of a
+    # few seconds of links are not bounded by a share of them)
     for switched in (switched_with, switched_plain):
-        assert 0 <= switched - data_frames <= 0.05 * data_frames, (switched, data_frames)
-    assert abs(with_debugger["frames_out"] - plain["frames_out"]) <= 0.05 * plain["frames_out"]
+        assert 0 <= switched - data_frames <= max(0.05 * data_frames, 40), (switched, data_frames)
+    diff = abs(with_debugger["frames_out"] - plain["frames_out"])
+    assert diff <= max(0.05 * plain["frames_out"], 40), (with_debugger, plain)
 
 
 def test_bad_requests_and_the_session_limit(cluster):

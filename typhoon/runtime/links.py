@@ -44,6 +44,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 U32 = 1 << 32
 MASK = U32 - 1
@@ -445,9 +446,14 @@ class Sender:
                     out[d] = out.get(d, 0) + n
         return out
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         return {
             "frames": sum(ol.frames_sent for ol in self.links.values()),
+            # new frames per unicast link ("dst") and per one-to-many address ("all:stream")
+            "frames_to": {
+                (str(k) if ol.link == 0 else f"all:{ol.link}"): ol.frames_sent
+                for k, ol in self.links.items()
+            },
             "retransmitted": sum(ol.retransmitted for ol in self.links.values()),
             "lost": sum(self.lost().values()),
             "inflight_bytes": self.port_bytes,
