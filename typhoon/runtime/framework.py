@@ -213,7 +213,7 @@ class Framework:
         for r in routers:
             sid = r.route.stream
             r.emitted += 1
-            if r.plain:  # unicast, receiver chosen here: the common case, inlined
+            if r.plain:  # unicast, receiver chosen here: the common case, _buffer inlined
                 dst = r.select(values)
                 if dst < 0:
                     self.unrouted += 1
