@@ -28,7 +28,9 @@ TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
 # (layer, file suffix, function names or None for every function of the file), first match
 LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
+    ("msgpack encode", "typhoon/wire.py", ("encode_rows",)),
     ("msgpack encode", "typhoon/runtime/framework.py", ("Framework._entries",)),
+    ("msgpack decode", "typhoon/wire.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
     ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
     ("wait for input", "typhoon/runtime/sdn.py", ("SdnTransport._readable",)),
     ("wait for input", "selectors.py", None),
@@ -93,20 +95,11 @@ def attribute(raw: str) -> dict[str, Counter]:
 
 def measure(transport: str, batch: int, rate: int, workdir: Path) -> dict:
     raw, report = workdir / f"{transport}.raw", workdir / f"{transport}.json"
-    cmd = [  # fmt: skip
-        *(
-            str(Path(sys.executable).parent / "py-spy"),
-            "record",
-            "--subprocesses",
-            "--nonblocking",
-            "-r",
-            str(rate),
-            "-f",
-            "raw",
-        ),
-        *("-o", str(raw), "--", sys.executable, "-m", "typhoon_cli", "run", str(TOPOLOGY)),
-        *("--transport", transport, "--batch-size", str(batch), "-q", "--report", str(report)),
-    ]
+    spy = str(Path(sys.executable).parent / "py-spy")
+    record = [spy, "record", "--subprocesses", "--nonblocking", "-r", str(rate), "-f", "raw"]
+    run = [sys.executable, "-m", "typhoon_cli", "run", str(TOPOLOGY), "--transport", transport]
+    cmd = [*record, "-o", str(raw), "--", *run, "--batch-size", str(batch), "-q"]
+    cmd += ["--report", str(report)]
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     rep = json.loads(report.read_text())
     sink = rep["results"]["sink"]

@@ -35,10 +35,10 @@ class Router:
 
     __slots__ = (
         "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
-        "emitted", "plain",
+        "emitted", "switched", "plain",
     )  # fmt: skip
 
-    def __init__(self, route: Route, emitted: int = 0) -> None:
+    def __init__(self, route: Route, emitted: int = 0, switch_balancing: bool = False) -> None:
         self.route = route
         self.hops = list(route.next_hops)
         self.n = len(self.hops)
@@ -46,9 +46,10 @@ class Router:
         self.fields = list(route.fields)
         self.local = list(route.local)
         self.broadcast = route.policy == "all"
-        # unicast with the receiver chosen by select() (the framework clears it for a
-        # stream whose switch picks the receiver)
-        self.plain = not self.broadcast
+        # the switch's select group picks the receiver (sdn policy, load-balancer app on)
+        self.switched = route.policy == "sdn" and bool(route.balanced) and switch_balancing
+        # unicast with the receiver chosen here by select(): the common case
+        self.plain = not self.broadcast and not self.switched
         self.rng = random.Random(0x7479 + route.stream)
         self.emitted = emitted  # tuples routed on this stream (kept across ROUTING updates)
         # one method per policy, chosen once: select() runs for every tuple

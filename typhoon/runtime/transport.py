@@ -2,9 +2,9 @@
 
 The framework layer hands the I/O layer batches of serialized tuples per
 (receiver, stream), as row-batch entries, and gets back what arrived.  Only
-the I/O layer differs
-between the ``tcp`` transport (one connection per next hop, Storm-like) and
-the ``sdn`` transport (frames on a TAP port of an Open vSwitch bridge).
+the I/O layer differs between the ``tcp`` transport (one connection per next
+hop, Storm-like) and the ``sdn`` transport (frames on a TAP port of an Open
+vSwitch bridge).
 """
 
 from __future__ import annotations

@@ -1,0 +1,36 @@
+"""benchmarks/costs.py: samples are charged to the layer of their innermost own frame."""
+
+from benchmarks.costs import attribute, layer_of
+
+LOOP = "Worker.run (typhoon/runtime/worker.py:88)"
+
+
+def test_innermost_frame_with_a_layer_wins():
+    enc = [LOOP, "Framework.push (typhoon/runtime/framework.py:330)",
+           "Framework._entries (typhoon/runtime/framework.py:280)",
+           "encode_rows (typhoon/wire.py:270)"]  # fmt: skip
+    assert layer_of(enc) == "msgpack encode"
+    dec = [LOOP, "Framework.deliver (typhoon/runtime/framework.py:370)",
+           "Framework._decode_entry (typhoon/runtime/framework.py:390)",
+           "decode_rows (typhoon/wire.py:280)", "decode_tuple (typhoon/wire.py:247)"]  # fmt: skip
+    assert layer_of(dec) == "msgpack decode"
+    frames = [LOOP, "pack_frames (typhoon/wire.py:400)"]
+    assert layer_of(frames) == "frames (build, parse)"
+    op = [LOOP, "SequenceCheck.process_batch (typhoon/operators/sinks.py:160)"]
+    assert layer_of(op) == "operator"
+    assert layer_of([LOOP, "<built-in> (libc.so:0)"]) == "event loop"
+    assert layer_of(["<module> (typhoon/runtime/worker.py:1)"]) == "event loop"
+    assert layer_of(["_find_and_load (<frozen importlib._bootstrap>:1)"]) == "startup"
+
+
+def test_samples_per_worker_process():
+    head = 'process 41:"python -m typhoon.runtime.worker /tmp/x/worker-3.spec.json"'
+    raw = "\n".join(
+        [
+            f"{head};{LOOP};encode_rows (typhoon/wire.py:270) 7",
+            f"{head};{LOOP};Tap.write (typhoon/runtime/tap.py:90) 5",
+            'process 9:"python -m typhoon_cli run forward.yaml";main (typhoon_cli/run.py:3) 50',
+        ]
+    )
+    got = attribute(raw)
+    assert got == {"worker-3": {"msgpack encode": 7, "device / socket I/O": 5}}
