@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
-from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout
+from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
+from typhoon.operators.files import FileSource
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
@@ -24,6 +25,7 @@ __all__ = [
     "Operator",
     "OperatorError",
     "Spout",
+    "replayable",
     "resolve_operator",
 ]
 
@@ -48,6 +50,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "keyed_source": KeyedSource,
     "split_streams": SplitStreams,
     "digest": Digest,
+    "file_source": FileSource,
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit, Spout
 from typhoon.operators.sinks import Collect
-from typhoon.operators.sources import _mix
+from typhoon.operators.sources import _mix, _offset_int
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
@@ -204,6 +204,13 @@ class AdEventSource(Spout):
             self.emitted += 1
         return self.next_i < self.count
 
+    def offset(self) -> dict[str, int]:
+        return {"next": self.next_i, "emitted": self.emitted}
+
+    def seek(self, offset: Any) -> None:
+        self.next_i = _offset_int(offset, "next", self)
+        self.emitted = _offset_int(offset, "emitted", self)
+
     def result(self) -> dict[str, Any]:
         return {"emitted": self.emitted}
 
@@ -249,6 +256,12 @@ class ParseJson(Bolt):
             self.malformed += 1
             return
         emit([obj.get(k) for k in self.keys] + [values[i] for i in self.rest])
+
+    def snapshot(self) -> dict[str, int]:
+        return {"malformed": self.malformed}
+
+    def restore(self, state: Any) -> None:
+        self.malformed = int(state["malformed"])
 
     def result(self) -> dict[str, Any]:
         return {"malformed": self.malformed}
@@ -355,6 +368,20 @@ class CampaignWindowCount(Bolt):
         for key in [k for k in self.windows if k[1] + self.window <= watermark]:
             del self.windows[key]
 
+    def snapshot(self) -> dict[str, Any]:
+        """Open windows, the changed ones, the event-time high mark; tuple keys as lists."""
+        return {
+            "windows": [[c, start, n, ts] for (c, start), (n, ts) in self.windows.items()],
+            "changed": [[c, start] for c, start in self.changed],
+            "max_event": self.max_event,
+            "late": self.late,
+        }
+
+    def restore(self, state: Any) -> None:
+        self.windows = {(c, start): [n, ts] for c, start, n, ts in state["windows"]}
+        self.changed = {(c, start) for c, start in state["changed"]}
+        self.max_event, self.late = state["max_event"], state["late"]
+
     def result(self) -> dict[str, Any]:
         return {"late": self.late}
 
@@ -387,6 +414,13 @@ class LatencyCollect(Collect):
         if len(self.samples) < self.MAX_SAMPLES:
             ts = values[self.ts_index]
             self.samples.append([ts, time.time() - ts])
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "samples": list(self.samples)}
+
+    def restore(self, state: Any) -> None:
+        super().restore(state)
+        self.samples = [list(x) for x in state["samples"]]
 
     def result(self) -> dict[str, Any]:
         return {**super().result(), "samples": self.samples}

@@ -8,6 +8,11 @@ order, less interpreter overhead per tuple).  A spout implements
 tuple to the framework layer, which routes it.  Stateful bolts keep an
 in-memory cache and flush it in ``on_signal(emit)`` (paper Listing 2), which the
 framework calls on a SIGNAL control tuple and at end of stream.
+
+Guaranteed processing (checkpoints and upstream backup) needs two more things:
+a bolt's state as plain data (``snapshot``/``restore``) and a spout's place in
+its source (``offset``/``seek``), so a crashed worker can be rebuilt from the
+last consistent checkpoint and its sources replay exactly what followed it.
 """
 
 from __future__ import annotations
@@ -65,6 +70,22 @@ class Operator:
         """One result for the whole node from its workers' results (run report)."""
         return results
 
+    def snapshot(self) -> Any:
+        """State that shapes future output and ``result()``, as msgpack-able plain data.
+
+        Checkpoints store it; None means stateless.  Dict keys may be any
+        msgpack type, not only strings.
+        """
+        return None
+
+    def restore(self, state: Any) -> None:
+        """Put back what :meth:`snapshot` returned; called after ``open()``."""
+        if state is not None:
+            raise ValueError(
+                f"{type(self).__name__} keeps no state, so it cannot restore a snapshot"
+                f" ({type(state).__name__}); implement snapshot() and restore()"
+            )
+
 
 class Bolt(Operator):
     kind: ClassVar[str] = "bolt"
@@ -81,3 +102,31 @@ class Spout(Operator):
     def next_batch(self, emit: Emit, max_count: int) -> bool:
         """Emit up to ``max_count`` tuples; return False once the source is exhausted."""
         raise NotImplementedError
+
+    def offset(self) -> Any:
+        """Where the source is, as msgpack-able data: what a checkpoint records to replay from."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot tell its offset, so it cannot replay after a failure"
+            " (implement offset() and seek())"
+        )
+
+    def seek(self, offset: Any) -> None:
+        """Continue from ``offset`` (after ``open()``, before any ``next_batch``).
+
+        From there the source emits exactly the tuples it would have emitted
+        after :meth:`offset` returned it, and its ``result()`` counts agree.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot seek, so it cannot replay after a failure"
+            " (implement offset() and seek())"
+        )
+
+    @classmethod
+    def replayable(cls) -> bool:
+        """True when the class overrides both offset() and seek(): guarantees need it."""
+        return cls.offset is not Spout.offset and cls.seek is not Spout.seek
+
+
+def replayable(cls: type) -> bool:
+    """True for a spout class that can replay (overrides offset() and seek()); else False."""
+    return isinstance(cls, type) and issubclass(cls, Spout) and cls.replayable()

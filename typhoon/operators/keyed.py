@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import msgpack
 
 from typhoon.operators.base import Bolt, Context, Emit, Spout
-from typhoon.operators.sources import _mix
+from typhoon.operators.sources import _mix, _offset_int
 
 MASK64 = (1 << 64) - 1
 FIELDS = ("key", "seq", "value", "pad")
@@ -108,6 +108,12 @@ class KeyedSource(Spout):
         self.emitted += n
         return self.emitted < self.count
 
+    def offset(self) -> dict[str, int]:
+        return {"emitted": self.emitted}
+
+    def seek(self, offset: Any) -> None:
+        self.emitted = _offset_int(offset, "emitted", self)
+
     def result(self) -> dict[str, Any]:
         return {"emitted": self.emitted}
 
@@ -177,6 +183,12 @@ class Digest(Bolt):
             x ^= h
         self.tuples += len(rows)
         self.sum, self.xor = total & MASK64, x
+
+    def snapshot(self) -> dict[str, int]:
+        return {"tuples": self.tuples, "sum": self.sum, "xor": self.xor}
+
+    def restore(self, state: Any) -> None:
+        self.tuples, self.sum, self.xor = state["tuples"], state["sum"], state["xor"]
 
     def result(self) -> dict[str, Any]:
         return {"tuples": self.tuples, "sum": self.sum, "xor": self.xor}

@@ -61,6 +61,13 @@ class CountByKey(Bolt):
             emit([k, c])
         self.cache = {}
 
+    def snapshot(self) -> dict[str, Any]:
+        """The unflushed cache (a restored worker flushes it later) and the totals."""
+        return {"cache": dict(self.cache), "totals": dict(self.totals)}
+
+    def restore(self, state: Any) -> None:
+        self.cache, self.totals = dict(state["cache"]), dict(state["totals"])
+
     def result(self) -> dict[str, Any]:
         merged = dict(self.totals)
         for k, c in self.cache.items():
@@ -203,6 +210,30 @@ class SequenceCheck(Bolt):
                         self.stride = stride = stride * 2
             self._tick = tick
 
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the checks and the report read: bitmaps, counters, samples, timeline."""
+        return {
+            "bitmaps": {src: bytes(bm) for src, bm in self.bitmaps.items()},
+            "highest": dict(self.highest),
+            "received": self.received,
+            "duplicates": self.duplicates,
+            "out_of_order": self.out_of_order,
+            "latencies": list(self.latencies),
+            "stride": self.stride,
+            "tick": self._tick,
+            "timeline": dict(self.timeline),
+            "counted": self._counted,
+        }
+
+    def restore(self, state: Any) -> None:
+        self.bitmaps = {src: bytearray(bm) for src, bm in state["bitmaps"].items()}
+        self.highest = dict(state["highest"])
+        self.received, self.duplicates = state["received"], state["duplicates"]
+        self.out_of_order = state["out_of_order"]
+        self.latencies = list(state["latencies"])
+        self.stride, self._tick = state["stride"], state["tick"]
+        self.timeline, self._counted = dict(state["timeline"]), state["counted"]
+
     def _mark_time(self) -> None:
         tick = int(time.time() / self.TICK_S)
         self.timeline[tick] = self.timeline.get(tick, 0) + self.received - self._counted
@@ -276,6 +307,12 @@ class Collect(Bolt):
         self.count += 1
         if len(self.tuples) < self.limit:
             self.tuples.append(values)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"count": self.count, "tuples": list(self.tuples)}
+
+    def restore(self, state: Any) -> None:
+        self.count, self.tuples = state["count"], [list(t) for t in state["tuples"]]
 
     def result(self) -> dict[str, Any]:
         return {"count": self.count, "tuples": self.tuples}

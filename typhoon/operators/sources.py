@@ -61,6 +61,24 @@ def generate_sentences(
         yield sentence(i, seed, words, vocab)
 
 
+def _strip_newline(line: str) -> str:
+    """A line without its ``\\n`` or ``\\r\\n`` ending."""
+    if line.endswith("\n"):
+        line = line[:-2] if line.endswith("\r\n") else line[:-1]
+    return line
+
+
+def _offset_int(offset: Any, key: str, spout: Spout) -> int:
+    """``offset[key]`` as a non-negative int; a clear error for an offset of another source."""
+    value = offset.get(key) if isinstance(offset, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"{type(spout).__name__} cannot seek to {offset!r}: "
+            f"it needs a mapping with a non-negative integer '{key}'"
+        )
+    return value
+
+
 class SequenceSource(Spout):
     """Numbered tuples ``[src, seq, ts, payload]`` for loss, order and latency checks.
 
@@ -95,6 +113,12 @@ class SequenceSource(Spout):
             emit([src, s, now, payload])
         self.next_seq = seq + n
         return self.count is None or self.next_seq < self.count
+
+    def offset(self) -> dict[str, int]:
+        return {"seq": self.next_seq}
+
+    def seek(self, offset: Any) -> None:
+        self.next_seq = _offset_int(offset, "seq", self)
 
     def result(self) -> dict[str, Any]:
         return {"emitted": self.next_seq, "src": self.src}
@@ -144,6 +168,8 @@ class SentenceSource(Spout):
         self.vocab_size = vocabulary
         self.rate = float(rate)
         self.emitted = 0
+        self._line = 0  # with ``path``: number and byte position of the next unread line
+        self._pos = 0
         self._it: Iterator[str] | None = None
 
     def open(self, context: Context) -> None:
@@ -152,14 +178,33 @@ class SentenceSource(Spout):
 
     def _sentences(self, index: int, parallelism: int) -> Iterator[str]:
         if self.path:
-            with open(self.path, encoding="utf-8") as f:
-                for i, line in enumerate(f):
+            # bytes, so the offset is a byte position a replay can seek to
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                for raw in f:
+                    i = self._line
+                    self._pos += len(raw)
+                    self._line += 1
                     if i % parallelism == index:
-                        yield line.rstrip("\n")
+                        yield _strip_newline(raw.decode("utf-8"))
             return
         vocab = vocabulary(self.vocab_size)
-        for i in range(index, self.count, parallelism):
+        for i in range(index + self.emitted * parallelism, self.count, parallelism):
             yield sentence(i, self.seed, self.words, vocab)
+
+    def offset(self) -> dict[str, int]:
+        """Tuples emitted; with ``path`` also the next line's number and byte position."""
+        if self.path:
+            return {"emitted": self.emitted, "line": self._line, "pos": self._pos}
+        return {"emitted": self.emitted}
+
+    def seek(self, offset: Any) -> None:
+        assert self.context is not None, "open() not called"
+        self.emitted = _offset_int(offset, "emitted", self)
+        if self.path:
+            self._line = _offset_int(offset, "line", self)
+            self._pos = _offset_int(offset, "pos", self)
+        self._it = self._sentences(self.context.index, self.context.parallelism)
 
     def next_batch(self, emit: Emit, max_count: int) -> bool:
         assert self._it is not None, "open() not called"

@@ -1,0 +1,320 @@
+"""Operator state for checkpoints: a source resumed at its offset, a bolt restored from its
+snapshot (through msgpack, as a checkpoint stores them) behaves exactly like one never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from unittest import mock
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from typhoon.operators import BUILTINS, Bolt, Context, Spout, replayable
+from typhoon.operators import ads as ads_mod
+from typhoon.operators import sinks as sinks_mod
+from typhoon.operators import sources as sources_mod
+from typhoon.operators.ads import CampaignWindowCount, LatencyCollect, write_campaign_table
+from typhoon.operators.keyed import keyed_tuple
+from typhoon.operators.sinks import SequenceCheck
+
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def roundtrip(x: Any) -> Any:
+    """What a checkpoint gives back: the msgpack form the store keeps."""
+    return msgpack.unpackb(msgpack.packb(x, use_bin_type=True), raw=False, strict_map_key=False)
+
+
+class FakeTime:
+    """A clock that stands still, so time-stamped fields and timelines are reproducible."""
+
+    @staticmethod
+    def time() -> float:
+        return 1_000_000.0
+
+    @staticmethod
+    def monotonic() -> float:
+        return 5.0
+
+    @staticmethod
+    def sleep(_s: float) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def still_clock():
+    with (
+        mock.patch.object(sources_mod, "time", FakeTime),
+        mock.patch.object(ads_mod, "time", FakeTime),
+        mock.patch.object(sinks_mod, "time", FakeTime),
+    ):
+        yield
+
+
+def context(index: int = 0, parallelism: int = 1, fields: list[str] | None = None) -> Context:
+    return Context("t", "n", 7 + index, index, parallelism, input_fields=fields or [])
+
+
+# ----- sources ------------------------------------------------------------------------------
+
+
+def drive(spout: Spout, batch: int, calls: int) -> tuple[list, bool]:
+    """Call next_batch up to ``calls`` times; the tuples (with their stream) and whether more."""
+    out: list = []
+
+    def emit(values: list, stream: str = "default") -> None:
+        out.append((list(values), stream))
+
+    more = True
+    for _ in range(calls):
+        more = spout.next_batch(emit, batch)
+        if not more:
+            break
+    return out, more
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("state") / "lines.txt"
+    lines = [f"line {i} " + "é" * (i % 4) for i in range(157)]
+    path.write_bytes(("\n".join(lines[:100]) + "\r\n" + "\n".join(lines[100:])).encode())
+    return str(path)  # no newline at the end: the last line is still a line
+
+
+def spout_cases(text_file: str) -> list[tuple[type[Spout], dict[str, Any]]]:
+    return [
+        (sources_mod.SequenceSource, {"count": 137, "size": 3}),
+        (sources_mod.SequenceSource, {"size": 1}),  # endless
+        (sources_mod.SentenceSource, {"count": 211, "words": 3, "vocabulary": 20}),
+        (sources_mod.SentenceSource, {"path": text_file}),
+        (ads_mod.AdEventSource, {"count": 150, "campaigns": 3, "ads": 2}),
+        (BUILTINS["keyed_source"], {"count": 120, "keys": 5, "streams": ["a", "b"]}),
+        (BUILTINS["file_source"], {"path": text_file}),
+    ]
+
+
+SPOUT_IDS = [
+    "sequence",
+    "sequence-endless",
+    "sentence",
+    "sentence-file",
+    "ad-events",
+    "keyed",
+    "file",
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPOUT_IDS)), ids=SPOUT_IDS)
+@SETTINGS
+@given(
+    batch=st.integers(1, 40),
+    cut=st.integers(0, 12),
+    index_par=st.integers(1, 3).flatmap(lambda p: st.tuples(st.integers(0, p - 1), st.just(p))),
+)
+def test_source_resumes_at_its_offset(case, text_file, batch, cut, index_par):
+    cls, args = spout_cases(text_file)[case]
+    index, par = index_par
+    calls = 15  # endless sources stop here
+
+    whole = cls(**args)
+    whole.open(context(index, par))
+    expected, _ = drive(whole, batch, calls)
+
+    first = cls(**args)
+    first.open(context(index, par))
+    head, more = drive(first, batch, cut)
+    offset = roundtrip(first.offset())
+    assert first.result() == roundtrip(first.result())
+    if more:
+        second = cls(**args)
+        second.open(context(index, par))
+        second.seek(offset)
+        tail, _ = drive(second, batch, calls - cut)
+        finished = second
+    else:
+        tail, finished = [], first
+    assert head + tail == expected
+    assert finished.result() == whole.result()
+    for s in (whole, first, finished):
+        s.close()
+
+
+def test_every_builtin_source_is_replayable():
+    spouts = [cls for cls in BUILTINS.values() if issubclass(cls, Spout)]
+    assert spouts and all(replayable(cls) for cls in spouts)
+    assert not replayable(BUILTINS["count_by_key"])
+
+
+def test_a_source_without_offset_is_not_replayable():
+    class Mine(Spout):
+        def next_batch(self, emit, max_count):
+            return False
+
+    class Half(Spout):
+        def offset(self):
+            return 0
+
+    assert not Mine.replayable() and not replayable(Mine) and not replayable(Half)
+    with pytest.raises(NotImplementedError, match="Mine cannot tell its offset"):
+        Mine().offset()
+    with pytest.raises(NotImplementedError, match="Mine cannot seek"):
+        Mine().seek(0)
+
+
+def test_seek_rejects_an_offset_of_another_shape():
+    s = sources_mod.SequenceSource(count=3)
+    s.open(context())
+    with pytest.raises(ValueError, match="SequenceSource cannot seek to .*'seq'"):
+        s.seek({"emitted": 2})
+
+
+# ----- bolts -------------------------------------------------------------------------------
+
+KEYS = st.one_of(st.text(max_size=3), st.integers(-5, 5), st.binary(max_size=2))
+
+
+@pytest.fixture(scope="module")
+def campaigns(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("campaigns") / "campaigns.csv"
+    write_campaign_table(path, campaigns=3, ads=2)
+    return str(path)
+
+
+def bolt_case(name: str, campaigns: str) -> tuple[Any, list[str], Any]:
+    """(factory, input fields, strategy for one row) of each stateful bolt."""
+    ad_ids = list(ads_mod.read_campaign_table(campaigns)) + ["no-such-ad"]
+    keyed = st.integers(0, 10_000).map(lambda i: keyed_tuple(3, i, 7, "pp"))
+    return {
+        "count_by_key": (lambda: BUILTINS["count_by_key"](key="w"), ["w"], KEYS.map(lambda k: [k])),
+        "sequence_check": (
+            SequenceCheck,
+            ["src", "seq", "ts", "payload"],
+            st.tuples(st.integers(0, 2), st.integers(0, 9000)).map(
+                lambda t: [t[0], t[1], 999_999.5, b"x"]
+            ),
+        ),
+        "collect": (lambda: BUILTINS["collect"](limit=20), ["a", "b"], st.tuples(KEYS, KEYS)),
+        "digest": (BUILTINS["digest"], ["key", "seq", "value", "pad"], keyed),
+        "parse_json": (
+            lambda: BUILTINS["parse_json"](keys=["a", "b"]),
+            ["event", "ts"],
+            st.one_of(
+                st.builds(lambda a: [json.dumps({"a": a, "b": 1}), 2.0], st.integers()),
+                st.just(["not json", 1.0]),
+                st.just(["[1, 2]", 1.0]),
+            ),
+        ),
+        "latency_collect": (
+            lambda: LatencyCollect(limit=15),
+            ["x", "ts"],
+            st.floats(999_990, 999_999).map(lambda t: ["v", t]),
+        ),
+        "campaign_window_count": (
+            lambda: CampaignWindowCount(campaigns, window_ms=100, watermark_ms=150),
+            ["ad_id", "event_time", "ts"],
+            st.tuples(st.sampled_from(ad_ids), st.integers(0, 2000), st.floats(0, 10)).map(list),
+        ),
+    }[name]
+
+
+BOLTS = [
+    "count_by_key",
+    "sequence_check",
+    "collect",
+    "digest",
+    "parse_json",
+    "latency_collect",
+    "campaign_window_count",
+]
+
+
+def feed(bolt: Bolt, steps: list, out: list) -> None:
+    """Steps: ("row", values), ("batch", rows) or ("signal",), as the framework calls them."""
+
+    def emit(values: list, stream: str = "default") -> None:
+        out.append((list(values), stream))
+
+    for step in steps:
+        if step[0] == "row":
+            bolt.process(list(step[1]), emit)
+        elif step[0] == "batch":
+            rows = [list(r) for r in step[1]]
+            if hasattr(bolt, "process_batch"):
+                bolt.process_batch(rows, emit)
+            else:
+                for r in rows:
+                    bolt.process(r, emit)
+        else:
+            bolt.on_signal(emit)
+
+
+@pytest.mark.parametrize("name", BOLTS)
+@SETTINGS
+@given(data=st.data())
+def test_bolt_restored_from_snapshot_behaves_the_same(name, campaigns, data):
+    factory, fields, row = bolt_case(name, campaigns)
+    step = st.one_of(
+        row.map(lambda r: ("row", r)),
+        st.lists(row, max_size=30).map(lambda rs: ("batch", rs)),
+        st.just(("signal",)),
+    )
+    steps = data.draw(st.lists(step, max_size=40))
+    cut = data.draw(st.integers(0, len(steps)))
+
+    def fresh() -> Bolt:
+        b = factory()
+        b.open(context(fields=fields))
+        return b
+
+    with mock.patch.object(SequenceCheck, "MAX_SAMPLES", 8):  # exercise the sample thinning
+        whole, expected = fresh(), []
+        feed(whole, steps, expected)
+        feed(whole, [("signal",)], expected)
+
+        first, got = fresh(), []
+        feed(first, steps[:cut], got)
+        state = roundtrip(first.snapshot())
+        assert state is not None
+        second = fresh()
+        second.restore(state)
+        feed(second, steps[cut:] + [("signal",)], got)
+        assert got == expected
+        assert second.result() == whole.result()
+        assert roundtrip(second.snapshot()) == roundtrip(whole.snapshot())
+
+
+def test_bigger_sequence_check_snapshot_keeps_bitmaps():
+    b = SequenceCheck()
+    b.open(context(fields=["src", "seq", "ts", "payload"]))
+    b.process_batch([[1, s, 999_999.0, b""] for s in range(0, 20_000, 3)], lambda *a: None)
+    c = SequenceCheck()
+    c.open(context(fields=["src", "seq", "ts", "payload"]))
+    c.restore(roundtrip(b.snapshot()))
+    assert c.result() == b.result()
+    c.process([1, 3, 999_999.0, b""], lambda *a: None)
+    assert c.duplicates == 1
+
+
+STATELESS = ["split_words", "filter", "identity", "busy", "project", "split_streams"]
+STATELESS_ARGS = {"filter": {"field": "a", "equals": 1}, "project": {"fields": ["a"]}}
+
+
+@pytest.mark.parametrize("name", STATELESS)
+def test_stateless_bolts_keep_the_default(name):
+    bolt = BUILTINS[name](**STATELESS_ARGS.get(name, {}))
+    assert bolt.snapshot() is None
+    bolt.restore(None)
+    with pytest.raises(ValueError, match=f"{type(bolt).__name__} keeps no state"):
+        bolt.restore({"x": 1})
+
+
+def test_every_builtin_bolt_is_covered():
+    """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
+    bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
+    assert bolts == set(BOLTS[:5]) | set(STATELESS)
