@@ -137,13 +137,17 @@ def test_quoted_substitution_stays_a_string(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("TYPHOON_TEST_COUNT", "12")
     text = """\
 name: t
-config:
-  quoted: "${TYPHOON_TEST_COUNT}"
-  plain: ${TYPHOON_TEST_COUNT}
-  inside: n=${TYPHOON_TEST_COUNT}
+config:  # spark.* keys pass through unchecked, so they keep whatever type YAML gives
+  spark.quoted: "${TYPHOON_TEST_COUNT}"
+  spark.plain: ${TYPHOON_TEST_COUNT}
+  spark.inside: n=${TYPHOON_TEST_COUNT}
 spouts: [{id: s, operator: sentence_source}]
 """
-    assert load_topology_text(text).config == {"quoted": "12", "plain": 12, "inside": "n=12"}
+    assert load_topology_text(text).config == {
+        "spark.quoted": "12",
+        "spark.plain": 12,
+        "spark.inside": "n=12",
+    }
 
 
 def test_module_class_operator_and_allow_imports() -> None:

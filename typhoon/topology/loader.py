@@ -20,7 +20,8 @@ from typing import Any
 
 import networkx as nx
 
-from typhoon.operators import BUILTINS, OperatorError, resolve_operator
+from typhoon.checkpoint.settings import guarantee_of
+from typhoon.operators import BUILTINS, OperatorError, replayable, resolve_operator
 
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
 from .scheduler import topological_order
@@ -64,7 +65,24 @@ class _Builder:
         )
         self.check_graph(topo)
         self.compute_fields(topo)
+        self.check_guarantee(topo)
         return topo
+
+    def check_guarantee(self, topo: Topology) -> None:
+        """A guarantee needs sources that can replay what a crash lost (offset and seek)."""
+        guarantee = guarantee_of(topo)
+        if guarantee == "none":
+            return
+        for node in topo.nodes.values():
+            if node.kind == "spout" and not replayable(self.classes[node.name]):
+                path = self.paths[node.name]
+                key = "operator" if "operator" in _get_item(self.doc, path) else "className"
+                raise self.fail(
+                    path + (key,),
+                    f"spout '{node.name}' uses operator '{node.operator}', which cannot replay "
+                    f"its input (it does not implement offset() and seek()), so the topology "
+                    f"cannot have guarantee '{guarantee}'",
+                )
 
     def nodes(self) -> dict[str, Node]:
         nodes: dict[str, Node] = {}
@@ -259,6 +277,10 @@ class _Builder:
             return list(cls.output_fields(node.args, input_fields))
         except (ValueError, TypeError) as e:
             raise self.fail(path, f"{bad}: {e}") from e
+
+
+def _get_item(doc: dict, path: Path) -> dict:
+    return doc[path[0]][path[1]]
 
 
 def _arg_problem(cls: type, args: dict[str, Any]) -> str | None:

@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from typhoon.checkpoint.settings import GUARANTEES
+
 from .model import ENGINES
 
 Path = tuple[Any, ...]  # keys and list indexes from the document root
@@ -111,13 +113,32 @@ _STREAM = {
     },
 }
 
+# Every key the code reads from a topology's `config`; `spark.*` settings go to the Spark
+# engine as they are.  A key not listed here is a typo until someone adds it.
+_CONFIG = {
+    "type": ["object", "null"],
+    "additionalProperties": False,
+    "patternProperties": {r"^spark\.": {}},
+    "properties": {
+        "batch_size": {"type": "integer", "minimum": 1},
+        "max_delay_ms": {"type": "number", "minimum": 0},
+        "max_delay": {"type": "number", "minimum": 0},  # older name of max_delay_ms
+        "sdn": {"type": ["object", "null"]},  # I/O-layer options (typhoon.agent.SDN_OPTIONS)
+        "flow_control": {"type": "boolean"},
+        "output_dir": {"type": "string"},
+        "guarantee": {"type": "string", "enum": list(GUARANTEES)},
+        "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
+        "checkpoint_store": {"type": "string", "minLength": 1},
+    },
+}
+
 SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["name", "spouts"],
     "additionalProperties": False,
     "properties": {
         "name": {"type": "string", "pattern": ID_PATTERN},
-        "config": {"type": ["object", "null"]},
+        "config": _CONFIG,
         "spouts": {"type": "array", "minItems": 1, "items": _NODE},
         "bolts": {"type": ["array", "null"], "items": _NODE},
         "streams": {"type": ["array", "null"], "items": _STREAM},
@@ -140,6 +161,7 @@ _VALIDATOR = _Validator(SCHEMA)
 _TYPE_WORDS = {
     "string": "a string",
     "integer": "an integer",
+    "number": "a number",
     "boolean": "true or false",
     "object": "a mapping",
     "array": "a list",
@@ -205,8 +227,18 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
     kind = err.validator
     if kind == "additionalProperties":
         allowed = sorted(err.schema.get("properties", {}))
-        extra = [k for k in value if k not in allowed][0]
+        patterns = list(err.schema.get("patternProperties", {}))
+        extra = [
+            k for k in value if k not in allowed and not any(re.search(p, str(k)) for p in patterns)
+        ][0]
         close = difflib.get_close_matches(str(extra), allowed, n=1)
+        if path == ("config",):
+            hint = (
+                f"; did you mean '{close[0]}'?"
+                if close
+                else f" (known keys: {', '.join(allowed)}, and spark.* settings)"
+            )
+            return path + (extra,), f"unknown config key '{extra}'{hint}"
         hint = f"; did you mean '{close[0]}'?" if close else f" (expected: {', '.join(allowed)})"
         place = "at top level" if where == "the topology" and not path else f"in {where}"
         if path and path[-1] == "grouping":
@@ -227,6 +259,8 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
         return path, f"{subject} must be one of {choices}, not {show(value)}"
     if kind == "minimum":
         return path, f"{subject} must be at least {err.validator_value}, not {show(value)}"
+    if kind == "exclusiveMinimum":
+        return path, f"{subject} must be greater than {err.validator_value}, not {show(value)}"
     if kind == "minItems" and path == ("spouts",):
         return path, "'spouts' must list at least one spout"
     if kind in ("minItems", "minLength"):
