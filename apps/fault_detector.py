@@ -49,6 +49,7 @@ Settings, section ``[fault_detector]`` of the Ryu config file::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -65,6 +66,7 @@ from controller.fault_detector import (
     reroute,
     senders_to,
 )
+from controller.guarantees import guaranteed, recovery_point
 from controller.ryu_compat import (
     RyuApp,
     WSGIApplication,
@@ -74,6 +76,7 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple
 
@@ -354,6 +357,8 @@ class FaultDetector(RyuApp):
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending,
         )  # fmt: skip
+        if guaranteed(topology):
+            plan = dataclasses.replace(plan, physical=self._recovery(topology, plan, incident))
         core.manager.update_physical(name, plan.physical)
         pending.add(plan.replacement)
         new = plan.physical.by_id(plan.replacement)
@@ -407,6 +412,8 @@ class FaultDetector(RyuApp):
         w = app.physical.by_id(new)
         if w.node in {n.name for n in app.topology.spouts()}:
             core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
+        if incident.generation is not None:
+            problem = self._rollback(core, incident, app, new) or problem
         incident.rejoined_ms = self._since(incident)
         incident.state = "rejoined"
         incident.detail = problem
@@ -416,6 +423,49 @@ class FaultDetector(RyuApp):
             name, new, sorted(routes), problem or "confirmed", incident.rejoined_ms,
             incident.worker,
         )  # fmt: skip
+
+    # ----- guaranteed processing: every worker back to the last global checkpoint ----------
+
+    def _recovery(self, topology: Any, plan: Any, incident: Incident) -> Any:
+        """The replacement's physical topology starts a new generation from the newest
+        global checkpoint whose parts all verify (a corrupt one: the one before)."""
+        try:
+            store = open_store(topology.config.get("checkpoint_store"), topology.name)
+            generation, epoch = recovery_point(plan.physical, store)
+        except CheckpointError as e:
+            # no store: start over from the beginning, which is still exactly once
+            self.logger.error(
+                "app %s: checkpoint store: %s; rolling back to the start", topology.name, e
+            )
+            generation, epoch = plan.physical.generation + 1, None
+        incident.generation, incident.restore_epoch = generation, epoch
+        self.logger.info(
+            "app %s worker %d: recovery as generation %d from checkpoint %s",
+            topology.name, incident.worker, generation, epoch,
+        )  # fmt: skip
+        return dataclasses.replace(plan.physical, generation=generation, restore_epoch=epoch)
+
+    def _rollback(self, core: Any, incident: Incident, app: Any, new: int) -> str:
+        """ROLLBACK to every live worker but the replacement (which started restored)."""
+        name, gen = incident.app, incident.generation
+        epoch = -1 if incident.restore_epoch is None else incident.restore_epoch
+        sent = {}
+        for w in app.physical.workers:
+            s = app.statuses.get(w.worker_id)
+            if w.worker_id == new or (s is not None and s.state == "exited"):
+                continue
+            body = {"generation": gen, "epoch": epoch}
+            core.send_control(name, [w.worker_id], ControlTuple(Control.ROLLBACK, body))
+            sent[(w.worker_id, gen)] = w.worker_id
+        problem = self._acked(core, name, "ROLLBACK", sent)
+        incident.rolled_back_ms = self._since(incident)
+        self.logger.info(
+            "app %s: workers %s rolled back to checkpoint %s as generation %d (%s), %.1f ms "
+            "after the detection of worker %d",
+            name, sorted(sent.values()), incident.restore_epoch, gen, problem or "confirmed",
+            incident.rolled_back_ms, incident.worker,
+        )  # fmt: skip
+        return problem
 
     # ----- control tuples ------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from controller.events import (
 )
 from controller.flows import RuleSpec, compile_default_rules
 from controller.groups import GroupSpec, diff_groups
+from controller.guarantees import JobProgress, guaranteed
 from controller.reconcile import diff
 from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
@@ -147,6 +148,7 @@ class TyphoonController(RyuApp):
         self._last_counts: dict[tuple[str, int], tuple[float, int, int]] = {}
         # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
         self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
+        self.progress: dict[str, JobProgress] = {}  # guaranteed apps: checkpoints, the end
         self.refresh_desired()
         kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": CONF.typhoon.api_token})
         self.threads.append(hub.spawn(self._watch_loop))
@@ -534,10 +536,35 @@ class TyphoonController(RyuApp):
         while len(self.responses) > 256:
             self.responses.popitem(last=False)
         self.coordinator.put_metrics(app, worker_id, metrics)
+        self._guarantee_progress(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
         spark = metrics.get("spark")
         if isinstance(spark, dict):
             self._spark_progress(app, worker_id, spark, now)
+
+    def _guarantee_progress(self, app: str, worker_id: int, metrics: dict) -> None:
+        """Record each new global checkpoint; COMPLETE once every worker finished."""
+        view = self.view.apps.get(app)
+        if view is None or not guaranteed(view.topology):
+            return
+        progress = self.progress.setdefault(app, JobProgress())
+        progress.heard(worker_id, metrics)
+        physical = view.physical
+        epoch = progress.global_epoch(physical)
+        if epoch is not None and (progress.recorded is None or epoch > progress.recorded):
+            progress.recorded = epoch
+            state = self.coordinator.get_app_state(app) or {}
+            self.coordinator.put_app_state(
+                app, {**state, "checkpoint": {"epoch": epoch, "time": time.time()}}
+            )
+        if progress.completed_generation == physical.generation:
+            if metrics.get("done"):  # still there: the COMPLETE it was sent may be lost
+                self.send_control(app, [worker_id], ControlTuple(Control.COMPLETE, {}))
+        elif progress.complete(physical):
+            progress.completed_generation = physical.generation
+            self.logger.info("app %s: every worker finished; COMPLETE", app)
+            workers = [w.worker_id for w in physical.workers]
+            self.send_control(app, workers, ControlTuple(Control.COMPLETE, {}))
 
     def _spark_progress(self, app: str, worker_id: int, spark: dict, now: float) -> None:
         """Spark StreamingQueryListener progress carried in a spark node's METRIC_RESP."""

@@ -254,6 +254,11 @@ class Incident:
     detail: str = ""
     # heartbeat only: time added to its silence allowance because nobody was heard
     unheard_s: float = 0.0
+    # guaranteed processing: the generation every worker rolls back as, to this epoch
+    # (None: from the start); rolled_back_ms: every live worker confirmed the ROLLBACK
+    generation: int | None = None
+    restore_epoch: int | None = None
+    rolled_back_ms: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)

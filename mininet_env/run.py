@@ -31,6 +31,7 @@ from mininet_env.drops import drop_counters, drop_problems
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
+from typhoon.checkpoint import guarantee_of
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
@@ -194,17 +195,30 @@ class EmulatedCluster:
         return self.workdir / name / "reports"
 
     def wait_finished(self, name: str, on_tick: Callable[[float], None] | None = None) -> bool:
-        """Until every worker has exited; drain sources at the duration.  True if clean."""
+        """Until every worker has exited; drain sources at the duration.  True if clean.
+
+        Under a guarantee (``config: guarantee``) a dead worker that the fault
+        detector replaced is recovered, not a failure: the run waits for the
+        workers of the current physical topology (``self.recovered`` lists the
+        replaced ones).  Without one, every worker ever started must exit 0.
+        """
         o = self.options
         started = time.monotonic()
         next_tick = started + o.live_every
         drained = False
-        physical = self.coordinator.get_physical(name)
-        expected = {w.worker_id for w in physical.workers}
+        topology = self.coordinator.get_topology(name)
+        guaranteed = guarantee_of(topology) != "none"
+        seen = {w.worker_id for w in self.coordinator.get_physical(name).workers}
+        self.recovered: list[int] = []
         while True:
+            physical = self.coordinator.get_physical(name)
+            current = {w.worker_id for w in physical.workers}
+            seen |= current
+            expected = current if guaranteed else seen
             statuses = self.coordinator.worker_statuses(name)
             exited = {wid for wid, s in statuses.items() if s.state == "exited"}
             if expected <= exited:
+                self.recovered = sorted(seen - current) if guaranteed else []
                 return all(statuses[w].exit_code == 0 for w in expected)
             now = time.monotonic()
             elapsed = now - started
@@ -257,6 +271,7 @@ class EmulatedCluster:
             elapsed_s=round(elapsed, 3),
             ok=clean,
             app_id=physical.app_id,
+            recovered=self.recovered,
             switch_problems=switch_problems,
         )
 

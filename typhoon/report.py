@@ -118,8 +118,11 @@ def _pairs(counts: dict[str, int]) -> dict[tuple[int, int], int]:
     return out
 
 
-def link_problems(worker_reports: list[dict[str, Any]]) -> list[str]:
+def link_problems(worker_reports: list[dict[str, Any]], recovered: Any = ()) -> list[str]:
     """One sentence per link whose two ends disagree, or whose transport lost frames.
+
+    Frames written off to a ``recovered`` worker (dead, replaced, and the job rolled
+    back to a checkpoint under a guarantee) were replayed: they are not a loss.
 
     Tuples sent to a node's load-balancer address (``sdn`` grouping through the
     switch) have no known receiver: they are checked per (sender, stream), against
@@ -143,10 +146,14 @@ def link_problems(worker_reports: list[dict[str, Any]]) -> list[str]:
             balanced[(me, int(sid))] = int(n)
         t = links.get("transport", {})
         for dst, n in sorted(t.get("lost_to", {}).items()):
+            if int(dst) in recovered:
+                continue
             peer = by_id.get(int(dst))
             who = _name(peer) if peer else f"worker {dst}"
             problems.append(f"{_name(w)} -> {who}: {n} frames written off (receiver silent)")
         for dst, n in sorted(t.get("unconfirmed", {}).items()):
+            if int(dst) in recovered:
+                continue
             peer = by_id.get(int(dst))
             who = _name(peer) if peer else f"worker {dst}"
             problems.append(f"{_name(w)} -> {who}: {n} frames never confirmed at the end")
@@ -253,7 +260,8 @@ def build_report(
         rs = [w["result"] for w in ws if w.get("result") is not None]
         if rs:
             results[name] = resolve_operator(node.operator).merge_results(rs)
-    problems = link_problems(worker_reports) + result_problems(results)
+    recovered = set(extra.get("recovered") or ())
+    problems = link_problems(worker_reports, recovered) + result_problems(results)
     problems += extra.pop("switch_problems", [])
     ok = bool(extra.pop("ok", True)) and not problems
     return {

@@ -598,6 +598,8 @@ class Control(IntEnum):
     DRAIN = 9
     UPSTREAM = 10  # the workers that send to this one changed (runtime reconfiguration)
     FLOW_CONTROL = 11  # the bytes this worker may have in flight (its share of the fabric)
+    ROLLBACK = 12  # go back to a global checkpoint as a new generation (guaranteed processing)
+    COMPLETE = 13  # every worker of the application finished: a finished worker may exit
 
 
 POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
@@ -723,6 +725,12 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
     Control.DRAIN: {"version": (_u64, _REQUIRED)},
     # bytes of truesize the worker may have in flight (typhoon.topology.budgets)
     Control.FLOW_CONTROL: {"budget": (_int(0, _U32_MAX), _REQUIRED)},
+    # a recovery: restore the global checkpoint ``epoch`` (-1: the start) as ``generation``
+    Control.ROLLBACK: {
+        "generation": (_int(1, _U32_MAX), _REQUIRED),
+        "epoch": (_int(-1, 2**62), _REQUIRED),
+    },
+    Control.COMPLETE: {},
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
         "add": (_list_of(_worker_id), []),

@@ -91,7 +91,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 12))
+    assert [c.value for c in Control] == list(range(1, 14))
 
 
 @given(app_ids, worker_ids)
@@ -723,6 +723,10 @@ bodies = {
         {"add": worker_lists, "remove": worker_lists, "version": u64}
     ),
     Control.FLOW_CONTROL: st.fixed_dictionaries({"budget": st.integers(0, 2**32 - 1)}),
+    Control.ROLLBACK: st.fixed_dictionaries(
+        {"generation": st.integers(1, 2**32 - 1), "epoch": st.integers(-1, 2**62)}
+    ),
+    Control.COMPLETE: st.just({}),
 }
 ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0}
 

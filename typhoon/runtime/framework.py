@@ -31,7 +31,10 @@ from typing import Any
 
 import msgpack
 
+from typhoon.checkpoint import checkpoint_settings
+from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
+from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
@@ -83,6 +86,7 @@ class Framework:
         operator: Operator,
         transport: Transport,
         clock: Callable[[], float] = time.monotonic,
+        store: Any = None,
     ) -> None:
         me = spec.assignment
         topo = spec.topology
@@ -152,6 +156,7 @@ class Framework:
             output_fields=list(node.output_fields),
         )
         operator.open(self.context)
+        self._init_guarantee(store)
 
     def _input_fields(self) -> list[str]:
         ins = self.spec.topology.inputs_of(self.node.name)
@@ -173,6 +178,10 @@ class Framework:
         router = Router(route, old.emitted if old else 0, self.io.switch_balancing)
         self.routers[route.stream] = router
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
+        if getattr(self, "ckpt", None) is not None and self.gen > 0 and self.started:
+            new = sorted(set(route.next_hops) - self.marked)
+            if new:
+                self._mark(new)  # a receiver added after our rollback learns our generation
         self.routes[name] = [
             self.routers[s] for s, n in self.stream_names.items() if n == name and s in self.routers
         ]
@@ -343,9 +352,11 @@ class Framework:
     def deliver(self, item: Inbound) -> None:
         """Hand arriving tuples to the operator."""
         if item.stream == EOS_STREAM:
-            self._eos_from(item.src)
+            self._punctuation(item)
             return
         src = item.src
+        if self.ckpt is not None and not self._admit(item):
+            return
         if src in self.finished_upstream:
             # after its end of stream (a release): one-to-many frames the switch still
             # copies here; the sender no longer counts them as sent to us
@@ -417,6 +428,8 @@ class Framework:
         """Let the spout emit a chunk, within its input rate."""
         if not self.spout_ready():
             return
+        if self.ckpt is not None:
+            self.maybe_anchor()
         n = SPOUT_CHUNK
         if self.rate > 0:
             elapsed = self.now - self.last_refill
@@ -458,6 +471,8 @@ class Framework:
         self.done = True
         if self.draining:
             self._ack("DRAIN", self.drain_version)
+        if self.on_finish is not None:
+            self.on_finish()  # with a guarantee the worker stays to roll back if asked
 
     def tick(self) -> None:
         """Periodic work of the event loop: operator pump, batches due, drain completion."""
@@ -490,6 +505,8 @@ class Framework:
             self.pending_upstream.update(body["add"])
             self.pending_upstream.difference_update(body["remove"])
             self._ack("UPSTREAM", body["version"])
+            if self.ckpt is not None:
+                self._align()  # a removed sender's anchor is no longer awaited
             if body["remove"] and not self.pending_upstream and not self.is_spout:
                 # the senders we still waited for left without end of stream: input is done
                 if not self.done and not self.input_done:
@@ -523,6 +540,12 @@ class Framework:
         elif t == Control.BATCH_SIZE:
             self.batch_size = int(body["size"])
             self.max_delay = float(body["max_delay_ms"]) / 1000.0
+        elif t == Control.ROLLBACK:
+            epoch = body["epoch"]
+            self.rollback(body["generation"], None if epoch < 0 else epoch)
+            self._ack("ROLLBACK", body["generation"])
+        elif t == Control.COMPLETE:
+            self.may_exit = True
         elif t == Control.DRAIN:
             self.draining = True
             self.drain_version = body["version"]
@@ -544,6 +567,208 @@ class Framework:
                 },
             )
         )
+
+    # ----- guaranteed processing (typhoon.runtime.checkpoints, docs/guarantees.md) ---------
+
+    def _init_guarantee(self, store: Any = None) -> None:
+        """Checkpoint state; a worker started by a recovery restores its epoch here."""
+        settings = checkpoint_settings(self.spec.topology)
+        self.guarantee = settings.guarantee
+        self.ckpt: ck.Checkpointer | None = None
+        self.may_exit = True  # False while a finished worker may still have to roll back
+        self.on_finish: Callable[[], None] | None = None
+        self.gen = 0
+        self.epoch: int | None = None  # newest epoch this worker checkpointed or restored
+        self.discarded = 0  # rows of older generations dropped after a rollback
+        self.rollbacks = 0
+        self.started = False
+        if self.guarantee == "none":
+            return
+        me = self.spec.assignment
+        self.ckpt = ck.Checkpointer(
+            settings.store_url, self.spec.topology.name, f"{me.node}-{me.index}", store
+        )
+        self.may_exit = False
+        self.aligned = self.guarantee == "exactly_once"
+        self.interval = settings.interval_ms / 1000.0
+        self.next_anchor_at = self.now + self.interval
+        self.link_gen: dict[int, int] = {}  # sender -> generation its link is in
+        self.anchors: dict[int, set[int]] = {}  # epoch -> senders whose anchor arrived
+        self.blocked: set[int] = set()  # senders past an anchor we are aligning (held)
+        self.held: list[Inbound] = []
+        self.marked: set[int] = set()  # receivers told our generation
+        phys = self.spec.physical
+        if phys.generation > 0:
+            # a replacement written by a recovery: start in its generation, from its epoch
+            self.gen = phys.generation
+            self._restore(phys.restore_epoch)
+
+    def start(self) -> None:
+        """The I/O layer is up: a worker started by a recovery tells its receivers."""
+        self.started = True
+        if self.ckpt is not None and self.gen > 0:
+            self._mark(self._targets())
+
+    def _targets(self) -> list[int]:
+        return sorted(set().union(*self.eos_targets.values())) if self.eos_targets else []
+
+    def _admit(self, item: Inbound) -> bool:
+        """Data of the current generation, not behind an anchor being aligned."""
+        src = item.src
+        if self.link_gen.get(src, 0) != self.gen:
+            self.discarded += sum(map(_rows_in, item.payloads))
+            return False
+        if src in self.blocked:
+            self.held.append(item)
+            return False
+        return True
+
+    def _punctuation(self, item: Inbound) -> None:
+        src = item.src
+        for p in item.payloads:
+            kind, a, b = ck.punctuation(p)
+            if self.ckpt is None:
+                if kind in ("eos", ""):  # without a guarantee stream 0 carries only EOS
+                    self._eos_from(src)
+                continue
+            if kind == "mark":
+                self._mark_from(src, a, None if b < 0 else b)
+                continue
+            if self.link_gen.get(src, 0) != self.gen:
+                continue  # an older generation's punctuation: rolled back
+            if src in self.blocked:
+                self.held.append(Inbound(src, EOS_STREAM, [p]))
+            elif kind == "anchor":
+                self._anchor_from(src, a)
+            elif kind == "eos":
+                self._eos_from(src)
+                self._align()
+            else:
+                self.io.stats.drop("malformed_punctuation")
+
+    def _anchor_from(self, src: int, epoch: int) -> None:
+        if self.epoch is not None and epoch <= self.epoch:
+            return
+        self.anchors.setdefault(epoch, set()).add(src)
+        if self.aligned:
+            self.blocked.add(src)
+        self._align()
+
+    def _align(self) -> None:
+        """Checkpoint each epoch whose anchor came from every input still sending."""
+        while self.anchors:
+            epoch = min(self.anchors)
+            if self.pending_upstream - self.anchors[epoch]:
+                return
+            del self.anchors[epoch]
+            self._checkpoint(epoch)
+            self.blocked.clear()
+            held, self.held = self.held, []
+            for it in held:
+                self.deliver(it)
+
+    def _checkpoint(self, epoch: int) -> None:
+        """Write the state of ``epoch`` and pass the anchor on behind our output."""
+        assert self.ckpt is not None
+        self.flush(force=True)
+        state: dict[str, Any] = {
+            "epoch": epoch,
+            "generation": self.gen,
+            "worker": self.worker_id,
+            "state": self.op.snapshot(),
+        }
+        if self.is_spout:
+            state["offset"] = self.op.offset()
+            state["exhausted"] = self.exhausted
+        self.ckpt.save(epoch, state)
+        self.epoch = epoch
+        self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
+
+    def _broadcast_punctuation(self, payload: bytes, targets: list[int]) -> None:
+        """One punctuation to each receiver, after and before every data path to it.
+
+        Frames of one-to-many and balanced streams take other paths than a unicast
+        punctuation: settling before means none of ours sent earlier comes after it,
+        settling after means none sent later comes before it."""
+        if not targets:
+            return
+        self.io.drain_balanced()
+        self.io.settle(targets)
+        for dst in targets:
+            self.io.send(dst, EOS_STREAM, [payload])
+        if any(not r.plain for r in self.routers.values()):
+            self.io.settle(targets)
+
+    def maybe_anchor(self) -> None:
+        """A source starts the next epoch every ``checkpoint_interval_ms``."""
+        if self.now < self.next_anchor_at:
+            return
+        self.next_anchor_at = self.now + self.interval
+        base = self.gen * ck.EPOCHS_PER_GENERATION
+        self._checkpoint(max(base, self.epoch or 0) + 1)
+
+    def _mark(self, targets: list[int]) -> None:
+        self.marked.update(targets)
+        self._broadcast_punctuation(ck.mark_payload(self.gen, self.epoch), targets)
+
+    def _mark_from(self, src: int, gen: int, epoch: int | None) -> None:
+        if gen > self.gen:
+            self.rollback(gen, epoch)
+        if gen >= self.link_gen.get(src, 0):
+            self.link_gen[src] = gen
+
+    def rollback(self, gen: int, epoch: int | None) -> None:
+        """Go back to the global checkpoint ``epoch`` (None: the start) as generation ``gen``.
+
+        Everything since is redone: output not sent yet is dropped, the operator is
+        built again from its checkpointed state, a source seeks back, every sender
+        is waited for again, and each receiver is told (mark) so that it drops what
+        is still in flight from before.
+        """
+        if self.ckpt is None or gen <= self.gen:
+            return
+        log.info("worker %d: rollback to epoch %s as generation %d", self.worker_id, epoch, gen)
+        self.rollbacks += 1
+        self.gen = gen
+        self.out.clear()
+        self.out_since.clear()
+        self.ready.clear()
+        self.anchors.clear()
+        self.blocked.clear()
+        self.held = []
+        self.pending_upstream |= self.finished_upstream
+        self.finished_upstream.clear()
+        self.done = self.input_done = self.exhausted = False
+        self.may_exit = False
+        self.sent_to.clear()
+        self.received_from.clear()
+        self.sent_balanced.clear()
+        self.tuples_in.clear()
+        old = self.op
+        node = self.node
+        self.op = resolve_operator(node.operator, node.engine)(**node.args)
+        self.op.open(self.context)
+        self._process_batch = batch_hook(self.op)
+        self._pump = getattr(self.op, "pump", None)
+        self._op_metrics = getattr(self.op, "metrics", None)
+        try:
+            old.close()
+        except Exception:  # the old instance is gone either way
+            log.exception("worker %d: closing the rolled-back operator", self.worker_id)
+        self._restore(epoch)
+        self.next_anchor_at = self.now + self.interval
+        if self.started:
+            self._mark(self._targets())
+
+    def _restore(self, epoch: int | None) -> None:
+        self.epoch = epoch
+        if epoch is None:
+            return
+        assert self.ckpt is not None
+        saved = self.ckpt.load(epoch)
+        self.op.restore(saved.get("state"))
+        if self.is_spout:
+            self.op.seek(saved.get("offset"))
 
     # ----- metrics -------------------------------------------------------------------------
 
@@ -590,5 +815,16 @@ class Framework:
             "rate": self.rate,
             "batch_size": self.batch_size,
             "time": time.time(),
+            **(self._guarantee_metrics() if self.ckpt is not None else {}),
             **(self._op_metrics() if self._op_metrics is not None else {}),
+        }
+
+    def _guarantee_metrics(self) -> dict[str, Any]:
+        assert self.ckpt is not None
+        return {
+            **self.ckpt.metrics(),
+            "generation": self.gen,
+            "discarded": self.discarded,
+            "rollbacks": self.rollbacks,
+            "held": len(self.held),
         }

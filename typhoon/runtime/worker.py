@@ -22,6 +22,9 @@ from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
+# a finished worker under a guarantee waits this long for COMPLETE (it may have to roll back)
+COMPLETE_WAIT_S = 120.0
+
 
 def make_transport(spec: WorkerSpec) -> Transport:
     """The I/O layer named in the spec."""
@@ -58,24 +61,52 @@ class Worker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         node = spec.topology.nodes[spec.assignment.node]
-        self.operator = resolve_operator(node.operator, node.engine)(**node.args)
+        operator = resolve_operator(node.operator, node.engine)(**node.args)
         self.io = make_transport(spec)
-        self.fw = Framework(spec, self.operator, self.io)
+        self.fw = Framework(spec, operator, self.io)
+        self.fw.on_finish = self.finished
         self.stopping = False
         self.error: str | None = None
+        self.done_at = 0.0
         # CPU seconds of this process from the start of the event loop: what the work cost
         # (benchmarks: source CPU per tuple), without interpreter start-up and imports
         self.cpu_start = time.process_time()
 
+    @property
+    def operator(self) -> Any:
+        """The operator instance (a rollback builds a new one)."""
+        return self.fw.op
+
     def stop(self, *_: Any) -> None:
         self.stopping = True
+
+    def finished(self) -> None:
+        """Under a guarantee a finished worker stays, able to roll back, until COMPLETE:
+        the controller hears of the end and gets the report now."""
+        if self.fw.may_exit:
+            return
+        self.say_done()
+        self.write_report()
+        self.done_at = time.monotonic()
+
+    def may_exit(self) -> bool:
+        fw = self.fw
+        if not fw.done:
+            return False
+        if fw.may_exit:
+            return True
+        if time.monotonic() - self.done_at > COMPLETE_WAIT_S:
+            log.warning("worker %d: no COMPLETE after %.0f s", fw.worker_id, COMPLETE_WAIT_S)
+            return True
+        return False
 
     def run(self) -> None:
         fw, io = self.fw, self.io
         clock = time.monotonic
         self.cpu_start = time.process_time()
         try:
-            while not fw.done and not self.stopping:
+            fw.start()
+            while not self.may_exit() and not self.stopping:
                 fw.now = clock()
                 if fw.spout_ready():
                     timeout = fw.throttle_delay()
@@ -100,6 +131,8 @@ class Worker:
                 io.linger()
             self.write_report()
             self.operator.close()
+            if fw.ckpt is not None:
+                fw.ckpt.close()
             io.close()
 
     def say_done(self) -> None:

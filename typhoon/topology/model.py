@@ -179,6 +179,10 @@ class PhysicalTopology:
     app_id: int  # 16-bit application prefix of worker addresses
     workers: list[WorkerAssignment]
     version: int = 1
+    # guaranteed processing: workers started from this version begin in ``generation`` from
+    # the global checkpoint ``restore_epoch`` (None: the start); 0 = no recovery yet
+    generation: int = 0
+    restore_epoch: int | None = None
 
     def of_node(self, node: str) -> list[WorkerAssignment]:
         """Every worker of ``node`` (draining ones too: they keep their rules), by index."""
@@ -203,6 +207,8 @@ class PhysicalTopology:
             "app_id": self.app_id,
             "workers": [w.to_dict() for w in self.workers],
             "version": self.version,
+            "generation": self.generation,
+            "restore_epoch": self.restore_epoch,
         }
 
     @classmethod
@@ -212,4 +218,6 @@ class PhysicalTopology:
             d["app_id"],
             [WorkerAssignment.from_dict(w) for w in d["workers"]],
             d.get("version", 1),
+            d.get("generation", 0),
+            d.get("restore_epoch"),
         )

@@ -1,0 +1,68 @@
+"""Guaranteed processing, controller side (pure): which global checkpoint is
+complete, when a job is finished, and where a recovery rolls back to.
+
+Workers write their own state per epoch (``typhoon.runtime.checkpoints``) and
+report the newest epoch on disk in METRIC_RESP (``checkpoint_epoch``).  An
+epoch is a global checkpoint once every active worker of the physical
+topology has written it; a recovery starts from the newest one whose parts
+all verify in the store (a corrupt part sends it to the one before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from typhoon.checkpoint import guarantee_of
+from typhoon.topology.model import PhysicalTopology, Topology
+
+
+def guaranteed(topology: Topology) -> bool:
+    return guarantee_of(topology) != "none"
+
+
+def parts_of(physical: PhysicalTopology) -> set[str]:
+    """Store part names of the active workers: node and index survive a replacement."""
+    return {f"{w.node}-{w.index}" for w in physical.workers if w.active}
+
+
+@dataclass
+class JobProgress:
+    """What the workers of one application said about checkpoints and their end."""
+
+    epochs: dict[int, int] = field(default_factory=dict)  # worker -> newest epoch written
+    finished: dict[int, int] = field(default_factory=dict)  # worker -> generation it ended in
+    recorded: int | None = None  # newest global checkpoint recorded in the coordinator
+    completed_generation: int | None = None  # COMPLETE sent for this generation
+
+    def heard(self, worker: int, metrics: Mapping[str, Any]) -> None:
+        epoch = metrics.get("checkpoint_epoch")
+        if isinstance(epoch, int) and epoch >= 0:
+            self.epochs[worker] = epoch
+        gen = metrics.get("generation", 0)
+        if metrics.get("done"):
+            self.finished[worker] = gen if isinstance(gen, int) else 0
+        else:
+            self.finished.pop(worker, None)
+
+    def global_epoch(self, physical: PhysicalTopology) -> int | None:
+        """The newest epoch every active worker has written (None: not one yet)."""
+        active = [w.worker_id for w in physical.workers if w.active]
+        if not active or any(w not in self.epochs for w in active):
+            return None
+        return min(self.epochs[w] for w in active)
+
+    def complete(self, physical: PhysicalTopology) -> bool:
+        """Every active worker finished in the current generation (or a newer one)."""
+        active = [w.worker_id for w in physical.workers if w.active]
+        return bool(active) and all(self.finished.get(w, -1) >= physical.generation for w in active)
+
+
+def recovery_point(physical: PhysicalTopology, store: Any) -> tuple[int, int | None]:
+    """(generation, epoch) a recovery rolls every worker back to.
+
+    The epoch is the newest one whose parts all exist and verify in ``store``
+    (None: no complete checkpoint yet, start over from the beginning).
+    """
+    return physical.generation + 1, store.latest_complete(parts_of(physical))

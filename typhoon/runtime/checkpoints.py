@@ -1,0 +1,149 @@
+"""Checkpoints of one worker: punctuations on the wire and a background writer.
+
+Guaranteed processing (``config: guarantee``, docs/guarantees.md) follows the
+SAND paper's consistent checkpoints (Chandy-Lamport anchors through every
+worker) with a global rollback on failure:
+
+* **anchor** ``[["anchor", epoch]]``: sources send one every
+  ``checkpoint_interval_ms``; a worker that has it from every input (aligned
+  under ``exactly_once``) writes its state for ``epoch`` and passes it on;
+* **mark** ``[["mark", generation, epoch]]``: after a rollback to ``epoch`` a
+  worker tells each receiver that what follows on this link belongs to the new
+  ``generation``; a receiver rolls back too when it first hears of it, and
+  drops data of older generations still in flight.
+
+Both travel on the reserved stream 0 like end of stream, one row batch of one
+punctuation.  State is serialized on the event loop (msgpack: a consistent
+copy) and written by a thread, so the disk stays off the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import msgpack
+
+log = logging.getLogger(__name__)
+
+EPOCHS_PER_GENERATION = 1_000_000  # epoch = generation * this + n: a rollback never reuses one
+
+
+def anchor_payload(epoch: int) -> bytes:
+    return msgpack.packb([["anchor", epoch]], use_bin_type=True)
+
+
+def mark_payload(generation: int, epoch: int | None) -> bytes:
+    return msgpack.packb([["mark", generation, -1 if epoch is None else epoch]], use_bin_type=True)
+
+
+def punctuation(payload: bytes) -> tuple[str, int, int]:
+    """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch) or ``mark``
+    (generation, epoch; -1 = from the start).  Anything else is ``("", 0, 0)``."""
+    try:
+        rows = msgpack.unpackb(payload, raw=False)
+        row = rows[0]
+        kind = row[0]
+    except Exception:
+        return ("", 0, 0)
+    if kind == "eos":
+        return ("eos", 0, 0)
+    if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
+        return ("anchor", row[1], 0)
+    if kind == "mark" and len(row) == 3 and type(row[1]) is int and type(row[2]) is int:
+        return ("mark", row[1], row[2])
+    return ("", 0, 0)
+
+
+class Checkpointer:
+    """Writes this worker's state per epoch to the store, on a background thread.
+
+    A store that cannot be opened or written is reported (``error``, ``failed``)
+    and the run goes on: the epoch stays incomplete, so the previous global
+    checkpoint remains the one a recovery uses.
+    """
+
+    def __init__(self, url: str | None, app: str, part: str, store: Any = None) -> None:
+        self.part = part
+        self.written: int | None = None  # newest epoch on disk
+        self.failed = 0
+        self.error = ""
+        self.bytes = 0
+        self.write_ms = 0.0
+        self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
+        self.store = store
+        if store is None:
+            from typhoon.checkpoint import CheckpointError, open_store
+
+            try:
+                self.store = open_store(url, app)
+            except CheckpointError as e:
+                self.error = str(e)
+                log.error("checkpoints of %s are not written: %s", part, e)
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def save(self, epoch: int, state: dict[str, Any]) -> None:
+        """Serialize now (a consistent copy), write later."""
+        data = msgpack.packb(state, use_bin_type=True)
+        self._queue.put((epoch, data))
+
+    def load(self, epoch: int) -> dict[str, Any]:
+        """This worker's state of ``epoch`` (CheckpointError, CorruptCheckpoint)."""
+        from typhoon.checkpoint import CheckpointError
+
+        if self.store is None:
+            raise CheckpointError(f"no checkpoint store ({self.error})")
+        data = self.store.read(epoch, self.part)
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._write(*item)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, epoch: int, data: bytes) -> None:
+        from typhoon.checkpoint import CheckpointError
+
+        if self.store is None:
+            self.failed += 1
+            return
+        t0 = time.perf_counter()
+        try:
+            self.store.write(epoch, self.part, data)
+        except CheckpointError as e:
+            self.failed += 1
+            self.error = str(e)
+            log.error("checkpoint %d of %s not written: %s", epoch, self.part, e)
+            return
+        self.write_ms = (time.perf_counter() - t0) * 1000
+        self.bytes = len(data)
+        self.written = epoch
+
+    def flush(self) -> None:
+        """Wait until every queued state is written (tests, shutdown)."""
+        self._queue.join()
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "checkpoint_epoch": -1 if self.written is None else self.written,
+            "checkpoint_failed": self.failed,
+            "checkpoint_bytes": self.bytes,
+            "checkpoint_write_ms": round(self.write_ms, 3),
+        }
+        if self.error:
+            out["checkpoint_error"] = self.error
+        return out
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Let queued writes finish (bounded)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
