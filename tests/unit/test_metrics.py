@@ -3,7 +3,9 @@ prometheus_client's own parser; the route through Ryu's WSGI app."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections import Counter, deque
 from pathlib import Path
 from types import SimpleNamespace
@@ -218,3 +220,41 @@ def test_get_metrics_route_needs_no_token(core):
     assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     names = {f.name for f in text_string_to_metric_families(resp.body.decode())}
     assert "typhoon_worker_tuples_in" in names
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "typhoon.json"
+
+
+def panels(items: list[dict]) -> list[dict]:
+    out = []
+    for p in items:
+        out.append(p)
+        out.extend(panels(p.get("panels", [])))
+    return out
+
+
+def test_every_dashboard_query_names_metrics_the_collector_exports(core):
+    core.spark_totals.add("fwd", "enrich", {"batch_ms": 400, "input_rows": 100})
+    exported = set(scrape(core, fake_apps()))  # sample names: *_total, *_bucket, gauges
+    dash = json.loads(DASHBOARD.read_text())
+    queries = [p for p in panels(dash["panels"]) if p["type"] != "row"]
+    assert len(queries) >= 10
+    used = set()
+    for p in queries:
+        assert p["targets"], p["title"]
+        for t in p["targets"]:
+            names = set(re.findall(r"\btyphoon_[a-z_]+\b", t["expr"]))
+            assert names, (p["title"], t["expr"])
+            unknown = names - exported
+            assert not unknown, (p["title"], unknown)
+            used |= names
+    # the issue's panels: throughput per node, queue depth, drops, fault incidents
+    for name in (
+        "typhoon_worker_tuples_in_total",
+        "typhoon_worker_queue_tuples",
+        "typhoon_worker_dropped_frames_total",
+        "typhoon_fault_incidents_total",
+    ):
+        assert name in used
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert re.findall(r"\btyphoon_[a-z_]+\b", variables["app"]["definition"])[0] in exported
