@@ -128,6 +128,8 @@ class Autoscaler(RyuApp):
         self.spark: dict[tuple[str, str], tuple[Signal | None, float]] = {}
         self.progress: dict[tuple[str, str], collections.deque] = {}  # judged events per node
         self.decisions: collections.deque = collections.deque(maxlen=KEEP_DECISIONS)
+        # (app, node, action) -> decisions ever made (GET /metrics; ``decisions`` keeps the last)
+        self.decision_counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
         kwargs["wsgi"].register(REST, {"app": self})
         start_ticks(self, TICK_S)
         self.logger.info("autoscaler ready: %s", self.settings)
@@ -233,6 +235,7 @@ class Autoscaler(RyuApp):
             name, d.node, d.action, d.current, target, d.reason,
             f" ({outcome})" if outcome else "",
         )  # fmt: skip
+        self.decision_counts[(name, d.node, d.action)] += 1
         self.decisions.append(
             {
                 "time": time.time(),

@@ -39,6 +39,8 @@ from controller.events import (
 from controller.flows import RuleSpec, compile_default_rules
 from controller.groups import GroupSpec, diff_groups
 from controller.guarantees import JobProgress, guaranteed
+from controller.metrics import SparkTotals
+from controller.metrics import registry as metrics_registry
 from controller.reconcile import diff
 from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
@@ -149,6 +151,10 @@ class TyphoonController(RyuApp):
         # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
         self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
         self.progress: dict[str, JobProgress] = {}  # guaranteed apps: checkpoints, the end
+        # GET /metrics: each worker's last METRIC_RESP, Spark progress summed per node
+        self.worker_metrics: dict[str, dict[int, dict]] = {}  # app -> worker -> metrics
+        self.spark_totals = SparkTotals()
+        self.metrics_registry = metrics_registry(self, lookup_service_brick)
         self.refresh_desired()
         kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": CONF.typhoon.api_token})
         self.threads.append(hub.spawn(self._watch_loop))
@@ -533,6 +539,7 @@ class TyphoonController(RyuApp):
         self._rate(app, worker_id, metrics)
         metrics = {**metrics, "request_id": request_id}
         self.responses.setdefault(request_id, {})[worker_id] = metrics
+        self.worker_metrics.setdefault(app, {})[worker_id] = metrics
         while len(self.responses) > 256:
             self.responses.popitem(last=False)
         self.coordinator.put_metrics(app, worker_id, metrics)
@@ -576,6 +583,7 @@ class TyphoonController(RyuApp):
             return
         for progress in events if isinstance(events, list) else []:
             if isinstance(progress, dict):
+                self.spark_totals.add(app, node, progress)
                 self.send_event_to_observers(EventSparkMetrics(app, node, progress, now))
 
     # ----- port status: workers coming and going -------------------------------------------

@@ -18,6 +18,7 @@ planned in full before its first step runs).
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
     POST   /typhoon/apps/NAME/control          one control tuple to workers
     GET    /typhoon/apps/NAME/metrics|acks     raw worker metrics, recent acks
+    GET    /metrics                            Prometheus text format (controller/metrics.py)
 
 A reconfiguration answers 202 with its plan; 409 while another one of the
 same application runs.
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from controller.metrics import CONTENT_TYPE, exposition
 from controller.ryu_compat import ControllerBase, Response, route
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request
@@ -114,6 +116,18 @@ class TyphoonRest(ControllerBase):
         if app is None:
             raise ApiError(404, f"no application named '{name}'")
         return app
+
+    @route(API, "/metrics", methods=["GET"])
+    def prometheus_metrics(self, req, **_):
+        """Prometheus scrapes this; reading needs no token (as every GET here)."""
+        try:
+            body = exposition(self.core.metrics_registry)
+        except Exception as e:  # never let a scrape crash the controller
+            self.core.logger.exception("GET /metrics failed")
+            return json_response(500, {"error": f"internal error: {type(e).__name__}"})
+        resp = Response(status=200, body=body)
+        resp.headers["Content-Type"] = CONTENT_TYPE
+        return resp
 
     @route(API, PREFIX + "/apps", methods=["GET"])
     @handler()

@@ -35,7 +35,7 @@ from typhoon.checkpoint import guarantee_of
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,10 @@ class SdnRunOptions:
     start_timeout: float = 60.0
     controller_config: str = ""  # extra lines for the Ryu config file
     workdir: Path | None = None
+    # end the run once a worker failed (after failure_grace s, so its peers' errors show too);
+    # None: unless the fault detector, which replaces failed workers, is loaded
+    stop_on_failure: bool | None = None
+    failure_grace: float = 2.0
 
 
 class EmulatedCluster:
@@ -210,6 +214,10 @@ class EmulatedCluster:
         guaranteed = guarantee_of(topology) != "none"
         seen = {w.worker_id for w in self.coordinator.get_physical(name).workers}
         self.recovered: list[int] = []
+        stop_on_failure = o.stop_on_failure
+        if stop_on_failure is None:
+            stop_on_failure = not any("fault_detector" in a for a in o.apps)
+        failed_at: float | None = None
         while True:
             physical = self.coordinator.get_physical(name)
             current = {w.worker_id for w in physical.workers}
@@ -222,6 +230,12 @@ class EmulatedCluster:
                 return all(statuses[w].exit_code == 0 for w in expected)
             now = time.monotonic()
             elapsed = now - started
+            if stop_on_failure and failed_at is None:
+                if any(statuses[w].exit_code for w in exited):
+                    failed_at = now
+            if failed_at is not None and now - failed_at > o.failure_grace:
+                log.error("a worker of %s failed; ending the run", name)
+                return False
             if o.duration is not None and elapsed >= o.duration and not drained:
                 drained = True
                 state = self.coordinator.get_app_state(name) or {}
@@ -262,10 +276,21 @@ class EmulatedCluster:
         finally:
             elapsed = time.monotonic() - started
             physical = self.coordinator.get_physical(name)
+            statuses = self.coordinator.worker_statuses(name)
             self.kill(name)
+        reports = read_worker_reports(self.report_dir(name))
+        failures = worker_failures(
+            physical.workers,
+            {wid: s.exit_code for wid, s in statuses.items() if s.state == "exited"},
+            reports,
+            lambda wid: self.workdir / name / f"worker-{wid}.log",
+        )
+        if self._tmp is not None:  # the logs go with the temp dir: the report keeps no path
+            for f in failures:
+                f.pop("log")
         return build_report(
             topology,
-            read_worker_reports(self.report_dir(name)),
+            reports,
             transport="sdn",
             hosts=self.options.plan.host_names(),
             elapsed_s=round(elapsed, 3),
@@ -273,6 +298,7 @@ class EmulatedCluster:
             app_id=physical.app_id,
             recovered=self.recovered,
             switch_problems=switch_problems,
+            failures=failures,
         )
 
     def close(self) -> None:

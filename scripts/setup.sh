@@ -35,8 +35,9 @@ EVENTLET_VERSION="0.33.3"
 
 # zookeeper: jars and a JVM (OpenJDK 17 on Debian 12, which Spark 4 needs too) for the
 # ZooKeeper coordinator backend's tests; python3-venv: Debian's python3.11 has no
-# ensurepip without it, so `python3.11 -m venv` fails on a fresh machine
-APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv)
+# ensurepip without it, so `python3.11 -m venv` fails on a fresh machine; prometheus: the
+# server binary for tests/integration/test_metrics_prometheus.py (not started as a service)
+APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus)
 APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
 ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl

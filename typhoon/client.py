@@ -117,4 +117,14 @@ class Client:
                 message = str(e.reason)
             raise ApiCallError(e.code, message) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
-            raise ApiCallError(0, f"cannot reach the controller at {self.base}: {e}") from None
+            raise ApiCallError(0, unreachable(self.base, e)) from None
+
+
+def unreachable(url: str, e: Exception) -> str:
+    """One sentence for a controller that did not answer: where, why, and the likely cause."""
+    reason = e.reason if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, OSError) and reason.strerror:
+        why = reason.strerror.lower()
+    else:
+        why = str(reason) or type(reason).__name__
+    return f"cannot reach the controller at {url} ({why}): is the controller running?"

@@ -20,7 +20,7 @@ from typing import Any
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.operators.sinks import SequenceCheck
 from typhoon.operators.sources import SequenceSource
-from typhoon.topology.model import Node, Topology
+from typhoon.topology.model import Node, Topology, WorkerAssignment
 
 
 def _is(node: Node, base: type) -> bool:
@@ -187,6 +187,68 @@ def link_problems(worker_reports: list[dict[str, Any]], recovered: Any = ()) -> 
     return problems
 
 
+def log_traceback(path: Path, lines: int = 12) -> list[str]:
+    """The last lines of the last Python traceback in a worker's log (empty if none):
+    how a worker that died before writing its report (or without a traceback in it) ended."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    start = text.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return []
+    return [line for line in text[start:].splitlines() if line.strip()][-lines:]
+
+
+def worker_failures(
+    assignments: list[WorkerAssignment],
+    exit_codes: dict[int, int | None],
+    worker_reports: list[dict[str, Any]],
+    log_of: Any = None,
+) -> list[dict[str, Any]]:
+    """Every worker that exited non-zero or reported an error: who (worker, node, index,
+    host), how (exit code, error) and the last lines of its traceback, from its report or
+    else from its log (``log_of(worker_id)`` -> path)."""
+    reports = {r["worker"]: r for r in worker_reports}
+    out = []
+    for w in sorted(assignments, key=lambda w: w.worker_id):
+        wid = w.worker_id
+        code = exit_codes.get(wid)
+        r = reports.get(wid, {})
+        if not code and not r.get("error"):
+            continue
+        tb = list(r.get("traceback") or [])
+        log = str(log_of(wid)) if log_of is not None else None
+        if not tb and log:
+            tb = log_traceback(Path(log))
+        error = r.get("error") or (tb[-1] if tb else None)
+        out.append(
+            {
+                "worker": wid,
+                "node": w.node,
+                "index": w.index,
+                "host": w.host,
+                "exit_code": code,
+                "error": error,
+                "traceback": tb,
+                "log": log,
+            }
+        )
+    # the worker that raised first: the others often only lost their connection to it
+    out.sort(key=lambda f: (not f["traceback"], f["worker"]))
+    return out
+
+
+def failure_problems(failures: list[dict[str, Any]]) -> list[str]:
+    """One sentence per failed worker."""
+    out = []
+    for f in failures:
+        code = "" if f["exit_code"] is None else f" (exit code {f['exit_code']})"
+        why = f": {f['error']}" if f["error"] else ""
+        out.append(f"{_name(f)} on {f['host']} failed{code}{why}")
+    return out
+
+
 def result_problems(results: dict[str, Any]) -> list[str]:
     """Sequence checks that found tuples missing or duplicated.
 
@@ -261,13 +323,16 @@ def build_report(
         if rs:
             results[name] = resolve_operator(node.operator).merge_results(rs)
     recovered = set(extra.get("recovered") or ())
-    problems = link_problems(worker_reports, recovered) + result_problems(results)
+    failures = extra.pop("failures", [])
+    problems = failure_problems(failures)
+    problems += link_problems(worker_reports, recovered) + result_problems(results)
     problems += extra.pop("switch_problems", [])
     ok = bool(extra.pop("ok", True)) and not problems
     return {
         "topology": topology.name,
         "ok": ok,
         "problems": problems,
+        **({"failures": failures} if failures else {}),
         **extra,
         "workers": workers,
         "nodes": nodes,

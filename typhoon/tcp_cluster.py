@@ -27,7 +27,7 @@ import msgpack
 
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
 from typhoon.topology.model import PhysicalTopology, Topology
@@ -58,6 +58,9 @@ class RunOptions:
     timeout: float = 900.0  # hard limit for the whole run
     start_timeout: float = 60.0
     service_timeout: float = 300.0  # engine services (a Spark driver) may take this long to start
+    failure_grace: float = 2.0  # seconds after a worker failed before the others are stopped
+    # keep worker specs, logs and reports in WORKDIR/NAME/ (the sdn layout); None: a temp dir
+    workdir: Path | None = None
 
 
 @dataclass
@@ -289,9 +292,16 @@ class TcpCluster:
         o = self.options
         next_poll = time.monotonic() + o.live_every
         drained = False
+        failed_at: float | None = None
         while self.running():
             now = time.monotonic()
             elapsed = now - self.started_at
+            if failed_at is None and any(p.returncode for p in self.procs.values()):
+                failed_at = now  # nothing replaces a failed worker on tcp: its peers would wait
+            if failed_at is not None and now - failed_at > o.failure_grace:
+                log.error("a worker failed; stopping the others")
+                self.stop()
+                return False
             if o.duration is not None and elapsed >= o.duration and not drained:
                 drained = True
                 for n in self.topology.spouts():
@@ -337,6 +347,16 @@ class TcpCluster:
     def report(self, clean: bool) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started_at
         workers = read_worker_reports(self.report_dir)
+        exit_codes = {k: p.returncode for k, p in self.procs.items()}
+        failures = worker_failures(
+            self.physical.workers,
+            exit_codes,
+            workers,
+            lambda wid: self.workdir / f"worker-{wid}.log",
+        )
+        if self._tmp is not None:  # the logs go with the temp dir: the report keeps no path
+            for f in failures:
+                f.pop("log")
         for w in workers:  # events a worker had not forwarded yet when it stopped
             self._spark_events(w["metrics"])
         return build_report(
@@ -346,7 +366,8 @@ class TcpCluster:
             hosts=self.options.hosts,
             elapsed_s=round(elapsed, 3),
             ok=clean,
-            exit_codes={str(k): p.returncode for k, p in self.procs.items()},
+            exit_codes={str(k): code for k, code in exit_codes.items()},
+            failures=failures,
             rates=self.live.history,
             services={
                 s.name: {
@@ -362,7 +383,8 @@ class TcpCluster:
 
 def run_tcp(topology: Topology, options: RunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Run a topology to completion over tcp and return its report."""
-    cluster = TcpCluster(topology, options, out=out)
+    workdir = options.workdir / topology.name if options.workdir else None
+    cluster = TcpCluster(topology, options, workdir=workdir, out=out)
     try:
         cluster.start()
         cluster.activate()

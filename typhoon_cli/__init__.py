@@ -94,6 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             max_delay_ms=args.max_delay_ms,
             live=not args.quiet,
+            workdir=Path(args.workdir) if args.workdir else None,
         )
         report = run_tcp(topo, options)
     else:
@@ -119,19 +120,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         report = run_sdn(topo, options)
     text = json.dumps(report, indent=2)
-    if args.report:
+    # with --report - the report is stdout and the summary goes to stderr
+    out = sys.stderr if args.report == "-" else sys.stdout
+    if args.report == "-":
+        print(text, flush=True)
+    elif args.report:
         Path(args.report).write_text(text)
-    summary = {k: v for k, v in report["results"].items()}
-    print(json.dumps({"ok": report["ok"], "elapsed_s": report["elapsed_s"]}))
+    print(json.dumps({"ok": report["ok"], "elapsed_s": report["elapsed_s"]}), file=out)
+    print_summary(report, out)
+    return 0 if report["ok"] else EXIT_FAILED
+
+
+def print_summary(report: dict[str, Any], out: Any) -> None:
+    """Problems, the failed workers' tracebacks, and one line per node's result."""
     for problem in report.get("problems", []):
-        print(f"  problem: {problem}")
-    for node, result in summary.items():
+        print(f"  problem: {problem}", file=out)
+    for f in report.get("failures", []):
+        if not f["traceback"]:
+            continue
+        where = f" (log: {f['log']})" if f.get("log") else ""
+        print(f"  worker {f['worker']} ({f['node']}[{f['index']}]) on {f['host']}{where}:",
+              file=out)  # fmt: skip
+        for line in f["traceback"]:
+            print(f"    | {line}", file=out)
+    for node, result in report["results"].items():
         brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
         if "counts" in result:
             brief["keys"] = len(result["counts"])
             brief["total"] = sum(result["counts"].values())
-        print(f"  {node}: {json.dumps(brief)}")
-    return 0 if report["ok"] else EXIT_FAILED
+        print(f"  {node}: {json.dumps(brief)}", file=out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--transport", choices=["tcp", "sdn"], default="tcp")
     r.add_argument("--hosts", type=int, default=1)
     r.add_argument("--duration", type=float, default=None, help="seconds, then drain sources")
-    r.add_argument("--report", help="write the JSON report here")
+    r.add_argument("--report", help="write the JSON report here ('-': to stdout)")
     r.add_argument("--batch-size", type=int, default=100)
     r.add_argument("--max-delay-ms", type=float, default=2.0)
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
@@ -176,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="sdn: net.core.rmem_default during the run (default 4 MiB): what each "
         "switch port queues, shared by flow control (docs/flow_control.md)",
     )
-    r.add_argument("--workdir", help="sdn: keep logs, coordinator and reports here")
+    r.add_argument(
+        "--workdir",
+        help="keep worker specs, logs and reports in WORKDIR/NAME/ (sdn also the "
+        "coordinator and controller/agent logs)",
+    )
     r.set_defaults(func=cmd_run)
     ctl.add_parsers(sub)  # typhoon submit|list|status|scale|route|swap|...|kill (REST)
 
@@ -197,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as e:  # a run that could not start or finish (the message says why)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

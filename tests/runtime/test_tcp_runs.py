@@ -126,3 +126,54 @@ def test_bad_override_is_usage_error():
     assert p.stderr.strip() == (
         "error: node 'source': bad operator arguments (size must be a non-negative integer)"
     )
+
+
+EXPLODE = {
+    "name": "explode",
+    "spouts": [{"id": "source", "operator": "sequence_source", "args": {"count": 5000}}],
+    "bolts": [
+        {"id": "boom", "operator": "failing_ops:Explode", "args": {"after": 100}},
+        {"id": "sink", "operator": "sequence_check"},
+    ],
+    "streams": [
+        {"from": "source", "to": "boom", "grouping": "shuffle"},
+        {"from": "boom", "to": "sink", "grouping": "shuffle"},
+    ],
+}
+
+
+def test_a_bolt_that_raises_fails_the_run_with_its_traceback(tmp_path):
+    """Exit 1, ``ok`` false, the traceback (worker, node, host) in the report on stdout
+    (``--report -``) and in the summary; the logs stay in WORKDIR/NAME/ (``--workdir``);
+    the run ends although the sink below the failed bolt never gets an end of stream."""
+    import yaml
+
+    file = tmp_path / "explode.yaml"
+    file.write_text(yaml.safe_dump(EXPLODE))
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "runtime"), *sys.path])}
+    wd = tmp_path / "wd"
+    p = typhoon("run", str(file), "-q", "--report", "-", "--workdir", str(wd), env=env, timeout=60)
+    assert p.returncode == 1, p.stderr
+    report = json.loads(p.stdout)
+    assert not report["ok"]
+    first = report["failures"][0]
+    assert (first["node"], first["index"], first["host"], first["exit_code"]) == (
+        "boom",
+        0,
+        "h1",
+        1,
+    )
+    assert first["traceback"][-1] == "ValueError: boom at tuple 101"
+    assert any("failing_ops.py" in line for line in first["traceback"])
+    assert first["log"] == str(wd / "explode" / f"worker-{first['worker']}.log")
+    assert report["problems"][0] == (
+        f"worker {first['worker']} (boom[0]) on h1 failed (exit code 1): "
+        "ValueError: boom at tuple 101"
+    )
+    assert "    | ValueError: boom at tuple 101" in p.stderr.splitlines()
+    assert "ValueError: boom at tuple 101" in Path(first["log"]).read_text()
+    assert sorted(x.name for x in (wd / "explode" / "reports").iterdir()) == [
+        "worker-1.json",
+        "worker-2.json",
+        "worker-3.json",
+    ]

@@ -60,7 +60,11 @@ def _raise_interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_attach(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def cmd_attach(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout  # looked up now: tests and callers redirect them
+    err = err or sys.stderr
     body: dict[str, Any] = {"worker": args.worker, "direction": args.direction}
     if args.filter:
         body["filter"] = args.filter
@@ -137,7 +141,8 @@ def _wait_live(api: Client, path: str) -> dict[str, Any]:
         time.sleep(0.1)
 
 
-def cmd_detach(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
+def cmd_detach(args: argparse.Namespace, err: TextIO | None = None) -> int:
+    err = err or sys.stderr
     try:
         final = client(args).call("DELETE", f"/apps/{args.name}/debug/{args.session}")
     except ApiCallError as e:
@@ -147,7 +152,9 @@ def cmd_detach(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def cmd_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout  # looked up now: tests and callers redirect them
+    err = err or sys.stderr
     try:
         sessions = client(args).call("GET", f"/apps/{args.name}/debug")
     except ApiCallError as e:
@@ -163,8 +170,12 @@ def cmd_list(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     return 0
 
 
-def cmd_tuples(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def cmd_tuples(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Print the ring buffer of a session (the last ``--last`` records it holds)."""
+    out = out or sys.stdout  # looked up now: tests and callers redirect them
+    err = err or sys.stderr
     api = client(args)
     path = f"/apps/{args.name}/debug/{args.session}/tuples"
     try:

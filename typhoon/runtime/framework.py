@@ -793,6 +793,7 @@ class Framework:
             "queue_bytes": qbytes,
             "queue": int(qbytes / avg) if avg else 0,
             "proc_us": (self.proc_ns / self.proc_count / 1000.0) if self.proc_count else 0.0,
+            "proc_s": self.proc_ns / 1e9,  # operator time in all (busy time)
             "serializations": self.serializations,
             "unrouted": self.unrouted,
             "frames_in": st.frames_in,

@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,14 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+TRACEBACK_LINES = 12
+
+
+def traceback_tail(text: str, lines: int = TRACEBACK_LINES) -> list[str]:
+    """The last ``lines`` lines of a formatted traceback (where it was raised, and what)."""
+    return [line for line in text.rstrip().splitlines() if line.strip()][-lines:]
+
+
 class Worker:
     """One worker process: the event loop around the framework layer."""
 
@@ -68,6 +77,7 @@ class Worker:
         self.stopping = False
         self.error: str | None = None
         self.done_at = 0.0
+        self.traceback: list[str] = []  # last lines of the exception that ended the run
         # CPU seconds of this process from the start of the event loop: what the work cost
         # (benchmarks: source CPU per tuple), without interpreter start-up and imports
         self.cpu_start = time.process_time()
@@ -125,6 +135,10 @@ class Worker:
         except ConnectionError as e:
             self.error = f"connection lost: {e}"
             log.error("worker %d: %s", fw.worker_id, self.error)
+        except Exception as e:  # the operator (or the framework) raised: say so in the report
+            self.error = "".join(traceback.format_exception_only(e)).strip()
+            self.traceback = traceback_tail(traceback.format_exc())
+            log.exception("worker %d (%s) failed", fw.worker_id, self.spec.assignment.node)
         finally:
             if self.error is None:
                 self.say_done()
@@ -158,6 +172,7 @@ class Worker:
                 "port": a.port,
                 "finished": self.fw.done,
                 "error": self.error,
+                "traceback": self.traceback,
                 "cpu_s": round(time.process_time() - self.cpu_start, 6),
                 "metrics": self.fw.metrics(),
                 "links": self.fw.link_counts(),
