@@ -66,7 +66,6 @@ from controller.fault_detector import (
     reroute,
     senders_to,
 )
-from controller.guarantees import guaranteed, recovery_point
 from controller.ryu_compat import (
     RyuApp,
     WSGIApplication,
@@ -77,6 +76,7 @@ from controller.ryu_compat import (
     set_ev_cls,
 )
 from typhoon.checkpoint import CheckpointError, open_store
+from typhoon.checkpoint.progress import guaranteed, recovery_point
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple
 
@@ -111,6 +111,7 @@ class FaultDetector(RyuApp):
         self.incidents: list[Incident] = []
         self.handled: set[tuple[str, int]] = set()  # (app, worker) already failed over
         self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
+        self.generations: dict[str, int] = {}  # app -> newest recovery generation
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         # replies come every metrics_interval: a longer gap without any means we were deaf
@@ -357,8 +358,17 @@ class FaultDetector(RyuApp):
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending,
         )  # fmt: skip
+        progress = core.progress.get(name)
+        if progress is not None and progress.completed_generation == physical.generation:
+            incident.state, incident.detail = "finished", "the job was complete: not replaced"
+            self.logger.info("app %s worker %d: %s", name, wid, incident.detail)
+            return None
         if guaranteed(topology):
-            plan = dataclasses.replace(plan, physical=self._recovery(topology, plan, incident))
+            after = max(physical.generation, self.generations.get(name, 0))
+            plan = dataclasses.replace(
+                plan, physical=self._recovery(topology, plan.physical, after, incident)
+            )
+            self.generations[name] = plan.physical.generation
         core.manager.update_physical(name, plan.physical)
         pending.add(plan.replacement)
         new = plan.physical.by_id(plan.replacement)
@@ -426,24 +436,26 @@ class FaultDetector(RyuApp):
 
     # ----- guaranteed processing: every worker back to the last global checkpoint ----------
 
-    def _recovery(self, topology: Any, plan: Any, incident: Incident) -> Any:
-        """The replacement's physical topology starts a new generation from the newest
-        global checkpoint whose parts all verify (a corrupt one: the one before)."""
+    def _recovery(self, topology: Any, physical: Any, after: int, incident: Incident) -> Any:
+        """The replacement's physical topology starts a new generation (after every one
+        used so far) from the newest global checkpoint whose parts all verify (a corrupt
+        one: the one before)."""
+        generation = after + 1
         try:
             store = open_store(topology.config.get("checkpoint_store"), topology.name)
-            generation, epoch = recovery_point(plan.physical, store)
+            epoch = recovery_point(physical, store)
         except CheckpointError as e:
             # no store: start over from the beginning, which is still exactly once
             self.logger.error(
                 "app %s: checkpoint store: %s; rolling back to the start", topology.name, e
             )
-            generation, epoch = plan.physical.generation + 1, None
+            epoch = None
         incident.generation, incident.restore_epoch = generation, epoch
         self.logger.info(
             "app %s worker %d: recovery as generation %d from checkpoint %s",
             topology.name, incident.worker, generation, epoch,
         )  # fmt: skip
-        return dataclasses.replace(plan.physical, generation=generation, restore_epoch=epoch)
+        return dataclasses.replace(physical, generation=generation, restore_epoch=epoch)
 
     def _rollback(self, core: Any, incident: Incident, app: Any, new: int) -> str:
         """ROLLBACK to every live worker but the replacement (which started restored)."""

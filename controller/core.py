@@ -38,7 +38,6 @@ from controller.events import (
 )
 from controller.flows import RuleSpec, compile_default_rules
 from controller.groups import GroupSpec, diff_groups
-from controller.guarantees import JobProgress, guaranteed
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
 from controller.reconcile import diff
@@ -60,6 +59,7 @@ from controller.ryu_compat import (
 )
 from controller.view import ClusterView
 from typhoon import wire
+from typhoon.checkpoint.progress import JobProgress, guaranteed
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
 from typhoon.reconfig import Request

@@ -256,6 +256,7 @@ class Executor:
             physical.app_id,
             physical.workers,
             max(physical.version, current.version + 1),
+            max(physical.generation, current.generation),
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)

@@ -221,9 +221,9 @@ class EmulatedCluster:
         while True:
             physical = self.coordinator.get_physical(name)
             current = {w.worker_id for w in physical.workers}
-            seen |= current
-            expected = current if guaranteed else seen
             statuses = self.coordinator.worker_statuses(name)
+            seen |= current | set(statuses)
+            expected = current if guaranteed else seen
             exited = {wid for wid, s in statuses.items() if s.state == "exited"}
             if expected <= exited:
                 self.recovered = sorted(seen - current) if guaranteed else []

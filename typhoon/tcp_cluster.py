@@ -25,6 +25,8 @@ from typing import Any, TextIO
 
 import msgpack
 
+from typhoon.checkpoint import guarantee_of
+from typhoon.checkpoint.progress import JobProgress
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.report import build_report, read_worker_reports, worker_failures
@@ -105,6 +107,8 @@ class TcpCluster:
         # Spark progress events from METRIC_RESP (what the controller raises as EventSparkMetrics)
         self.spark_progress: list[dict[str, Any]] = []
         self.request_ids = itertools.count(1)
+        # guaranteed processing: checkpoints heard of, and COMPLETE once every worker finished
+        self.progress = JobProgress() if guarantee_of(topology) != "none" else None
         self.started_at = 0.0
         self.live = LiveRates(list(topology.nodes))
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -276,6 +280,20 @@ class TcpCluster:
                 else:
                     self._spark_events(metrics)
                     self.metrics[ct.body["worker"]] = metrics
+                    self._progress(ct.body["worker"], metrics)
+
+    def _progress(self, worker: int, metrics: dict[str, Any]) -> None:
+        """Under a guarantee finished workers wait for COMPLETE (they may roll back)."""
+        if self.progress is None:
+            return
+        self.progress.heard(worker, metrics)
+        if self.progress.complete(self.physical) or (
+            self.progress.completed_generation is not None and metrics.get("done")
+        ):
+            first = self.progress.completed_generation is None
+            self.progress.completed_generation = self.physical.generation
+            for wid in list(self.conns) if first else [worker]:
+                self.send(wid, ControlTuple(Control.COMPLETE, {}))
 
     def _spark_events(self, metrics: dict[str, Any]) -> None:
         spark = metrics.get("spark")

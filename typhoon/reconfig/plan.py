@@ -115,8 +115,11 @@ def plan(
         physical.app_id,
         sorted(placed.workers + draining, key=lambda w: w.worker_id),
         physical.version + 1,
+        physical.generation,  # under a guarantee, workers it adds start empty in it
     )
-    final = PhysicalTopology(physical.name, physical.app_id, placed.workers, trans.version + 1)
+    final = PhysicalTopology(
+        physical.name, physical.app_id, placed.workers, trans.version + 1, physical.generation
+    )
     added = sorted(kept - old_ids)
     removed = [w.worker_id for w in draining]
     _check_engine_nodes(topology, new_topo, draining)

@@ -692,11 +692,14 @@ class Framework:
         settling after means none sent later comes before it."""
         if not targets:
             return
-        self.io.drain_balanced()
-        self.io.settle(targets)
+        # unicast links deliver in order: only other paths need the (blocking) settles
+        other_paths = any(not r.plain for r in self.routers.values())
+        if other_paths:
+            self.io.drain_balanced()
+            self.io.settle(targets)
         for dst in targets:
             self.io.send(dst, EOS_STREAM, [payload])
-        if any(not r.plain for r in self.routers.values()):
+        if other_paths:
             self.io.settle(targets)
 
     def maybe_anchor(self) -> None:
@@ -738,6 +741,8 @@ class Framework:
         self.held = []
         self.pending_upstream |= self.finished_upstream
         self.finished_upstream.clear()
+        # end of stream goes to today's receivers: dead ones were routed around
+        self.eos_targets = {sid: set(r.hops) for sid, r in self.routers.items()}
         self.done = self.input_done = self.exhausted = False
         self.may_exit = False
         self.sent_to.clear()

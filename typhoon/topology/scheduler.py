@@ -134,7 +134,9 @@ def reschedule(
             workers.append(WorkerAssignment(next_id, name, index, host, port))
             next_id += 1
     workers.sort(key=lambda w: w.worker_id)
-    return PhysicalTopology(old.name, old.app_id, workers, old.version + 1)
+    return PhysicalTopology(
+        old.name, old.app_id, workers, old.version + 1, old.generation, old.restore_epoch
+    )
 
 
 def _check_hosts(hosts: list[str]) -> None:

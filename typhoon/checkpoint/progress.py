@@ -1,5 +1,6 @@
-"""Guaranteed processing, controller side (pure): which global checkpoint is
-complete, when a job is finished, and where a recovery rolls back to.
+"""Guaranteed processing as the controller (or the tcp runner) sees it: which
+global checkpoint is complete, when a job is finished, where a recovery rolls
+back to.  Pure: callers feed it METRIC_RESP bodies and the physical topology.
 
 Workers write their own state per epoch (``typhoon.runtime.checkpoints``) and
 report the newest epoch on disk in METRIC_RESP (``checkpoint_epoch``).  An
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from typhoon.checkpoint import guarantee_of
+from typhoon.checkpoint.settings import guarantee_of
 from typhoon.topology.model import PhysicalTopology, Topology
 
 
@@ -59,10 +60,8 @@ class JobProgress:
         return bool(active) and all(self.finished.get(w, -1) >= physical.generation for w in active)
 
 
-def recovery_point(physical: PhysicalTopology, store: Any) -> tuple[int, int | None]:
-    """(generation, epoch) a recovery rolls every worker back to.
-
-    The epoch is the newest one whose parts all exist and verify in ``store``
-    (None: no complete checkpoint yet, start over from the beginning).
+def recovery_point(physical: PhysicalTopology, store: Any) -> int | None:
+    """The epoch a recovery rolls every worker back to: the newest one whose parts
+    all exist and verify in ``store`` (None: none yet, start over from the beginning).
     """
-    return physical.generation + 1, store.latest_complete(parts_of(physical))
+    return store.latest_complete(parts_of(physical))
