@@ -77,7 +77,7 @@ from controller.ryu_compat import (
 )
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
-from typhoon.topology.routing import Route
+from typhoon.topology.routing import Route, routes_for
 from typhoon.wire import Control, ControlTuple
 
 require_app("controller.core")
@@ -120,6 +120,7 @@ class FaultDetector(RyuApp):
         self.unheard_logged = 0.0
         kwargs["wsgi"].register(REST, {"app": self})
         start_ticks(self, TICK_S)
+        self.threads.append(hub.spawn(self._resume_recoveries))
         self.logger.info(
             "fault detector ready: heartbeat_timeout=%g s confirm_timeout=%g s replace=%s "
             "port_events=%s",
@@ -456,6 +457,46 @@ class FaultDetector(RyuApp):
             topology.name, incident.worker, generation, epoch,
         )  # fmt: skip
         return dataclasses.replace(physical, generation=generation, restore_epoch=epoch)
+
+    def _resume_recoveries(self) -> None:
+        """After a controller restart: a guaranteed app whose physical topology is in a
+        recovery generation may have a replacement nobody routes to yet (the restart
+        came between its start and its rejoin).  Once every worker is attached, every
+        sender gets its routes from the physical topology again (harmless if they are
+        already those); the core then rolls back whoever is in an older generation."""
+        hub.sleep(1.0)  # the core reads the coordinator first
+        core = self.core()
+        for name, app in list(core.view.apps.items()):
+            if not guaranteed(app.topology) or app.physical.generation == 0:
+                continue
+            self.generations[name] = max(self.generations.get(name, 0), app.physical.generation)
+            try:
+                self._reroute_all(core, name)
+            except Exception:  # never kill the app over one application
+                self.logger.exception("app %s: resuming its recovery failed", name)
+
+    def _reroute_all(self, core: Any, name: str) -> None:
+        deadline = time.monotonic() + self.conf.attach_timeout
+        while True:
+            app = core.view.apps.get(name)
+            if app is None:
+                return
+            if app.all_attached() and core.rules_ready(name, app.physical.version):
+                break
+            if time.monotonic() > deadline:
+                self.logger.warning("app %s: not every worker attached; routes not resent", name)
+                return
+            hub.sleep(0.1)
+        routes = {
+            w.worker_id: routes_for(app.topology, app.physical, w.worker_id)
+            for w in app.physical.workers
+            if w.active and app.topology.outputs_of(w.node)
+        }
+        problem = self._acked(core, name, "ROUTING", self._send_routes(core, name, routes))
+        self.logger.info(
+            "app %s: generation %d after a controller restart: routes resent to %s (%s)",
+            name, app.physical.generation, sorted(routes), problem or "confirmed",
+        )  # fmt: skip
 
     def _rollback(self, core: Any, incident: Incident, app: Any, new: int) -> str:
         """ROLLBACK to every live worker but the replacement (which started restored)."""

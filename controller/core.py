@@ -557,6 +557,11 @@ class TyphoonController(RyuApp):
         progress = self.progress.setdefault(app, JobProgress())
         progress.heard(worker_id, metrics)
         physical = view.physical
+        behind = progress.behind(worker_id, metrics, physical, time.monotonic())
+        if behind is not None and view.all_attached():
+            # a recovery this worker has not heard of (a ROLLBACK lost, or a controller
+            # restarted in the middle of one): level-triggered, like the rules
+            self.send_control(app, [worker_id], ControlTuple(Control.ROLLBACK, behind))
         epoch = progress.global_epoch(physical)
         if epoch is not None and (progress.recorded is None or epoch > progress.recorded):
             progress.recorded = epoch

@@ -222,11 +222,12 @@ class EmulatedCluster:
             physical = self.coordinator.get_physical(name)
             current = {w.worker_id for w in physical.workers}
             statuses = self.coordinator.worker_statuses(name)
-            seen |= current | set(statuses)
+            seen |= current
             expected = current if guaranteed else seen
             exited = {wid for wid, s in statuses.items() if s.state == "exited"}
             if expected <= exited:
-                self.recovered = sorted(seen - current) if guaranteed else []
+                # every worker the agents ran and the job no longer has: replaced
+                self.recovered = sorted(set(statuses) - current) if guaranteed else []
                 return all(statuses[w].exit_code == 0 for w in expected)
             now = time.monotonic()
             elapsed = now - started

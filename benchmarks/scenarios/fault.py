@@ -8,8 +8,8 @@ input rate is followed over time from their METRIC_RESP counters (the
 coordinator holds each worker's latest; this process polls them and
 interpolates to half-second bins).
 
-Two variants, each on its own cluster (the setting is read when the
-controller starts), interleaved over the rounds:
+Three variants, interleaved over the rounds (a cluster per controller setting:
+it is read when the controller starts):
 
 * **port events** (the design): the switch reports the dead worker's port,
   and the app writes the source's ROUTING without it at once;
@@ -17,7 +17,13 @@ controller starts), interleaved over the rounds:
   is noticed only when the worker's METRIC_RESP has been missing for
   ``heartbeat_timeout`` seconds, as a Storm-like system notices a dead worker
   by its missing heartbeats.  Meanwhile the source keeps sending half its
-  sentences to the dead port.
+  sentences to the dead port;
+* **exactly once**: port events, and the topology asks for
+  ``guarantee: exactly_once`` (checkpoints every second, docs/guarantees.md):
+  the replacement starts from the last global checkpoint and every worker
+  rolls back to it, so no sentence is lost.  Its "lost" is measured on the
+  result: the words the source's sentences hold minus the words counted, and
+  the run fails unless every word's count equals the reference.
 
 Measured per run: kill -> detection, detection -> ROUTING written and
 acknowledged, the count input rate before and after, the seconds spent below
@@ -58,11 +64,13 @@ from benchmarks.scenario import (
 )
 from benchmarks.timeline import CounterLog, dip, mean_rate
 from mininet_env.run import EmulatedCluster
+from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ("port events", "heartbeat only")
+VARIANTS = ("port events", "heartbeat only", "exactly once")
+CHECKPOINT_MS = 1000
 METRICS_S = 0.25
 BIN_S = 0.5
 POLL_S = 0.1
@@ -162,10 +170,14 @@ class Fault(Scenario):
         clusters: dict[str, EmulatedCluster] = {}
         runs: dict[str, list[FaultRun]] = {v: [] for v in VARIANTS}
         try:
-            for tag, variant in zip("fh", VARIANTS, strict=True):
-                clusters[variant] = bench.testbed.app_cluster(
-                    tag, ["apps/fault_detector.py"], self.settings(variant, self.HEARTBEAT_S)
-                )
+            by_settings: dict[str, EmulatedCluster] = {}
+            for tag, variant in zip("fhe", VARIANTS, strict=True):
+                conf = self.settings(variant, self.HEARTBEAT_S)
+                if conf not in by_settings:  # exactly once runs on the port-events cluster
+                    by_settings[conf] = bench.testbed.app_cluster(
+                        tag, ["apps/fault_detector.py"], conf
+                    )
+                clusters[variant] = by_settings[conf]
             for rnd in range(bench.repeats):
                 order = VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]
                 for variant in order:
@@ -184,14 +196,14 @@ class Fault(Scenario):
                         flush=True,
                     )
         finally:
-            for c in clusters.values():
+            for c in {id(c): c for c in clusters.values()}.values():
                 c.close()
         self.describe(bench, res, runs, p)
         return res
 
     @staticmethod
     def settings(variant: str, heartbeat: float) -> str:
-        events = "true" if variant == "port events" else "false"
+        events = "false" if variant == "heartbeat only" else "true"
         return (
             f"metrics_interval = {METRICS_S}\n[fault_detector]\n"
             f"heartbeat_timeout = {heartbeat}\nport_events = {events}\n"
@@ -202,9 +214,16 @@ class Fault(Scenario):
     def one_run(self, c: EmulatedCluster, variant: str, n: int, p: dict[str, float]) -> FaultRun:
         run = FaultRun(variant, f"wordcount split worker killed, {variant}")
         t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-        tag = "p" if variant == "port events" else "h"
+        tag = {"port events": "p", "heartbeat only": "h"}.get(variant, "e")
         t.name = f"bench{n:04d}-fault{tag}"  # unique per testbed: nothing carries over
         t.nodes["source"].args.update(count=10**9, rate=self.RATE, words=self.WORDS)
+        if variant == "exactly once":
+            store = c.workdir / "checkpoints"
+            t.config.update(
+                guarantee="exactly_once",
+                checkpoint_interval_ms=CHECKPOINT_MS,
+                checkpoint_store=str(store),
+            )
         out = run_app(c, t, lambda name: self.measure(c, name, run, p))
         run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s
         return run
@@ -292,6 +311,9 @@ class Fault(Scenario):
         if not c.wait_finished(name):
             raise RuntimeError("the drained workers did not all finish cleanly")
         reports = {r["worker"]: r for r in read_worker_reports(c.report_dir(name))}
+        if run.variant == "exactly once":
+            self.exact_counts(c, name, run, reports)
+            return
         run.sent = counter(reports[source]["metrics"], "out")
         live_splits = [r for r in reports.values() if r["node"] == "split"]
         run.received = dead_in + sum(counter(r["metrics"], "in") for r in live_splits)
@@ -299,6 +321,45 @@ class Fault(Scenario):
         if new in reports:
             run.replacement_in = counter(reports[new]["metrics"], "in")
         run.incident = incident() or run.incident
+
+    def exact_counts(
+        self, c: EmulatedCluster, name: str, run: FaultRun, reports: dict[int, dict]
+    ) -> None:
+        """Exactly once: the count workers' merged counts against the words of every
+        sentence the source emitted (its offset survives the rollback)."""
+        topology = c.coordinator.get_topology(name)
+        args = topology.nodes["source"].args
+        emitted = sum(r["result"]["emitted"] for r in reports.values() if r["node"] == "source")
+        counts: dict[str, int] = {}
+        for r in reports.values():
+            if r["node"] == "count":
+                for k, v in r["result"]["counts"].items():
+                    counts[k] = counts.get(k, 0) + v
+        want: dict[str, int] = {}
+        for sentence in generate_sentences(
+            emitted, args["seed"], args["words"], args["vocabulary"]
+        ):
+            for w in sentence.split():
+                want[w] = want.get(w, 0) + 1
+        run.sent = emitted
+        run.received = sum(counts.values()) // self.WORDS
+        wrong = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
+        wrong.update({w: (n, 0) for w, n in counts.items() if w not in want})
+        new = run.incident.get("replacement")
+        if new in reports:
+            run.replacement_in = counter(reports[new]["metrics"], "in")
+        run.incident = self.final_incident(c, name, run.victim) or run.incident
+        if wrong:
+            raise RuntimeError(
+                f"exactly once: {len(wrong)} words counted wrong, e.g. "
+                f"{sorted(wrong.items())[:3]} (counted, expected)"
+            )
+
+    @staticmethod
+    def final_incident(c: EmulatedCluster, name: str, victim: int) -> dict[str, Any] | None:
+        status, body = c.rest("GET", "/faults")
+        mine = [i for i in body if i["app"] == name and i["worker"] == victim]
+        return mine[0] if status == 200 and mine else None
 
     # ----- results -------------------------------------------------------------------------
 
@@ -324,6 +385,7 @@ class Fault(Scenario):
         deficit = {v: med(v, lambda r: r.deficit) for v in VARIANTS}
         lost = {v: med(v, lambda r: r.lost) for v in VARIANTS}
         rejoin = {v: med(v, lambda r: r.incident.get("rejoined_ms")) for v in VARIANTS}
+        back = {v: med(v, lambda r: r.recovered_s) for v in VARIANTS}
         rows = []
         for v in VARIANTS:
             rows.append(
@@ -338,6 +400,7 @@ class Fault(Scenario):
                     fmt_rate(after[v]),
                     fmt_ratio(ratio(after[v], before[v])),
                     fmt_num(below[v], 1),
+                    fmt_num(back[v], 1),
                     fmt_rate(deficit[v]),
                     fmt_rate(lost[v]),
                     f"{len(ok[v])}/{len(runs[v])}",
@@ -358,6 +421,7 @@ class Fault(Scenario):
                     "count words/s after",
                     "after/before",
                     "s below 80%",
+                    "kill -> 80% again s",
                     "words short of pre-fault rate",
                     "sentences lost",
                     "runs ok",
@@ -377,8 +441,15 @@ class Fault(Scenario):
                 ),
             )
         )
-        pe, ho = "port events", "heartbeat only"
+        pe, ho, eo = VARIANTS
         res.ratios += [
+            Ratio(
+                "fault: sentences lost, exactly once",
+                lost[eo],
+                "0",
+                None if lost[eo] is None else lost[eo] == 0,
+            ),
+            Ratio("fault: kill -> count rate back at 80%, exactly once (s)", back[eo]),
             Ratio(
                 "fault: kill -> ROUTING written around the dead worker, port events (ms)",
                 k2r[pe],
@@ -416,6 +487,7 @@ class Fault(Scenario):
                     "below_80pct_s": below[v],
                     "deficit_words": deficit[v],
                     "sentences_lost": lost[v],
+                    "kill_to_80pct_again_s": back[v],
                 }
                 for v in VARIANTS
             },

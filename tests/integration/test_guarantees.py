@@ -72,18 +72,35 @@ def kill(c: EmulatedCluster, name: str, nodes: list[str]) -> list[int]:
     return victims
 
 
+def wordcount(c: EmulatedCluster, guarantee: str, store: Path):
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = f"g{guarantee[:2]}{secrets.token_hex(2)}"
+    t.nodes["source"].args.update(count=SENTENCES, rate=RATE)
+    t.config.update(guarantee=guarantee, checkpoint_interval_ms=500, checkpoint_store=str(store))
+    c.submit(t)
+    c.wait_active(t.name)
+    return t, t.name
+
+
+def exact(c: EmulatedCluster, t, name: str) -> dict:
+    """Wait for the end; the report, after checking every word's count."""
+    clean = c.wait_finished(name)
+    reports = read_worker_reports(c.report_dir(name))
+    c.kill(name)
+    report = build_report(t, reports, ok=clean, recovered=c.recovered, transport="sdn")
+    counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
+    want = reference(t.nodes["source"].args)
+    diff = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
+    assert not diff and set(counts) == set(want), list(diff.items())[:10]
+    assert report["ok"], report["problems"]
+    return report
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guarantee, tmp_path):
     c = cluster
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = name = f"g{guarantee[:2]}{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=SENTENCES, rate=RATE)
-    t.config.update(
-        guarantee=guarantee, checkpoint_interval_ms=500, checkpoint_store=str(tmp_path / "ckpt")
-    )
-    c.submit(t)
-    c.wait_active(name)
+    t, name = wordcount(c, guarantee, tmp_path / "ckpt")
     time.sleep(2.0)
     killed = kill(c, name, ["count"])
     time.sleep(1.0)
@@ -106,3 +123,23 @@ def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guar
         assert not short, list(short.items())[:10]
     rollbacks = [r["metrics"].get("rollbacks", 0) for r in reports]
     assert max(rollbacks) >= 1, rollbacks
+
+
+@pytest.mark.integration
+def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, tmp_path):
+    """The controller is SIGKILLed once the replacement is written, before the job
+    rolled back; the restarted one resends the routes and rolls back whoever missed it."""
+    c = cluster
+    t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
+    time.sleep(2.0)
+    victim = c.coordinator.get_physical(name).active_of_node("count")[0].worker_id
+    os.kill(c.coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
+    wait(
+        lambda: victim not in {w.worker_id for w in c.coordinator.get_physical(name).workers},
+        20,
+        "the replacement to be written",
+    )
+    c.restart_controller(down_s=0.5)
+    report = exact(c, t, name)
+    assert victim in c.recovered, (victim, c.recovered)
+    assert report["ok"]

@@ -322,3 +322,66 @@ def test_without_a_guarantee_a_kill_can_lose_tuples():
     net.fws[victim] = Framework(spec, BUILTINS[node.operator](), Links(net, victim))
     net.run_out()
     assert sum(net.counts().values()) == COUNT - lost < COUNT
+
+
+class FailingStore(MemoryStore):
+    """Writes fail (a full or read-only store) after ``ok`` of them succeeded."""
+
+    def __init__(self, ok: int) -> None:
+        super().__init__()
+        self.ok = ok
+
+    def write(self, epoch: int, part: str, data: bytes) -> None:
+        from typhoon.checkpoint import CheckpointError
+
+        if self.ok <= 0:
+            raise CheckpointError(f"checkpoint store /x: no space left on device ({part})")
+        self.ok -= 1
+        super().write(epoch, part, data)
+
+
+def test_a_store_that_fails_keeps_the_previous_checkpoint_and_says_why():
+    from typhoon.runtime.checkpoints import Checkpointer
+
+    store = FailingStore(ok=1)
+    ck = Checkpointer(None, "app", "count-0", store=store)
+    ck.save(1, {"state": {"a": 1}})
+    ck.save(2, {"state": {"a": 2}})
+    ck.flush()
+    m = ck.metrics()
+    assert m["checkpoint_epoch"] == 1 and m["checkpoint_failed"] == 1
+    assert "no space left" in m["checkpoint_error"]
+    assert ck.load(1)["state"] == {"a": 1}
+    assert store.latest_complete({"count-0"}) == 1
+    ck.close()
+
+
+def test_a_store_that_cannot_be_opened_is_reported_not_fatal(tmp_path):
+    from typhoon.runtime.checkpoints import Checkpointer
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    ck = Checkpointer(str(blocker / "sub"), "app", "count-0")
+    ck.save(1, {"state": None})
+    ck.flush()
+    m = ck.metrics()
+    assert m["checkpoint_epoch"] == -1 and m["checkpoint_failed"] == 1
+    assert str(blocker) in m["checkpoint_error"]
+    ck.close()
+
+
+def test_the_controller_tells_a_worker_that_missed_a_recovery():
+    from typhoon.checkpoint.progress import JobProgress
+
+    net = Net("exactly_once")
+    phys = dataclasses.replace(net.phys, generation=3, restore_epoch=2000004)
+    p = JobProgress()
+    wid = net.ids[0]
+    assert p.behind(wid, {"generation": 3}, phys, 0.0) is None
+    assert p.behind(wid, {"generation": 1}, phys, 0.0) is None  # the detector's turn first
+    assert p.behind(wid, {"generation": 1}, phys, 2.5) == {"generation": 3, "epoch": 2000004}
+    assert p.behind(wid, {"generation": 1}, phys, 3.0) is None  # not twice in a second
+    assert p.behind(wid, {"generation": 1}, phys, 3.6) is not None
+    assert p.behind(wid, {"generation": 3}, phys, 4.0) is None  # caught up
+    assert p.behind(wid, {"generation": 1}, phys, 4.5) is None  # behind again: a new grace
+    assert p.behind(999, {"generation": 1}, phys, 9.0) is None  # not a worker of it

@@ -36,6 +36,36 @@ class JobProgress:
     finished: dict[int, int] = field(default_factory=dict)  # worker -> generation it ended in
     recorded: int | None = None  # newest global checkpoint recorded in the coordinator
     completed_generation: int | None = None  # COMPLETE sent for this generation
+    told: dict[int, tuple[int, float]] = field(default_factory=dict)  # worker -> ROLLBACK sent
+    behind_since: dict[int, float] = field(default_factory=dict)
+
+    def behind(
+        self,
+        worker: int,
+        metrics: Mapping[str, Any],
+        physical: PhysicalTopology,
+        now: float,
+        grace: float = 2.0,
+    ) -> dict[str, int] | None:
+        """The ROLLBACK body for a worker left in an older generation than the physical
+        topology's for ``grace`` seconds (the fault detector sends its own once the
+        replacement is routed to; this catches one lost, or a controller restarted
+        midway), at most once a second per worker; None if it is up to date."""
+        gen = metrics.get("generation")
+        if not isinstance(gen, int) or gen >= physical.generation or physical.generation == 0:
+            self.behind_since.pop(worker, None)
+            return None
+        if not any(w.worker_id == worker for w in physical.workers):
+            return None
+        since = self.behind_since.setdefault(worker, now)
+        if now - since < grace:
+            return None
+        last = self.told.get(worker)
+        if last is not None and last[0] == physical.generation and now - last[1] < 1.0:
+            return None
+        self.told[worker] = (physical.generation, now)
+        epoch = physical.restore_epoch
+        return {"generation": physical.generation, "epoch": -1 if epoch is None else epoch}
 
     def heard(self, worker: int, metrics: Mapping[str, Any]) -> None:
         epoch = metrics.get("checkpoint_epoch")
