@@ -369,7 +369,11 @@ def test_bad_requests_and_the_session_limit(cluster):
     t, physical = deploy_held(cluster, name)
     try:
         post = lambda body: cluster.rest("POST", f"/apps/{name}/debug", body)  # noqa: E731
-        assert post({"worker": "split[0]", "filter": "wrod=x"})[0] == 400
+        # the controller reads worker states from the coordinator on its own clock: until
+        # it has seen split[0] attached, an attach is refused with 409 whatever it asks
+        bad = {"worker": "split[0]", "filter": "wrod=x"}
+        wait(lambda: post(bad)[0] != 409, 10, "the controller to see split[0] attached")
+        assert post(bad)[0] == 400
         assert post({"worker": "split[7]"})[0] == 404
         assert cluster.rest("POST", "/apps/nope/debug", {"worker": 1})[0] == 404
         sessions = [post({"worker": f"count[{i}]", "direction": "in"}) for i in range(3)]
