@@ -22,6 +22,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from typhoon.checkpoint import CheckpointError, checkpoint_settings, guarantee_of, open_store
 from typhoon.cluster import Cluster
 from typhoon.coordinator import Coordinator, WorkerStatus
 from typhoon.reconfig import Plan, ReconfigError, Request, plan
@@ -94,6 +95,7 @@ class Manager:
                 f"workers of a previous '{name}' are still stopping on {', '.join(draining)}; "
                 "try again in a few seconds"
             )
+        fresh_checkpoints(topology)
         cluster = self._cluster()
         app_id = app_id_for(name)
         for other in c.physical_names():
@@ -264,3 +266,15 @@ class Manager:
         if top > MAX_OFPORT:
             raise ManagerError(f"no free switch ports left for '{topology.name}' (needs {top})")
         return physical
+
+
+def fresh_checkpoints(topology: Topology) -> None:
+    """Under a guarantee, a submission starts with an empty checkpoint store for the app
+    (an earlier run's epochs must not be restored into this one); a store that cannot
+    be used is refused now, in one sentence, rather than at the first failure."""
+    if guarantee_of(topology) == "none":
+        return
+    try:
+        open_store(checkpoint_settings(topology).store_url, topology.name).clear()
+    except CheckpointError as e:
+        raise ManagerError(f"application '{topology.name}': {e}") from None

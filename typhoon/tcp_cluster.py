@@ -29,6 +29,7 @@ from typhoon.checkpoint import guarantee_of
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
+from typhoon.manager import fresh_checkpoints
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
@@ -109,6 +110,8 @@ class TcpCluster:
         self.request_ids = itertools.count(1)
         # guaranteed processing: checkpoints heard of, and COMPLETE once every worker finished
         self.progress = JobProgress() if guarantee_of(topology) != "none" else None
+        if self.progress is not None:
+            fresh_checkpoints(topology)  # ManagerError: the store cannot be used
         self.started_at = 0.0
         self.live = LiveRates(list(topology.nodes))
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

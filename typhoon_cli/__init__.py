@@ -22,6 +22,7 @@ import yaml
 from benchmarks import cli as bench_cli
 from typhoon import ctl
 from typhoon.debug import cli as debug_cli
+from typhoon.manager import ManagerError
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except RuntimeError as e:  # a run that could not start or finish (the message says why)
+    except (RuntimeError, ManagerError) as e:  # a run that could not start or finish
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

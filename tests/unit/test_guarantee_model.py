@@ -385,3 +385,18 @@ def test_the_controller_tells_a_worker_that_missed_a_recovery():
     assert p.behind(wid, {"generation": 3}, phys, 4.0) is None  # caught up
     assert p.behind(wid, {"generation": 1}, phys, 4.5) is None  # behind again: a new grace
     assert p.behind(999, {"generation": 1}, phys, 9.0) is None  # not a worker of it
+
+
+def test_a_submission_starts_from_an_empty_store_and_refuses_a_bad_one(tmp_path):
+    from typhoon.checkpoint import open_store
+    from typhoon.manager import ManagerError, fresh_checkpoints
+
+    topo = load_topology_text(JOB.format(guarantee="exactly_once"))
+    topo.config["checkpoint_store"] = str(tmp_path / "ckpt")
+    store = open_store(str(tmp_path / "ckpt"), topo.name)
+    store.write(7, "count-0", b"an earlier run")
+    fresh_checkpoints(topo)
+    assert store.epochs() == []
+    topo.config["checkpoint_store"] = "/proc/nope"
+    with pytest.raises(ManagerError, match="checkpoint store /proc/nope cannot be used"):
+        fresh_checkpoints(topo)

@@ -363,6 +363,16 @@ class CheckpointStore:
             done.append(epoch)
         return done
 
+    def clear(self) -> None:
+        """Delete every epoch of the app: a new submission starts from nothing, and a
+        previous run's complete epochs must not look like this run's."""
+        for epoch in self.epochs():
+            folder = self._epoch_dir(epoch)
+            try:
+                self._fs.rmtree(folder)
+            except self._io as e:
+                raise CheckpointError(f"cannot delete checkpoint {folder}: {_cause(e)}") from e
+
     def prune(self, keep_from: int) -> None:
         """Delete epochs older than ``keep_from``, but never the newest completed one."""
         done = self.completed()
