@@ -9,6 +9,7 @@ report when every worker has finished.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -25,8 +26,8 @@ from typing import Any, TextIO
 
 import msgpack
 
-from typhoon.checkpoint import guarantee_of
-from typhoon.checkpoint.progress import JobProgress
+from typhoon.checkpoint import CheckpointError, checkpoint_settings, guarantee_of, open_store
+from typhoon.checkpoint.progress import JobProgress, recovery_point
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.manager import fresh_checkpoints
@@ -110,6 +111,9 @@ class TcpCluster:
         self.request_ids = itertools.count(1)
         # guaranteed processing: checkpoints heard of, and COMPLETE once every worker finished
         self.progress = JobProgress() if guarantee_of(topology) != "none" else None
+        self.generation = 0
+        self.recovered: list[int] = []  # workers relaunched after a death (a guarantee)
+        self.peers: dict[int, tuple[str, int]] = {}
         if self.progress is not None:
             fresh_checkpoints(topology)  # ManagerError: the store cannot be used
         self.started_at = 0.0
@@ -127,50 +131,57 @@ class TcpCluster:
 
     def start(self) -> None:
         """Launch every worker, wait for each to say hello, tell them their peers."""
-        o = self.options
-        config = self.topology.config
         for svc in self.services:
             self._launch_service(svc)
         for w in self.physical.workers:
-            spec = WorkerSpec(
-                self.topology,
-                self.physical,
-                w.worker_id,
-                # the file's config wins, as on sdn (EmulatedCluster.submit)
-                batch_size=int(config.get("batch_size", o.batch_size)),
-                max_delay_ms=float(config.get("max_delay_ms", o.max_delay_ms)),
-                report_dir=str(self.report_dir),
-                transport={
-                    "kind": "tcp",
-                    "control": list(self.control_address(w.host)),
-                    "bind": o.bind.get(w.host, "127.0.0.1"),
-                },
-            )
-            path = self.workdir / f"worker-{w.worker_id}.spec.json"
-            spec.save(path)
-            argv = [sys.executable, "-m", "typhoon.runtime.worker", str(path)]
-            self.procs[w.worker_id] = self.launcher(
-                w.host, argv, self.workdir / f"worker-{w.worker_id}.log"
-            )
-        peers = self._accept_hellos()
+            self._launch_worker(w)
+        peers = self.peers = self._accept_hellos()
         boot = encode_boot({"peers": {str(k): list(v) for k, v in peers.items()}})
         for c in self.conns.values():
             c.sock.sendall(boot)
         self._wait_services_ready()
         self.started_at = time.monotonic()
 
-    def _accept_hellos(self) -> dict[int, tuple[str, int]]:
+    def _launch_worker(self, w: Any) -> None:
+        o = self.options
+        config = self.topology.config
+        spec = WorkerSpec(
+            self.topology,
+            self.physical,
+            w.worker_id,
+            # the file's config wins, as on sdn (EmulatedCluster.submit)
+            batch_size=int(config.get("batch_size", o.batch_size)),
+            max_delay_ms=float(config.get("max_delay_ms", o.max_delay_ms)),
+            report_dir=str(self.report_dir),
+            transport={
+                "kind": "tcp",
+                "control": list(self.control_address(w.host)),
+                "bind": o.bind.get(w.host, "127.0.0.1"),
+            },
+        )
+        gen = f".g{self.physical.generation}" if self.physical.generation else ""
+        path = self.workdir / f"worker-{w.worker_id}{gen}.spec.json"
+        spec.save(path)
+        argv = [sys.executable, "-m", "typhoon.runtime.worker", str(path)]
+        self.procs[w.worker_id] = self.launcher(
+            w.host, argv, self.workdir / f"worker-{w.worker_id}{gen}.log"
+        )
+
+    def _accept_hellos(self, expected: int | None = None) -> dict[int, tuple[str, int]]:
+        """Hellos of starting workers: every worker (start), or ``expected`` of them."""
+        want = len(self.procs) if expected is None else expected
         deadline = time.monotonic() + self.options.start_timeout
         peers: dict[int, tuple[str, int]] = {}
         self.server.settimeout(0.2)
         pending: list[_WorkerConn] = []
-        while len(peers) < len(self.procs):
+        while len(peers) < want:
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"only {len(peers)} of {len(self.procs)} workers started in "
+                    f"only {len(peers)} of {want} workers started in "
                     f"{self.options.start_timeout:.0f} s; see logs in {self.workdir}"
                 )
-            self._check_alive(peers)
+            if expected is None:
+                self._check_alive(peers)
             try:
                 sock, _ = self.server.accept()
                 sock.settimeout(None)
@@ -317,6 +328,9 @@ class TcpCluster:
         while self.running():
             now = time.monotonic()
             elapsed = now - self.started_at
+            if self.progress is not None:
+                for wid in [w for w, p in self.procs.items() if p.returncode]:
+                    self._recover(wid)  # a guarantee: replace it, roll the job back
             if failed_at is None and any(p.returncode for p in self.procs.values()):
                 failed_at = now  # nothing replaces a failed worker on tcp: its peers would wait
             if failed_at is not None and now - failed_at > o.failure_grace:
@@ -343,6 +357,41 @@ class TcpCluster:
             self.supervise()
             self.pump(min(0.1, max(0.0, next_poll - time.monotonic())))
         return all(p.returncode == 0 for p in self.procs.values())
+
+    def _recover(self, wid: int) -> None:
+        """Relaunch a dead worker (same ID) from the newest verified global checkpoint in
+        a new generation, tell everyone its new address, and roll the others back."""
+        code = self.procs[wid].returncode
+        self.generation = self.physical.generation + 1
+        try:
+            store = open_store(checkpoint_settings(self.topology).store_url, self.topology.name)
+            epoch = recovery_point(self.physical, store)
+        except CheckpointError as e:
+            log.error("checkpoint store: %s; rolling back to the start", e)
+            epoch = None
+        self.physical = dataclasses.replace(
+            self.physical, generation=self.generation, restore_epoch=epoch
+        )
+        log.warning(
+            "worker %d exited with %s: relaunched as generation %d from checkpoint %s",
+            wid, code, self.generation, epoch,
+        )  # fmt: skip
+        self.recovered.append(wid)
+        old = self.conns.pop(wid, None)
+        if old is not None:
+            self.sel.unregister(old.sock)
+            old.sock.close()
+        w = self.physical.by_id(wid)
+        self._launch_worker(w)
+        self.peers.update(self._accept_hellos(expected=1))
+        boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
+        body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
+        for other, c in list(self.conns.items()):
+            c.sock.sendall(boot)
+            if other != wid:
+                self.send(other, ControlTuple(Control.ROLLBACK, body))
+        if w.node in {n.name for n in self.topology.spouts()}:
+            self.send(wid, ControlTuple(Control.ACTIVATE, {}))
 
     def stop(self) -> None:
         procs = [*self.procs.values(), *self.service_procs.values()]

@@ -14,10 +14,12 @@ wire-encoded control tuple, type 1 a msgpack map used only for bootstrap
 from __future__ import annotations
 
 import fcntl
+import select
 import selectors
 import socket
 import struct
 import termios
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +108,7 @@ class TcpTransport(Transport):
         self.sel.register(self.control, selectors.EVENT_READ, self.control_conn)
         self.inbound: list[_Conn] = []
         self.peers: dict[int, tuple[str, int]] = {}
+        self.early: list[Inbound | ControlTuple] = []  # control read while awaiting peers
         self.out: dict[int, socket.socket] = {}
         self.seq_out: dict[int, int] = {}
         self.seq_in: dict[tuple[bytes, int], int] = {}
@@ -119,8 +122,9 @@ class TcpTransport(Transport):
     # ----- receiving -----------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
-        out: list[Inbound | ControlTuple] = []
-        for key, _ in self.sel.select(timeout):
+        out: list[Inbound | ControlTuple] = self.early
+        self.early = []
+        for key, _ in self.sel.select(0 if out else timeout):
             if key.data == "listen":
                 sock, _addr = self.listener.accept()
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -165,7 +169,13 @@ class TcpTransport(Transport):
                 try:
                     msg = msgpack.unpackb(m[1:], raw=False, strict_map_key=False)
                     peers = msg["peers"]
-                    self.peers.update({int(k): (str(v[0]), int(v[1])) for k, v in peers.items()})
+                    for k, v in peers.items():
+                        addr = (str(v[0]), int(v[1]))
+                        if self.peers.get(int(k), addr) != addr:  # a restarted peer
+                            old = self.out.pop(int(k), None)
+                            if old is not None:
+                                old.close()
+                        self.peers[int(k)] = addr
                 except Exception:
                     self.stats.drop("malformed_control")
                 continue
@@ -207,9 +217,23 @@ class TcpTransport(Transport):
 
     # ----- sending -------------------------------------------------------------------------
 
+    def _await_peers(self, timeout: float = 30.0) -> None:
+        """A worker relaunched mid-run may send (a generation mark) before the
+        coordinator told it its peers: read the control connection until it has."""
+        deadline = time.monotonic() + timeout
+        while not self.peers and time.monotonic() < deadline:
+            if not select.select([self.control], [], [], 0.1)[0]:
+                continue
+            data = self.control.recv(READ_CHUNK)
+            if not data:
+                raise ConnectionError("control connection closed")
+            self._control_messages(self.control_conn.reader.feed(data), self.early)
+
     def _link(self, dst: int) -> socket.socket | None:
         sock = self.out.get(dst)
         if sock is None:
+            if not self.peers:
+                self._await_peers()
             addr = self.peers.get(dst)
             if addr is None:
                 return None
@@ -220,7 +244,10 @@ class TcpTransport(Transport):
         return sock
 
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        sock = self._link(dst)
+        try:
+            sock = self._link(dst)
+        except OSError:
+            sock = None
         if sock is None:
             self.stats.drop("no_peer", len(payloads))
             return
@@ -230,7 +257,15 @@ class TcpTransport(Transport):
         )
         self.seq_out[(dst, stream)] = (seq + len(frames)) & 0xFFFFFFFF
         data = b"".join([U32.pack(len(f)) + f for f in frames])
-        sock.sendall(data)
+        try:
+            sock.sendall(data)
+        except OSError:
+            # the receiver died: what it would have got is counted, never silent (under a
+            # guarantee the job rolls back; without one the run fails on the dead worker)
+            self.out.pop(dst, None)
+            sock.close()
+            self.stats.drop("peer_lost", len(frames))
+            return
         self.stats.frames_out += len(frames)
         self.stats.bytes_out += len(data)
 
