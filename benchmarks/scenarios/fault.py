@@ -23,7 +23,9 @@ it is read when the controller starts):
   the replacement starts from the last global checkpoint and every worker
   rolls back to it, so no sentence is lost.  Its "lost" is measured on the
   result: the words the source's sentences hold minus the words counted, and
-  the run fails unless every word's count equals the reference.
+  the run fails unless every word's count equals the reference;
+* **at least once**: the same with ``guarantee: at_least_once`` (no alignment:
+  a replay may count words twice); the run fails if any word is short.
 
 Measured per run: kill -> detection, detection -> ROUTING written and
 acknowledged, the count input rate before and after, the seconds spent below
@@ -69,7 +71,8 @@ from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ("port events", "heartbeat only", "exactly once")
+VARIANTS = ("port events", "heartbeat only", "exactly once", "at least once")
+GUARANTEED = {"exactly once": "exactly_once", "at least once": "at_least_once"}
 CHECKPOINT_MS = 1000
 METRICS_S = 0.25
 BIN_S = 0.5
@@ -171,7 +174,7 @@ class Fault(Scenario):
         runs: dict[str, list[FaultRun]] = {v: [] for v in VARIANTS}
         try:
             by_settings: dict[str, EmulatedCluster] = {}
-            for tag, variant in zip("fhe", VARIANTS, strict=True):
+            for tag, variant in zip("fhea", VARIANTS, strict=True):
                 conf = self.settings(variant, self.HEARTBEAT_S)
                 if conf not in by_settings:  # exactly once runs on the port-events cluster
                     by_settings[conf] = bench.testbed.app_cluster(
@@ -214,13 +217,13 @@ class Fault(Scenario):
     def one_run(self, c: EmulatedCluster, variant: str, n: int, p: dict[str, float]) -> FaultRun:
         run = FaultRun(variant, f"wordcount split worker killed, {variant}")
         t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-        tag = {"port events": "p", "heartbeat only": "h"}.get(variant, "e")
+        tag = {"port events": "p", "heartbeat only": "h", "at least once": "a"}.get(variant, "e")
         t.name = f"bench{n:04d}-fault{tag}"  # unique per testbed: nothing carries over
         t.nodes["source"].args.update(count=10**9, rate=self.RATE, words=self.WORDS)
-        if variant == "exactly once":
+        if variant in GUARANTEED:
             store = c.workdir / "checkpoints"
             t.config.update(
-                guarantee="exactly_once",
+                guarantee=GUARANTEED[variant],
                 checkpoint_interval_ms=CHECKPOINT_MS,
                 checkpoint_store=str(store),
             )
@@ -311,7 +314,7 @@ class Fault(Scenario):
         if not c.wait_finished(name):
             raise RuntimeError("the drained workers did not all finish cleanly")
         reports = {r["worker"]: r for r in read_worker_reports(c.report_dir(name))}
-        if run.variant == "exactly once":
+        if run.variant in GUARANTEED:
             self.exact_counts(c, name, run, reports)
             return
         run.sent = counter(reports[source]["metrics"], "out")
@@ -325,8 +328,9 @@ class Fault(Scenario):
     def exact_counts(
         self, c: EmulatedCluster, name: str, run: FaultRun, reports: dict[int, dict]
     ) -> None:
-        """Exactly once: the count workers' merged counts against the words of every
-        sentence the source emitted (its offset survives the rollback)."""
+        """The count workers' merged counts against the words of every sentence the
+        source emitted (its offset survives the rollback): equal (exactly once), none
+        short (at least once; what is counted twice is not lost)."""
         topology = c.coordinator.get_topology(name)
         args = topology.nodes["source"].args
         emitted = sum(r["result"]["emitted"] for r in reports.values() if r["node"] == "source")
@@ -342,16 +346,20 @@ class Fault(Scenario):
             for w in sentence.split():
                 want[w] = want.get(w, 0) + 1
         run.sent = emitted
-        run.received = sum(counts.values()) // self.WORDS
-        wrong = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
-        wrong.update({w: (n, 0) for w, n in counts.items() if w not in want})
+        short = sum(max(0, n - counts.get(w, 0)) for w, n in want.items())
+        run.received = emitted - -(-short // self.WORDS)  # sentences' worth of words short
+        if run.variant == "exactly once":
+            wrong = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
+            wrong.update({w: (n, 0) for w, n in counts.items() if w not in want})
+        else:
+            wrong = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) < n}
         new = run.incident.get("replacement")
         if new in reports:
             run.replacement_in = counter(reports[new]["metrics"], "in")
         run.incident = self.final_incident(c, name, run.victim) or run.incident
         if wrong:
             raise RuntimeError(
-                f"exactly once: {len(wrong)} words counted wrong, e.g. "
+                f"{run.variant}: {len(wrong)} words counted wrong, e.g. "
                 f"{sorted(wrong.items())[:3]} (counted, expected)"
             )
 
@@ -441,7 +449,7 @@ class Fault(Scenario):
                 ),
             )
         )
-        pe, ho, eo = VARIANTS
+        pe, ho, eo, al = VARIANTS
         res.ratios += [
             Ratio(
                 "fault: sentences lost, exactly once",
@@ -450,6 +458,12 @@ class Fault(Scenario):
                 None if lost[eo] is None else lost[eo] == 0,
             ),
             Ratio("fault: kill -> count rate back at 80%, exactly once (s)", back[eo]),
+            Ratio(
+                "fault: sentences lost, at least once",
+                lost[al],
+                "0",
+                None if lost[al] is None else lost[al] == 0,
+            ),
             Ratio(
                 "fault: kill -> ROUTING written around the dead worker, port events (ms)",
                 k2r[pe],

@@ -745,10 +745,11 @@ class Framework:
         self.eos_targets = {sid: set(r.hops) for sid, r in self.routers.items()}
         self.done = self.input_done = self.exhausted = False
         self.may_exit = False
+        # per-link counts start over (the run report compares this generation's links);
+        # tuples in and out keep counting: rates include what is replayed
         self.sent_to.clear()
         self.received_from.clear()
         self.sent_balanced.clear()
-        self.tuples_in.clear()
         old = self.op
         node = self.node
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
