@@ -343,13 +343,18 @@ def test_every_control_tuple_takes_effect(cluster, endless):
     mids = [w.worker_id for w in by_node["mid"]]
     sink = by_node["sink"][0].worker_id
 
-    # METRIC_REQ -> METRIC_RESP with queue depth and counts
-    control(cluster, name, "METRIC_REQ", {"request_id": 424242}, workers=[sink])
-    m = wait(
-        lambda: cluster.rest("GET", f"/apps/{name}/responses/424242")[1].get(str(sink)),
-        10,
-        "METRIC_RESP 424242",
-    )
+    # METRIC_REQ -> METRIC_RESP with queue depth and counts (asked again until the sink's
+    # first tuples have arrived: the application has just been activated)
+    def answer(request_id: int) -> dict | None:
+        control(cluster, name, "METRIC_REQ", {"request_id": request_id}, workers=[sink])
+        return wait(
+            lambda: cluster.rest("GET", f"/apps/{name}/responses/{request_id}")[1].get(str(sink)),
+            10,
+            f"METRIC_RESP {request_id}",
+        )
+
+    ids = iter(range(424242, 424342))
+    m = wait(lambda: (r := answer(next(ids)))["in"] and r, 10, "a METRIC_RESP with input")
     assert "queue" in m and m["in"] and "proc_us" in m
 
     # INPUT_RATE halves the source rate; DEACTIVATE stops the spouts, ACTIVATE starts them
