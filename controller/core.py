@@ -569,13 +569,11 @@ class TyphoonController(RyuApp):
             self.coordinator.put_app_state(
                 app, {**state, "checkpoint": {"epoch": epoch, "time": time.time()}}
             )
-        if progress.completed_generation == physical.generation:
-            if metrics.get("done"):  # still there: the COMPLETE it was sent may be lost
-                self.send_control(app, [worker_id], ControlTuple(Control.COMPLETE, {}))
-        elif progress.complete(physical):
-            progress.completed_generation = physical.generation
-            self.logger.info("app %s: every worker finished; COMPLETE", app)
-            workers = [w.worker_id for w in physical.workers]
+        first = progress.completed_generation != physical.generation
+        workers = progress.to_complete(worker_id, metrics, physical)
+        if workers:
+            if first:
+                self.logger.info("app %s: every worker finished; COMPLETE", app)
             self.send_control(app, workers, ControlTuple(Control.COMPLETE, {}))
 
     def _spark_progress(self, app: str, worker_id: int, spark: dict, now: float) -> None:

@@ -301,12 +301,8 @@ class TcpCluster:
         if self.progress is None:
             return
         self.progress.heard(worker, metrics)
-        if self.progress.complete(self.physical) or (
-            self.progress.completed_generation is not None and metrics.get("done")
-        ):
-            first = self.progress.completed_generation is None
-            self.progress.completed_generation = self.physical.generation
-            for wid in list(self.conns) if first else [worker]:
+        for wid in self.progress.to_complete(worker, metrics, self.physical):
+            if wid in self.conns:
                 self.send(wid, ControlTuple(Control.COMPLETE, {}))
 
     def _spark_events(self, metrics: dict[str, Any]) -> None:

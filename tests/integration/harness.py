@@ -148,9 +148,14 @@ def ryu_apps(tmp_path: Path, apps: Sequence[str], config: str = "") -> Iterator[
         try:
             yield RyuApps(proc, f"http://127.0.0.1:{port}/typhoon", log_path)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+            stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 10 s; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import ROOT, emulated_cluster, wait
+from harness import ROOT, emulated_cluster, stop_process, wait
 
 from mininet_env.processes import free_port
 from typhoon.topology import load_topology_text
@@ -129,12 +129,7 @@ def prometheus(cluster, tmp_path):
         assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 

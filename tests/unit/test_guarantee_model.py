@@ -58,24 +58,12 @@ class Numbers(Spout):
     def seek(self, offset: Any) -> None:
         self.next = offset
 
-    def snapshot(self) -> Any:
-        return None
-
-    def restore(self, state: Any) -> None:
-        pass
-
 
 class Keyed(Bolt):
     fields: ClassVar[tuple[str, ...]] = ("key", "n")
 
     def process(self, values: list, emit: Any) -> None:
         emit([values[0] % KEYS, values[0]])
-
-    def snapshot(self) -> Any:
-        return None
-
-    def restore(self, state: Any) -> None:
-        pass
 
 
 class Tally(Bolt):
@@ -400,3 +388,19 @@ def test_a_submission_starts_from_an_empty_store_and_refuses_a_bad_one(tmp_path)
     topo.config["checkpoint_store"] = "/proc/nope"
     with pytest.raises(ManagerError, match="checkpoint store /proc/nope cannot be used"):
         fresh_checkpoints(topo)
+
+
+def test_complete_goes_to_everyone_once_then_to_whoever_still_replies():
+    from typhoon.checkpoint.progress import JobProgress
+
+    net = Net("exactly_once")
+    p = JobProgress()
+    done = {"done": 1, "generation": 0}
+    for wid in net.ids[:-1]:
+        p.heard(wid, done)
+        assert p.to_complete(wid, done, net.phys) == []
+    last = net.ids[-1]
+    p.heard(last, done)
+    assert p.to_complete(last, done, net.phys) == net.ids
+    assert p.to_complete(net.ids[0], done, net.phys) == [net.ids[0]]  # a lost COMPLETE
+    assert p.to_complete(net.ids[0], {"done": 0}, net.phys) == []

@@ -84,6 +84,19 @@ class JobProgress:
             return None
         return min(self.epochs[w] for w in active)
 
+    def to_complete(
+        self, worker: int, metrics: Mapping[str, Any], physical: PhysicalTopology
+    ) -> list[int]:
+        """Workers to send COMPLETE after ``worker``'s reply: every worker, the first time
+        all of them finished in the current generation; afterwards a finished worker that
+        still replies (the COMPLETE it was sent may be lost)."""
+        if self.completed_generation == physical.generation:
+            return [worker] if metrics.get("done") else []
+        if not self.complete(physical):
+            return []
+        self.completed_generation = physical.generation
+        return [w.worker_id for w in physical.workers]
+
     def complete(self, physical: PhysicalTopology) -> bool:
         """Every active worker finished in the current generation (or a newer one)."""
         active = [w.worker_id for w in physical.workers if w.active]
