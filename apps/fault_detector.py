@@ -413,7 +413,12 @@ class FaultDetector(RyuApp):
             hub.sleep(POLL_S)
         pending = self.pending.setdefault(name, set())
         pending.discard(new)
-        plan = rejoin(app.topology, app.physical, new, pending)
+        gone = {w for a, w in self.handled if a == name}
+        plan = rejoin(app.topology, app.physical, new, pending, gone)
+        sent = self._send(core, name, "UPSTREAM", {new: plan.upstream})
+        problem = self._acked(core, name, "UPSTREAM", sent)
+        if problem:
+            self.logger.warning("app %s worker %d: UPSTREAM not confirmed: %s", name, new, problem)
         routes = {
             s: r
             for s, r in plan.routes.items()

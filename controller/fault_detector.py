@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.routing import Route, routes_for
@@ -43,7 +44,11 @@ class Rejoin:
     """What to do once the replacement is attached."""
 
     worker: int
-    routes: dict[int, list[Route]]  # predecessor -> its routes with the replacement
+    routes: dict[int, list[Route]]  # predecessor (and the replacement) -> its routes
+    # UPSTREAM body for the replacement: its senders as they are now.  It was started
+    # from the physical topology its agent read, which can predate other replacements
+    # (several workers die at once): it would wait for a dead sender's anchors and EOS.
+    upstream: dict[str, Any]
 
 
 def senders_to(topology: Topology, physical: PhysicalTopology, node: str) -> list[int]:
@@ -116,15 +121,24 @@ def rejoin(
     physical: PhysicalTopology,
     worker: int,
     pending: Collection[int] = (),
+    gone: Collection[int] = (),
 ) -> Rejoin:
     """Plan bringing the attached replacement ``worker`` into routing.
 
-    Other replacements still starting (``pending``) stay out of the routes.
+    Other replacements still starting (``pending``) stay out of the routes; they
+    route to ``worker`` once they rejoin themselves.  The replacement gets its own
+    routes too, and its senders as an UPSTREAM (``gone``: dead workers it may still
+    expect); ``reopen`` false, so a sender whose end of stream already came is not
+    awaited again.
     """
     node = physical.by_id(worker).node
     reachable = without(physical, set(pending) - {worker})
     routes = {p: routes_for(topology, reachable, p) for p in senders_to(topology, reachable, node)}
-    return Rejoin(worker, routes)
+    if topology.outputs_of(node):
+        routes[worker] = routes_for(topology, reachable, worker)
+    senders = senders_to(topology, physical, node)
+    remove = sorted(set(gone) - set(senders))
+    return Rejoin(worker, routes, {"add": senders, "remove": remove, "reopen": False})
 
 
 def held_up_by_receivers(

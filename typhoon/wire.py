@@ -736,6 +736,9 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "add": (_list_of(_worker_id), []),
         "remove": (_list_of(_worker_id), []),
         "version": (_u64, _REQUIRED),
+        # false: a sender in ``add`` whose end of stream already came stays finished
+        # (a replacement told who sends to it, not a sender routing to it again)
+        "reopen": (_bool, True),
     },
 }
 

@@ -143,3 +143,16 @@ def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, t
     report = exact(c, t, name)
     assert victim in c.recovered, (victim, c.recovered)
     assert report["ok"]
+
+
+@pytest.mark.integration
+def test_exact_after_the_source_and_two_consecutive_stages_die_at_once(cluster, tmp_path):
+    """SAND's claim: a source and the two stages after it fail together; the source's
+    replacement seeks to the checkpointed offset and the counts are still exact."""
+    c = cluster
+    t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
+    time.sleep(2.0)
+    killed = kill(c, name, ["source", "split", "count"])
+    report = exact(c, t, name)
+    assert set(killed) <= set(c.recovered), (killed, c.recovered)
+    assert report["ok"]

@@ -179,7 +179,9 @@ def test_a_bolt_that_raises_fails_the_run_with_its_traceback(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("victims", [["count"], ["split"], ["count", "split"]])
+@pytest.mark.parametrize(
+    "victims", [["count"], ["split"], ["count", "split"], ["source"], ["source", "split", "count"]]
+)
 def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[str]) -> None:
     """Guaranteed processing on tcp: SIGKILLed workers are relaunched from the last
     global checkpoint and the job rolls back; the counts equal the reference."""

@@ -84,6 +84,26 @@ def test_pending_replacements_stay_out_of_routes(wc):
     assert r.routes[source][0].next_hops == [first.replacement]
 
 
+def test_rejoin_tells_the_replacement_its_senders_and_routes(wc):
+    """Source and split die together: the split's replacement, started from the
+    topology with the dead source, learns the source's replacement (still pending) as
+    its sender and gets its own routes; the dead source is removed."""
+    topology, physical = wc
+    (source,) = ids(physical, "source")
+    split = ids(physical, "split")[0]
+    first = failover(topology, physical, split, HOSTS, 10)
+    second = failover(topology, first.physical, source, HOSTS, 10, pending=[first.replacement])
+    r = rejoin(
+        topology, second.physical, first.replacement,
+        pending=[second.replacement], gone=[source, split],
+    )  # fmt: skip
+    # every dead worker it might still expect is removed (a non-sender: no effect)
+    assert r.upstream == {"add": [second.replacement], "remove": [source, split], "reopen": False}
+    counts = ids(physical, "count")
+    assert sorted(r.routes[first.replacement][0].next_hops) == sorted(counts)
+    assert second.replacement not in r.routes  # a pending sender routes once it rejoins
+
+
 def test_draining_worker_is_not_failed_over(wc):
     topology, physical = wc
     dead = ids(physical, "split")[0]

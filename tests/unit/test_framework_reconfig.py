@@ -125,6 +125,23 @@ def test_upstream_brings_back_a_sender_that_released_the_worker_earlier():
     assert fw.done
 
 
+def test_upstream_without_reopen_tells_a_replacement_its_senders():
+    """A replacement started from an older physical topology waits for a dead sender
+    (several failures at once); the rejoin's UPSTREAM swaps it for the live one without
+    waiting again for a sender whose end of stream already came."""
+    t, phys = deployed()
+    sink = phys.of_node("sink")[0].worker_id
+    mids = [w.worker_id for w in phys.of_node("mid")]
+    fw, io = worker(t, phys, sink)
+    fw.deliver(Inbound(mids[1], EOS_STREAM, [EOS_PAYLOAD]))
+    ctl(fw, Control.UPSTREAM, {"add": [77, mids[1]], "remove": [mids[0]], "version": 3,
+                               "reopen": False})  # fmt: skip
+    assert io.replies[-1].body["metrics"] == {"ack": "UPSTREAM", "version": 3}
+    assert not fw.done  # waits for 77 only
+    fw.deliver(Inbound(77, EOS_STREAM, [EOS_PAYLOAD]))
+    assert fw.done
+
+
 def test_routes_skip_draining_workers_and_new_workers_do_not_wait_for_them():
     t, phys = deployed()
     p = plan(Scale("mid", 1), t, phys, ["h1"], 100)

@@ -720,7 +720,7 @@ bodies = {
     ),
     Control.DRAIN: st.fixed_dictionaries({"version": u64}),
     Control.UPSTREAM: st.fixed_dictionaries(
-        {"add": worker_lists, "remove": worker_lists, "version": u64}
+        {"add": worker_lists, "remove": worker_lists, "version": u64, "reopen": st.booleans()}
     ),
     Control.FLOW_CONTROL: st.fixed_dictionaries({"budget": st.integers(0, 2**32 - 1)}),
     Control.ROLLBACK: st.fixed_dictionaries(

@@ -500,9 +500,12 @@ class Framework:
             self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
         elif t == Control.UPSTREAM:
-            # a sender that released us earlier and now routes to us again starts over
-            self.finished_upstream.difference_update(body["add"])
-            self.pending_upstream.update(body["add"])
+            # a sender that released us earlier and now routes to us again starts over,
+            # unless the body says it is only a reminder of who sends (reopen false)
+            add = set(body["add"])
+            if body.get("reopen", True):
+                self.finished_upstream.difference_update(add)
+            self.pending_upstream.update(add - self.finished_upstream)
             self.pending_upstream.difference_update(body["remove"])
             self._ack("UPSTREAM", body["version"])
             if self.ckpt is not None:
