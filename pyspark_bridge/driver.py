@@ -40,6 +40,7 @@ from typing import Any
 from pyspark_bridge import log
 from pyspark_bridge.node import load_function
 from pyspark_bridge.outbox import manifest_path, out_dir, publish, stage_rows
+from typhoon import logs
 
 logger = logging.getLogger("pyspark_bridge.driver")
 
@@ -352,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m pyspark_bridge.driver PLAN.json", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.setup(logging.INFO)
     driver = Driver(Path(argv[0]))
     signal.signal(signal.SIGTERM, driver.stop)
     signal.signal(signal.SIGINT, driver.stop)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from typhoon import logs
 from typhoon.cluster import Cluster
 from typhoon.coordinator import (
     AgentState,
@@ -621,9 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.05, metavar="S")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format=f"%(asctime)s agent[{args.host}] %(levelname)s %(message)s",
+    logs.setup(
+        logging.DEBUG if args.verbose else logging.INFO,
+        text_format=f"%(asctime)s agent[{args.host}] %(levelname)s %(message)s",
     )
     try:
         coordinator = open_coordinator(args.coordinator)

@@ -14,6 +14,11 @@ Where the controller is and which token to send, first found wins:
 4. ``http://127.0.0.1:8080`` and no token (reads work, changes are refused).
 
 The URL may be given with or without the ``/typhoon`` prefix of the API.
+
+A request the controller could not take (connection refused or reset,
+502/503/504) is tried again with exponential backoff (``retries``,
+``backoff``): a read always, a change only when it surely was not sent
+(refused).  A timeout is not tried again.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -29,6 +35,7 @@ from typing import Any
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 DEFAULT_CONFIG = Path("~/.config/typhoon/client.ini")
+RETRY_STATUS = (502, 503, 504)  # a proxy or a controller still starting
 
 
 class ApiCallError(Exception):
@@ -81,13 +88,22 @@ def resolve(
 class Client:
     """JSON over HTTP to the controller's ``/typhoon`` API."""
 
-    def __init__(self, endpoint: Endpoint, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+    ) -> None:
         base = endpoint.controller.rstrip("/")
         if "://" not in base:
             base = "http://" + base
         self.base = base if base.endswith("/typhoon") else base + "/typhoon"
         self.token = endpoint.token
         self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.attempts = 0  # requests sent, retries included (tests, logs)
 
     def call(
         self,
@@ -98,7 +114,19 @@ class Client:
         text: str | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        """One request; the decoded JSON answer, or ApiCallError with the controller's reason."""
+        """One request, tried again on a transient failure (module docstring); the decoded
+        JSON answer, or ApiCallError with the controller's reason."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._once(method, path, body, text, content_type)
+            except _Transient as t:
+                if attempt == self.retries or not (method == "GET" or t.unsent):
+                    raise t.error from None
+                time.sleep(self.backoff * 2**attempt)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _once(self, method: str, path: str, body: Any, text: str | None, content_type: str) -> Any:
+        self.attempts += 1
         data = text.encode() if text is not None else None
         if body is not None:
             data = json.dumps(body).encode()
@@ -115,9 +143,27 @@ class Client:
                 message = json.loads(raw or b"{}").get("error") or str(e.reason)
             except (ValueError, AttributeError):
                 message = str(e.reason)
+            if e.code in RETRY_STATUS:
+                raise _Transient(ApiCallError(e.code, message), unsent=False) from None
             raise ApiCallError(e.code, message) from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise ApiCallError(0, unreachable(self.base, e)) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
+            error = ApiCallError(0, unreachable(self.base, e))
+            if isinstance(reason, TimeoutError):  # a hung controller: no waiting it out again
+                raise error from None
+            unsent = isinstance(reason, ConnectionRefusedError)
+            raise _Transient(error, unsent) from None
+        except ValueError as e:  # not JSON: not our controller, or a broken answer
+            raise ApiCallError(0, f"the controller at {self.base} answered no JSON: {e}") from None
+
+
+class _Transient(Exception):
+    """A failure worth another try; ``unsent``: the request surely did not arrive."""
+
+    def __init__(self, error: ApiCallError, unsent: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.unsent = unsent
 
 
 def unreachable(url: str, e: Exception) -> str:
@@ -127,4 +173,8 @@ def unreachable(url: str, e: Exception) -> str:
         why = reason.strerror.lower()
     else:
         why = str(reason) or type(reason).__name__
-    return f"cannot reach the controller at {url} ({why}): is the controller running?"
+    return (
+        f"cannot reach the controller at {url} ({why}): is the controller running? "
+        "(set it with --controller URL, $TYPHOON_CONTROLLER or controller = in "
+        f"{DEFAULT_CONFIG})"
+    )

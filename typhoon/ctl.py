@@ -1,10 +1,14 @@
 """CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
 
-``typhoon submit FILE``, ``list``, ``status NAME``, ``scale NAME NODE N``,
-``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE OPERATOR
-[--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``, ``remove NAME
-NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill NAME``.  Where
-the controller is and the token: see :mod:`typhoon.client`.
+``typhoon submit FILE``, ``list``, ``status NAME [--watch S]``, ``scale NAME
+NODE N``, ``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE
+OPERATOR [--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``,
+``remove NAME NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill
+NAME``, and the apps' reports ``faults``, ``autoscaler``, ``lb [NAME]``.
+Where the controller is and the token: see :mod:`typhoon.client`.
+
+``--json`` on every verb prints one JSON document on stdout instead of text,
+errors included (``{"ok": false, "error": ..., "exit": N}``).
 
 A reconfiguration verb waits until the update has finished and prints each
 step as it completes (``--no-wait`` returns once the controller accepted it).
@@ -19,8 +23,11 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+
+import yaml
 
 from typhoon.client import ApiCallError, Client, resolve
 
@@ -101,24 +108,31 @@ def cmd_reconfigure(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     kind, body = _request(args)
     client = _client(args)
     record = client.call("POST", f"/apps/{args.name}/{kind}", body)
-    print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=out)
+    text = None if args.json else out
+    if text:
+        print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=text)
     if args.no_wait:
-        return 0
+        return _json_result(args, out, record, 0)
     shown = 0
     deadline = time.monotonic() + args.timeout
     while record["state"] == "running":
-        shown = _print_steps(record, shown, out)
+        if text:
+            shown = _print_steps(record, shown, text)
         if time.monotonic() > deadline:
-            print(f"error: still running after {args.timeout:g} s", file=err)
-            return EXIT_FAILED
+            raise _Failed(f"still running after {args.timeout:g} s")
         time.sleep(0.1)
         record = client.call("GET", f"/apps/{args.name}/reconfig")
-    _print_steps(record, shown, out)
+    if not text:
+        return _json_result(args, out, record, 0 if record["state"] == "done" else EXIT_FAILED)
+    _print_steps(record, shown, text)
     return _outcome(record, out, err)
 
 
 def cmd_reconfig(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     record = _client(args).call("GET", f"/apps/{args.name}/reconfig")
+    code = 0 if record["state"] in ("running", "done") else EXIT_FAILED
+    if args.json:
+        return _json_result(args, out, record, code)
     print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=out)
     _print_steps(record, 0, out)
     return 0 if record["state"] == "running" else _outcome(record, out, err)
@@ -130,6 +144,8 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read {args.file}: {e}") from None
     reply = _client(args).call("POST", "/apps", {"topology": text})
+    if args.json:
+        return _json_result(args, out, reply, 0)
     print(f"submitted {reply['name']}: {len(reply['workers'])} workers", file=out)
     for w in reply["workers"]:
         print(f"  worker {w['worker_id']}: {w['node']}[{w['index']}] on {w['host']} port "
@@ -139,6 +155,8 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     apps = _client(args).call("GET", "/apps")
+    if args.json:
+        return _json_result(args, out, apps, 0)
     for name, a in sorted(apps.items()):
         state = "active" if a.get("active") else "starting"
         print(f"{name}  app {a['app_id']:#06x}  version {a['version']}  {state}", file=out)
@@ -146,10 +164,63 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    s = _client(args).call("GET", f"/apps/{args.name}")
+    client = _client(args)
+    if args.watch is None:
+        return _show_status(args, client.call("GET", f"/apps/{args.name}"), out)
+    if args.watch < 0.1:
+        raise _Usage("--watch takes a period of at least 0.1 s")
+    return watch(
+        lambda: client.call("GET", f"/apps/{args.name}"),
+        lambda s, o: _show_status(args, s, o),
+        args.watch,
+        out,
+        args.count,
+    )
+
+
+def watch(
+    fetch: Callable[[], Any],
+    show: Callable[[Any, TextIO], int],
+    period: float,
+    out: TextIO,
+    count: int | None = None,
+) -> int:
+    """Show ``fetch()`` every ``period`` seconds (``count`` times, or until interrupted):
+    redrawn in place on a terminal (rich), one block after another otherwise."""
+    import io
+
+    live = None
+    if out.isatty():
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        live = Live(console=Console(file=out), auto_refresh=False)
+        live.start()
+    shown = 0
+    try:
+        while count is None or shown < count:
+            if shown:
+                time.sleep(period)
+            doc = fetch()
+            if live is None:
+                show(doc, out)
+            else:
+                buf = io.StringIO()
+                show(doc, buf)
+                live.update(Text(buf.getvalue()), refresh=True)
+            shown += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+    return 0
+
+
+def _show_status(args: argparse.Namespace, s: dict[str, Any], out: TextIO) -> int:
     if args.json:
-        print(json.dumps(s, indent=2), file=out)
-        return 0
+        return _json_result(args, out, s, 0)
     print(f"{s['name']}  app {s['app_id']:#06x}  physical version {s['version']}", file=out)
     for name, n in s["nodes"].items():
         print(f"  node {name}: {n['operator']} {json.dumps(n['args'])} x{n['parallelism']}",
@@ -173,8 +244,61 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_kill(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _client(args).call("DELETE", f"/apps/{args.name}")
+    if args.json:
+        return _json_result(args, out, {"killed": args.name}, 0)
     print(f"killed {args.name}", file=out)
     return 0
+
+
+def cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """An app's report (``faults``, ``autoscaler``, ``lb``), of one application or all."""
+    what = args.command
+    path = f"/apps/{args.name}/{what}" if args.name else f"/{what}"
+    try:
+        doc = _client(args).call("GET", path)
+    except ApiCallError as e:
+        if e.status == 404 and not args.name:
+            app = {"faults": "fault_detector", "autoscaler": "autoscaler", "lb": "load_balancer"}
+            raise ApiCallError(
+                404, f"the controller has no {what} report: is apps/{app[what]}.py loaded?"
+            ) from None
+        raise
+    if args.json:
+        return _json_result(args, out, doc, 0)
+    if what == "faults":
+        _print_faults(doc, out)
+    else:
+        out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False) or "{}\n")
+    return 0
+
+
+def _print_faults(incidents: list[dict[str, Any]], out: TextIO) -> None:
+    if not incidents:
+        print("no incidents", file=out)
+        return
+    print("  app           worker  node        state      reason", file=out)
+    for i in incidents:
+        times = ", ".join(
+            f"{label} {i[key]:.1f} ms"
+            for key, label in (("reroute_ms", "rerouted"), ("rejoined_ms", "rejoined"))
+            if i.get(key) is not None
+        )
+        print(
+            f"  {i['app'][:12]:<12}  {i['worker']:>6}  {i['node'][:10]:<10}  "
+            f"{i['state']:<9}  {i['reason']}" + (f" ({times})" if times else ""),
+            file=out,
+        )
+        if i.get("replacement") is not None:
+            print(f"  {'':12}  {'':6}  replaced by worker {i['replacement']}", file=out)
+
+
+class _Failed(Exception):
+    """The verb ran but what it did failed (exit 1)."""
+
+
+def _json_result(args: argparse.Namespace, out: TextIO, doc: Any, code: int) -> int:
+    print(json.dumps({"ok": code == 0, "result": doc}, indent=2, default=str), file=out)
+    return code
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -183,11 +307,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     try:
         return args.ctl_func(args, out, err)
     except _Usage as e:
-        print(f"error: {e}", file=err)
-        return EXIT_USAGE
+        return fail(args, str(e), EXIT_USAGE, out, err)
+    except _Failed as e:
+        return fail(args, str(e), EXIT_FAILED, out, err)
     except ApiCallError as e:
-        print(f"error: {e.message}", file=err)
-        return EXIT_USAGE if e.bad_request else EXIT_FAILED
+        return fail(args, e.message, EXIT_USAGE if e.bad_request else EXIT_FAILED, out, err)
+
+
+def fail(args: argparse.Namespace, message: str, code: int, out: TextIO, err: TextIO) -> int:
+    """One line on stderr, or with ``--json`` one document on stdout."""
+    if getattr(args, "json", False):
+        print(json.dumps({"ok": False, "error": message, "exit": code}), file=out)
+    else:
+        print(f"error: {message}", file=err)
+    return code
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -196,6 +329,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--controller", help="REST URL (default: $TYPHOON_CONTROLLER, config)")
     common.add_argument("--token", help="API token (default: $TYPHOON_TOKEN, config)")
     common.add_argument("--config", help="INI file with [typhoon] controller/token")
+    common.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout, errors included"
+    )
 
     def verb(name: str, func, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_)
@@ -210,7 +346,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     verb("list", cmd_list, "list running applications")
     p = verb("status", cmd_status, "workers, hosts, ports and rates of an application")
     p.add_argument("name")
-    p.add_argument("--json", action="store_true", help="the raw status document")
+    p.add_argument("--watch", type=float, metavar="S", help="show it again every S seconds")
+    p.add_argument("--count", type=int, help="with --watch: stop after this many")
     p = verb("scale", cmd_reconfigure, "change a node's parallelism at run time")
     p.add_argument("name")
     p.add_argument("node")
@@ -244,3 +381,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     waits(p)
     verb("reconfig", cmd_reconfig, "the running or last reconfiguration").add_argument("name")
     verb("kill", cmd_kill, "stop an application and remove it").add_argument("name")
+    for name, help_ in (
+        ("faults", "the fault detector's incidents (apps/fault_detector.py)"),
+        ("autoscaler", "the autoscaler's decisions (apps/autoscaler.py)"),
+        ("lb", "configured and achieved load-balancer splits (apps/load_balancer.py)"),
+    ):
+        verb(name, cmd_report, help_).add_argument("name", nargs="?", help="one application")

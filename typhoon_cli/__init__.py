@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import yaml
 
 from benchmarks import cli as bench_cli
-from typhoon import ctl
+from typhoon import __version__, ctl, logs
 from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
 from typhoon.operators import OperatorError, resolve_operator
@@ -154,7 +155,13 @@ def print_summary(report: dict[str, Any], out: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="typhoon", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"typhoon {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug output")
+    p.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        help=f"text (default) or json lines, also for the processes a run starts (${logs.ENV})",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("validate", help="check a topology file and print the plan")
@@ -210,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    if args.log_format:
+        os.environ[logs.ENV] = args.log_format  # workers, agents and drivers inherit it
+    try:
+        logs.setup(
+            logging.DEBUG if args.verbose else logging.WARNING,
+            text_format="%(levelname)s %(name)s: %(message)s",
+        )
+    except ValueError as e:  # a bad $TYPHOON_LOG_FORMAT
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return args.func(args)
     except (TopologyError, UsageError) as e:

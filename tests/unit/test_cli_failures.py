@@ -162,6 +162,7 @@ def test_no_controller_is_one_sentence_and_exit_1(capsys, argv):
     assert code == 1
     assert err == (
         f"error: cannot reach the controller at {url}/typhoon (connection refused): "
-        "is the controller running?\n"
+        "is the controller running? (set it with --controller URL, $TYPHOON_CONTROLLER or "
+        "controller = in ~/.config/typhoon/client.ini)\n"
     )
     assert "Traceback" not in out + err

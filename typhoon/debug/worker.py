@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from typhoon import logs
 from typhoon.debug.filter import parse
 from typhoon.debug.records import MirrorDecoder
 from typhoon.debug.spec import KEY_HEADER, DebugSpec
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m typhoon.debug.worker SPEC.json", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.setup(logging.INFO)
     spec = DebugSpec.load(Path(argv[0]))
     post = http_post(spec)
     from typhoon.runtime.tap import Tap

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from typhoon import logs
 from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m typhoon.runtime.worker SPEC.json", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.setup(logging.INFO)
     spec = WorkerSpec.load(Path(argv[0]))
     worker = Worker(spec)
     signal.signal(signal.SIGTERM, worker.stop)

@@ -1,0 +1,192 @@
+"""CLI verbs beyond the reconfiguration ones: the apps' reports, ``--json`` on every
+verb (errors included), ``status --watch``, the REST client's retries, ``--version``
+and the JSON log format.  The controller is a small WSGI stand-in that answers like
+the apps' REST routes; tests/unit/test_controller_rest.py drives the real routes."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import pytest
+
+import typhoon_cli as cli
+from typhoon import ctl, logs
+from typhoon.client import ApiCallError, Client, Endpoint
+
+INCIDENT = {
+    "app": "wc",
+    "worker": 4,
+    "node": "count",
+    "reason": "port link_down",
+    "state": "rejoined",
+    "reroute_ms": 0.8,
+    "rejoined_ms": 412.5,
+    "replacement": 9,
+}
+STATUS = {
+    "name": "wc",
+    "app_id": 7,
+    "version": 2,
+    "nodes": {"count": {"operator": "count_by_key", "args": {}, "parallelism": 1}},
+    "streams": [],
+    "workers": [
+        {"worker": 9, "node": "count", "host": "h1", "port": 100, "state": "running",
+         "role": "active", "rate": {"in": 10.0, "out": 0.0}},
+    ],
+}  # fmt: skip
+
+
+class Controller:
+    """Answers GETs from ``docs``; ``fail`` status codes are served first, one each."""
+
+    def __init__(self) -> None:
+        self.docs = {
+            "/typhoon/faults": [INCIDENT],
+            "/typhoon/apps/wc/faults": [INCIDENT],
+            "/typhoon/lb": {"wc": {"stream 1": {"configured": [1, 1], "achieved": [0.5, 0.5]}}},
+            "/typhoon/apps/wc": STATUS,
+        }
+        self.fail: list[int] = []
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, environ, start_response) -> Iterator[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ["PATH_INFO"]
+        self.seen.append((method, path))
+        if self.fail:
+            code = self.fail.pop(0)
+            start_response(f"{code} Unavailable", [("Content-Type", "application/json")])
+            return [json.dumps({"error": "starting up"}).encode()]
+        if method == "GET" and path in self.docs:
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps(self.docs[path]).encode()]
+        start_response("404 Not Found", [("Content-Type", "application/json")])
+        return [json.dumps({"error": f"no route {path}"}).encode()]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def controller(monkeypatch, tmp_path):
+    c = Controller()
+    httpd = make_server("127.0.0.1", 0, c, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    for var in ("TYPHOON_CONTROLLER", "TYPHOON_TOKEN", "TYPHOON_CONFIG", logs.ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    c.url = f"http://127.0.0.1:{httpd.server_port}"
+    yield c
+    httpd.shutdown()
+
+
+def typhoon(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_faults_verb_prints_incidents_for_all_or_one_app(controller, capsys):
+    code, out, err = typhoon(capsys, "faults", "--controller", controller.url)
+    assert code == 0 and err == ""
+    assert "count" in out and "rejoined" in out and "port link_down" in out
+    assert "rerouted 0.8 ms, rejoined 412.5 ms" in out and "replaced by worker 9" in out
+    code, out, _ = typhoon(capsys, "faults", "wc", "--controller", controller.url, "--json")
+    assert code == 0 and json.loads(out) == {"ok": True, "result": [INCIDENT]}
+    assert controller.seen[-1] == ("GET", "/typhoon/apps/wc/faults")
+
+
+def test_report_of_an_app_that_is_not_loaded_names_the_app(controller, capsys):
+    code, _, err = typhoon(capsys, "autoscaler", "--controller", controller.url)
+    assert code == 2
+    assert err == (
+        "error: the controller has no autoscaler report: is apps/autoscaler.py loaded?\n"
+    )
+    code, out, _ = typhoon(capsys, "lb", "--controller", controller.url)
+    assert code == 0 and "configured:" in out and "achieved:" in out
+
+
+def test_json_errors_are_one_document_on_stdout(controller, capsys):
+    code, out, err = typhoon(capsys, "status", "nope", "--controller", controller.url, "--json")
+    assert code == 2 and err == ""
+    assert json.loads(out) == {"ok": False, "error": "no route /typhoon/apps/nope", "exit": 2}
+
+
+def test_status_watch_shows_the_status_count_times(controller, capsys):
+    code, out, _ = typhoon(
+        capsys, "status", "wc", "--watch", "0.1", "--count", "3", "--controller", controller.url
+    )
+    assert code == 0
+    assert out.count("wc  app 0x0007  physical version 2") == 3
+    code, _, err = typhoon(capsys, "status", "wc", "--watch", "0", "--controller", controller.url)
+    assert code == 2 and "at least 0.1 s" in err
+
+
+def test_watch_on_a_terminal_redraws_in_place():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    docs = iter([1, 2])
+    ctl.watch(lambda: next(docs), lambda d, o: print(f"value {d}", file=o), 0.01, out, 2)
+    text = out.getvalue()
+    assert "value 1" in text and "value 2" in text
+    assert "\x1b[" in text  # cursor movement: the block was redrawn, not appended
+
+
+def test_client_retries_transient_answers_with_backoff(controller):
+    client = Client(Endpoint(controller.url, ""), backoff=0.01)
+    controller.fail = [503, 502]
+    assert client.call("GET", "/faults") == [INCIDENT]
+    assert client.attempts == 3
+    controller.fail = [503] * 5
+    with pytest.raises(ApiCallError) as e:
+        client.call("GET", "/faults")
+    assert e.value.status == 503 and e.value.message == "starting up"
+    assert client.attempts == 3 + 4  # one try and three retries
+
+
+def test_client_does_not_repeat_a_change_that_may_have_arrived(controller):
+    client = Client(Endpoint(controller.url, ""), backoff=0.01)
+    controller.fail = [503]
+    with pytest.raises(ApiCallError) as e:
+        client.call("POST", "/apps", {"topology": ""})
+    assert e.value.status == 503 and client.attempts == 1
+
+
+def test_client_retries_a_refused_connection_then_says_how_to_set_the_controller():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = Client(Endpoint(f"http://127.0.0.1:{port}", ""), backoff=0.01)
+    with pytest.raises(ApiCallError) as e:
+        client.call("DELETE", "/apps/x")  # refused: surely not sent, so a change is retried
+    assert client.attempts == 4 and e.value.status == 0
+    assert "$TYPHOON_CONTROLLER" in e.value.message
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"typhoon {cli.__version__}"
+
+
+def test_json_log_lines_and_a_bad_format(monkeypatch):
+    record = logging.LogRecord("typhoon.x", logging.WARNING, __file__, 1, "lost %d", (3,), None)
+    doc = json.loads(logs.JsonFormatter().format(record))
+    assert doc["level"] == "WARNING" and doc["logger"] == "typhoon.x" and doc["message"] == "lost 3"
+    monkeypatch.setenv(logs.ENV, "xml")
+    with pytest.raises(ValueError, match="one of text, json"):
+        logs.log_format()
+    assert logs.log_format("json") == "json"
