@@ -79,6 +79,7 @@ BIN_S = 0.5
 POLL_S = 0.1
 RECOVERED_S = 2.0  # the rate counts as recovered once this long at >= 80% of before
 MAX_AFTER_S = 15.0  # longest a run follows an unrecovered rate after its usual window
+Medians = dict[str, float | None]  # variant -> median over its runs
 
 
 @dataclass
@@ -164,6 +165,13 @@ class Fault(Scenario):
     # worker's credit is silent too, but the app spares a sender whose receiver is
     # silent, and the reroute ends its credit wait, so nothing else is declared dead.
     HEARTBEAT_S = 5.0
+    variants: tuple[str, ...] = VARIANTS
+    plot_file = "fig10_fault.png"
+    plot_title = "Fig. 10: count workers' input around a killed split worker"
+    comparison = (
+        "No tcp side: the tcp transport has no controller and no failover, so this "
+        "compares port-event against heartbeat detection, both on sdn."
+    )
     FULL = {"warm": 3.0, "pre": 5.0, "post": 6.0}
     QUICK = {"warm": 1.0, "pre": 2.0, "post": 4.0}
 
@@ -171,18 +179,18 @@ class Fault(Scenario):
         p = self.QUICK if bench.quick else self.FULL
         res = self.result(bench)
         clusters: dict[str, EmulatedCluster] = {}
-        runs: dict[str, list[FaultRun]] = {v: [] for v in VARIANTS}
+        runs: dict[str, list[FaultRun]] = {v: [] for v in self.variants}
         try:
             by_settings: dict[str, EmulatedCluster] = {}
-            for tag, variant in zip("fhea", VARIANTS, strict=True):
+            for variant in self.variants:
                 conf = self.settings(variant, self.HEARTBEAT_S)
-                if conf not in by_settings:  # exactly once runs on the port-events cluster
+                if conf not in by_settings:  # the guarantees run on the port-events cluster
                     by_settings[conf] = bench.testbed.app_cluster(
-                        tag, ["apps/fault_detector.py"], conf
+                        variant[0], ["apps/fault_detector.py"], conf
                     )
                 clusters[variant] = by_settings[conf]
             for rnd in range(bench.repeats):
-                order = VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]
+                order = self.variants if rnd % 2 == 0 else self.variants[::-1]
                 for variant in order:
                     n = next(bench.testbed.names)
                     run = self.one_run(clusters[variant], variant, n, p)
@@ -192,7 +200,7 @@ class Fault(Scenario):
                         bench.failures += 1
                     status = "ok" if run.ok else f"FAILED: {run.error}"
                     print(
-                        f"  fault [{variant}]: {status} ({run.wall_s:.1f} s; kill -> reroute "
+                        f"  {self.name} [{variant}]: {status} ({run.wall_s:.1f} s; kill -> reroute "
                         f"{fmt_num(run.kill_to_reroute_ms, 1)} ms, below 80% "
                         f"{fmt_num(run.below_s, 1)} s, lost {run.lost})",
                         file=bench.out,
@@ -217,7 +225,7 @@ class Fault(Scenario):
     def one_run(self, c: EmulatedCluster, variant: str, n: int, p: dict[str, float]) -> FaultRun:
         run = FaultRun(variant, f"wordcount split worker killed, {variant}")
         t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-        tag = {"port events": "p", "heartbeat only": "h", "at least once": "a"}.get(variant, "e")
+        tag = {"heartbeat only": "h", "at least once": "a", "exactly once": "e"}.get(variant, "p")
         t.name = f"bench{n:04d}-fault{tag}"  # unique per testbed: nothing carries over
         t.nodes["source"].args.update(count=10**9, rate=self.RATE, words=self.WORDS)
         if variant in GUARANTEED:
@@ -378,24 +386,25 @@ class Fault(Scenario):
         runs: dict[str, list[FaultRun]],
         p: dict[str, float],
     ) -> None:
-        ok = {v: [r for r in runs[v] if r.ok] for v in VARIANTS}
+        variants = self.variants
+        ok = {v: [r for r in runs[v] if r.ok] for v in variants}
 
         def med(v: str, f: Callable[[FaultRun], float | None]) -> float | None:
             return median(f(r) for r in ok[v])
 
-        detect = {v: med(v, lambda r: r.detection_ms) for v in VARIANTS}
-        reroute = {v: med(v, lambda r: r.incident.get("reroute_ms")) for v in VARIANTS}
-        acked = {v: med(v, lambda r: r.kill_to_acked_ms) for v in VARIANTS}
-        k2r = {v: med(v, lambda r: r.kill_to_reroute_ms) for v in VARIANTS}
-        before = {v: med(v, lambda r: r.before) for v in VARIANTS}
-        after = {v: med(v, lambda r: r.after) for v in VARIANTS}
-        below = {v: med(v, lambda r: r.below_s) for v in VARIANTS}
-        deficit = {v: med(v, lambda r: r.deficit) for v in VARIANTS}
-        lost = {v: med(v, lambda r: r.lost) for v in VARIANTS}
-        rejoin = {v: med(v, lambda r: r.incident.get("rejoined_ms")) for v in VARIANTS}
-        back = {v: med(v, lambda r: r.recovered_s) for v in VARIANTS}
+        detect = {v: med(v, lambda r: r.detection_ms) for v in variants}
+        reroute = {v: med(v, lambda r: r.incident.get("reroute_ms")) for v in variants}
+        acked = {v: med(v, lambda r: r.kill_to_acked_ms) for v in variants}
+        k2r = {v: med(v, lambda r: r.kill_to_reroute_ms) for v in variants}
+        before = {v: med(v, lambda r: r.before) for v in variants}
+        after = {v: med(v, lambda r: r.after) for v in variants}
+        below = {v: med(v, lambda r: r.below_s) for v in variants}
+        deficit = {v: med(v, lambda r: r.deficit) for v in variants}
+        lost = {v: med(v, lambda r: r.lost) for v in variants}
+        rejoin = {v: med(v, lambda r: r.incident.get("rejoined_ms")) for v in variants}
+        back = {v: med(v, lambda r: r.recovered_s) for v in variants}
         rows = []
-        for v in VARIANTS:
+        for v in variants:
             rows.append(
                 [
                     v,
@@ -443,14 +452,70 @@ class Fault(Scenario):
                     f"follows the rate until {p['post']:g} s after the reroute, longer "
                     f"(up to {MAX_AFTER_S:g} s more) until it has recovered. "
                     "'words short' integrates pre-fault rate minus rate from the kill to the "
-                    "end (lost and late words). No tcp side: the tcp transport has no "
-                    "controller and no failover, so this compares port-event against "
-                    "heartbeat detection, both on sdn."
+                    "end (lost and late words). " + self.comparison
                 ),
             )
         )
+        res.ratios += self.headline(lost, back, k2r, detect, after, before, below)
+        res.summary = {
+            "rate_sentences_s": self.RATE,
+            "heartbeat_timeout_s": hb,
+            "bin_s": BIN_S,
+            "variants": {
+                v: {
+                    "kill_to_detection_ms": detect[v],
+                    "detection_to_reroute_ms": reroute[v],
+                    "kill_to_acked_ms": acked[v],
+                    "kill_to_reroute_ms": k2r[v],
+                    "detection_to_rejoined_ms": rejoin[v],
+                    "count_before_words_s": before[v],
+                    "count_after_words_s": after[v],
+                    "below_80pct_s": below[v],
+                    "deficit_words": deficit[v],
+                    "sentences_lost": lost[v],
+                    "kill_to_80pct_again_s": back[v],
+                }
+                for v in variants
+            },
+        }
+        shown = {v: ok[v][0] for v in variants if ok[v]}
+        if shown:
+            markers = [(0.0, "split worker killed", "")]
+            for v, r in shown.items():
+                if r.kill_to_reroute_ms is not None:
+                    markers.append((r.kill_to_reroute_ms / 1000, f"rerouted ({v})", v))
+                rj = r.incident.get("rejoined_ms")
+                if rj is not None and r.detection_ms is not None:
+                    markers.append(((r.detection_ms + rj) / 1000, f"replacement in ({v})", v))
+            res.plots.append(
+                time_series(
+                    bench.out_dir / self.plot_file,
+                    self.plot_title,
+                    {
+                        v: ([t for t, _ in r.series], [x for _, x in r.series])
+                        for v, r in shown.items()
+                    },
+                    "words/s into the count workers",
+                    markers,
+                    xlabel="seconds since the kill",
+                    note=f"first run of each variant; {BIN_S:g} s bins; heartbeat_timeout {hb:g} s",
+                )
+            )
+
+    def headline(
+        self,
+        lost: Medians,
+        back: Medians,
+        k2r: Medians,
+        detect: Medians,
+        after: Medians,
+        before: Medians,
+        below: Medians,
+    ) -> list[Ratio]:
+        """The ratios of results.md's headline table (medians per variant)."""
         pe, ho, eo, al = VARIANTS
-        res.ratios += [
+        hb = self.HEARTBEAT_S
+        return [
             Ratio(
                 "fault: sentences lost, exactly once",
                 lost[eo],
@@ -485,50 +550,6 @@ class Fault(Scenario):
             Ratio(f"fault: seconds below 80% of the pre-fault rate, {pe}", below[pe]),
             Ratio(f"fault: seconds below 80% of the pre-fault rate, {ho}", below[ho]),
         ]
-        res.summary = {
-            "rate_sentences_s": self.RATE,
-            "heartbeat_timeout_s": hb,
-            "bin_s": BIN_S,
-            "variants": {
-                v: {
-                    "kill_to_detection_ms": detect[v],
-                    "detection_to_reroute_ms": reroute[v],
-                    "kill_to_acked_ms": acked[v],
-                    "kill_to_reroute_ms": k2r[v],
-                    "detection_to_rejoined_ms": rejoin[v],
-                    "count_before_words_s": before[v],
-                    "count_after_words_s": after[v],
-                    "below_80pct_s": below[v],
-                    "deficit_words": deficit[v],
-                    "sentences_lost": lost[v],
-                    "kill_to_80pct_again_s": back[v],
-                }
-                for v in VARIANTS
-            },
-        }
-        shown = {v: ok[v][0] for v in VARIANTS if ok[v]}
-        if shown:
-            markers = [(0.0, "split worker killed", "")]
-            for v, r in shown.items():
-                if r.kill_to_reroute_ms is not None:
-                    markers.append((r.kill_to_reroute_ms / 1000, f"rerouted ({v})", v))
-                rj = r.incident.get("rejoined_ms")
-                if rj is not None and r.detection_ms is not None:
-                    markers.append(((r.detection_ms + rj) / 1000, f"replacement in ({v})", v))
-            res.plots.append(
-                time_series(
-                    bench.out_dir / "fig10_fault.png",
-                    "Fig. 10: count workers' input around a killed split worker",
-                    {
-                        v: ([t for t, _ in r.series], [x for _, x in r.series])
-                        for v, r in shown.items()
-                    },
-                    "words/s into the count workers",
-                    markers,
-                    xlabel="seconds since the kill",
-                    note=f"first run of each variant; {BIN_S:g} s bins; heartbeat_timeout {hb:g} s",
-                )
-            )
 
 
 def _s(ms: float | None) -> float | None:
