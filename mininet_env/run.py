@@ -11,7 +11,6 @@ teardown, which also runs when anything above fails or is interrupted.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import signal
@@ -20,8 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
 from typhoon.checkpoint import guarantee_of
+from typhoon.client import Client, Endpoint
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
@@ -331,17 +329,8 @@ def rest_call(
     token: str | None = None,
     timeout: float = 30.0,
 ) -> tuple[int, Any]:
-    """One JSON request to the controller's REST API."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("X-Typhoon-Token", token)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+    """One JSON request to the controller's REST API: (status, body), errors included."""
+    return Client(Endpoint(base, token or ""), timeout, retries=0).exchange(method, path, body)
 
 
 def start_cluster(options: SdnRunOptions, out: TextIO = sys.stderr) -> EmulatedCluster:

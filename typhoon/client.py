@@ -28,6 +28,7 @@ import json
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,8 @@ class Client:
         base = endpoint.controller.rstrip("/")
         if "://" not in base:
             base = "http://" + base
-        self.base = base if base.endswith("/typhoon") else base + "/typhoon"
+        # the API root, or a resource under it (a debug worker's session URL)
+        self.base = base if "/typhoon" in urllib.parse.urlsplit(base).path else base + "/typhoon"
         self.token = endpoint.token
         self.timeout = timeout
         self.retries = retries
@@ -125,7 +127,43 @@ class Client:
                 time.sleep(self.backoff * 2**attempt)
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        text: str | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        """One request, not tried again: (HTTP status, decoded JSON body) for any answer,
+        errors included; ApiCallError (status 0) if the controller did not answer."""
+        try:
+            return self._send(method, path, body, text, content_type, headers or {})
+        except _Transient as t:
+            raise t.error from None
+
     def _once(self, method: str, path: str, body: Any, text: str | None, content_type: str) -> Any:
+        status, doc = self._send(method, path, body, text, content_type, {})
+        if status < 400:
+            return doc
+        message = doc.get("error") if isinstance(doc, dict) else None
+        error = ApiCallError(status, str(message or f"HTTP {status}"))
+        if status in RETRY_STATUS:
+            raise _Transient(error, unsent=False)
+        raise error
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        text: str | None,
+        content_type: str,
+        headers: dict[str, str],
+    ) -> tuple[int, Any]:
+        """The one place that speaks HTTP; _Transient when nothing answered."""
         self.attempts += 1
         data = text.encode() if text is not None else None
         if body is not None:
@@ -134,25 +172,25 @@ class Client:
         req.add_header("Content-Type", content_type)
         if self.token:
             req.add_header("X-Typhoon-Token", self.token)
+        for k, v in headers.items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
+                status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as e:
-            raw = e.read()
+            status, raw = e.code, e.read()
             try:
-                message = json.loads(raw or b"{}").get("error") or str(e.reason)
-            except (ValueError, AttributeError):
-                message = str(e.reason)
-            if e.code in RETRY_STATUS:
-                raise _Transient(ApiCallError(e.code, message), unsent=False) from None
-            raise ApiCallError(e.code, message) from None
+                return status, json.loads(raw or b"null")
+            except ValueError:  # an error page that is not ours
+                return status, {"error": str(e.reason)}
         except (urllib.error.URLError, OSError) as e:
             reason = e.reason if isinstance(e, urllib.error.URLError) else e
             error = ApiCallError(0, unreachable(self.base, e))
             if isinstance(reason, TimeoutError):  # a hung controller: no waiting it out again
                 raise error from None
-            unsent = isinstance(reason, ConnectionRefusedError)
-            raise _Transient(error, unsent) from None
+            raise _Transient(error, isinstance(reason, ConnectionRefusedError)) from None
+        try:
+            return status, json.loads(raw or b"null")
         except ValueError as e:  # not JSON: not our controller, or a broken answer
             raise ApiCallError(0, f"the controller at {self.base} answered no JSON: {e}") from None
 

@@ -16,21 +16,19 @@ controller keeps the ring buffer the CLI reads.  The worker stops on SIGTERM
 
 from __future__ import annotations
 
-import json
 import logging
 import select
 import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from typhoon import logs
+from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.debug.filter import parse
 from typhoon.debug.records import MirrorDecoder
 from typhoon.debug.spec import KEY_HEADER, DebugSpec
@@ -59,19 +57,16 @@ Post = Callable[[dict[str, Any]], None]
 
 def http_post(spec: DebugSpec, timeout: float = 5.0) -> Post:
     """POST one batch to the controller; SessionGone on 404/410."""
-    url = f"{spec.report_url.rstrip('/')}/sessions/{spec.session}/records"
+    client = Client(Endpoint(spec.report_url, ""), timeout, retries=0)
+    path = f"/sessions/{spec.session}/records"
 
     def post(body: dict[str, Any]) -> None:
-        req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-        req.add_header("Content-Type", "application/json")
-        req.add_header(KEY_HEADER, spec.key)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                resp.read()
-        except urllib.error.HTTPError as e:
-            if e.code in (404, 410):
-                raise SessionGone(f"controller answered {e.code}") from None
-            raise
+        status, reply = client.exchange("POST", path, body, headers={KEY_HEADER: spec.key})
+        if status in (404, 410):
+            raise SessionGone(f"controller answered {status}")
+        if status >= 400:
+            error = reply.get("error") if isinstance(reply, dict) else reply
+            raise ApiCallError(status, f"records refused: {error}")
 
     return post
 
@@ -137,7 +132,7 @@ class Shipper:
             self.sent_stats, self.sent_at = counts, time.monotonic()
         except SessionGone:
             self.gone.set()
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, ApiCallError) as e:
             log.warning("cannot reach the controller: %s", e)
             for r in reversed(body["records"]):  # try these again next time
                 self.backlog.appendleft(r)
@@ -223,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("session %s: cannot create TAP %s: %s", spec.session, spec.tap, e)
         try:  # tell the controller why, so the CLI can say it
             post({"records": [], "stats": {}, "error": f"cannot create TAP: {e}", "final": True})
-        except (OSError, ValueError, SessionGone):
+        except (OSError, ValueError, ApiCallError, SessionGone):
             pass
         return 1
     worker = DebugWorker(spec, device, post)
