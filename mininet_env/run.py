@@ -29,7 +29,7 @@ from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
 from typhoon.checkpoint import guarantee_of
-from typhoon.client import Client, Endpoint
+from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
@@ -329,8 +329,13 @@ def rest_call(
     token: str | None = None,
     timeout: float = 30.0,
 ) -> tuple[int, Any]:
-    """One JSON request to the controller's REST API: (status, body), errors included."""
-    return Client(Endpoint(base, token or ""), timeout, retries=0).exchange(method, path, body)
+    """One JSON request to the controller's REST API: (status, body), errors included;
+    ConnectionError (an OSError) while nothing answers, so callers can wait for it."""
+    client = Client(Endpoint(base, token or ""), timeout, retries=0)
+    try:
+        return client.exchange(method, path, body)
+    except ApiCallError as e:
+        raise ConnectionError(e.message) from None
 
 
 def start_cluster(options: SdnRunOptions, out: TextIO = sys.stderr) -> EmulatedCluster:

@@ -383,7 +383,11 @@ class TcpCluster:
         boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
         body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
         for other, c in list(self.conns.items()):
-            c.sock.sendall(boot)
+            try:
+                c.sock.sendall(boot)
+            except OSError:  # died since it was last polled: recovered on the next turn
+                log.warning("worker %d: control connection closed", other)
+                continue
             if other != wid:
                 self.send(other, ControlTuple(Control.ROLLBACK, body))
         if w.node in {n.name for n in self.topology.spouts()}:
