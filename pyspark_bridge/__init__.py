@@ -10,7 +10,8 @@ Spark node args: ``fields`` (output columns), ``schema`` (input field ->
 Spark SQL type; others are strings), ``output_mode`` (append | update |
 complete), ``trigger_ms``, ``params`` (keyword arguments of the function),
 ``dir`` (state directory; set by ``plan``), ``guarantee`` (set by ``plan`` from
-the topology's ``config: guarantee``), ``segment_bytes``, and
+the topology's ``config: guarantee``), ``cut_batches`` (under a guarantee: end
+a batch at every checkpoint, ``anchors.py``), ``segment_bytes``, and
 ``spark.*`` settings; ``spark.*`` in the topology config apply to every node.
 ``spark.master`` picks the cluster (default: embedded ``local[*]``).
 
@@ -109,6 +110,7 @@ def plan(
             "workers": [w.worker_id for w in workers],
             "sql_conf": sql_conf(topology, args),
             "guarantee": guarantee != "none",
+            "cut_batches": guarantee != "none" and bool(args.get("cut_batches", False)),
         }
         key = (workers[0].host, json.dumps(conf, sort_keys=True))
         groups.setdefault(key, []).append(spec)

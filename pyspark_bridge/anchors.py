@@ -4,13 +4,19 @@ Under a guarantee (docs/guarantees.md, "Spark nodes") each worker appends one
 line per epoch it checkpoints to ``in/w<log id>/anchors``:
 ``{"epoch": E, "pos", "seq"}``, its log head when it wrote epoch ``E``.  The
 **cut** of ``E`` is every worker's anchor ``E`` (a worker whose input ended
-without one contributes its ``eos``).  The ``typhoon`` source caps every
-micro-batch at the oldest cut its start has not reached (:func:`cap`), so one
-batch, ``B_E``, ends exactly at the cut: Spark's state after ``B_E`` is the
-node's state at epoch ``E``, and its output up to ``B_E`` is the output that
-belongs before anchor ``E``.  A worker passes anchor ``E`` downstream only
-after it routed ``B_E`` (:func:`reached`), and routes nothing after ``B_E``
-until then.
+without one contributes its ``eos``).
+
+``B_E`` is the last micro-batch that read nothing after the cut.  Spark's
+state after ``B_E`` plus the logs from where ``B_E`` ended up to the cut is
+the node's state at epoch ``E``; the output of the batches up to ``B_E`` is
+the output that belongs before anchor ``E``.  So a worker passes anchor ``E``
+downstream once it routed a batch that :func:`reached` the cut, or before it
+routes the first batch that :func:`crosses` it, and routes nothing after
+``B_E`` until then.  Batches stay as Spark plans them; with the node arg
+``cut_batches: true`` the source also caps every batch at the oldest cut not
+reached yet (:func:`cap`), so ``B_E`` ends exactly at the cut and a rollback
+recomputes nothing from before it -- at the cost of one batch per epoch at
+least.
 
 Offsets are ``{"pos", "seq"}`` as in ``log.py``; a worker missing from a batch's
 offsets is at position 0.
@@ -84,6 +90,16 @@ def _pos(offsets: dict[str, Any], w: str) -> int:
 def reached(ends: dict[str, Any], c: dict[str, Offset | None]) -> bool:
     """A batch ending at ``ends`` covers the whole cut ``c`` (False while any part is unknown)."""
     return all(o is not None and _pos(ends, w) >= o["pos"] for w, o in c.items())
+
+
+def crosses(ends: dict[str, Any], c: dict[str, Offset | None]) -> bool:
+    """A batch ending at ``ends`` read past the cut ``c`` in some worker's log.
+
+    A worker whose anchor is not known yet cannot have been read past it, if
+    the batch was planned before the anchors were read (the caller reads the
+    manifest first).
+    """
+    return any(o is not None and _pos(ends, w) > o["pos"] for w, o in c.items())
 
 
 def cap(

@@ -267,6 +267,7 @@ class NodeQuery:
             .option("dir", str(self.dir))
             .option("schema", s["schema"])
             .option("workers", ids)
+            .option("cut_batches", "true" if s.get("cut_batches") else "false")
             .load()
         )
         out = load_function(s["function"])(src, **s["params"])

@@ -43,6 +43,7 @@ ARGS = (
     "dir",
     "segment_bytes",
     "guarantee",
+    "cut_batches",
 )
 FLUSH_S = 0.005  # the log is flushed (made visible to Spark) at most this long after a tuple
 TRIM_S = 1.0
@@ -99,7 +100,9 @@ class SparkBolt(Bolt):
         self.log_id: int | None = None  # whose log and outbox parts (a replacement adopts them)
         self.restored: dict[str, int] = dict(ZERO)
         self.snapped: dict[str, int] = dict(ZERO)  # log head at the last snapshot()
-        self.anchored: dict[int, dict[str, int]] = {}  # epoch -> anchor, until released
+        self.anchored: dict[int, float] = {}  # epoch -> when it was checkpointed, until released
+        self.unwritten: dict[int, dict[str, int]] = {}  # anchors taken while waiting
+        self.released: list[int] = []  # log position B_E read up to, of the last anchors passed
         self.waiting: int | None = None  # generation of a rollback the driver has not done yet
         self.waiting_since = 0.0
         self.arrived: list[bytes] = []  # records received while waiting
@@ -157,7 +160,7 @@ class SparkBolt(Bolt):
         if log.buf and (now - self.last_flush >= FLUSH_S or input_done):
             log.flush()
             self.last_flush = now
-        self.outbox.poll(emit, self._hold if self.anchored else None)
+        self.outbox.poll(emit, self._before if self.anchored else None)
         if now - self.last_trim >= TRIM_S:
             self.last_trim = now
             log.trim(self._trim_limit())
@@ -172,9 +175,15 @@ class SparkBolt(Bolt):
 
     def snapshot(self) -> Any:
         """The log position at this checkpoint and whose log it is (Spark keeps the rest)."""
-        log = self.log or self._open_log()
-        log.flush()
-        self.snapped = log.offset()
+        if self.waiting is not None:  # the log continues at the cut with what arrived since
+            self.snapped = {
+                "pos": self.restored["pos"] + sum(map(len, self.arrived)),
+                "seq": self.restored["seq"] + len(self.arrived),
+            }
+        else:
+            log = self.log or self._open_log()
+            log.flush()
+            self.snapped = log.offset()
         return {"log": self.log_id, **self.snapped}
 
     def restore(self, state: Any) -> None:
@@ -184,35 +193,40 @@ class SparkBolt(Bolt):
         self.restored = {"pos": int(state["pos"]), "seq": int(state["seq"])}
 
     def anchor_ready(self, epoch: int) -> bool:
-        """Anchor ``epoch`` may pass once the batch ending at the node's cut is routed."""
+        """Anchor ``epoch`` may pass once ``B_E`` is routed and nothing after it (anchors.py)."""
         if epoch not in self.anchored:  # just checkpointed: mark the place for Spark
-            assert self.log is not None
-            anchors.append_anchor(self.log.dir, epoch, self.snapped)
-            self.anchored[epoch] = {**self.snapped, "at": time.monotonic()}  # type: ignore[dict-item]
+            if self.log is None:  # the driver is cutting the log: written once it is done
+                self.unwritten[epoch] = dict(self.snapped)
+            else:
+                anchors.append_anchor(self.log.dir, epoch, self.snapped)
+            self.anchored[epoch] = time.monotonic()
         if self.waiting is not None or self.outbox is None:
             return False
-        if not anchors.reached(self.outbox.ends, self._cut(epoch)):
+        if min(self.anchored) != epoch:
+            return False  # the framework asks for the oldest first
+        if not self._before(self.outbox.peek()):
             return False
-        a = self.anchored.pop(epoch)
-        self.anchor_ms.append((time.monotonic() - a["at"]) * 1000)
+        self.anchor_ms.append((time.monotonic() - self.anchored.pop(epoch)) * 1000)
+        # a rollback to this epoch re-reads the log from where the batches routed so far ended
+        self.released.append(int((self.outbox.ends.get(str(self.log_id)) or ZERO)["pos"]))
+        del self.released[:-KEEP_ANCHORS]
         return True
 
-    def _cut(self, epoch: int) -> dict[str, dict[str, int] | None]:
-        found, eos = anchors.read_node(Path(self.dir), worker_ids(self.dir))
-        return anchors.cut(epoch, found, eos)
-
-    def _hold(self) -> bool:
-        """Route no batch after the one that reached the oldest held anchor's cut."""
+    def _before(self, manifest: dict[str, Any] | None) -> bool:
+        """The oldest held anchor goes before ``manifest``'s batch (None: not published yet)."""
         assert self.outbox is not None
-        return anchors.reached(self.outbox.ends, self._cut(min(self.anchored)))
+        # the manifest was read first: a worker whose anchor is missing now was not read past it
+        found, eos = anchors.read_node(Path(self.dir), worker_ids(self.dir))
+        c = anchors.cut(min(self.anchored), found, eos)
+        if anchors.reached(self.outbox.ends, c):
+            return True
+        return manifest is not None and anchors.crosses(manifest.get("ends") or {}, c)
 
     def _trim_limit(self) -> int | None:
         """Under a guarantee the log keeps what a rollback to the last anchors re-reads."""
         if not self.guarded:
             return None
-        assert self.log is not None
-        kept = sorted(anchors.read_anchors(self.log.dir).items())[-KEEP_ANCHORS:]
-        return kept[0][1]["pos"] if len(kept) == KEEP_ANCHORS else 0
+        return self.released[0] if len(self.released) == KEEP_ANCHORS else 0
 
     def rewind(self, generation: int, epoch: int | None) -> None:
         """The job went back to ``epoch``: ask the driver to take Spark back to it too."""
@@ -220,6 +234,7 @@ class SparkBolt(Bolt):
         if self.log_id is None:
             self.log_id = self.context.worker_id  # no checkpoint yet: from the start
         self.anchored.clear()
+        self.unwritten.clear()
         self.waiting, self.waiting_since = generation, time.monotonic()
         body = {"generation": generation, "epoch": epoch, **self.restored, "time": time.time()}
         anchors.write_request(Path(self.dir), str(self.log_id), body)
@@ -238,6 +253,10 @@ class SparkBolt(Bolt):
         for record in self.arrived:
             log.append(record)
         self.arrived = []
+        log.flush()
+        for epoch, at in sorted(self.unwritten.items()):
+            anchors.append_anchor(log.dir, epoch, at)
+        self.unwritten.clear()
         self.rollback_ms.append((time.monotonic() - self.waiting_since) * 1000)
         self.waiting = None
         self.eos_marked = False

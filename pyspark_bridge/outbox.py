@@ -183,16 +183,24 @@ class OutboxReader:
         self.ends: dict[str, Any] = routed.get("ends") or {}  # of the last batch routed
         self.stats = RouteStats()
 
-    def poll(self, emit: Callable[[list], None], hold: Callable[[], bool] | None = None) -> int:
+    def peek(self) -> dict[str, Any] | None:
+        """The manifest of the next batch to route, if it is published."""
+        return read_json(manifest_path(self.dir, self.next))
+
+    def poll(
+        self,
+        emit: Callable[[list], None],
+        hold: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> int:
         """Route every batch published since the last call; returns the rows emitted.
 
-        ``hold``: asked after each next manifest was read, before it is routed;
-        True stops here (an anchor waits for the batches routed so far).
+        ``hold(manifest)``: asked for each next manifest before it is routed;
+        True stops here (an anchor goes before that batch).
         """
         n = 0
         while True:
             manifest = read_json(manifest_path(self.dir, self.next))
-            if manifest is not None and hold is not None and hold():
+            if manifest is not None and hold is not None and hold(manifest):
                 break
             if manifest is None:
                 # deleted because every owner routed it: this worker owned none of them

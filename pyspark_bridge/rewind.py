@@ -6,9 +6,8 @@ spark node asks for it with a request ``rollback/w<log id>.json``
 every worker of the node asked in the same generation, the driver stops the
 node's query and calls :func:`rewind_node`:
 
-* the batch to go back to is ``B_E``, the first batch whose end reaches the cut
-  (the anchors make one end exactly there), or, if Spark has not got that far,
-  the last one below it (:func:`rewind_batch`);
+* the batch to go back to is ``B_E``, the last batch that read nothing past
+  the cut (``anchors.py``; :func:`rewind_batch`);
 * Spark's checkpoint loses every batch after it: ``offsets/N``,
   ``commits/N`` and state store versions above ``B_E + 1``;
 * the outbox loses the manifests after it; a worker's routed marker goes back
@@ -73,27 +72,17 @@ def latest_end(checkpoint: Path) -> dict[str, Any]:
 
 
 def rewind_batch(checkpoint: Path, cut: dict[str, Offset]) -> int:
-    """``B_E`` for the cut: the first batch reaching it, else the last one below it (-1: none).
-
-    A batch that is beyond the cut for one worker and short of it for another
-    means the batches were not cut at the anchors: :class:`RewindError`.
-    """
+    """``B_E`` for the cut: the first batch that reached it, else the last one below it
+    (-1: none).  Batches after one that reached the cut read nothing new (no-data
+    batches) and were routed after the anchor."""
     below = -1
     for batch in _batch_ids(Path(checkpoint) / "offsets"):
         end = batch_end(checkpoint, batch)
         pos = {w: int((end.get(w) or ZERO)["pos"]) for w in cut}
+        if any(pos[w] > o["pos"] for w, o in cut.items()):
+            return below
         if all(pos[w] == o["pos"] for w, o in cut.items()):
             return batch
-        over = [w for w, o in cut.items() if pos[w] > o["pos"]]
-        if over:
-            if len(over) < len(cut) and below >= -1:
-                short = [w for w, o in cut.items() if pos[w] < o["pos"]]
-                if short:
-                    raise RewindError(
-                        f"{checkpoint}: batch {batch} ends past the cut for workers {over} "
-                        f"and before it for {short}; it was not cut at the anchors"
-                    )
-            return below
         below = batch
     return below
 

@@ -6,9 +6,10 @@
   scale-up): each new log becomes one more partition from the next
   micro-batch on, starting at position 0, and the offsets of the others do
   not change.  ``commit`` records what Spark committed so each worker trims
-  only that.  Under a guarantee the workers write anchors next to their
-  logs: ``latestOffset`` caps each batch at the oldest anchored cut not yet
-  reached (``anchors.cap``), so one batch ends exactly there.
+  only that.  With the ``cut_batches`` option (a guarantee and the node arg
+  ``cut_batches: true``) ``latestOffset`` caps each batch at the oldest
+  anchored cut not yet reached (``anchors.cap``), so one batch ends exactly
+  there.
 * Stream writer (append and complete mode) and batch writer (update mode, via
   ``foreachBatch``): tasks stage rows, the driver-side commit publishes them
   under the batch ID, once (see ``outbox.py``), with the batch's source end
@@ -78,6 +79,7 @@ class LogReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.node_dir = Path(options["dir"])
         self.workers = [w for w in options.get("workers", "").split(",") if w]
+        self.cut_batches = options.get("cut_batches", "false") == "true"
         self.schema = schema
 
     def _worker_ids(self) -> list[str]:
@@ -93,6 +95,8 @@ class LogReader(DataSourceStreamReader):
             w: log.read_json(log.worker_dir(self.node_dir, w) / "head", dict(log.ZERO))
             for w in workers
         }
+        if not self.cut_batches:
+            return heads
         found, eos = anchors.read_node(self.node_dir, workers)  # after the heads (anchors.cap)
         if not any(found.values()):
             return heads
