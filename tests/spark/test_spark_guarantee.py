@@ -128,7 +128,9 @@ def test_spark_node_survives_killed_workers_exactly_once(tmp_path: Path, victim:
     assert report["ok"], report["problems"]
     spark = report["results"]["counts"]
     assert spark["rollback_ms"], spark  # the spark workers went back with the job
+    held = sorted(spark["anchor_ms"])
     print(
-        f"victim {victim}: {took:.1f} s; anchor->release ms {sorted(spark['anchor_ms'])}; "
-        f"rollback ms {spark['rollback_ms']}"
+        f"victim {victim}: {took:.1f} s; anchor held ms min {held[0]:.0f} "
+        f"median {held[len(held) // 2]:.0f} max {held[-1]:.0f} ({len(held)} anchors); "
+        f"rollback asked -> done ms {[round(x) for x in spark['rollback_ms']]}"
     )

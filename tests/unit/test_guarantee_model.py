@@ -437,7 +437,7 @@ def test_a_submission_starts_from_an_empty_store_and_refuses_a_bad_one(tmp_path)
     from typhoon.checkpoint import open_store
     from typhoon.manager import ManagerError, fresh_checkpoints
 
-    topo = load_topology_text(JOB.format(guarantee="exactly_once"))
+    topo = load_topology_text(JOB.format(guarantee="exactly_once", mid="model_keyed"))
     topo.config["checkpoint_store"] = str(tmp_path / "ckpt")
     store = open_store(str(tmp_path / "ckpt"), topo.name)
     store.write(7, "count-0", b"an earlier run")
