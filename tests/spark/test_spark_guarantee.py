@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 SENTENCES, RATE, SEED, WORDS, VOCABULARY = 8000, 400, 11, 6, 200
 
 
-def topology(tmp_path: Path) -> Any:
+def topology(tmp_path: Path, cut_batches: bool = False) -> Any:
     doc = {
         "name": "sparkeo",
         "config": {
@@ -60,7 +60,12 @@ def topology(tmp_path: Path) -> Any:
                 "engine": "spark",
                 "operator": "pyspark_bridge.examples:running_counts",
                 "parallelism": 2,
-                "args": {"output_mode": "update", "trigger_ms": 100, "params": {"key": "word"}},
+                "args": {
+                    "output_mode": "update",
+                    "trigger_ms": 100,
+                    "params": {"key": "word"},
+                    "cut_batches": cut_batches,
+                },
             },
             {"id": "sink", "operator": "collect"},
         ],
@@ -94,8 +99,8 @@ def newest_batch(outbox: Path) -> int:
     return max((int(m.stem) for m in outbox.glob("*.json") if m.stem.isdigit()), default=-1)
 
 
-def run(tmp_path: Path, victim: str) -> tuple[dict[str, Any], TcpCluster, float]:
-    t = topology(tmp_path)
+def run(tmp_path: Path, victim: str, cut_batches: bool) -> tuple[dict[str, Any], TcpCluster, float]:
+    t = topology(tmp_path, cut_batches)
     cluster = TcpCluster(t, RunOptions(live=False, timeout=150), workdir=tmp_path / "run")
     t0 = time.monotonic()
     try:
@@ -120,9 +125,16 @@ def run(tmp_path: Path, victim: str) -> tuple[dict[str, Any], TcpCluster, float]
     return report, cluster, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("victim", ["counts", "split"])
-def test_spark_node_survives_killed_workers_exactly_once(tmp_path: Path, victim: str) -> None:
-    report, cluster, took = run(tmp_path, victim)
+@pytest.mark.parametrize(
+    ("victim", "cut_batches"),
+    [("counts", False), ("split", False), ("counts", True)],
+    ids=["spark-worker", "upstream-worker", "spark-worker-cut-batches"],
+)
+def test_spark_node_survives_killed_workers_exactly_once(
+    tmp_path: Path, victim: str, cut_batches: bool
+) -> None:
+    """``cut_batches``: every batch ends at a checkpoint's cut (anchors.cap)."""
+    report, cluster, took = run(tmp_path, victim, cut_batches)
     assert len(cluster.recovered) == 1, cluster.recovered
     assert final_counts(report["results"]["sink"]["tuples"]) == reference()
     assert report["ok"], report["problems"]
@@ -130,7 +142,8 @@ def test_spark_node_survives_killed_workers_exactly_once(tmp_path: Path, victim:
     assert spark["rollback_ms"], spark  # the spark workers went back with the job
     held = sorted(spark["anchor_ms"])
     print(
-        f"victim {victim}: {took:.1f} s; anchor held ms min {held[0]:.0f} "
+        f"victim {victim} cut_batches {cut_batches}: {took:.1f} s; "
+        f"anchor held ms min {held[0]:.0f} "
         f"median {held[len(held) // 2]:.0f} max {held[-1]:.0f} ({len(held)} anchors); "
         f"rollback asked -> done ms {[round(x) for x in spark['rollback_ms']]}"
     )
