@@ -10,7 +10,8 @@ in METRIC_RESP (``spark`` entry).  Nothing here imports pyspark.
 Under a guarantee the bolt takes part in the job's checkpoints
 (docs/guarantees.md, "Spark nodes"): its snapshot is its log position and the
 log's identity; it writes an anchor there for Spark (``anchors.py``) and holds
-the epoch's anchor until it routed the batch that ends at the node's cut.  On
+the epoch's anchor until it routed ``B_E``, the last batch that read nothing
+past the node's cut, and routes nothing after ``B_E`` until then.  On
 a rollback it asks the driver to take Spark back (``rewind.py``) and, until the
 driver answers, keeps what arrives in memory and routes nothing.  A
 replacement continues the dead worker's log and routes its output (the log

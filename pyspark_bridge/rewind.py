@@ -31,7 +31,6 @@ from typing import Any
 
 from pyspark_bridge import anchors as anchor_log
 from pyspark_bridge.log import ZERO, read_json, segments, worker_dir, write_json
-from pyspark_bridge.outbox import manifest_path
 
 Offset = dict[str, int]
 # state store files: <version>.delta / .snapshot (HDFS provider), .zip / .changelog (RocksDB),
@@ -215,7 +214,3 @@ def ready_cut(
     (epoch,) = epochs
     c = {w: {"pos": int(r["pos"]), "seq": int(r["seq"])} for w, r in mine.items()}
     return gen, epoch, c
-
-
-def manifest_exists(node_dir: Path, batch: int) -> bool:
-    return manifest_path(Path(node_dir) / "out", batch).exists()
