@@ -9,7 +9,9 @@ between the ``typhoon`` source and sink (``source.py``).
 Spark node args: ``fields`` (output columns), ``schema`` (input field ->
 Spark SQL type; others are strings), ``output_mode`` (append | update |
 complete), ``trigger_ms``, ``params`` (keyword arguments of the function),
-``dir`` (state directory; set by ``plan``), ``segment_bytes``, and
+``dir`` (state directory; set by ``plan``), ``guarantee`` (set by ``plan`` from
+the topology's ``config: guarantee``), ``cut_batches`` (under a guarantee: end
+a batch at every checkpoint, ``anchors.py``), ``segment_bytes``, and
 ``spark.*`` settings; ``spark.*`` in the topology config apply to every node.
 ``spark.master`` picks the cluster (default: embedded ``local[*]``).
 
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from typhoon.checkpoint.settings import guarantee_of
 from typhoon.engines import EngineService
 from typhoon.topology.model import PhysicalTopology, Topology
 
@@ -84,12 +87,15 @@ def plan(
 
     topology = Topology.from_dict(topology.to_dict())
     root = Path(workdir).resolve() / "spark"
+    guarantee = guarantee_of(topology)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for node in topology.nodes.values():
         if node.engine != "spark":
             continue
         args = node.args
         args.setdefault("dir", str(root / node.name))
+        if guarantee != "none":
+            args["guarantee"] = guarantee  # the workers checkpoint with the job (anchors.py)
         workers = physical.of_node(node.name)
         conf = session_conf(topology, args)
         spec = {
@@ -103,6 +109,8 @@ def plan(
             "trigger_ms": int(args.get("trigger_ms", DEFAULT_TRIGGER_MS)),
             "workers": [w.worker_id for w in workers],
             "sql_conf": sql_conf(topology, args),
+            "guarantee": guarantee != "none",
+            "cut_batches": guarantee != "none" and bool(args.get("cut_batches", False)),
         }
         key = (workers[0].host, json.dumps(conf, sort_keys=True))
         groups.setdefault(key, []).append(spec)

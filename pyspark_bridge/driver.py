@@ -18,6 +18,14 @@ no-data batch that closes windows has had its turn): the driver writes
 ``out/done`` with that batch ID, stops the query, and exits when all its nodes
 are done.  Workers finish after routing up to that batch.
 
+Rollback (a guarantee, docs/guarantees.md): when a worker of a node asks for
+a rollback (``rollback/w<log id>.json``), the driver stops the node's query;
+once every worker asked in that generation, it takes the query, outbox and
+logs back to the cut (``rewind.py``), writes ``rollback/ack`` and starts the
+query again.  Under a guarantee the driver stays up after its nodes are done
+(a late rollback may need them again) until every worker of every node
+closed (``in/w<id>/closed``), or it is stopped.
+
 Scale-up: "every worker" is the plan's workers plus every worker whose log
 appeared under ``in/`` since; the source reads the new logs as more input
 partitions from the next micro-batch on.  The output keeps its owners, the
@@ -37,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_bridge import log
+from pyspark_bridge import log, rewind
 from pyspark_bridge.node import load_function
 from pyspark_bridge.outbox import manifest_path, out_dir, publish, stage_rows
 from typhoon import logs
@@ -153,6 +161,7 @@ class Batches:
 
     def __init__(self, node_dir: str, owners: list[int]) -> None:
         self.outdir, self.owners = out_dir(node_dir), owners
+        self.checkpoint = Path(node_dir) / "checkpoint"
 
     def __call__(self, df: Any, batch_id: int) -> None:
         if manifest_path(self.outdir, batch_id).exists():
@@ -167,7 +176,9 @@ class Batches:
         for row in rows:
             parts[zlib.crc32(str(row[0]).encode()) % n].append(row)
         staged = [stage_rows(self.outdir, i, part) for i, part in enumerate(parts) if part]
-        publish(self.outdir, batch_id, staged, self.owners)
+        publish(
+            self.outdir, batch_id, staged, self.owners, rewind.batch_end(self.checkpoint, batch_id)
+        )
 
 
 @dataclass
@@ -180,10 +191,65 @@ class NodeQuery:
     last_batch: int | None = None
     last_change: float = field(default_factory=time.monotonic)
     progress: dict[str, int] | None = None  # the listener's newest batch per node, if one runs
+    acked: int = -1  # newest rollback generation done (rollback/ack)
+    stopped_at: float | None = None  # when a rollback stopped the query
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def dir(self) -> Path:
         return Path(self.spec["dir"])
+
+    def workers(self) -> list[str]:
+        return log.worker_ids(self.dir, [str(w) for w in self.spec["workers"]])
+
+    def closed(self) -> bool:
+        """Every worker of the node stopped for good (no rollback can need the query)."""
+        return all((log.worker_dir(self.dir, w) / "closed").exists() for w in self.workers())
+
+    def check_rollback(self, spark: Any) -> bool:
+        """Act on the workers' rollback requests; True while one is under way."""
+        if self.acked < 0:
+            self.acked = int((rewind.acked(self.dir) or {}).get("generation", -1))
+        reqs = rewind.requests(self.dir)
+        if not reqs or max(r["generation"] for r in reqs.values()) <= self.acked:
+            return False
+        if self.stopped_at is None:
+            self.stopped_at = time.monotonic()
+            if self.query is not None and self.query.isActive:
+                self.query.stop()  # nothing more is read or published until the rewind
+            self.query = None
+        ready = rewind.ready_cut(self.dir, self.workers(), self.acked)
+        if ready is None:
+            return True  # not every worker asked yet
+        gen, epoch, cut = ready
+        t0 = time.monotonic()
+        batch = rewind.rewind_node(self.dir, cut, epoch)
+        rewound_ms = (time.monotonic() - t0) * 1000
+        self.finished = False
+        self.last_batch, self.last_change = None, time.monotonic()
+        self.start(spark)
+        done = time.monotonic()
+        entry = {
+            "generation": gen,
+            "epoch": epoch,
+            "batch": batch,
+            "stopped_ms": round((t0 - self.stopped_at) * 1000, 1),
+            "rewind_ms": round(rewound_ms, 1),
+            "restart_ms": round((done - t0) * 1000 - rewound_ms, 1),
+            "time": time.time(),
+        }
+        self.rollbacks.append(entry)
+        log.write_json(self.dir / "rollback" / "ack", entry)
+        self.acked, self.stopped_at = gen, None
+        logger.info(
+            "node %s: rolled back to batch %d (epoch %s, generation %d): %s",
+            self.spec["node"],
+            batch,
+            epoch,
+            gen,
+            entry,
+        )
+        return False
 
     def start(self, spark: Any) -> None:
         s = self.spec
@@ -202,6 +268,7 @@ class NodeQuery:
             .option("dir", str(self.dir))
             .option("schema", s["schema"])
             .option("workers", ids)
+            .option("cut_batches", "true" if s.get("cut_batches") else "false")
             .load()
         )
         out = load_function(s["function"])(src, **s["params"])
@@ -319,6 +386,10 @@ class Driver:
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
+    def all_done(self) -> bool:
+        """Every node is done (under a guarantee: and its workers closed, see the docstring)."""
+        return all(n.finished and (not n.spec.get("guarantee") or n.closed()) for n in self.nodes)
+
     def run(self) -> int:
         pidfile = self.plan_path.with_suffix(".jvm.pid")
         wait_for_previous_jvm(pidfile)
@@ -333,10 +404,11 @@ class Driver:
             for n in self.nodes:
                 n.start(spark)
             log.write_json(self.plan_path.with_suffix(".ready"), {"time": time.time()})
-            while not self.stopping and not all(n.finished for n in self.nodes):
+            while not self.stopping and not self.all_done():
                 for n in self.nodes:
-                    n.check()
-                time.sleep(0.1)
+                    if not n.check_rollback(spark):
+                        n.check()
+                time.sleep(0.05)
             return 0
         except Exception:
             logger.exception("spark driver failed")

@@ -79,3 +79,15 @@ def costly_enrichment(rows: Any, cost_ms: float = 2.0) -> Any:
             yield batch
 
     return rows.mapInArrow(lookup, rows.schema)
+
+
+def running_counts(rows: Any, key: str = "word") -> Any:
+    """How many rows each ``key`` has had so far (a stateful aggregation, update mode).
+
+    Output ``key, count``: each micro-batch emits the keys it changed with
+    their new totals, so the last row per key is its count.
+    """
+    return rows.groupBy(key).count().select(rows[key].alias("key"), "count")
+
+
+running_counts.output_fields = ("key", "count")  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ committed; the worker then trims.  One directory per worker,
   atomically after the data is written, so a reader never sees a torn record.
 * ``commit`` -- ``{"pos", "seq"}``: what Spark committed (written by the source).
 * ``eos`` -- ``{"pos", "seq"}``: the final head, once the worker's input ended.
+* ``anchors``, ``closed`` -- under a guarantee only (``anchors.py``, ``driver.py``).
 
 An offset is ``{"pos": byte position, "seq": tuple number}``; Spark's source
 offset is ``{"<worker_id>": offset, ...}``.  Positions never go back: trimming
@@ -164,9 +165,11 @@ class OffsetLog:
     def committed(self) -> dict[str, int]:
         return read_json(self.dir / "commit", ZERO)
 
-    def trim(self) -> int:
-        """Delete closed segments that end at or below what Spark committed."""
+    def trim(self, limit: int | None = None) -> int:
+        """Delete closed segments that end at or below what Spark committed (and ``limit``)."""
         upto = int(self.committed()["pos"])
+        if limit is not None:
+            upto = min(upto, limit)
         starts = segments(self.dir)
         n = 0
         for s, nxt in zip(starts, starts[1:], strict=False):

@@ -6,6 +6,16 @@ Spark committed, and at end of input waits until the driver says Spark
 processed everything and the last batch was routed (``pump`` returns busy
 until then).  Worker index 0 also forwards the driver's Spark progress events
 in METRIC_RESP (``spark`` entry).  Nothing here imports pyspark.
+
+Under a guarantee the bolt takes part in the job's checkpoints
+(docs/guarantees.md, "Spark nodes"): its snapshot is its log position and the
+log's identity; it writes an anchor there for Spark (``anchors.py``) and holds
+the epoch's anchor until it routed ``B_E``, the last batch that read nothing
+past the node's cut, and routes nothing after ``B_E`` until then.  On
+a rollback it asks the driver to take Spark back (``rewind.py``) and, until the
+driver answers, keeps what arrives in memory and routes nothing.  A
+replacement continues the dead worker's log and routes its output (the log
+identity in the snapshot), so Spark's partitions and the outbox owners stay.
 """
 
 from __future__ import annotations
@@ -19,15 +29,27 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from pyspark_bridge.log import SEGMENT_BYTES, OffsetLog, worker_dir
+from pyspark_bridge import anchors, rewind
+from pyspark_bridge.log import SEGMENT_BYTES, ZERO, OffsetLog, worker_dir, worker_ids, write_json
 from pyspark_bridge.outbox import OutboxReader, out_dir, replays
 from typhoon.operators.base import Bolt, Context, Emit
 
 OUTPUT_MODES = ("append", "update", "complete")
-ARGS = ("fields", "schema", "output_mode", "trigger_ms", "params", "dir", "segment_bytes")
+ARGS = (
+    "fields",
+    "schema",
+    "output_mode",
+    "trigger_ms",
+    "params",
+    "dir",
+    "segment_bytes",
+    "guarantee",
+    "cut_batches",
+)
 FLUSH_S = 0.005  # the log is flushed (made visible to Spark) at most this long after a tuple
 TRIM_S = 1.0
 MAX_EVENTS = 100  # progress events per METRIC_RESP
+KEEP_ANCHORS = 4  # under a guarantee the log keeps what the last few anchored epochs need
 
 
 def load_function(name: str) -> Callable[..., Any]:
@@ -73,8 +95,20 @@ class SparkBolt(Bolt):
         super().__init__(**args)
         self.dir = args.get("dir")
         self.segment_bytes = int(args.get("segment_bytes", SEGMENT_BYTES))
+        self.guarded = args.get("guarantee", "none") != "none"
         self.log: OffsetLog | None = None
         self.outbox: OutboxReader | None = None
+        self.log_id: int | None = None  # whose log and outbox parts (a replacement adopts them)
+        self.restored: dict[str, int] = dict(ZERO)
+        self.snapped: dict[str, int] = dict(ZERO)  # log head at the last snapshot()
+        self.anchored: dict[int, float] = {}  # epoch -> when it was checkpointed, until released
+        self.unwritten: dict[int, dict[str, int]] = {}  # anchors taken while waiting
+        self.released: list[int] = []  # log position B_E read up to, of the last anchors passed
+        self.waiting: int | None = None  # generation of a rollback the driver has not done yet
+        self.waiting_since = 0.0
+        self.arrived: list[bytes] = []  # records received while waiting
+        self.anchor_ms: list[float] = []  # snapshot -> anchor released
+        self.rollback_ms: list[float] = []  # rollback asked -> driver done
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self.last_flush = 0.0
         self.last_trim = 0.0
@@ -99,29 +133,141 @@ class SparkBolt(Bolt):
                 f"spark node '{context.node}' has no 'dir'; the launcher (tcp_cluster, agent) "
                 "sets it through pyspark_bridge.plan"
             )
-        self.log = OffsetLog(worker_dir(self.dir, context.worker_id), self.segment_bytes)
-        self.outbox = OutboxReader(out_dir(self.dir), context.worker_id)
+        # the log opens at the first tuple or turn: a replacement learns whose log it
+        # continues from its checkpoint first (restore), and must not start one of its own
+
+    def _open_log(self) -> OffsetLog:
+        if self.log is None:
+            assert self.context is not None, "open() not called"
+            if self.log_id is None:
+                self.log_id = self.context.worker_id
+            self.log = OffsetLog(worker_dir(self.dir, self.log_id), self.segment_bytes)
+            self.outbox = OutboxReader(out_dir(self.dir), self.log_id)
+        return self.log
 
     def process(self, values: list, emit: Emit) -> None:
-        self.log.append(self._pack(values))  # type: ignore[union-attr]
+        if self.waiting is not None:
+            self.arrived.append(self._pack(values))
+            return
+        (self.log or self._open_log()).append(self._pack(values))
 
     def pump(self, emit: Emit, input_done: bool) -> bool:
         """Every event-loop turn: flush the log, route published batches, trim; busy until done."""
-        assert self.log is not None and self.outbox is not None, "open() not called"
+        if self.waiting is not None and not self._rewound():
+            return True  # the driver is taking Spark back: nothing is read or routed
+        log = self.log or self._open_log()
+        assert self.outbox is not None
         now = time.monotonic()
-        if self.log.buf and (now - self.last_flush >= FLUSH_S or input_done):
-            self.log.flush()
+        if log.buf and (now - self.last_flush >= FLUSH_S or input_done):
+            log.flush()
             self.last_flush = now
-        self.outbox.poll(emit)
+        self.outbox.poll(emit, self._before if self.anchored else None)
         if now - self.last_trim >= TRIM_S:
             self.last_trim = now
-            self.log.trim()
+            log.trim(self._trim_limit())
         if not input_done:
             return False
         if not self.eos_marked:
             self.log.mark_eos()
             self.eos_marked = True
         return not self.outbox.finished()
+
+    # ----- guaranteed processing (docs/guarantees.md, "Spark nodes") -----------------------
+
+    def snapshot(self) -> Any:
+        """The log position at this checkpoint and whose log it is (Spark keeps the rest)."""
+        if self.waiting is not None:  # the log continues at the cut with what arrived since
+            self.snapped = {
+                "pos": self.restored["pos"] + sum(map(len, self.arrived)),
+                "seq": self.restored["seq"] + len(self.arrived),
+            }
+        else:
+            log = self.log or self._open_log()
+            log.flush()
+            self.snapped = log.offset()
+        return {"log": self.log_id, **self.snapped}
+
+    def restore(self, state: Any) -> None:
+        if not isinstance(state, dict) or "log" not in state:
+            raise ValueError(f"not a spark node's checkpoint: {state!r}")
+        self.log_id = int(state["log"])
+        self.restored = {"pos": int(state["pos"]), "seq": int(state["seq"])}
+
+    def anchor_ready(self, epoch: int) -> bool:
+        """Anchor ``epoch`` may pass once ``B_E`` is routed and nothing after it (anchors.py)."""
+        if epoch not in self.anchored:  # just checkpointed: mark the place for Spark
+            if self.log is None:  # the driver is cutting the log: written once it is done
+                self.unwritten[epoch] = dict(self.snapped)
+            else:
+                anchors.append_anchor(self.log.dir, epoch, self.snapped)
+            self.anchored[epoch] = time.monotonic()
+        if self.waiting is not None or self.outbox is None:
+            return False
+        if min(self.anchored) != epoch:
+            return False  # the framework asks for the oldest first
+        if not self._before(self.outbox.peek()):
+            return False
+        self.anchor_ms.append((time.monotonic() - self.anchored.pop(epoch)) * 1000)
+        # a rollback to this epoch re-reads the log from where the batches routed so far ended
+        self.released.append(int((self.outbox.ends.get(str(self.log_id)) or ZERO)["pos"]))
+        del self.released[:-KEEP_ANCHORS]
+        return True
+
+    def _before(self, manifest: dict[str, Any] | None) -> bool:
+        """The oldest held anchor goes before ``manifest``'s batch (None: not published yet)."""
+        assert self.outbox is not None
+        # the manifest was read first: a worker whose anchor is missing now was not read past it
+        found, eos = anchors.read_node(Path(self.dir), worker_ids(self.dir))
+        c = anchors.cut(min(self.anchored), found, eos)
+        if anchors.reached(self.outbox.ends, c):
+            return True
+        return manifest is not None and anchors.crosses(manifest.get("ends") or {}, c)
+
+    def _trim_limit(self) -> int | None:
+        """Under a guarantee the log keeps what a rollback to the last anchors re-reads."""
+        if not self.guarded:
+            return None
+        return self.released[0] if len(self.released) == KEEP_ANCHORS else 0
+
+    def rewind(self, generation: int, epoch: int | None) -> None:
+        """The job went back to ``epoch``: ask the driver to take Spark back to it too."""
+        assert self.context is not None and self.dir
+        if self.log_id is None:
+            self.log_id = self.context.worker_id  # no checkpoint yet: from the start
+        self.anchored.clear()
+        self.unwritten.clear()
+        self.waiting, self.waiting_since = generation, time.monotonic()
+        body = {"generation": generation, "epoch": epoch, **self.restored, "time": time.time()}
+        anchors.write_request(Path(self.dir), str(self.log_id), body)
+
+    def _rewound(self) -> bool:
+        """The driver did our rollback: continue the log where it was cut."""
+        ack = rewind.acked(Path(self.dir))
+        if ack is None or int(ack.get("generation", -1)) < (self.waiting or 0):
+            return False
+        self.log = self.outbox = None
+        log = self._open_log()
+        if log.offset() != self.restored:
+            raise rewind.RewindError(
+                f"{log.dir}: the driver cut the log at {log.offset()}, not at {self.restored}"
+            )
+        for record in self.arrived:
+            log.append(record)
+        self.arrived = []
+        log.flush()
+        for epoch, at in sorted(self.unwritten.items()):
+            anchors.append_anchor(log.dir, epoch, at)
+        self.unwritten.clear()
+        self.rollback_ms.append((time.monotonic() - self.waiting_since) * 1000)
+        self.waiting = None
+        self.eos_marked = False
+        return True
+
+    def abandon(self) -> None:
+        """Dropped by a rollback: what it buffered is after the checkpoint, and nothing ends."""
+        if self.log is not None:
+            self.log.file.close()
+            self.log = None
 
     def metrics(self) -> dict[str, Any]:
         """``spark`` entry of METRIC_RESP: worker 0 forwards the progress events not yet sent.
@@ -154,7 +300,11 @@ class SparkBolt(Bolt):
 
     def result(self) -> dict[str, Any]:
         log, ob = self.log, self.outbox
+        guarantee = {}
+        if self.guarded:
+            guarantee = {"anchor_ms": self.anchor_ms, "rollback_ms": self.rollback_ms}
         return {
+            **guarantee,
             "appended": log.stats.appended if log else 0,
             "trimmed_segments": log.stats.trimmed_segments if log else 0,
             "batches_routed": ob.stats.batches if ob else 0,
@@ -164,7 +314,13 @@ class SparkBolt(Bolt):
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        timings = {
+            k: [x for r in results for x in r[k]]
+            for k in ("anchor_ms", "rollback_ms")
+            if all(k in r for r in results)
+        }
         return {
+            **timings,
             "appended": sum(r["appended"] for r in results),
             "trimmed_segments": sum(r["trimmed_segments"] for r in results),
             "batches": max((r["batches_routed"] for r in results), default=0),
@@ -179,3 +335,5 @@ class SparkBolt(Bolt):
             if not self.eos_marked:
                 self.log.mark_eos()
             self.log.close()
+            if self.guarded:  # the driver may stop once every worker closed
+                write_json(self.log.dir / "closed", {"time": time.time()})

@@ -18,8 +18,9 @@ Layout under ``<node dir>/out/``::
     staging/<uuid>.mp          rows written by a Spark task (msgpack arrays)
     <B:020d>/p<partition>.mp   published parts of batch B
     <B:020d>.json              manifest {"batch", "owners", "parts": [[partition, file, rows]],
-                               "time"}
-    routed/w<worker_id>        {"batch": last batch the worker routed}
+                               "time", "ends"}: ends are the batch's source end offsets
+                               (``{"<worker_id>": {"pos", "seq"}}``, anchors.py)
+    routed/w<worker_id>        {"batch": last batch the worker routed, "ends": its ends}
     collected                  {"below": B}: manifests below B were deleted (every owner
                                routed them); a reader that starts later skips to B
     done                       {"batch": last batch}: the driver saw Spark process all input
@@ -89,10 +90,17 @@ def discard(outdir: Path, staged: Iterable[Staged | None]) -> None:
             (outdir / "staging" / s[1]).unlink(missing_ok=True)
 
 
-def publish(outdir: Path, batch: int, staged: list[Staged | None], owners: list[int]) -> bool:
+def publish(
+    outdir: Path,
+    batch: int,
+    staged: list[Staged | None],
+    owners: list[int],
+    ends: dict[str, Any] | None = None,
+) -> bool:
     """Publish batch ``batch`` once (driver side); False when it was a replay (rows dropped).
 
-    ``owners``: the workers that route the batch's parts (see the module docstring).
+    ``owners``: the workers that route the batch's parts (see the module docstring);
+    ``ends``: where the batch ended in each worker's log.
     """
     if not owners:
         raise ValueError("a batch needs at least one owner worker to route its rows")
@@ -112,7 +120,13 @@ def publish(outdir: Path, batch: int, staged: list[Staged | None], owners: list[
         final = f"p{partition}.mp"
         os.replace(outdir / "staging" / name, bdir / final)
         parts.append([partition, final, rows])
-    doc = {"batch": batch, "owners": [int(w) for w in owners], "parts": parts, "time": time.time()}
+    doc = {
+        "batch": batch,
+        "owners": [int(w) for w in owners],
+        "parts": parts,
+        "time": time.time(),
+        "ends": ends,
+    }
     write_json(manifest, doc)
     collect_garbage(outdir, owners)
     return True
@@ -163,15 +177,31 @@ class OutboxReader:
         (self.dir / "routed").mkdir(parents=True, exist_ok=True)
         self.worker_id = int(worker_id)
         self.marker = self.dir / "routed" / f"w{worker_id}"
-        last = read_json(self.marker, {}).get("batch")
+        routed = read_json(self.marker, {})
+        last = routed.get("batch")
         self.next = 0 if last is None else last + 1
+        self.ends: dict[str, Any] = routed.get("ends") or {}  # of the last batch routed
         self.stats = RouteStats()
 
-    def poll(self, emit: Callable[[list], None]) -> int:
-        """Route every batch published since the last call; returns the rows emitted."""
+    def peek(self) -> dict[str, Any] | None:
+        """The manifest of the next batch to route, if it is published."""
+        return read_json(manifest_path(self.dir, self.next))
+
+    def poll(
+        self,
+        emit: Callable[[list], None],
+        hold: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> int:
+        """Route every batch published since the last call; returns the rows emitted.
+
+        ``hold(manifest)``: asked for each next manifest before it is routed;
+        True stops here (an anchor goes before that batch).
+        """
         n = 0
         while True:
             manifest = read_json(manifest_path(self.dir, self.next))
+            if manifest is not None and hold is not None and hold(manifest):
+                break
             if manifest is None:
                 # deleted because every owner routed it: this worker owned none of them
                 below = int(read_json(self.dir / "collected", {}).get("below", 0))
@@ -189,7 +219,8 @@ class OutboxReader:
                         emit(row)
                         n += 1
                 path.unlink(missing_ok=True)
-            write_json(self.marker, {"batch": self.next})
+            self.ends = manifest.get("ends") or self.ends
+            write_json(self.marker, {"batch": self.next, "ends": self.ends})
             self.next += 1
             self.stats.batches += 1
         self.stats.rows += n

@@ -6,10 +6,14 @@
   scale-up): each new log becomes one more partition from the next
   micro-batch on, starting at position 0, and the offsets of the others do
   not change.  ``commit`` records what Spark committed so each worker trims
-  only that.
+  only that.  With the ``cut_batches`` option (a guarantee and the node arg
+  ``cut_batches: true``) ``latestOffset`` caps each batch at the oldest
+  anchored cut not yet reached (``anchors.cap``), so one batch ends exactly
+  there.
 * Stream writer (append and complete mode) and batch writer (update mode, via
   ``foreachBatch``): tasks stage rows, the driver-side commit publishes them
-  under the batch ID, once (see ``outbox.py``).
+  under the batch ID, once (see ``outbox.py``), with the batch's source end
+  offsets from Spark's offset log.
 
 Options: ``dir`` (the node directory), ``schema`` (DDL of the input
 columns), ``workers`` (comma-separated worker IDs), ``owners`` (comma-separated
@@ -37,7 +41,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pyspark_bridge import log, outbox
+from pyspark_bridge import anchors, log, outbox, rewind
 
 ROWS_PER_BATCH = 8192  # Arrow record batch size handed to Spark
 
@@ -75,6 +79,7 @@ class LogReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.node_dir = Path(options["dir"])
         self.workers = [w for w in options.get("workers", "").split(",") if w]
+        self.cut_batches = options.get("cut_batches", "false") == "true"
         self.schema = schema
 
     def _worker_ids(self) -> list[str]:
@@ -85,10 +90,17 @@ class LogReader(DataSourceStreamReader):
         return {w: dict(log.ZERO) for w in self.workers}
 
     def latestOffset(self) -> dict:
-        return {
+        workers = self._worker_ids()
+        heads = {
             w: log.read_json(log.worker_dir(self.node_dir, w) / "head", dict(log.ZERO))
-            for w in self._worker_ids()
+            for w in workers
         }
+        if not self.cut_batches:
+            return heads
+        found, eos = anchors.read_node(self.node_dir, workers)  # after the heads (anchors.cap)
+        if not any(found.values()):
+            return heads
+        return anchors.cap(heads, rewind.latest_end(self.node_dir / "checkpoint"), found, eos)
 
     def partitions(self, start: dict, end: dict) -> list[LogPartition]:
         parts = []
@@ -178,6 +190,14 @@ def _stage(options: dict[str, str], batches: Iterator[pa.RecordBatch]) -> Staged
     return StagedRows(outbox.stage_rows(outbox.out_dir(options["dir"]), partition, rows()))
 
 
+def batch_ends(options: dict[str, str], batch: int) -> dict[str, Any] | None:
+    """Where batch ``batch`` ends in each log (Spark logged it before running the batch)."""
+    try:
+        return rewind.batch_end(Path(options["dir"]) / "checkpoint", batch)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def owners(options: dict[str, str]) -> list[int]:
     """The ``owners`` option: workers that route the output (``outbox.publish``)."""
     return [int(w) for w in options.get("owners", "").split(",") if w.strip()]
@@ -202,6 +222,7 @@ class OutboxStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             _staged(messages),
             owners(self.options),
+            batch_ends(self.options, batchId),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -223,6 +244,7 @@ class OutboxBatchWriter(DataSourceArrowWriter):
             int(self.options["batch"]),
             _staged(messages),
             owners(self.options),
+            batch_ends(self.options, int(self.options["batch"])),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -25,7 +25,7 @@ from typhoon.topology.model import PhysicalTopology, Topology
 log = logging.getLogger(__name__)
 
 MAX_RESTARTS = 3
-PLANNED_ARGS = ("dir",)  # engine-node arguments the engine's plan fills in
+PLANNED_ARGS = ("dir", "guarantee")  # engine-node arguments the engine's plan fills in
 
 
 @dataclass

@@ -142,3 +142,16 @@ def test_an_idle_spark_node_is_kept_with_a_reason_never_shrunk():
             break
     else:
         pytest.fail("a python node was not scaled down")
+
+
+def test_every_worker_of_a_guaranteed_spark_node_gets_the_planned_args(tmp_path: Path):
+    """Under a guarantee the plan also fills in ``guarantee``: the second worker an agent
+    launches must not look like a swapped node (it did, and no worker after the first
+    could start on sdn)."""
+    t, phys = deployed(2)
+    t.config["guarantee"] = "exactly_once"
+    engines = EngineServices("h9", tmp_path)
+    first = engines.topology_for(t, phys)
+    assert first.nodes["enrich"].args["guarantee"] == "exactly_once"
+    again = engines.topology_for(t, phys)
+    assert again.nodes["enrich"].args == first.nodes["enrich"].args

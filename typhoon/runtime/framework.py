@@ -131,6 +131,13 @@ class Framework:
         # in flight (the worker finishes only after that); metrics() -> entries for METRIC_RESP.
         self._pump = getattr(operator, "pump", None)
         self._op_metrics = getattr(operator, "metrics", None)
+        # Under a guarantee, an operator whose output comes from such an engine may hold an
+        # epoch's anchor until the output that belongs before it has been emitted:
+        # anchor_ready(epoch) -> bool, called once right after snapshot() for the epoch, then
+        # every turn for the oldest held epoch until True.  rewind(generation, epoch) tells it
+        # the job went back to epoch (None: the start), after restore(); abandon() replaces
+        # close() for an instance a rollback drops (nothing of it is final).
+        self._anchor_ready = getattr(operator, "anchor_ready", None)
         self.input_done = False
         # metrics
         self.tuples_in: dict[int, int] = {}
@@ -478,7 +485,9 @@ class Framework:
         """Periodic work of the event loop: operator pump, batches due, drain completion."""
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
-            if self.input_done and not busy:
+            if self.deferred:
+                self._release_anchors()
+            if self.input_done and not busy and not self.deferred:
                 self.finish()
         self.flush()
         if (
@@ -585,6 +594,7 @@ class Framework:
         self.discarded = 0  # rows of older generations dropped after a rollback
         self.rollbacks = 0
         self.started = False
+        self.deferred: list[int] = []  # checkpointed epochs whose anchor the operator holds
         if self.guarantee == "none":
             return
         me = self.spec.assignment
@@ -685,7 +695,20 @@ class Framework:
             state["exhausted"] = self.exhausted
         self.ckpt.save(epoch, state)
         self.epoch = epoch
-        self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
+        if self._anchor_ready is None:
+            self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
+            return
+        self.deferred.append(epoch)
+        self._anchor_ready(epoch)  # the operator learns the epoch of the snapshot just taken
+        self._release_anchors()
+
+    def _release_anchors(self) -> None:
+        """Pass on each held anchor, oldest first, once the operator emitted what precedes it."""
+        assert self._anchor_ready is not None
+        while self.deferred and self._anchor_ready(self.deferred[0]):
+            epoch = self.deferred.pop(0)
+            self.flush(force=True)
+            self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
 
     def _broadcast_punctuation(self, payload: bytes, targets: list[int]) -> None:
         """One punctuation to each receiver, after and before every data path to it.
@@ -742,6 +765,7 @@ class Framework:
         self.anchors.clear()
         self.blocked.clear()
         self.held = []
+        self.deferred.clear()
         self.pending_upstream |= self.finished_upstream
         self.finished_upstream.clear()
         # end of stream goes to today's receivers: dead ones were routed around
@@ -754,16 +778,17 @@ class Framework:
         self.received_from.clear()
         self.sent_balanced.clear()
         old = self.op
+        try:  # before the new instance opens: it may take over what the old one held
+            getattr(old, "abandon", old.close)()
+        except Exception:  # the old instance is gone either way
+            log.exception("worker %d: closing the rolled-back operator", self.worker_id)
         node = self.node
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
         self._pump = getattr(self.op, "pump", None)
         self._op_metrics = getattr(self.op, "metrics", None)
-        try:
-            old.close()
-        except Exception:  # the old instance is gone either way
-            log.exception("worker %d: closing the rolled-back operator", self.worker_id)
+        self._anchor_ready = getattr(self.op, "anchor_ready", None)
         self._restore(epoch)
         self.next_anchor_at = self.now + self.interval
         if self.started:
@@ -771,13 +796,15 @@ class Framework:
 
     def _restore(self, epoch: int | None) -> None:
         self.epoch = epoch
-        if epoch is None:
-            return
-        assert self.ckpt is not None
-        saved = self.ckpt.load(epoch)
-        self.op.restore(saved.get("state"))
-        if self.is_spout:
-            self.op.seek(saved.get("offset"))
+        if epoch is not None:
+            assert self.ckpt is not None
+            saved = self.ckpt.load(epoch)
+            self.op.restore(saved.get("state"))
+            if self.is_spout:
+                self.op.seek(saved.get("offset"))
+        rewind = getattr(self.op, "rewind", None)
+        if rewind is not None:
+            rewind(self.gen, epoch)
 
     # ----- metrics -------------------------------------------------------------------------
 
@@ -837,4 +864,5 @@ class Framework:
             "discarded": self.discarded,
             "rollbacks": self.rollbacks,
             "held": len(self.held),
+            "anchors_held": len(self.deferred),
         }
