@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test lint demo fuzz-topologies clean-net
+.PHONY: setup test test-long lint demo fuzz-topologies clean-net
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -13,8 +13,14 @@ setup:
 
 ## test: unit and integration tests (integration = marker `integration`, needs root)
 test: setup
-	@rc=0; $(PY) -m pytest tests || rc=$$?; \
+	@rc=0; $(PY) -m pytest tests -m "not long" --durations=25 || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$rc
+
+## test-long: the further variants of the slowest tests (marker `long`), kept out of `make test`
+test-long: setup
+	@rc=0; $(PY) -m pytest tests -m long --durations=10 || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-long: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 
 ## lint: ruff, read-only

@@ -127,7 +127,11 @@ def run(tmp_path: Path, victim: str, cut_batches: bool) -> tuple[dict[str, Any],
 
 @pytest.mark.parametrize(
     ("victim", "cut_batches"),
-    [("counts", False), ("split", False), ("counts", True)],
+    [
+        ("counts", False),
+        pytest.param("split", False, marks=pytest.mark.long),
+        pytest.param("counts", True, marks=pytest.mark.long),
+    ],
     ids=["spark-worker", "upstream-worker", "spark-worker-cut-batches"],
 )
 def test_spark_node_survives_killed_workers_exactly_once(
