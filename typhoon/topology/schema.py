@@ -129,6 +129,16 @@ _CONFIG = {
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
         "checkpoint_store": {"type": "string", "minLength": 1},
+        # key-pair statistics for locality-aware routing (typhoon/locality/settings.py)
+        "locality": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "pairs": {"type": "integer", "minimum": 1},
+                "sample": {"type": "integer", "minimum": 1},
+                "top": {"type": "integer", "minimum": 1},
+            },
+        },
     },
 }
 
