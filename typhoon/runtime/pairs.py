@@ -19,6 +19,7 @@ from typhoon.locality.spacesaving import SpaceSaving
 from typhoon.topology.model import DEFAULT_STREAM, Topology
 
 Emit = Callable[..., None]
+FOLD_AT = 256  # distinct recent pairs kept before they go into the counter
 
 
 def table_key(values: list, fields: tuple[int, ...]) -> str:
@@ -38,6 +39,9 @@ class PairStats:
         self.sample = settings.sample
         self.skip = settings.sample - 1  # rows before the next sampled one
         self.sampled = 0  # rows handed over on their own
+        # pairs since the last fold into the counter: one SpaceSaving update (a heap push)
+        # per distinct pair instead of per sampled tuple
+        self.recent: dict[tuple[str, str], int] = {}
         self._a = ""
         self._emit: Emit | None = None
 
@@ -68,6 +72,13 @@ class PairStats:
             self._plain(rows[start:] if start else rows, process, batch, emit)
         self.skip = i - n
 
+    def fold(self) -> None:
+        """Move the recent pairs into the bounded counter."""
+        offer = self.counter.offer
+        for pair, n in self.recent.items():
+            offer(pair, n)
+        self.recent = {}
+
     @staticmethod
     def _plain(rows: list[list], process: Callable, batch: Callable | None, emit: Emit) -> None:
         if batch is not None:
@@ -78,7 +89,11 @@ class PairStats:
 
     def _record(self, values: list, stream: str = DEFAULT_STREAM) -> None:
         if stream == self.keys.out_stream:
-            self.counter.offer((self._a, table_key(values, self.keys.out_fields)))
+            pair = (self._a, table_key(values, self.keys.out_fields))
+            recent = self.recent
+            recent[pair] = recent.get(pair, 0) + 1
+            if len(recent) > FOLD_AT:
+                self.fold()
         assert self._emit is not None
         self._emit(values, stream)
 
@@ -87,6 +102,7 @@ class PairStats:
         many rows were sampled, and the tuples sent per ``receiver:stream`` (which
         receivers are on another host is the controller's to say: that gives the
         fraction of tuples crossing hosts)."""
+        self.fold()
         pairs: dict[str, dict[str, int]] = {}
         for (a, b), c, _ in self.counter.top(self.settings.top):
             pairs.setdefault(a, {})[b] = c
