@@ -109,13 +109,13 @@ def compute_plan(
 
 
 def reroutes(chain: Chain, plan: LocalityPlan) -> list[Reroute]:
-    """The two updates that install the plan: ``direct`` on both streams, same fields."""
-    return [
-        Reroute(chain.stream_in.id, "direct", chain.stream_in.grouping.fields,
-                tuple(sorted(plan.table_a.items()))),
-        Reroute(chain.stream_out.id, "direct", chain.stream_out.grouping.fields,
-                tuple(sorted(plan.table_b.items()))),
-    ]  # fmt: skip
+    """The updates that install the plan: ``direct`` on both streams, same fields; a
+    stream that already routes by exactly that table is left alone."""
+    out = []
+    for s, table in ((chain.stream_in, plan.table_a), (chain.stream_out, plan.table_b)):
+        if s.grouping != Grouping("direct", s.grouping.fields, dict(table)):
+            out.append(Reroute(s.id, "direct", s.grouping.fields, tuple(sorted(table.items()))))
+    return out
 
 
 def sent_links(metrics: Mapping[int, Mapping[str, Any]], stream: int) -> dict[Link, int]:

@@ -150,6 +150,8 @@ class LocalityJob:
                              f"less than min_gain {self.settings.min_gain}", now)  # fmt: skip
         self.before = sent_links(metrics, self.chain.stream_out.id)
         self.pending = reroutes(self.chain, plan)
+        if not self.pending:
+            return self._end("skipped", "both streams already route by these tables", now)
         self.phase = "routing"
         self._next_reroute(core)
 

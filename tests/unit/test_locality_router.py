@@ -79,6 +79,9 @@ def test_plan_keeps_most_correlated_pairs_on_one_host_and_reroutes_both_streams(
     assert a == Reroute(1, "direct", ("a",), tuple(sorted(plan.table_a.items())))
     assert b.stream == 2 and b.policy == "direct" and b.fields == ("b",)
     assert set(plan.table_a.values()) == {0, 1, 2}  # indexes, as the route request takes
+    # once installed, the same plan changes nothing
+    chain.stream_in.grouping = Grouping("direct", ("a",), dict(plan.table_a))
+    assert [r.stream for r in reroutes(chain, plan)] == [2]
 
 
 def test_crossing_counts_tuples_between_hosts_since_a_baseline():
