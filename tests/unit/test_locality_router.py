@@ -232,3 +232,19 @@ def test_workers_that_never_answer_fail_the_run():
     job.begin(core, 0.0)
     job.step(core, 6.0)
     assert job.phase == "failed" and "did not answer" in job.reason
+
+
+def test_benchmark_workload_installs_the_planned_tables_on_the_spread_placement():
+    from benchmarks.scenarios.locality import Point, workload
+
+    hashed = workload(Point(3, 100, "hash"), 1000, 0.0)
+    assert [s.grouping.type for s in hashed.streams] == ["fields", "fields"]
+    t = workload(Point(3, 100, "locality"), 1000, 0.0)
+    a, b = (s.grouping for s in t.streams)
+    assert (a.type, b.type) == ("direct", "direct") and len(a.table) == len(b.table) == 100
+    phys = schedule(t, HOSTS, 7)
+    host = {(w.node, w.index): w.host for w in phys.workers}
+    pairs = Counter(tuple(pair_tuple(1, s, 100, 100, 0.8, "")[:2]) for s in range(3000))
+    local = sum(n for (ka, kb), n in pairs.items() if host[("a", a.table[ka])] ==
+                host[("b", b.table[kb])])  # fmt: skip
+    assert local / sum(pairs.values()) > 0.75
