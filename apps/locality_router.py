@@ -79,7 +79,7 @@ class LocalityRest(ControllerBase):
     @handler(mutating=True)
     def run(self, req, name, **_):
         try:
-            return 202, self.app.start(name, auto=False)
+            return 202, self.app.begin_run(name, auto=False)
         except LocalityError as e:
             raise ApiError(e.status, e.message) from None
 
@@ -112,7 +112,7 @@ class LocalityRouter(RyuApp):
     def core():
         return core_app()
 
-    def start(self, name: str, auto: bool) -> dict[str, Any]:
+    def begin_run(self, name: str, auto: bool) -> dict[str, Any]:
         """Begin a run (LocalityError: no such application, nothing to plan, one running)."""
         job = self.jobs.get(name)
         if job is not None and job.running:
@@ -138,7 +138,7 @@ class LocalityRouter(RyuApp):
         for name, app in list(core.view.apps.items()):
             if self._due(name, app, now):
                 try:
-                    self.start(name, auto=True)
+                    self.begin_run(name, auto=True)
                 except LocalityError as e:
                     self.logger.info("app %s: no periodic locality run: %s", name, e.message)
 
