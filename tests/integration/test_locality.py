@@ -17,7 +17,8 @@ METRIC_RESP, kept by the coordinator; the ``links`` of its exit report at the
 end); a tuple crosses hosts when sender and receiver are on different hosts
 of the physical topology.  "Before" is everything sent up to the moment the
 router was asked; "after" is the final count minus a snapshot taken once the
-switch finished.
+switch finished.  The router's own ``GET .../locality`` numbers (the same
+counters, from the METRIC_RESPs it keeps) must show the same drop.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ def test_switch_from_hash_to_locality_tables_mid_run_counts_exact_and_halves_cro
         # still mid-run: the source had not finished when the switch was done
         assert c.coordinator.worker_statuses(t.name)[1].state != "exited"
         switched = wait(lambda: a_links(c, t.name, a_ids, 2) or None, 5, "metrics after")
+        # the router measures too, from the METRIC_RESPs it keeps asking for
+        time.sleep(2.0)
+        status, shown = c.rest("GET", f"/apps/{t.name}/locality")
+        assert status == 200, shown
         topology, reports = finish(c, t.name)
         report = build_report(topology, reports)
 
@@ -98,7 +103,10 @@ def test_switch_from_hash_to_locality_tables_mid_run_counts_exact_and_halves_cro
     print(
         f"\nA->B tuples crossing hosts: hash {hashed.fraction:.3f} of {hashed.total}, "
         f"locality {located.fraction:.3f} of {located.total}; plan {run['plan']}; "
-        f"router: {run['crossing']}; switch took {switch_s:.2f} s"
+        f"router: {shown['crossing']}; switch took {switch_s:.2f} s"
     )
     assert hashed.total > 5_000 and located.total > 5_000
     assert located.fraction <= hashed.fraction / 2
+    router = shown["crossing"]
+    assert router["before"]["tuples"] >= hashed.total and router["after"]["tuples"] > 5_000
+    assert router["after"]["fraction"] <= router["before"]["fraction"] / 2
