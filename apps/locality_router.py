@@ -30,7 +30,7 @@ from controller.app_support import EventTick, start_ticks
 from controller.core import core_app
 from controller.events import EventTopologyChanged
 from controller.locality import LocalityError
-from controller.locality_job import LocalityJob, RouterSettings
+from controller.locality_job import LocalityJob, RouterSettings, periodic_due
 from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
 from controller.ryu_compat import (
     ControllerBase,
@@ -133,24 +133,15 @@ class LocalityRouter(RyuApp):
                 job.step(core, now)
                 if not job.running:
                     self.logger.info("app %s: locality run %s %s", name, job.phase, job.reason)
-        if self.settings.interval_s <= 0:
-            return
         for name, app in list(core.view.apps.items()):
-            if self._due(name, app, now):
+            rec = core.reconfigs.get(name)
+            if periodic_due(self.settings, self.jobs.get(name),
+                            "locality" in app.topology.config, bool(app.state.get("active")),
+                            rec is not None and rec.running, now):  # fmt: skip
                 try:
                     self.begin_run(name, auto=True)
                 except LocalityError as e:
                     self.logger.info("app %s: no periodic locality run: %s", name, e.message)
-
-    def _due(self, name: str, app: Any, now: float) -> bool:
-        """A periodic run: the app counts pairs, is running, and nothing else changes it."""
-        job = self.jobs.get(name)
-        if job is not None and (job.running or now - job.finished < self.settings.interval_s):
-            return False
-        rec = self.core().reconfigs.get(name)
-        if rec is not None and rec.running:
-            return False
-        return "locality" in app.topology.config and bool(app.state.get("active"))
 
     @set_ev_cls(EventTopologyChanged)
     def _topology_changed(self, ev):

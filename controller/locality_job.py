@@ -52,6 +52,21 @@ class Core(Protocol):
     def reconfigure(self, app: str, request: Any) -> Any: ...
 
 
+def periodic_due(
+    settings: RouterSettings,
+    last: LocalityJob | None,
+    counts_pairs: bool,
+    active: bool,
+    updating: bool,
+    now: float,
+) -> bool:
+    """A periodic run is due: periodic runs are on, the application counts pairs and
+    runs, no update of it is under way, and the last run ended ``interval`` ago."""
+    if settings.interval_s <= 0 or not counts_pairs or not active or updating:
+        return False
+    return last is None or (not last.running and now - last.finished >= settings.interval_s)
+
+
 @dataclass
 class LocalityJob:
     app: str

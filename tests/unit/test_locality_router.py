@@ -248,3 +248,27 @@ def test_benchmark_workload_installs_the_planned_tables_on_the_spread_placement(
     local = sum(n for (ka, kb), n in pairs.items() if host[("a", a.table[ka])] ==
                 host[("b", b.table[kb])])  # fmt: skip
     assert local / sum(pairs.values()) > 0.75
+
+
+def test_periodic_runs_only_when_on_counting_idle_and_the_interval_passed():
+    from controller.locality_job import periodic_due
+
+    on = RouterSettings(interval_s=30.0)
+    assert not periodic_due(RouterSettings(), None, True, True, False, 100.0)  # off by default
+    assert periodic_due(on, None, True, True, False, 100.0)
+    assert not periodic_due(on, None, False, True, False, 100.0)  # no config locality
+    assert not periodic_due(on, None, True, False, False, 100.0)  # not active yet
+    assert not periodic_due(on, None, True, True, True, 100.0)  # an update runs
+    last = LocalityJob("locality", True, on, 0.0, phase="skipped", finished=80.0)
+    assert not periodic_due(on, last, True, True, False, 100.0)
+    assert periodic_due(on, last, True, True, False, 110.0)
+    last.phase = "routing"
+    assert not periodic_due(on, last, True, True, False, 500.0)
+
+
+def test_the_app_leaves_ryus_own_methods_alone():
+    from apps.locality_router import LocalityRouter
+    from controller.ryu_compat import RyuApp
+
+    for name in ("start", "stop", "close", "send_event", "register_handler"):
+        assert getattr(LocalityRouter, name) is getattr(RyuApp, name), name
