@@ -4,7 +4,8 @@
 NODE N``, ``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE
 OPERATOR [--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``,
 ``remove NAME NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill
-NAME``, and the apps' reports ``faults``, ``autoscaler``, ``lb [NAME]``.
+NAME``, ``locality NAME [--show]`` (locality-aware key routing, run or shown),
+and the apps' reports ``faults``, ``autoscaler``, ``lb [NAME]``.
 Where the controller is and the token: see :mod:`typhoon.client`.
 
 ``--json`` on every verb prints one JSON document on stdout instead of text,
@@ -292,6 +293,34 @@ def _print_faults(incidents: list[dict[str, Any]], out: TextIO) -> None:
             print(f"  {'':12}  {'':6}  replaced by worker {i['replacement']}", file=out)
 
 
+def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run the locality router on NAME and wait (``apps/locality_router.py``), or show it."""
+    client = _client(args)
+    path = f"/apps/{args.name}/locality"
+    try:
+        doc = client.call("GET" if args.show else "POST", path)
+    except ApiCallError as e:
+        if e.status == 404 and not any(s in e.message for s in ("no locality", "no appl")):
+            raise ApiCallError(404, f"{e.message} (is apps/locality_router.py loaded?)") from None
+        raise
+    deadline = time.monotonic() + args.timeout
+    while not args.show and not args.no_wait and doc["phase"] in LOCALITY_RUNNING:
+        if time.monotonic() > deadline:
+            raise _Failed(f"still in phase {doc['phase']} after {args.timeout:g} s")
+        time.sleep(0.2)
+        doc = client.call("GET", path)
+    code = EXIT_FAILED if doc["phase"] == "failed" else 0
+    if args.json:
+        return _json_result(args, out, doc, code)
+    out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    if code:
+        print(f"error: locality run failed: {doc['reason']}", file=err)
+    return code
+
+
+LOCALITY_RUNNING = ("collecting", "routing", "measuring")
+
+
 class _Failed(Exception):
     """The verb ran but what it did failed (exit 1)."""
 
@@ -381,6 +410,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     waits(p)
     verb("reconfig", cmd_reconfig, "the running or last reconfiguration").add_argument("name")
     verb("kill", cmd_kill, "stop an application and remove it").add_argument("name")
+    p = verb(
+        "locality", cmd_locality, "route correlated keys to one host (apps/locality_router.py)"
+    )
+    p.add_argument("name")
+    p.add_argument("--show", action="store_true", help="show the last run, start none")
+    waits(p)
     for name, help_ in (
         ("faults", "the fault detector's incidents (apps/fault_detector.py)"),
         ("autoscaler", "the autoscaler's decisions (apps/autoscaler.py)"),

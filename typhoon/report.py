@@ -305,6 +305,12 @@ def build_report(
                 "serializations": m["serializations"],
                 "frames_out": m["frames_out"],
                 "credit_stalls": m["credit_stalls"],
+                # key-pair statistics (config: locality), for locality-aware routing
+                **(
+                    {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}
+                    if "pairs" in m
+                    else {}
+                ),
             }
         )
     nodes: dict[str, Any] = {}

@@ -225,3 +225,29 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
     assert counts == dict(want)
     assert report["ok"], report["problems"]
+
+
+def test_locality_pair_statistics_in_a_real_run(tmp_path):
+    """config: locality makes the workers of `a` count sampled (a, b) pairs; the top
+    pairs are the correlated ones and the counts stay exact."""
+    from typhoon.operators.pairs import expected_counts, partner
+
+    r = run_report(tmp_path, TOPOLOGIES / "locality.yaml", "--arg", "source.count=30000")
+    assert r["ok"], r["problems"]
+    want_a, want_b = expected_counts(30000, 1, 200, 200, 0.8, 1)
+    assert r["results"]["a"]["counts"] == want_a
+    assert r["results"]["b"]["counts"] == want_b
+    a_workers = [w for w in r["workers"] if w["node"] == "a"]
+    assert len(a_workers) == 3
+    # rows 10, 20, ... of each worker's input (counted across batches)
+    assert [w["pairs_sampled"] for w in a_workers] == [
+        sum(w["in"].values()) // 10 for w in a_workers
+    ]
+    counted = [(a, b, c) for w in a_workers for a, bs in w["pairs"].items() for b, c in bs.items()]
+    assert sum(c for *_, c in counted) > 0
+    # one sampled tuple in 10, 80% correlated: each key a's most counted b is its partner
+    best: dict[str, tuple[int, str]] = {}
+    for a, b, c in counted:
+        best[a] = max(best.get(a, (0, "")), (c, b))
+    assert all(b == f"b{partner(int(a[1:]), 1, 200)}" for a, (_, b) in best.items())
+    assert len(best) == 200

@@ -61,9 +61,10 @@ class Controller:
             code = self.fail.pop(0)
             start_response(f"{code} Unavailable", [("Content-Type", "application/json")])
             return [json.dumps({"error": "starting up"}).encode()]
-        if method == "GET" and path in self.docs:
+        doc = self.docs.get(path if method == "GET" else f"{method} {path}")
+        if doc is not None:
             start_response("200 OK", [("Content-Type", "application/json")])
-            return [json.dumps(self.docs[path]).encode()]
+            return [json.dumps(doc() if callable(doc) else doc).encode()]
         start_response("404 Not Found", [("Content-Type", "application/json")])
         return [json.dumps({"error": f"no route {path}"}).encode()]
 
@@ -190,3 +191,27 @@ def test_json_log_lines_and_a_bad_format(monkeypatch):
     with pytest.raises(ValueError, match="one of text, json"):
         logs.log_format()
     assert logs.log_format("json") == "json"
+
+
+def test_locality_verb_starts_a_run_waits_for_it_and_prints_it(controller, capsys):
+    phases = iter(["routing", "measuring", "done"])
+    run = {"phase": "collecting", "reason": "", "plan": {}, "crossing": {}}
+    controller.docs["POST /typhoon/apps/wc/locality"] = run
+    controller.docs["/typhoon/apps/wc/locality"] = lambda: {
+        **run,
+        "phase": next(phases, "done"),
+        "crossing": {"before": {"fraction": 0.66}, "after": {"fraction": 0.2}},
+    }
+    code, out, _ = typhoon(capsys, "locality", "wc", "--controller", controller.url)
+    assert code == 0
+    assert controller.seen[0] == ("POST", "/typhoon/apps/wc/locality")
+    assert [m for m, _ in controller.seen].count("GET") == 3  # until the run is done
+    assert "phase: done" in out and "fraction: 0.2" in out
+
+
+def test_locality_verb_reports_a_failed_run_and_a_missing_app(controller, capsys):
+    controller.docs["/typhoon/apps/wc/locality"] = {"phase": "failed", "reason": "no pairs"}
+    code, _, err = typhoon(capsys, "locality", "wc", "--show", "--controller", controller.url)
+    assert code == 1 and "locality run failed: no pairs" in err
+    code, _, err = typhoon(capsys, "locality", "x", "--controller", controller.url)
+    assert code == 2 and "is apps/locality_router.py loaded?" in err

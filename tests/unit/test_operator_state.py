@@ -96,6 +96,7 @@ def spout_cases(text_file: str) -> list[tuple[type[Spout], dict[str, Any]]]:
         (ads_mod.AdEventSource, {"count": 150, "campaigns": 3, "ads": 2}),
         (BUILTINS["keyed_source"], {"count": 120, "keys": 5, "streams": ["a", "b"]}),
         (BUILTINS["file_source"], {"path": text_file}),
+        (BUILTINS["pair_source"], {"count": 90, "keys_a": 7, "keys_b": 5, "locality": 0.5}),
     ]
 
 
@@ -107,6 +108,7 @@ SPOUT_IDS = [
     "ad-events",
     "keyed",
     "file",
+    "pairs",
 ]
 
 
@@ -201,6 +203,11 @@ def bolt_case(name: str, campaigns: str) -> tuple[Any, list[str], Any]:
         ),
         "collect": (lambda: BUILTINS["collect"](limit=20), ["a", "b"], st.tuples(KEYS, KEYS)),
         "digest": (BUILTINS["digest"], ["key", "seq", "value", "pad"], keyed),
+        "count_forward": (
+            lambda: BUILTINS["count_forward"](key="b"),
+            ["a", "b"],
+            st.tuples(KEYS, KEYS).map(list),
+        ),
         "parse_json": (
             lambda: BUILTINS["parse_json"](keys=["a", "b"]),
             ["event", "ts"],
@@ -225,6 +232,7 @@ def bolt_case(name: str, campaigns: str) -> tuple[Any, list[str], Any]:
 
 BOLTS = [
     "count_by_key",
+    "count_forward",
     "sequence_check",
     "collect",
     "digest",
@@ -317,4 +325,4 @@ def test_stateless_bolts_keep_the_default(name):
 def test_every_builtin_bolt_is_covered():
     """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
-    assert bolts == set(BOLTS[:5]) | set(STATELESS)
+    assert bolts == set(BOLTS[:6]) | set(STATELESS)

@@ -269,3 +269,18 @@ def test_reschedule_properties(
         if o.index < par[o.node] and o.host in new_hosts:
             assert o in new.workers
     assert reschedule(changed, old, new_hosts) == new
+
+
+def test_spread_placement_puts_worker_i_of_every_node_on_host_i() -> None:
+    topo = chain(1, 3, 3)
+    topo.config["placement"] = "spread"
+    phys = schedule(topo, ["h0", "h1", "h2"], 1, first_port=10)
+    assert [(w.worker_id, w.node, w.index, w.host, w.port) for w in phys.workers] == [
+        (1, "n0", 0, "h0", 10),
+        (2, "n1", 0, "h0", 11),
+        (3, "n1", 1, "h1", 10),
+        (4, "n1", 2, "h2", 10),
+        (5, "n2", 0, "h0", 12),
+        (6, "n2", 1, "h1", 11),
+        (7, "n2", 2, "h2", 11),
+    ]

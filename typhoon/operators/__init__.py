@@ -13,6 +13,7 @@ from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
 from typhoon.operators.files import FileSource
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
 from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
@@ -51,6 +52,8 @@ BUILTINS: dict[str, type[Operator]] = {
     "split_streams": SplitStreams,
     "digest": Digest,
     "file_source": FileSource,
+    "pair_source": PairSource,
+    "count_forward": CountForward,
 }
 
 

@@ -35,6 +35,7 @@ from typhoon.checkpoint import checkpoint_settings
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
 from typhoon.runtime import checkpoints as ck
+from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
@@ -153,6 +154,7 @@ class Framework:
         self.entry_cap = entry_capacity(transport.mtu)
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
         self._process_batch = batch_hook(operator)
+        self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self.context = Context(
             topology=topo.name,
             node=node.name,
@@ -374,13 +376,16 @@ class Framework:
             # a sender added at run time (scale-up): wait for its end of stream too
             self.pending_upstream.add(src)
         process, batch, emit = self.op.process, self._process_batch, self.emit
+        pairs = self.pairs
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:
             rows = self._decode_entry(p)
             if rows is None:
                 continue
-            if batch is not None:
+            if pairs is not None:
+                pairs.run(rows, process, batch, emit)
+            elif batch is not None:
                 batch(rows, emit)
             else:
                 for values in rows:
@@ -854,6 +859,7 @@ class Framework:
             "time": time.time(),
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
             **(self._op_metrics() if self._op_metrics is not None else {}),
+            **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),
         }
 
     def _guarantee_metrics(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 import networkx as nx
 
 from typhoon.checkpoint.settings import guarantee_of
+from typhoon.locality.settings import counting_nodes
 from typhoon.operators import BUILTINS, OperatorError, replayable, resolve_operator
 
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
@@ -66,7 +67,18 @@ class _Builder:
         self.check_graph(topo)
         self.compute_fields(topo)
         self.check_guarantee(topo)
+        self.check_locality(topo)
         return topo
+
+    def check_locality(self, topo: Topology) -> None:
+        """Pair statistics need a node between two key-routed streams to count them."""
+        if "locality" not in topo.config or counting_nodes(topo):
+            return
+        raise self.fail(
+            ("config", "locality"),
+            "config 'locality' asks for key-pair statistics, but no node has a key-routed "
+            "input (fields or direct) and a key-routed output to count them on",
+        )
 
     def check_guarantee(self, topo: Topology) -> None:
         """A guarantee needs sources that can replay what a crash lost (offset and seek)."""

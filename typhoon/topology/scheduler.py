@@ -65,6 +65,8 @@ def schedule(
     ]
     if len(slots) > MAX_ID:
         raise ValueError(f"{len(slots)} workers do not fit in 16-bit worker IDs")
+    if topology.config.get("placement") == "spread":
+        return _spread(topology, slots, hosts, app_id, first_port)
     capacity = math.ceil(len(slots) / len(hosts)) if slots else 0
     workers = []
     for n, (node, index) in enumerate(slots):
@@ -72,6 +74,22 @@ def schedule(
         workers.append(
             WorkerAssignment(n + 1, node, index, hosts[host_no], first_port + slot_on_host)
         )
+    return PhysicalTopology(topology.name, app_id, workers)
+
+
+def _spread(
+    topology: Topology, slots: list[tuple[str, int]], hosts: list[str], app_id: int,
+    first_port: int,
+) -> PhysicalTopology:  # fmt: skip
+    """``config: {placement: spread}``: worker ``i`` of every node on host ``i mod H``
+    (Storm's round-robin), so each host runs a share of every node.  Key routing
+    then decides what crosses hosts (locality-aware routing, ``typhoon/locality/``)."""
+    next_port = dict.fromkeys(hosts, first_port)
+    workers = []
+    for n, (node, index) in enumerate(slots):
+        host = hosts[index % len(hosts)]
+        workers.append(WorkerAssignment(n + 1, node, index, host, next_port[host]))
+        next_port[host] += 1
     return PhysicalTopology(topology.name, app_id, workers)
 
 

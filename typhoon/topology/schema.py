@@ -129,6 +129,19 @@ _CONFIG = {
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
         "checkpoint_store": {"type": "string", "minLength": 1},
+        # packed (default): fill hosts along the topological order; spread: worker i of
+        # every node on host i mod H (typhoon/topology/scheduler.py)
+        "placement": {"type": "string", "enum": ["packed", "spread"]},
+        # key-pair statistics for locality-aware routing (typhoon/locality/settings.py)
+        "locality": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "pairs": {"type": "integer", "minimum": 1},
+                "sample": {"type": "integer", "minimum": 1},
+                "top": {"type": "integer", "minimum": 1},
+            },
+        },
     },
 }
 
