@@ -85,6 +85,25 @@ def sdn_options(config: dict) -> dict:
     return opts
 
 
+def worker_mtu(config: dict, cluster: Cluster | None) -> int:
+    """Frame size of a worker: what the fabric carries whole, or less if the topology asks.
+
+    A cluster file's fabric fixes ``cluster.mtu`` (e.g. 1450 over VXLAN on a
+    1500-byte underlay); a larger frame would be dropped on the way, so a
+    topology's ``sdn: {mtu: N}`` can only lower it.  Tuples larger than a
+    frame travel segmented (``typhoon.wire.pack_frames``).
+    """
+    path = cluster.mtu if cluster is not None and cluster.mtu else None
+    asked = (config.get("sdn") or {}).get("mtu")
+    if asked is None:
+        return path or WORKER_MTU
+    asked = int(asked)
+    if path is not None and asked > path:
+        log.warning("sdn.mtu %d does not fit the fabric: frames of %d bytes instead", asked, path)
+        return path
+    return asked
+
+
 class OvsError(RuntimeError):
     """An ovs-vsctl command failed."""
 
@@ -403,7 +422,8 @@ class Agent:
         appdir = self.workdir / physical.name
         (appdir / "reports").mkdir(parents=True, exist_ok=True)
         config = topology.config
-        transport = {"kind": "sdn", "tap": tap, "mtu": WORKER_MTU, **sdn_options(config)}
+        transport = {"kind": "sdn", "tap": tap, **sdn_options(config)}
+        transport["mtu"] = worker_mtu(config, self.cluster)
         if "port_budget" not in transport and self.cluster is not None:
             budgets = plan_budgets(topology, physical, self.cluster).budgets
             if w.worker_id in budgets:
