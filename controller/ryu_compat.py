@@ -4,9 +4,9 @@ Everything in `controller/` and `apps/` takes its Ryu names from here, so the
 project can move to os-ken (Ryu's maintained fork, same API under `os_ken`) by
 changing this file alone.
 
-Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which the venv provides through
-scripts/ryu_eventlet_fix.py (installed by scripts/setup.sh); without it the
-`ryu.app.wsgi` import below fails.
+Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which controller/eventlet_fix.py
+provides (called by `typhoon-controller`, and by a `.pth` file in the venv that
+scripts/setup.sh builds); without it the `ryu.app.wsgi` import below fails.
 """
 
 from ryu import cfg
