@@ -1,4 +1,7 @@
-"""Worker agent, one per host: ``python -m typhoon.agent --host H --coordinator C --workdir D``.
+"""Worker agent, one per host: ``typhoon-agent --host H --coordinator C --workdir D``.
+
+(``python -m typhoon.agent`` is the same program; deploy/systemd/typhoon-agent.service
+runs it as a service.)
 
 It makes the host run what the physical topologies assign to it (paper §3.2,
 step iv) and tells the coordinator what it saw.  Per worker:
@@ -621,7 +624,7 @@ def _relevant(key: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m typhoon.agent",
+        prog="typhoon-agent",
         description="Typhoon worker agent: runs this host's workers and attaches their TAPs.",
     )
     parser.add_argument("--host", required=True, help="this host's name in the cluster")

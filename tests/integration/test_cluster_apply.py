@@ -28,7 +28,8 @@ def typhoon(*args: str) -> subprocess.CompletedProcess[str]:
 
 def write(path: Path, bridge: str, dpid: int, ofp_port: int, zk: str, mtu: int = 1500,
           peers: int = 2) -> Path:  # fmt: skip
-    hosts = {"t1": {"address": "198.51.100.1", "bridge": bridge, "dpid": dpid, "datapath": "netdev"}}
+    me = {"address": "198.51.100.1", "bridge": bridge, "dpid": dpid, "datapath": "netdev"}
+    hosts = {"t1": me}
     for i in range(2, peers + 2):
         hosts[f"t{i}"] = {"address": f"198.51.100.{i}", "bridge": "br-ty", "dpid": dpid + i}
     doc = {
