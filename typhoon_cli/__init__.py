@@ -110,7 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             extra = {} if args.socket_buffer is None else {"socket_buffer": args.socket_buffer}
             plan = FabricPlan(
-                hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw, delay=args.delay, **extra
+                hosts=args.hosts,
+                shape=args.fabric,
+                bw_mbit=args.bw,
+                delay=args.delay,
+                mtu=args.mtu,
+                **extra,
             )
         except ValueError as e:
             raise UsageError(str(e)) from e
@@ -203,6 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="sdn: net.core.rmem_default during the run (default 4 MiB): what each "
         "switch port queues, shared by flow control (docs/flow_control.md)",
+    )
+    r.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="sdn: MTU of the emulated fabric links, which worker frames follow "
+        "(default: 9000-byte frames on jumbo links; 1450 is VXLAN on a 1500 underlay)",
     )
     r.add_argument(
         "--workdir",
