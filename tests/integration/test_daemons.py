@@ -1,9 +1,10 @@
 """The daemons as an operator starts them: typhoon-controller and typhoon-agent.
 
 ``typhoon-controller`` writes a Ryu config from the sample deploy/controller.conf
-and runs ryu-manager with the core and an app; a real userspace bridge connects to it and gets the core's rules, and
-the REST API holds the token from the token file.  ``typhoon-agent`` is started
-with the command line of deploy/systemd/typhoon-agent.service.
+and runs ryu-manager with the core and an app; a real userspace bridge connects
+to it and gets the core's rules, and the REST API holds the token from the token
+file.  ``typhoon-agent`` is started with the command line of
+deploy/systemd/typhoon-agent.service.
 """
 
 from __future__ import annotations
