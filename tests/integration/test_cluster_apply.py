@@ -49,6 +49,11 @@ def vsctl(*args: str) -> str:
 def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ovs):
     bridge = net_names.switch("c")
     dpid = int(net_names.dpid(1), 16)
+    # the underlay: the peers are routed through a dummy link of the test, MTU 1500
+    underlay = net_names.switch("u")
+    run("ip", "link", "add", underlay, "mtu", "1500", "type", "dummy")
+    run("ip", "link", "set", underlay, "up")
+    run("ip", "route", "add", "198.51.100.0/24", "dev", underlay)
     ryu = ryu_manager("ryu.app.simple_switch_13")
     zk = f"zk://{zookeeper_server.hosts}/typhoon-apply-{net_names.token}"
     cfile = write(tmp_path / "cluster.yaml", bridge, dpid, ryu.ofp_port, zk)
@@ -93,18 +98,22 @@ def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ov
         "set", "Bridge", bridge, "other-config:datapath-id=00000000000000ff", "fail_mode=standalone"
     )
     vsctl("del-port", bridge, "tyt2")
-    big = write(tmp_path / "big.yaml", bridge, dpid, ryu.ofp_port, zk, mtu=65000)
-    bad = typhoon("cluster", "check", str(big), "--host", "t1")
+    run("ip", "link", "set", underlay, "mtu", "1400")
+    bad = typhoon("cluster", "check", str(cfile), "--host", "t1")
     assert bad.returncode == 1
-    lines = bad.stdout.splitlines()
-    assert f"t1: bridge {bridge} has DPID 0xff, the file says {dpid:#x}" in lines
-    assert f"t1: bridge {bridge} fail_mode is standalone, not secure" in lines
-    assert "t1: tunnel tyt2 to t2 missing" in lines
-    assert any(line.startswith("t1: MTU too small: the path to t3") for line in lines), lines
-    assert "t1: the coordinator's cluster differs from the file (run apply)" in lines
+    assert bad.stdout.splitlines() == [
+        f"t1: bridge {bridge} has DPID 0xff, the file says {dpid:#x}",
+        f"t1: bridge {bridge} fail_mode is standalone, not secure",
+        "t1: tunnel tyt2 to t2 missing",
+        "t1: MTU too small: the path to t3 (198.51.100.3) has MTU 1400, the fabric needs 1500",
+    ]
+    run("ip", "link", "set", underlay, "mtu", "1500")
 
     # a smaller cluster: apply removes the tunnel the file no longer names
     small = write(tmp_path / "small.yaml", bridge, dpid, ryu.ofp_port, zk, peers=1)
+    stale = typhoon("cluster", "check", str(small), "--host", "t1").stdout.splitlines()
+    assert "t1: the coordinator's cluster differs from the file (run apply)" in stale
+    assert "t1: tunnel tyt3 is not in the file (apply removes it)" in stale
     assert typhoon("cluster", "apply", str(small), "--host", "t1").returncode == 0
     assert vsctl("list-ports", bridge).split() == ["tyt2"]
     assert vsctl("get", "Bridge", bridge, "fail_mode") == "secure"
