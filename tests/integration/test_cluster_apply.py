@@ -49,9 +49,10 @@ def vsctl(*args: str) -> str:
 def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ovs):
     bridge = net_names.switch("c")
     dpid = int(net_names.dpid(1), 16)
-    # the underlay: the peers are routed through a dummy link of the test, MTU 1500
-    underlay = net_names.switch("u")
-    run("ip", "link", "add", underlay, "mtu", "1500", "type", "dummy")
+    # the underlay: the peers are routed through a veth of the test, MTU 1500
+    underlay, other_end = net_names.switch("u"), net_names.switch("v")
+    run("ip", "link", "add", underlay, "mtu", "1500", "type", "veth", "peer", "name", other_end)
+    run("ip", "link", "set", other_end, "up")
     run("ip", "link", "set", underlay, "up")
     run("ip", "route", "add", "198.51.100.0/24", "dev", underlay)
     ryu = ryu_manager("ryu.app.simple_switch_13")
