@@ -64,8 +64,11 @@ def bridge_plan(cf: ClusterFile, host: str, state: BridgeState | None = None) ->
          f"other-config:datapath-id={h.dpid:016x}",
          f"protocols={OPENFLOW}",
          "fail_mode=secure"],
-        [VSCTL, "set-controller", br, *cf.controllers],
     ]  # fmt: skip
+    # set-controller replaces the Controller rows, which drops the connection: only
+    # when the targets differ
+    if state is None or sorted(state.controllers) != sorted(cf.controllers):
+        cmds.append([VSCTL, "set-controller", br, *cf.controllers])
     wanted: set[str] = set()
     for t in cf.tunnels(host):
         wanted.add(t.name)

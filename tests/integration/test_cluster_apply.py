@@ -101,6 +101,7 @@ def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ov
     )
     vsctl("del-port", bridge, "tyt2")
     run("ip", "link", "set", underlay, "mtu", "1400")
+    ovs.wait_for(lambda: ovs.controller_connected(bridge), 20, what="the reconnection")
     bad = typhoon("cluster", "check", str(cfile), "--host", "t1")
     assert bad.returncode == 1
     assert bad.stdout.splitlines() == [

@@ -140,6 +140,16 @@ def test_plan_removes_stale_tunnels_only():
     assert not any("eth0" in c for c in plan)
 
 
+def test_plan_keeps_a_controller_that_is_already_set():
+    cf = parse(BASE)
+    state = good_state(cf, "h1")
+    assert not any("set-controller" in c for c in bridge_plan(cf, "h1", state))
+    state.controllers = ["tcp:10.0.0.9:6653"]
+    assert ["ovs-vsctl", "set-controller", "br-ty", "tcp:10.0.0.1:6653"] in bridge_plan(
+        cf, "h1", state
+    )
+
+
 def good_state(cf, host: str) -> BridgeState:
     h = cf.hosts[host]
     ports = {
