@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test test-long lint demo fuzz-topologies clean-net
+.PHONY: setup test test-long lint demo fuzz-topologies clean-net test-install
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -41,6 +41,11 @@ N ?= 200
 FIRST ?= 0
 fuzz-topologies: setup
 	$(PY) -m mininet_env.differential --seeds $(N) --first $(FIRST)
+
+## test-install: `pip install .[zk]` into a fresh Python 3.11 venv outside the repository
+## (as docs/deploy.md says), then start typhoon-agent and typhoon-controller from it
+test-install:
+	bash scripts/check_install.sh
 
 ## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
 ## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.

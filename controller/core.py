@@ -414,6 +414,7 @@ class TyphoonController(RyuApp):
         payload = wire.encode_control(ct)
         app_id = view.physical.app_id
         src = wire.controller_mac(app_id)
+        mtu = self.view.cluster.mtu or wire.DEFAULT_MTU  # control tuples fit the fabric too
         sent = 0
         for wid in worker_ids:
             w = view.physical.by_id(wid)
@@ -423,7 +424,7 @@ class TyphoonController(RyuApp):
                 continue
             seq = self.ctrl_seq.get((app_id, wid), 0)
             frames = wire.pack_frames(
-                wire.worker_mac(app_id, wid), src, Kind.CONTROL, 0, seq, [payload]
+                wire.worker_mac(app_id, wid), src, Kind.CONTROL, 0, seq, [payload], mtu
             )
             self.ctrl_seq[(app_id, wid)] = seq + len(frames)
             parser, ofp_ = dp.ofproto_parser, dp.ofproto

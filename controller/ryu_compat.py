@@ -4,32 +4,38 @@ Everything in `controller/` and `apps/` takes its Ryu names from here, so the
 project can move to os-ken (Ryu's maintained fork, same API under `os_ken`) by
 changing this file alone.
 
-Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which the venv provides through
-scripts/ryu_eventlet_fix.py (installed by scripts/setup.sh); without it the
-`ryu.app.wsgi` import below fails.
+Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which controller/eventlet_fix.py
+provides: installed here before the first Ryu import (so `import controller.core`
+works in any environment), by `typhoon-controller` before it starts
+ryu-manager, and by a `.pth` file in the development venv (scripts/setup.sh) for
+a bare `ryu-manager apps/...`, which imports `ryu.app.wsgi` before any app.
 """
 
-from ryu import cfg
-from ryu.app.wsgi import (
+from controller.eventlet_fix import install as _install_eventlet_fix
+
+_install_eventlet_fix()  # before the first Ryu import below; idempotent
+
+from ryu import cfg  # noqa: E402
+from ryu.app.wsgi import (  # noqa: E402
     ControllerBase,
     Response,
     WSGIApplication,
     route,
     websocket,
 )
-from ryu.base import app_manager
-from ryu.base.app_manager import RyuApp, lookup_service_brick, require_app
-from ryu.controller import event, ofp_event
-from ryu.controller.controller import Datapath
-from ryu.controller.handler import (
+from ryu.base import app_manager  # noqa: E402
+from ryu.base.app_manager import RyuApp, lookup_service_brick, require_app  # noqa: E402
+from ryu.controller import event, ofp_event  # noqa: E402
+from ryu.controller.controller import Datapath  # noqa: E402
+from ryu.controller.handler import (  # noqa: E402
     CONFIG_DISPATCHER,
     DEAD_DISPATCHER,
     HANDSHAKE_DISPATCHER,
     MAIN_DISPATCHER,
     set_ev_cls,
 )
-from ryu.lib import hub
-from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser
+from ryu.lib import hub  # noqa: E402
+from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
 __all__ = [
     "CONFIG_DISPATCHER",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from typhoon.cluster import FIRST_WORKER_PORT, Cluster, FabricLink, HostInfo
+from typhoon.cluster_file import MIN_FABRIC_MTU
 from typhoon.runtime.truesize import MAX_TRUESIZE
 
 SHAPES = ("mesh", "line", "star")
@@ -29,6 +30,9 @@ class FabricPlan:
     delay: str | None = None  # e.g. "1ms"
     dpid_base: int = 0x7479_0000
     socket_buffer: int = EMULATED_SOCKET_BUFFER  # bytes; see mininet_env.network
+    # MTU of the fabric links, which the workers' frames then follow (as a cluster
+    # file's fabric would: 1450 is VXLAN on a 1500-byte underlay); None: jumbo links
+    mtu: int | None = None
 
     def __post_init__(self) -> None:
         if self.hosts < 1:
@@ -37,6 +41,8 @@ class FabricPlan:
             raise ValueError(f"fabric shape must be one of {', '.join(SHAPES)}")
         if len(self.prefix) + len(str(self.hosts)) + len("-eth99") > 15:
             raise ValueError("bridge prefix too long for Linux interface names")
+        if self.mtu is not None and not MIN_FABRIC_MTU <= self.mtu <= 65000:
+            raise ValueError(f"fabric mtu must be between {MIN_FABRIC_MTU} and 65000 bytes")
         if not 16 * MAX_TRUESIZE <= self.socket_buffer <= 1 << 30:
             raise ValueError(
                 f"socket buffer must be between {16 * MAX_TRUESIZE} and {1 << 30} bytes"
@@ -76,4 +82,4 @@ class FabricPlan:
             f"h{i}": HostInfo(f"h{i}", self.bridge(i), self.dpid(i), socket_buffer=buf)
             for i in range(1, self.hosts + 1)
         }
-        return Cluster(hosts, links)
+        return Cluster(hosts, links, mtu=self.mtu)

@@ -174,18 +174,20 @@ class EmulatedNetwork:
         return cluster
 
     def _jumbo_links(self) -> None:
-        """Fabric links carry 9000-byte worker frames: raise the veth and OVS MTUs."""
+        """Fabric links carry the workers' frames: 9000 bytes by default (links of
+        LINK_MTU), else the plan's MTU, which the workers' frames then follow."""
         assert self.net is not None
+        mtu = self.plan.mtu or LINK_MTU
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):
                 subprocess.run(
-                    ["ip", "link", "set", "dev", intf.name, "mtu", str(LINK_MTU)],
+                    ["ip", "link", "set", "dev", intf.name, "mtu", str(mtu)],
                     check=True,
                     capture_output=True,
                     timeout=10,
                 )
                 subprocess.run(
-                    ["ovs-vsctl", "set", "Interface", intf.name, f"mtu_request={LINK_MTU}"],
+                    ["ovs-vsctl", "set", "Interface", intf.name, f"mtu_request={mtu}"],
                     check=True,
                     capture_output=True,
                     timeout=10,

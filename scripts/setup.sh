@@ -6,7 +6,8 @@
 #      server on a free port, tests/zkserver.py; a deployment points
 #      TYPHOON_COORDINATOR=zk://... at its ensemble).
 #   2. $REPO/.venv with Python 3.11: Ryu 4.34 (with the fixes below), then the
-#      project itself (`pip install -e .[test]`), which pulls every other dependency
+#      project itself (`pip install -e .[test,spark,zk,emulation,bench]`), which pulls
+#      every other dependency
 #      from pyproject.toml.
 #   3. Open vSwitch running (userspace datapath only: no kernel module needed).
 #
@@ -21,14 +22,15 @@
 #   * eventlet==0.33.3 (newer releases break Ryu's hub) with dnspython>=2 (1.x
 #     does not import on 3.11);
 #   * eventlet>=0.30.3 dropped eventlet.wsgi.ALREADY_HANDLED, which ryu-manager
-#     imports at start-up: scripts/ryu_eventlet_fix.py puts it back, loaded by a
-#     .pth file in the venv.
+#     imports at start-up: controller/eventlet_fix.py puts it back, called by a
+#     .pth file in the venv (`typhoon-controller` calls it itself, so an installed
+#     package needs no .pth).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
 STAMP="$VENV/.typhoon-setup-stamp"
-FIX_SRC="$REPO/scripts/ryu_eventlet_fix.py"
+FIX_SRC="$REPO/controller/eventlet_fix.py"
 
 RYU_VERSION="4.34"
 EVENTLET_VERSION="0.33.3"
@@ -149,7 +151,8 @@ install_eventlet_fix() {
     local site
     site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     cp "$FIX_SRC" "$site/_typhoon_ryu_eventlet_fix.py"
-    echo "import _typhoon_ryu_eventlet_fix" >"$site/typhoon-ryu-eventlet-fix.pth"
+    echo "import _typhoon_ryu_eventlet_fix; _typhoon_ryu_eventlet_fix.install()" \
+        >"$site/typhoon-ryu-eventlet-fix.pth"
 }
 
 setup_venv() {
@@ -180,8 +183,8 @@ setup_venv() {
     install_eventlet_fix
     "${pip[@]}" install --progress-bar off --upgrade "setuptools>=68"
 
-    log "venv: the project and its dependencies (pip install -e .[test])"
-    "${pip[@]}" install --progress-bar off -e "$REPO[test]"
+    log "venv: the project and its dependencies (pip install -e .[test,spark,zk,emulation,bench])"
+    "${pip[@]}" install --progress-bar off -e "$REPO[test,spark,zk,emulation,bench]"
 
     venv_ok || die "venv checks failed after install"
     echo "$key" >"$STAMP"

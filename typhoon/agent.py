@@ -1,4 +1,7 @@
-"""Worker agent, one per host: ``python -m typhoon.agent --host H --coordinator C --workdir D``.
+"""Worker agent, one per host: ``typhoon-agent --host H --coordinator C --workdir D``.
+
+(``python -m typhoon.agent`` is the same program; deploy/systemd/typhoon-agent.service
+runs it as a service.)
 
 It makes the host run what the physical topologies assign to it (paper §3.2,
 step iv) and tells the coordinator what it saw.  Per worker:
@@ -83,6 +86,25 @@ def sdn_options(config: dict) -> dict:
     if config.get("flow_control") is False:
         opts.update(window=lk.MAX_WINDOW, port_budget=0)
     return opts
+
+
+def worker_mtu(config: dict, cluster: Cluster | None) -> int:
+    """Frame size of a worker: what the fabric carries whole, or less if the topology asks.
+
+    A cluster file's fabric fixes ``cluster.mtu`` (e.g. 1450 over VXLAN on a
+    1500-byte underlay); a larger frame would be dropped on the way, so a
+    topology's ``sdn: {mtu: N}`` can only lower it.  Tuples larger than a
+    frame travel segmented (``typhoon.wire.pack_frames``).
+    """
+    path = cluster.mtu if cluster is not None and cluster.mtu else None
+    asked = (config.get("sdn") or {}).get("mtu")
+    if asked is None:
+        return path or WORKER_MTU
+    asked = int(asked)
+    if path is not None and asked > path:
+        log.warning("sdn.mtu %d does not fit the fabric: frames of %d bytes instead", asked, path)
+        return path
+    return asked
 
 
 class OvsError(RuntimeError):
@@ -403,7 +425,8 @@ class Agent:
         appdir = self.workdir / physical.name
         (appdir / "reports").mkdir(parents=True, exist_ok=True)
         config = topology.config
-        transport = {"kind": "sdn", "tap": tap, "mtu": WORKER_MTU, **sdn_options(config)}
+        transport = {"kind": "sdn", "tap": tap, **sdn_options(config)}
+        transport["mtu"] = worker_mtu(config, self.cluster)
         if "port_budget" not in transport and self.cluster is not None:
             budgets = plan_budgets(topology, physical, self.cluster).budgets
             if w.worker_id in budgets:
@@ -601,7 +624,7 @@ def _relevant(key: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m typhoon.agent",
+        prog="typhoon-agent",
         description="Typhoon worker agent: runs this host's workers and attaches their TAPs.",
     )
     parser.add_argument("--host", required=True, help="this host's name in the cluster")

@@ -25,6 +25,7 @@ class HostInfo:
     # bytes (kernel truesize) each port socket of the bridge holds: net.core.rmem_default
     # of the host when OVS opened the port; flow control shares it (typhoon.topology.budgets)
     socket_buffer: int = DEFAULT_SOCKET_BUFFER
+    address: str = ""  # management address (a cluster file's host); "" when emulated
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +56,9 @@ class FabricLink:
 class Cluster:
     hosts: dict[str, HostInfo] = field(default_factory=dict)
     links: list[FabricLink] = field(default_factory=list)
+    # bytes after a worker frame's Ethernet header that cross the fabric whole (a
+    # cluster file's fabric MTU less tunnel headers); None: the emulation's jumbo links
+    mtu: int | None = None
 
     def host_names(self) -> list[str]:
         return list(self.hosts)
@@ -66,14 +70,19 @@ class Cluster:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "hosts": [h.to_dict() for h in self.hosts.values()],
             "links": [link.to_dict() for link in self.links],
         }
+        if self.mtu is not None:
+            d["mtu"] = self.mtu
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Cluster:
         hosts = [HostInfo.from_dict(h) for h in d.get("hosts", [])]
         return cls(
-            {h.name: h for h in hosts}, [FabricLink.from_dict(x) for x in d.get("links", [])]
+            {h.name: h for h in hosts},
+            [FabricLink.from_dict(x) for x in d.get("links", [])],
+            d.get("mtu"),
         )

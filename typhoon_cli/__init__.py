@@ -22,12 +22,15 @@ import yaml
 
 from benchmarks import cli as bench_cli
 from typhoon import __version__, ctl, logs
+from typhoon.cluster_file import ClusterFileError
+from typhoon.coordinator import CoordinatorError
 from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
 from typhoon.topology.scheduler import app_id_for
+from typhoon_cli import cluster as cluster_cli
 
 # The top layer: the one package that composes the core with the runners (mininet_env)
 # and the benchmarks; no package imports it (tests/unit/test_layering.py).
@@ -107,7 +110,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             extra = {} if args.socket_buffer is None else {"socket_buffer": args.socket_buffer}
             plan = FabricPlan(
-                hosts=args.hosts, shape=args.fabric, bw_mbit=args.bw, delay=args.delay, **extra
+                hosts=args.hosts,
+                shape=args.fabric,
+                bw_mbit=args.bw,
+                delay=args.delay,
+                mtu=args.mtu,
+                **extra,
             )
         except ValueError as e:
             raise UsageError(str(e)) from e
@@ -202,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
         "switch port queues, shared by flow control (docs/flow_control.md)",
     )
     r.add_argument(
+        "--mtu",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="sdn: MTU of the emulated fabric links, which worker frames follow "
+        "(default: 9000-byte frames on jumbo links; 1450 is VXLAN on a 1500 underlay)",
+    )
+    r.add_argument(
         "--workdir",
         help="keep worker specs, logs and reports in WORKDIR/NAME/ (sdn also the "
         "coordinator and controller/agent logs)",
@@ -211,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     debug_cli.add_parser(sub)  # typhoon debug attach|detach|list|tuples (live debugger)
     bench_cli.add_parser(sub)  # typhoon bench: the paper's experiments (benchmarks/)
+    cluster_cli.add_parser(sub)  # typhoon cluster apply|check|show FILE (real hosts)
     return p
 
 
@@ -229,10 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args)
-    except (TopologyError, UsageError) as e:
+    except (TopologyError, UsageError, ClusterFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (RuntimeError, ManagerError) as e:  # a run that could not start or finish
+    except (RuntimeError, ManagerError, CoordinatorError) as e:  # could not start or finish
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ stay up until they are stopped.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -256,3 +257,25 @@ def test_worker_without_a_tap_is_stopped_and_reported(stack: Stack, net_names) -
         assert s.exit_code == -signal.SIGTERM
         assert not _alive(s.pid)
     assert stack.ports() == []
+
+
+def test_worker_frames_follow_the_fabric_mtu(stack: Stack, net_names) -> None:
+    """A cluster file's fabric (here 1450: VXLAN on a 1500-byte underlay) sets the
+    workers' frame size and their TAPs' MTU; a topology may ask for less, not more."""
+    stack.coord.put_cluster(Cluster({"h1": HostInfo("h1", stack.bridge, 1)}, mtu=1450))
+    agent = stack.start_agent()
+    small = topology(net_names, "s")
+    small.config["sdn"] = {"mtu": 1200}
+    big = topology(net_names, "b")
+    big.config["sdn"] = {"mtu": 9000}
+    for topo, want in ((topology(net_names), 1450), (small, 1200), (big, 1450)):
+        physical = stack.manager.submit(topo)
+        stack.assert_attached(physical)
+        for w in physical.workers:
+            spec = stack.workdir / physical.name / f"worker-{w.worker_id}.spec.json"
+            assert json.loads(spec.read_text())["transport"]["mtu"] == want
+            tap = tap_name(physical.app_id, w.worker_id)
+            assert int(Path(f"/sys/class/net/{tap}/mtu").read_text()) == want
+        stack.manager.kill(physical.name)
+        assert stack.manager.wait_stopped(physical.name, timeout=20), stack.agent_log()
+    assert stack.stop_agent(agent) == 0

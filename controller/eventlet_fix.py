@@ -1,4 +1,4 @@
-"""Let Ryu 4.34 import under eventlet 0.33 (installed into the venv by scripts/setup.sh).
+"""Let Ryu 4.34 import under eventlet 0.33: ``install()`` before anything imports Ryu.
 
 `ryu/app/wsgi.py` (imported by `ryu-manager` at start-up) does
 `from eventlet.wsgi import ALREADY_HANDLED`; eventlet removed that constant in
@@ -6,12 +6,14 @@
 `eventlet.wsgi.WSGI_LOCAL.already_handled` and only *iterates* the result the
 application returns, so an empty list is a faithful stand-in.
 
-setup.sh copies this file into the venv's site-packages as
-`_typhoon_ryu_eventlet_fix.py` and adds a `.pth` file that imports it at
-interpreter start-up. It does not import eventlet itself: it adds a meta-path
-finder that patches `eventlet.wsgi` when (and only when) something imports it,
-so Python processes that never touch eventlet (Spark workers, tests) are
-unaffected.
+`install()` does not import eventlet itself: it adds a meta-path finder that
+patches `eventlet.wsgi` when (and only when) something imports it, so Python
+processes that never touch eventlet are unaffected.  Two callers: the
+`typhoon-controller` entry point (controller/daemon.py) calls it before it
+imports Ryu, which is all a `pip install` needs; scripts/setup.sh also copies
+this file (standard library only) into the development venv with a `.pth` line
+that calls it at interpreter start-up, so a bare `ryu-manager apps/...` works
+there too.
 """
 
 import importlib.abc
@@ -50,9 +52,7 @@ class _EventletWsgiFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install():
+def install() -> None:
+    """Patch `eventlet.wsgi` on import (idempotent)."""
     if not any(isinstance(f, _EventletWsgiFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _EventletWsgiFinder())
-
-
-install()

@@ -1,0 +1,17 @@
+"""The worker frame size the agent writes into a spec: the fabric's, or less."""
+
+from typhoon.agent import WORKER_MTU, worker_mtu
+from typhoon.cluster import Cluster
+
+
+def test_emulation_keeps_jumbo_frames():
+    assert worker_mtu({}, None) == WORKER_MTU == 9000
+    assert worker_mtu({}, Cluster()) == 9000
+    assert worker_mtu({"sdn": {"mtu": 4000}}, Cluster()) == 4000
+
+
+def test_fabric_mtu_caps_what_a_topology_asks():
+    tunnel = Cluster(mtu=1450)
+    assert worker_mtu({}, tunnel) == 1450
+    assert worker_mtu({"sdn": {"mtu": 1000}}, tunnel) == 1000
+    assert worker_mtu({"sdn": {"mtu": 9000}}, tunnel) == 1450

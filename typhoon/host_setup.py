@@ -1,0 +1,185 @@
+"""The acting side of a cluster file on one host: read OVS, run the plan, record it.
+
+:mod:`typhoon.bridge_plan` decides; this module only runs ``ovs-vsctl`` and
+``ip`` with argument vectors (never a shell), opens a TCP connection to the
+controller, and writes the coordinator.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typhoon.bridge_plan import BridgeState, PortState, bridge_plan, problems
+from typhoon.cluster_file import ClusterFile
+from typhoon.coordinator import Coordinator
+
+SYS_NET = Path("/sys/class/net")
+TIMEOUT = 10.0
+
+
+class HostSetupError(RuntimeError):
+    """A command that configures or inspects the host failed."""
+
+
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HostSetupError(f"{' '.join(argv)}: {e}") from e
+    if check and proc.returncode != 0:
+        raise HostSetupError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def _vsctl(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run(["ovs-vsctl", f"--timeout={int(TIMEOUT)}", *args], check=check)
+
+
+def local_host(cf: ClusterFile) -> str:
+    """The file's host whose address this machine has, else the one named like it."""
+    proc = _run(["ip", "-j", "addr", "show"], check=False)
+    addresses: set[str] = set()
+    if proc.returncode == 0:
+        for link in json.loads(proc.stdout or "[]"):
+            for a in link.get("addr_info", []):
+                addresses.add(str(ipaddress.ip_address(a["local"])))
+    mine = [h.name for h in cf.hosts.values() if h.address in addresses]
+    if len(mine) == 1:
+        return mine[0]
+    name = socket.gethostname().split(".")[0]
+    if name in cf.hosts:
+        return name
+    raise HostSetupError(
+        "cannot tell which host of the file this machine is (none of its addresses "
+        "is here and the hostname matches no host): pass --host NAME"
+    )
+
+
+def _ovs_value(v: Any) -> Any:
+    """One cell of ``ovs-vsctl --format=json``: ["set", [...]], ["map", [[k, v]]], scalar."""
+    if isinstance(v, list) and len(v) == 2 and v[0] == "set":
+        return [_ovs_value(x) for x in v[1]]
+    if isinstance(v, list) and len(v) == 2 and v[0] == "map":
+        return {k: x for k, x in v[1]}
+    if isinstance(v, list) and len(v) == 2 and v[0] == "uuid":
+        return v[1]
+    return v
+
+
+def _table(table: str, columns: list[str]) -> list[dict[str, Any]]:
+    proc = _vsctl("--format=json", f"--columns={','.join(columns)}", "list", table)
+    doc = json.loads(proc.stdout)
+    return [
+        dict(zip(doc["headings"], (_ovs_value(c) for c in row), strict=True)) for row in doc["data"]
+    ]
+
+
+def _single(v: Any) -> Any:
+    """An optional column: [] when unset, else the value."""
+    if isinstance(v, list):
+        return v[0] if v else None
+    return v
+
+
+def read_state(cf: ClusterFile, host: str) -> BridgeState:
+    """The host's bridge as Open vSwitch has it now."""
+    br = cf.hosts[host].bridge
+    state = BridgeState(br)
+    if _vsctl("br-exists", br, check=False).returncode != 0:
+        return state
+    state.exists = True
+    row = next(r for r in _table("Bridge", ["name", "datapath_id", "datapath_type", "fail_mode",
+                                            "protocols", "controller", "ports"])
+               if r["name"] == br)  # fmt: skip
+    dpid = _single(row["datapath_id"])
+    state.dpid = int(dpid, 16) if dpid else None
+    state.datapath_type = row["datapath_type"] or "system"
+    state.fail_mode = _single(row["fail_mode"]) or ""
+    state.protocols = list(row["protocols"]) if isinstance(row["protocols"], list) else [
+        row["protocols"]]  # fmt: skip
+    controllers = row["controller"] if isinstance(row["controller"], list) else [row["controller"]]
+    if controllers:
+        ctl = {r["_uuid"]: r for r in _table("Controller", ["_uuid", "target", "is_connected"])}
+        mine = [ctl[u] for u in controllers if u in ctl]
+        state.controllers = [r["target"] for r in mine]
+        state.connected = any(r["is_connected"] is True for r in mine)
+    names = set(_vsctl("list-ifaces", br).stdout.split())
+    for r in _table("Interface", ["name", "type", "ofport", "options", "mtu", "error"]):
+        if r["name"] in names:
+            state.ports[r["name"]] = PortState(
+                r["name"], r["type"], _single(r["ofport"]), dict(r["options"]),
+                _single(r["mtu"]), _single(r["error"]) or "",
+            )  # fmt: skip
+    for t in cf.tunnels(host):
+        mtu = underlay_mtu(t.remote_ip)
+        if mtu is not None:
+            state.underlay_mtu[t.remote_ip] = mtu
+    return state
+
+
+def underlay_mtu(address: str) -> int | None:
+    """MTU of the interface the kernel routes ``address`` through (None: no route)."""
+    proc = _run(["ip", "-j", "route", "get", address], check=False)
+    if proc.returncode != 0:
+        return None
+    routes = json.loads(proc.stdout or "[]")
+    dev = routes[0].get("dev") if routes else None
+    if not dev:
+        return None
+    try:
+        return int((SYS_NET / dev / "mtu").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def controller_problems(cf: ClusterFile, timeout: float = 2.0) -> list[str]:
+    """One sentence per controller this host cannot open a TCP connection to."""
+    out = []
+    for target in cf.controllers:
+        _, rest = target.split(":", 1)
+        addr, _, port = rest.rpartition(":")
+        try:
+            socket.create_connection((addr.strip("[]"), int(port)), timeout=timeout).close()
+        except OSError as e:
+            out.append(f"controller {target} unreachable: {e.strerror or e}")
+    return out
+
+
+@dataclass
+class ApplyResult:
+    commands: list[list[str]]
+    problems: list[str]  # what check still finds afterwards (controller reachability aside)
+
+
+def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyResult:
+    """Make the host's bridge what the file says, then record the cluster and the host."""
+    commands = bridge_plan(cf, host, read_state(cf, host))
+    for argv in commands:
+        _run(argv)
+    left = problems(cf, host, read_state(cf, host))
+    left = [p for p in left if "not connected" not in p]  # the controller may start later
+    if coordinator is not None:
+        coordinator.put_cluster(cf.cluster())
+        h = cf.hosts[host]
+        coordinator.put(
+            f"hosts/{host}",
+            {"address": h.address, "bridge": h.bridge, "dpid": h.dpid, "applied": time.time()},
+        )
+    return ApplyResult(commands, left)
+
+
+def check(cf: ClusterFile, host: str, coordinator: Coordinator | None = None) -> list[str]:
+    """Everything wrong on this host, one sentence each."""
+    out = problems(cf, host, read_state(cf, host)) + controller_problems(cf)
+    if coordinator is not None:
+        cluster = coordinator.get_cluster()
+        if cluster is None or cluster.to_dict() != cf.cluster().to_dict():
+            out.append("the coordinator's cluster differs from the file (run apply)")
+    return out
