@@ -37,14 +37,9 @@ after the worker's METRIC_RESP said ``done``, or whose agent reports exit code
 Every decision is logged with its reason; ``GET /typhoon/faults`` lists the
 incidents with their times.
 
-Settings, section ``[fault_detector]`` of the Ryu config file::
-
-    heartbeat_timeout = 5.0   seconds without METRIC_RESP before a worker counts as dead (0: off)
-    confirm_timeout   = 2.0   seconds to wait for the agent's exit status before replacing anyway
-    ack_timeout       = 5.0   seconds the senders get to confirm a ROUTING
-    attach_timeout    = 30.0  seconds the replacement gets to be attached
-    replace           = true  start replacements (false: only reroute around dead workers)
-    port_events       = true  react to port events (false: heartbeat_timeout alone detects)
+Settings: section ``[fault_detector]`` of the Ryu config file, declared once by
+``FaultSettings`` in ``controller/fault_detector.py``
+(``controller/settings.py``); the table is in ``docs/fault_detector.md``.
 """
 
 from __future__ import annotations
@@ -57,6 +52,7 @@ from controller.app_support import EventTick, list_rest, start_ticks
 from controller.core import core_app
 from controller.events import EventWorkerDown, EventWorkerMetrics
 from controller.fault_detector import (
+    FaultSettings,
     Heartbeats,
     Incident,
     crashed,
@@ -66,15 +62,16 @@ from controller.fault_detector import (
     reroute,
     senders_to,
 )
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     RyuApp,
     WSGIApplication,
-    cfg,
     hub,
     ofproto_v1_3,
     require_app,
     set_ev_cls,
 )
+from controller.settings import CoreSettings
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
 from typhoon.topology.routing import Route, routes_for
@@ -82,18 +79,7 @@ from typhoon.wire import Control, ControlTuple
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.FloatOpt("heartbeat_timeout", default=5.0, help="seconds without METRIC_RESP (0: off)"),
-        cfg.FloatOpt("confirm_timeout", default=2.0, help="seconds to wait for an exit status"),
-        cfg.FloatOpt("ack_timeout", default=5.0, help="seconds senders get to confirm ROUTING"),
-        cfg.FloatOpt("attach_timeout", default=30.0, help="seconds a replacement gets to attach"),
-        cfg.BoolOpt("replace", default=True, help="start replacements for dead workers"),
-        cfg.BoolOpt("port_events", default=True, help="react to port events (false: heartbeats)"),
-    ],
-    group="fault_detector",
-)
+register_settings(FaultSettings)
 
 TICK_S = 0.5
 REST = list_rest("faults")
@@ -107,7 +93,7 @@ class FaultDetector(RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.conf = CONF.fault_detector
+        self.conf = read_settings(FaultSettings)
         self.incidents: list[Incident] = []
         self.handled: set[tuple[str, int]] = set()  # (app, worker) already failed over
         self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
@@ -115,7 +101,7 @@ class FaultDetector(RyuApp):
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         # replies come every metrics_interval: a longer gap without any means we were deaf
-        quiet = 2 * CONF.typhoon.metrics_interval
+        quiet = 2 * read_settings(CoreSettings).metrics_interval
         self.heartbeats = Heartbeats(self.conf.heartbeat_timeout, quiet)
         self.unheard_logged = 0.0
         kwargs["wsgi"].register(REST, {"app": self})

@@ -12,22 +12,14 @@ samples the copies and posts them back here, to a per-session ring buffer the
 CLI reads.  Detach (or any ending) drops the overlay, so the next reconcile puts
 the original rules back, and deletes the key, so the agent stops the worker.
 
-Settings, section ``[live_debugger]`` of the Ryu config file::
-
-    max_sessions  = 4       sessions running at once
-    ring_size     = 1000    records kept per session unless the attach says (--last)
-    max_ring_size = 100000  largest --last accepted
-    port_base     = 65000   first switch port for debug workers (up to 65279)
-    start_timeout = 20      seconds for the debug worker's port to come up
-    idle_timeout  = 120     end a session nobody read for this long (0: never)
-    keep_ended    = 60      seconds an ended session stays readable
-    max_rate      = 10000   records per second a debug worker sends; the rest are counted
-    report_url    =         where debug workers post records (default
-                            http://127.0.0.1:<wsapi-port>/typhoon/debug)
+Settings: section ``[live_debugger]`` of the Ryu config file, declared once by
+``Limits`` in ``controller/debugger.py``
+(``controller/settings.py``); the table is in ``docs/live_debugger.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import secrets
 import time
@@ -40,6 +32,7 @@ from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
 from controller.mirror import apply_mirrors, mirrored
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
     RyuApp,
@@ -50,37 +43,22 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.settings import CoreSettings
 from typhoon.debug.spec import all_session_keys, delete_session, put_session
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.IntOpt("max_sessions", default=4, help="debug sessions running at once"),
-        cfg.IntOpt("ring_size", default=1000, help="records kept per session by default"),
-        cfg.IntOpt("max_ring_size", default=100_000, help="largest ring an attach may ask"),
-        cfg.IntOpt("port_base", default=65000, help="first switch port of debug workers"),
-        cfg.FloatOpt("start_timeout", default=20.0, help="seconds for a debug port to come up"),
-        cfg.FloatOpt("idle_timeout", default=120.0, help="end unread sessions (0: never)"),
-        cfg.FloatOpt("keep_ended", default=60.0, help="seconds an ended session stays readable"),
-        cfg.IntOpt("max_rate", default=10_000, help="records/s a debug worker sends"),
-        cfg.StrOpt("report_url", default="", help="URL debug workers post records to"),
-    ],
-    group="live_debugger",
-)
+register_settings(Limits)
 
 OWNER = "live_debugger"
 TICK_S = 0.2
 
 
 def limits_from_conf() -> Limits:
-    c = CONF.live_debugger
-    url = c.report_url or f"http://127.0.0.1:{CONF.wsapi_port}/typhoon/debug"
-    return Limits(
-        c.max_sessions, c.ring_size, c.max_ring_size, c.port_base, c.start_timeout,
-        c.idle_timeout, c.keep_ended, c.max_rate, url,
-    )  # fmt: skip
+    """The ``[live_debugger]`` settings; debug workers post here unless ``report_url`` says."""
+    limits = read_settings(Limits)
+    url = limits.report_url or f"http://127.0.0.1:{cfg.CONF.wsapi_port}/typhoon/debug"
+    return dataclasses.replace(limits, report_url=url)
 
 
 class LiveDebugger(RyuApp):
@@ -92,7 +70,8 @@ class LiveDebugger(RyuApp):
         self.sessions = DebugSessions(limits_from_conf())
         self.cleaned = False
         kwargs["wsgi"].register(
-            DebugRest, {"debugger": self, "core": self, "token": CONF.typhoon.api_token}
+            DebugRest,
+            {"debugger": self, "core": self, "token": read_settings(CoreSettings).api_token},
         )
         start_ticks(self, TICK_S)
         self.logger.info("live debugger ready: %s", self.sessions.limits)

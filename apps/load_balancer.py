@@ -22,20 +22,9 @@ from the configured one.  A worker whose port goes down leaves the group at
 once.  ``GET /typhoon/lb`` (or ``/typhoon/apps/NAME/lb``) shows configured
 versus achieved split per node.
 
-Settings, section ``[load_balancer]`` of the Ryu config file::
-
-    interval     = 5.0    seconds between weight recomputations
-    threshold    = 5.0    install new weights only if a share moves more (points)
-    warn         = 10.0   warn if achieved and configured split differ more (points)
-    queue_weight = 1.0    how strongly queued work lowers a worker's weight (0: ignore)
-    drop_penalty = 0.5    weight factor for a worker whose port dropped frames
-    smoothing    = 0.5    EWMA factor of the processing-time estimate (1: last window)
-    min_share    = 0.02   smallest share any live worker gets
-    min_tuples   = 200    tuples a worker must process in a window to re-estimate
-    min_frames   = 500    frames counted before the achieved split is judged
-    trim         = false  correct weights for hash skew from bucket counters
-    trim_points  = 2.0    skew (points) below which nothing is corrected
-    settle       = 1.5    seconds after a change before bucket counters are read
+Settings: section ``[load_balancer]`` of the Ryu config file, declared once by
+``LbSettings`` in ``controller/load_balancer.py``
+(``controller/settings.py``); the table is in ``docs/load_balancer.md``.
 """
 
 from __future__ import annotations
@@ -57,11 +46,11 @@ from controller.events import (
 )
 from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
 from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
     RyuApp,
     WSGIApplication,
-    cfg,
     ofp_event,
     ofproto_v1_3,
     require_app,
@@ -73,24 +62,7 @@ from typhoon.wire import Control, ControlTuple
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.FloatOpt("interval", default=5.0, help="seconds between weight recomputations"),
-        cfg.FloatOpt("threshold", default=5.0, help="points a share must move to be installed"),
-        cfg.FloatOpt("warn", default=10.0, help="points between achieved and configured split"),
-        cfg.FloatOpt("queue_weight", default=1.0, help="how much queued work lowers a weight"),
-        cfg.FloatOpt("drop_penalty", default=0.5, help="weight factor after port drops"),
-        cfg.FloatOpt("smoothing", default=0.5, help="EWMA factor of processing time"),
-        cfg.FloatOpt("min_share", default=0.02, help="smallest share of a live worker"),
-        cfg.IntOpt("min_tuples", default=200, help="tuples per window to re-estimate"),
-        cfg.IntOpt("min_frames", default=500, help="frames counted to judge the split"),
-        cfg.BoolOpt("trim", default=False, help="correct weights for hash skew"),
-        cfg.FloatOpt("trim_points", default=2.0, help="skew below which nothing is corrected"),
-        cfg.FloatOpt("settle", default=1.5, help="seconds after a change before counting"),
-    ],
-    group="load_balancer",
-)
+register_settings(LbSettings)
 
 OWNER = "load_balancer"
 TICK_S = 0.5
@@ -99,23 +71,13 @@ ROUTING_RETRY_S = 2.0
 KEEP_DECISIONS = 20
 
 
-def settings_from_conf() -> LbSettings:
-    c = CONF.load_balancer
-    return LbSettings(
-        interval_s=c.interval, threshold_points=c.threshold, warn_points=c.warn,
-        queue_weight=c.queue_weight, drop_penalty=c.drop_penalty, smoothing=c.smoothing,
-        min_share=c.min_share, min_tuples=c.min_tuples, trim=c.trim,
-        min_frames=c.min_frames, trim_points=c.trim_points, settle_s=c.settle,
-    )  # fmt: skip
-
-
 class LoadBalancer(RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = settings_from_conf()
+        self.settings = read_settings(LbSettings)
         self.nodes: dict[tuple[str, str], NodeBalancer] = {}
         self.down: dict[str, set[int]] = {}  # app -> workers whose port is down
         # (app, sender, stream) -> ("sent", version, time) | ("done", 0, time)

@@ -40,6 +40,7 @@ from controller.flows import RuleSpec, compile_default_rules
 from controller.groups import GroupSpec, diff_groups
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
+from controller.options import read_settings, register_settings
 from controller.reconcile import diff
 from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
@@ -50,13 +51,13 @@ from controller.ryu_compat import (
     Datapath,
     RyuApp,
     WSGIApplication,
-    cfg,
     hub,
     lookup_service_brick,
     ofp_event,
     ofproto_v1_3,
     set_ev_cls,
 )
+from controller.settings import CoreSettings
 from controller.view import ClusterView
 from typhoon import wire
 from typhoon.checkpoint.progress import JobProgress, guaranteed
@@ -66,19 +67,7 @@ from typhoon.reconfig import Request
 from typhoon.topology.budgets import plan_budgets
 from typhoon.wire import Control, ControlTuple, Kind, WireError
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.StrOpt("coordinator", default="", help="coordinator URL or SQLite path"),
-        cfg.FloatOpt("poll_interval", default=0.05, help="seconds between coordinator reads"),
-        cfg.FloatOpt("metrics_interval", default=1.0, help="seconds between METRIC_REQ rounds"),
-        cfg.StrOpt("api_token", default="", help="token required by REST requests that change"),
-        cfg.FloatOpt(
-            "reconfig_step_timeout", default=30.0, help="seconds a reconfiguration step may take"
-        ),
-    ],
-    group="typhoon",
-)
+register_settings(CoreSettings)
 
 APP_NAME = "TyphoonController"
 DEFAULT_RULES = frozenset(compile_default_rules())
@@ -114,7 +103,8 @@ class TyphoonController(RyuApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.name = APP_NAME
-        self.coordinator = open_coordinator(CONF.typhoon.coordinator or None)
+        self.settings = read_settings(CoreSettings)
+        self.coordinator = open_coordinator(self.settings.coordinator or None)
         self.version = -1
         self.view = ClusterView.read(self.coordinator)
         self.desired_rules: dict[str, frozenset[RuleSpec]] = {}
@@ -156,7 +146,7 @@ class TyphoonController(RyuApp):
         self.spark_totals = SparkTotals()
         self.metrics_registry = metrics_registry(self, lookup_service_brick)
         self.refresh_desired()
-        kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": CONF.typhoon.api_token})
+        kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": self.settings.api_token})
         self.threads.append(hub.spawn(self._watch_loop))
         self.threads.append(hub.spawn(self._metrics_loop))
 
@@ -324,7 +314,7 @@ class TyphoonController(RyuApp):
                 self._poll_coordinator()
             except Exception:  # a bad record must not stop the controller
                 self.logger.exception("reading the coordinator failed")
-            hub.sleep(CONF.typhoon.poll_interval)
+            hub.sleep(self.settings.poll_interval)
 
     def _poll_coordinator(self) -> None:
         version, keys = self.coordinator.changes_since(self.version)
@@ -462,7 +452,7 @@ class TyphoonController(RyuApp):
 
     def _metrics_loop(self):
         while True:
-            hub.sleep(CONF.typhoon.metrics_interval)
+            hub.sleep(self.settings.metrics_interval)
             for name, app in list(self.view.apps.items()):
                 if app.state.get("active"):
                     try:
@@ -705,7 +695,7 @@ class TyphoonController(RyuApp):
             app, lambda: self.manager.plan(app, request, reserved=reserved)
         )
         executor = Executor(
-            self, self.manager, record, CONF.typhoon.reconfig_step_timeout, self.logger
+            self, self.manager, record, self.settings.reconfig_step_timeout, self.logger
         )
         self.logger.info("app %s: reconfiguration %d: %s", app, record.id, record.plan.summary())
         hub.spawn(executor.run)
