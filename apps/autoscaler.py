@@ -42,7 +42,6 @@ from controller.autoscaler import (
     spark_window_signal,
     worker_signal,
 )
-from controller.core import core_app
 from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
@@ -51,6 +50,7 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.services import Services, services
 from typhoon.reconfig import ReconfigError, Scale
 
 require_app("controller.core")
@@ -81,9 +81,9 @@ class Autoscaler(RyuApp):
         self.logger.info("autoscaler ready: %s", self.settings)
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- inputs ----------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class Autoscaler(RyuApp):
         now = time.monotonic()
         core = self.core()
         for name, app in list(core.view.apps.items()):
-            rec = core.reconfigs.get(name)
+            rec = core.reconfiguration(name)
             busy = rec is not None and rec.running
             for node in app.topology.nodes.values():
                 if node.kind != "bolt" or (self.settings.nodes and node.name not in

@@ -49,7 +49,6 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, list_rest, start_ticks
-from controller.core import core_app
 from controller.events import EventWorkerDown, EventWorkerMetrics
 from controller.fault_detector import (
     FaultSettings,
@@ -71,6 +70,7 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.services import Services, services
 from controller.settings import CoreSettings
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
@@ -115,9 +115,9 @@ class FaultDetector(RyuApp):
         )  # fmt: skip
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- detection -----------------------------------------------------------------------
 
@@ -261,11 +261,11 @@ class FaultDetector(RyuApp):
         senders = senders_to(app.topology, app.physical, app.physical.by_id(wid).node)
         if senders and all(self._finished(name, s, app) for s in senders):
             return "every sender of it finished: it ends after their end of stream"
-        record = core.reconfigs.get(name)
+        record = core.reconfiguration(name)
         if record is not None and record.running:
             return f"reconfiguration {record.id} is running and owns the workers"
         # the view lags the coordinator by a poll: a kill removes workers before it shows
-        current = core.coordinator.get_physical(name)
+        current = core.stored_physical(name)
         if current is None:
             return "the application was killed"
         if wid not in {x.worker_id for x in current.workers if x.active}:
@@ -328,24 +328,24 @@ class FaultDetector(RyuApp):
     def _replace(self, core: Any, incident: Incident) -> int | None:
         """Write the physical topology with a replacement; UPSTREAM to the receivers."""
         name, wid = incident.app, incident.worker
-        record = core.reconfigs.get(name)
+        record = core.reconfiguration(name)
         if record is not None and record.running:
             incident.state = "failed"
             incident.detail = f"reconfiguration {record.id} started meanwhile: not replaced"
             self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
             return None
-        topology = core.coordinator.get_topology(name)
-        physical = core.coordinator.get_physical(name)
+        topology = core.stored_topology(name)
+        physical = core.stored_physical(name)
         if topology is None or physical is None:
             incident.state, incident.detail = "failed", "the application was killed"
             return None
-        place = core.manager.placement(name)
+        place = core.placement(name)
         pending = self.pending.setdefault(name, set())
         plan = failover(
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending,
         )  # fmt: skip
-        progress = core.progress.get(name)
+        progress = core.job_progress(name)
         if progress is not None and progress.completed_generation == physical.generation:
             incident.state, incident.detail = "finished", "the job was complete: not replaced"
             self.logger.info("app %s worker %d: %s", name, wid, incident.detail)
@@ -356,7 +356,7 @@ class FaultDetector(RyuApp):
                 plan, physical=self._recovery(topology, plan.physical, after, incident)
             )
             self.generations[name] = plan.physical.generation
-        core.manager.update_physical(name, plan.physical)
+        core.update_physical(name, plan.physical)
         pending.add(plan.replacement)
         new = plan.physical.by_id(plan.replacement)
         incident.replacement, incident.state = plan.replacement, "replacing"

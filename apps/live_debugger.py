@@ -27,7 +27,6 @@ from typing import Any
 
 from controller.app_support import EventTick, start_ticks
 from controller.cookies import describe
-from controller.core import core_app
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
@@ -43,8 +42,8 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.services import Services, Source, services
 from controller.settings import CoreSettings
-from typhoon.debug.spec import all_session_keys, delete_session, put_session
 
 require_app("controller.core")
 
@@ -77,9 +76,9 @@ class LiveDebugger(RyuApp):
         self.logger.info("live debugger ready: %s", self.sessions.limits)
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- requests (from debug_rest) ------------------------------------------------------
 
@@ -99,7 +98,7 @@ class LiveDebugger(RyuApp):
             name, app.topology, app.physical, w, host.dpid, self._ports_on(w.host), request,
             secrets.token_hex(3), secrets.token_hex(16), time.monotonic(),
         )  # fmt: skip
-        put_session(self.core().coordinator, session.spec)
+        self.core().put_debug_session(session.spec)
         s = session.spec
         self.logger.info(
             "session %s: attach to %s worker %d (%s[%d]) %s, filter %r, sample %g%%, ring %d: "
@@ -215,7 +214,7 @@ class LiveDebugger(RyuApp):
             return
         if was in ("mirroring", "live"):
             self.refresh_mirrors()
-        delete_session(self.core().coordinator, session.spec.host, session.id)
+        self.core().delete_debug_session(session.spec.host, session.id)
         self.logger.info(
             "session %s: ended (%s): mirrors removed, debug worker on %s released; stats %s",
             session.id, reason, session.spec.host, session.stats or "none",
@@ -224,9 +223,9 @@ class LiveDebugger(RyuApp):
     def refresh_mirrors(self) -> None:
         """(Re)install the mirror overlay for the sessions whose port is up; none: drop it."""
         if any(s.state in ("mirroring", "live") for s in self.sessions.sessions.values()):
-            self.core().set_rule_overlay(OWNER, self._overlay)
+            self.core().set_rules(Source.OVERLAY, OWNER, self._overlay)
         else:
-            self.core().clear_rule_overlay(OWNER)
+            self.core().clear_rules(Source.OVERLAY, OWNER)
 
     def _overlay(self, host: str, rules: frozenset) -> frozenset:
         """The core calls this on every recompute: mirror outputs on ``host``'s rules."""
@@ -256,14 +255,11 @@ class LiveDebugger(RyuApp):
             for w in a.physical.workers
             if w.host == host
         }
-        agent = self.core().coordinator.get_agent(host)
+        agent = self.core().agent(host)
         return ports | set(agent.used_ports if agent else ())
 
     def _remove_leftovers(self) -> None:
         """Sessions do not outlive the controller: delete keys an earlier run left behind."""
         self.cleaned = True
-        keys = all_session_keys(self.core().coordinator)
-        for key in keys:
-            if key.split("/")[-1] not in self.sessions.sessions:
-                self.core().coordinator.delete(key)
-                self.logger.info("removed %s: a debug session of an earlier controller run", key)
+        for key in self.core().forget_debug_sessions(set(self.sessions.sessions)):
+            self.logger.info("removed %s: a debug session of an earlier controller run", key)

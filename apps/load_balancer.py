@@ -34,9 +34,7 @@ import itertools
 import time
 from typing import Any
 
-from controller import ofp
 from controller.app_support import EventTick, report_rest, start_ticks
-from controller.core import core_app
 from controller.events import (
     EventTopologyChanged,
     EventWorkerAck,
@@ -56,6 +54,7 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.services import Services, Source, services
 from typhoon import wire
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
@@ -95,7 +94,7 @@ class LoadBalancer(RyuApp):
     def start(self):
         thread = super().start()
         # every app is instantiated by now: the core exists
-        self.core().set_group_provider(OWNER, self.groups)
+        self.core().set_rules(Source.GROUPS, OWNER, self.groups)
         return thread
 
     def stop(self):
@@ -110,9 +109,9 @@ class LoadBalancer(RyuApp):
         super().stop()
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- groups for the core -------------------------------------------------------------
 
@@ -142,7 +141,7 @@ class LoadBalancer(RyuApp):
 
     def apply(self) -> None:
         """New weights or members: the core recomputes and installs the groups now."""
-        self.core().set_group_provider(OWNER, self.groups)
+        self.core().set_rules(Source.GROUPS, OWNER, self.groups)
 
     # ----- the timer -----------------------------------------------------------------------
 
@@ -176,19 +175,13 @@ class LoadBalancer(RyuApp):
 
     def _request_stats(self, core) -> None:
         """Group bucket counters and port counters from every switch with a balanced node."""
-        hosts = {h for h, gs in core.desired_groups.items() if gs}
+        hosts = core.hosts_with_groups()
         for name in {name for name, _ in self.nodes}:
             app = core.view.apps.get(name)
             if app is not None:
                 hosts.update(w.host for w in app.physical.workers)
         for host in sorted(hosts):
-            info = core.view.cluster.hosts.get(host)
-            dp = core.datapaths.get(info.dpid) if info else None
-            if dp is None:
-                continue
-            if core.desired_groups.get(host):
-                dp.send_msg(ofp.group_stats_request(dp))
-            dp.send_msg(ofp.port_stats_request(dp))
+            core.request_stats(host, groups=bool(core.groups_wanted(host)))
 
     def _decide(self, now: float) -> None:
         changed = False
@@ -229,7 +222,7 @@ class LoadBalancer(RyuApp):
             status = app.statuses.get(u.worker_id)
             if status is None or status.state not in ("attached", "running"):
                 continue
-            groups = core.installed_groups.get(core.view.cluster.hosts[u.host].dpid, set())
+            groups = core.groups_on_switch(core.view.cluster.hosts[u.host].dpid)
             if not any(parse_group_id(g.group_id) == (app.physical.app_id, b.node_index)
                        for g in groups):  # fmt: skip
                 continue
@@ -282,7 +275,7 @@ class LoadBalancer(RyuApp):
         core = self.core()
         host = core.view.host_of_dpid(ev.msg.datapath.id)
         now = time.monotonic()
-        specs = {g.group_id: g for g in core.installed_groups.get(ev.msg.datapath.id, ())}
+        specs = {g.group_id: g for g in core.groups_on_switch(ev.msg.datapath.id)}
         for stat in ev.msg.body:
             ids = parse_group_id(stat.group_id)
             spec = specs.get(stat.group_id)
@@ -322,7 +315,7 @@ class LoadBalancer(RyuApp):
             name, w = found
             nb = self.nodes.get((name, w.node))
             if nb is not None:
-                up = core.port_up.get((dpid, stat.port_no), True)
+                up = core.port_is_up(dpid, stat.port_no)
                 nb.on_port(w.worker_id, stat.tx_dropped, up)
 
     # ----- workers coming and going --------------------------------------------------------
