@@ -30,7 +30,6 @@ Settings: section ``[load_balancer]`` of the Ryu config file, declared once by
 from __future__ import annotations
 
 import collections
-import itertools
 import time
 from typing import Any
 
@@ -44,6 +43,7 @@ from controller.events import (
 )
 from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
 from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.load_balancer_senders import SenderSwitch
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
@@ -79,10 +79,7 @@ class LoadBalancer(RyuApp):
         self.settings = read_settings(LbSettings)
         self.nodes: dict[tuple[str, str], NodeBalancer] = {}
         self.down: dict[str, set[int]] = {}  # app -> workers whose port is down
-        # (app, sender, stream) -> ("sent", version, time) | ("done", 0, time)
-        self.switching: dict[tuple[str, int, int], tuple[str, int, float]] = {}
-        self.versions = itertools.count((1 << 62) + int(time.time() * 1000))
-        self.sent_versions: dict[int, tuple[str, int, int]] = {}
+        self.senders = SenderSwitch(ROUTING_RETRY_S)
         self.buckets: dict[tuple[str, str], dict[str, dict[int, int]]] = {}  # -> host -> counts
         self.decisions: dict[tuple[str, str], collections.deque] = {}
         self.next_decision = time.monotonic() + self.settings.interval_s
@@ -101,9 +98,8 @@ class LoadBalancer(RyuApp):
         """Put the senders back on worker addresses before the groups can go away."""
         try:
             core = self.core()
-            for (name, wid, stream), (state, _, _) in list(self.switching.items()):
-                if state == "done":
-                    self._send_routing(core, name, wid, stream, balanced=False)
+            for name, wid, stream in self.senders.switched():
+                self._send_routing(core, name, wid, stream, balanced=False)
         except Exception:  # shutting down: best effort
             self.logger.exception("could not switch senders back")
         super().stop()
@@ -214,39 +210,29 @@ class LoadBalancer(RyuApp):
         """ROUTING ``balanced: true`` to every sender whose bridge holds the node's group."""
         if not core.synced():
             return  # rules or groups still on their way to a switch
-        for u in b.senders:
-            key = (name, u.worker_id, b.stream)
-            state = self.switching.get(key)
-            if state is not None and (state[0] == "done" or now - state[2] < ROUTING_RETRY_S):
-                continue
-            status = app.statuses.get(u.worker_id)
-            if status is None or status.state not in ("attached", "running"):
-                continue
-            groups = core.groups_on_switch(core.view.cluster.hosts[u.host].dpid)
-            if not any(parse_group_id(g.group_id) == (app.physical.app_id, b.node_index)
-                       for g in groups):  # fmt: skip
-                continue
-            self._send_routing(core, name, u.worker_id, b.stream, balanced=True)
+        wanted = (app.physical.app_id, b.node_index)
+
+        def holds_group(host: str) -> bool:
+            groups = core.groups_on_switch(core.view.cluster.hosts[host].dpid)
+            return any(parse_group_id(g.group_id) == wanted for g in groups)
+
+        for wid, again in self.senders.due(name, b, app.statuses, holds_group, now):
+            self._send_routing(core, name, wid, b.stream, balanced=True)
             self.logger.info(
                 "app %s: worker %d stream %d -> load-balancer address of node %s (%s)",
-                name, u.worker_id, b.stream, b.node,
-                "again" if state is not None else "its bridge holds the group",
+                name, wid, b.stream, b.node, "again" if again else "its bridge holds the group",
             )  # fmt: skip
 
     def _send_routing(self, core, name: str, wid: int, stream: int, balanced: bool) -> None:
         app = core.view.apps[name]
         route = next(r for r in routes_for(app.topology, app.physical, wid) if r.stream == stream)
         route.balanced = balanced
-        route.version = next(self.versions)
-        self.sent_versions[route.version] = (name, wid, stream)
+        route.version = self.senders.sent((name, wid, stream), time.monotonic())
         core.send_control(name, [wid], ControlTuple(Control.ROUTING, route.to_body()))
-        self.switching[(name, wid, stream)] = ("sent", route.version, time.monotonic())
 
     @set_ev_cls(EventWorkerAck)
     def _ack(self, ev):
-        key = self.sent_versions.pop(ev.version, None)
-        if ev.what == "ROUTING" and key is not None and key in self.switching:
-            self.switching[key] = ("done", ev.version, time.monotonic())
+        self.senders.on_ack(ev.what, ev.version, time.monotonic())
 
     @set_ev_cls(EventWorkerMetrics)
     def _metrics(self, ev):
@@ -260,13 +246,7 @@ class LoadBalancer(RyuApp):
         nb = self.nodes.get((ev.app, w.node))
         if nb is not None:
             nb.on_metrics(ev.worker_id, ev.metrics, ev.at)
-        # a sender that reports a stream unbalanced after we switched it restarted
-        # (or someone else's ROUTING said so): switch it again
-        balanced = ev.metrics.get("balanced") or {}
-        for key, (state, _, at) in list(self.switching.items()):
-            if key[:2] == (ev.app, ev.worker_id) and state == "done" and ev.at > at + 1.0:
-                if str(key[2]) not in balanced:
-                    del self.switching[key]
+        self.senders.on_metrics(ev.app, ev.worker_id, ev.metrics.get("balanced") or {}, ev.at)
 
     # ----- counters from the switches ------------------------------------------------------
 
@@ -349,9 +329,7 @@ class LoadBalancer(RyuApp):
 
     @set_ev_cls(EventWorkerUp)
     def _worker_up(self, ev):
-        # a restarted sender starts on worker addresses: switch it again
-        for key in [k for k in self.switching if k[:2] == (ev.app, ev.worker_id)]:
-            del self.switching[key]
+        self.senders.on_worker_up(ev.app, ev.worker_id)  # switch it again
         if ev.worker_id in self.down.get(ev.app, set()):
             self.down[ev.app].discard(ev.worker_id)
             found = self._node_of(ev.app, ev.worker_id)
@@ -367,8 +345,7 @@ class LoadBalancer(RyuApp):
                 del self.nodes[key]
                 self.buckets.pop(key, None)
                 self.decisions.pop(key, None)
-            for key in [k for k in self.switching if k[0] == ev.app]:
-                del self.switching[key]
+            self.senders.forget(ev.app)
             self.down.pop(ev.app, None)
 
     # ----- report --------------------------------------------------------------------------
@@ -379,11 +356,7 @@ class LoadBalancer(RyuApp):
         for (name, node), nb in sorted(self.nodes.items()):
             r = nb.report()
             r["decisions"] = list(self.decisions.get((name, node), ()))
-            r["senders"] = {
-                f"{wid}/{stream}": state
-                for (a, wid, stream), (state, _, _) in sorted(self.switching.items())
-                if a == name
-            }
+            r["senders"] = self.senders.report(name)
             r["summary"] = (
                 f"configured {fmt_split(nb.installed)}; achieved {fmt_split(nb.achieved())}"
             )
