@@ -70,18 +70,10 @@ class ScaleSettings:
     max_step: int = setting(1, "most workers added or removed at once")
     recommend_only: bool = setting(False, "log decisions, do not scale")
     stale_s: float = 5.0  # worker samples older than this are ignored
-    spark_lag: float = setting(
-        0.9, "spark node behind when it processes fewer than spark_lag × input rows per second"
-    )
-    spark_idle: float = setting(
-        0.3, "spark node idle when a batch takes less than spark_idle × its trigger interval"
-    )
-    spark_window: int = setting(
-        3, "progress events a spark node's signal rests on (it must stay behind)"
-    )
-    spark_warmup: int = setting(
-        2, "first batches of a spark query not judged (cold JVM, Python workers)"
-    )
+    spark_lag: float = setting(0.9, "spark node behind: processed < spark_lag × input rows/s")
+    spark_idle: float = setting(0.3, "spark node idle: batch time < spark_idle × trigger interval")
+    spark_window: int = setting(3, "progress events a spark signal rests on (it must stay behind)")
+    spark_warmup: int = setting(2, "first batches of a spark query not judged (cold JVM)")
     nodes: tuple[str, ...] = setting(
         (), "comma-separated nodes to manage (empty: every bolt)", shown="(all bolts)"
     )

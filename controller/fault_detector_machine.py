@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
+from controller import acks
+from controller.acks import all_acked, send_each, send_routes
 from controller.fault_detector import (
     FaultSettings,
     Heartbeats,
@@ -41,21 +43,16 @@ from controller.fault_detector import (
 from controller.waits import WAIT, Check, Task, Tasks
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
-from typhoon.topology.routing import Route, routes_for
+from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
 LIVE = ("attached", "running")
 RESUME_AFTER_S = 1.0  # after a start, the core reads the coordinator first
 
 
-class Core(Protocol):
+class Core(acks.Core, Protocol):
     """What the machine needs of the controller (``controller/services.py`` has it)."""
 
-    view: Any
-
-    def send_control(self, app: str, worker_ids: Any, ct: ControlTuple) -> int: ...
-    def next_control_version(self) -> int: ...
-    def acked(self, app: str, what: str, version: int) -> set[int]: ...
     def rules_ready(self, app: str, version: int) -> bool: ...
     def reconfiguration(self, app: str) -> Any: ...
     def stored_topology(self, app: str) -> Any: ...
@@ -201,7 +198,7 @@ class FaultMachine:
             if (st := app.statuses.get(s)) is None or st.state != "exited"
         }
         incident.senders = sorted(routes)
-        sent = self._send_routes(core, name, routes)
+        sent = send_routes(core, name, routes)
         incident.reroute_ms = (self.clock() - at) * 1000
         self.logger.info(
             "app %s worker %d (%s[%d]) is down (%s): treated as dead, ROUTING without it to "
@@ -345,7 +342,7 @@ class FaultMachine:
             new.port, plan.physical.version, incident.replaced_ms,
         )  # fmt: skip
         bodies = {r: {"add": [new.worker_id], "remove": [wid]} for r in plan.receivers}
-        sent = self._send(core, name, "UPSTREAM", bodies)
+        sent = send_each(core, name, "UPSTREAM", bodies)
         problem = yield self._acked(core, name, "UPSTREAM", sent)
         if problem:
             self.logger.warning("app %s: receivers did not confirm UPSTREAM: %s", name, problem)
@@ -384,7 +381,7 @@ class FaultMachine:
         pending.discard(new)
         gone = {w for a, w in self.handled if a == name}
         plan = rejoin(app.topology, app.physical, new, pending, gone)
-        sent = self._send(core, name, "UPSTREAM", {new: plan.upstream})
+        sent = send_each(core, name, "UPSTREAM", {new: plan.upstream})
         problem = yield self._acked(core, name, "UPSTREAM", sent)
         if problem:
             self.logger.warning("app %s worker %d: UPSTREAM not confirmed: %s", name, new, problem)
@@ -393,7 +390,7 @@ class FaultMachine:
             for s, r in plan.routes.items()
             if (st := app.statuses.get(s)) is None or st.state != "exited"
         }
-        problem = yield self._acked(core, name, "ROUTING", self._send_routes(core, name, routes))
+        problem = yield self._acked(core, name, "ROUTING", send_routes(core, name, routes))
         w = app.physical.by_id(new)
         if w.node in {n.name for n in app.topology.spouts()}:
             core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
@@ -454,22 +451,6 @@ class FaultMachine:
         )  # fmt: skip
         return problem
 
-    def _send_routes(
-        self, core: Core, name: str, routes: dict[int, list[Route]]
-    ) -> dict[tuple[int, int], int]:
-        bodies = [(s, r.to_body()) for s, rs in routes.items() for r in rs]
-        return self._send(core, name, "ROUTING", bodies)
-
-    def _send(self, core: Core, name: str, ctype: str, bodies: Any) -> dict[tuple[int, int], int]:
-        """One control tuple per (worker, body), each with a fresh version: what to await."""
-        items = bodies.items() if isinstance(bodies, dict) else bodies
-        sent = {}
-        for w, body in items:
-            v = core.next_control_version()
-            core.send_control(name, [w], ControlTuple(Control[ctype], {**body, "version": v}))
-            sent[(w, v)] = w
-        return sent
-
     def _finished(self, name: str, wid: int, app: Any) -> bool:
         """Its METRIC_RESP said ``done``, or its agent saw it exit with code 0."""
         s = app.statuses.get(wid)
@@ -520,37 +501,14 @@ class FaultMachine:
             for w in app.physical.workers
             if w.active and app.topology.outputs_of(w.node)
         }
-        problem = yield self._acked(core, name, "ROUTING", self._send_routes(core, name, routes))
+        problem = yield self._acked(core, name, "ROUTING", send_routes(core, name, routes))
         self.logger.info(
             "app %s: generation %d after a controller restart: routes resent to %s (%s)",
             name, app.physical.generation, sorted(routes), problem or "confirmed",
         )  # fmt: skip
 
-    # ----- control tuples ------------------------------------------------------------------
-
     def _acked(self, core: Core, name: str, ctype: str, sent: dict[tuple[int, int], int]) -> Check:
-        """Every sent tuple acked: ''; or what is missing after ``ack_timeout``.
-
-        A worker that exited meanwhile counts as done: it reads nothing any more.
-        """
-        deadline = self.clock() + self.conf.ack_timeout
-        pending = dict(sent)
-
-        def check(now: float) -> Any:
-            app = core.view.apps.get(name)
-            if app is None:
-                return "the application is gone"
-            for w, v in list(pending):
-                s = app.statuses.get(w)
-                if w in core.acked(name, ctype, v) or (s is not None and s.state == "exited"):
-                    del pending[(w, v)]
-            if not pending:
-                return ""
-            if now > deadline:
-                return f"workers {sorted(set(pending.values()))} did not confirm {ctype}"
-            return WAIT
-
-        return check
+        return all_acked(core, name, ctype, sent, self.clock() + self.conf.ack_timeout)
 
     def _since(self, incident: Incident) -> float:
         return (self.clock() - incident.detected) * 1000
