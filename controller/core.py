@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from controller.app_support import start_timer
+from controller.budgets import budget_updates
 from controller.composer import DEFAULT_RULES, RuleComposer, Source
 from controller.control_channel import ControlChannel, Reply
 from controller.events import (
@@ -61,7 +62,6 @@ from typhoon.checkpoint.progress import JobProgress, guaranteed
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
 from typhoon.reconfig import Request
-from typhoon.topology.budgets import plan_budgets
 from typhoon.wire import Control, ControlTuple
 
 register_settings(CoreSettings)
@@ -280,35 +280,11 @@ class TyphoonController(RyuApp):
                 self.logger.info("app %s: sources drained on request", name)
 
     def _push_budgets(self) -> None:
-        """FLOW_CONTROL to every attached worker whose share of the switch's socket
-        buffers (``typhoon.topology.budgets``) differs from what it was last told.
-
-        Agents start workers with the share of the physical topology they launch
-        them from; workers added or moved later change the shares of the others.
-        Applications that set ``sdn.port_budget`` (or turn flow control off) keep theirs.
-        """
-        told = self.told_budgets
-        for name, app in self.view.apps.items():
-            config = app.topology.config
-            if "port_budget" in (config.get("sdn") or {}) or config.get("flow_control") is False:
-                continue
-            try:
-                budgets = plan_budgets(app.topology, app.physical, self.view.cluster).budgets
-            except (ValueError, KeyError) as e:
-                self.logger.error("app %s: no budgets: %s", name, e)
-                continue
-            for wid, budget in budgets.items():
-                status = app.statuses.get(wid)
-                if status is None or status.state not in ("attached", "running"):
-                    continue
-                if told.get((name, wid)) == budget:
-                    continue
-                ct = ControlTuple(Control.FLOW_CONTROL, {"budget": budget})
-                if self.send_control(name, [wid], ct):
-                    told[(name, wid)] = budget
-        live = set(self.view.apps)
-        for key in [k for k in told if k[0] not in live]:
-            del told[key]
+        """FLOW_CONTROL to workers whose budget changed (``controller/budgets.py``)."""
+        for name, wid, budget in budget_updates(self.view, self.told_budgets, self.logger):
+            ct = ControlTuple(Control.FLOW_CONTROL, {"budget": budget})
+            if self.send_control(name, [wid], ct):
+                self.told_budgets[(name, wid)] = budget
 
     # ----- control tuples ------------------------------------------------------------------
 
