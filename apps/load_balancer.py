@@ -41,7 +41,7 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
+from controller.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
 from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
 from controller.load_balancer_senders import SenderSwitch
 from controller.options import read_settings, register_settings
@@ -55,7 +55,6 @@ from controller.ryu_compat import (
     set_ev_cls,
 )
 from controller.services import Services, Source, services
-from typhoon import wire
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
@@ -113,27 +112,15 @@ class LoadBalancer(RyuApp):
 
     def groups(self, view) -> tuple[dict[str, frozenset], dict[str, frozenset]]:
         """The core's group provider: every balanced node's group and LB rules, per host."""
-        groups: dict[str, frozenset] = {}
-        rules: dict[str, frozenset] = {}
-        for name, app in view.apps.items():
-            if not balanced_streams(app.topology, app.physical):
-                continue
-            weights: dict[int, float] = {}
-            for (a, _), nb in self.nodes.items():
-                if a == name:
-                    weights.update(nb.installed)
-            try:
-                g, r = compile_lb(
-                    app.topology, app.physical, view.cluster, weights, self.down.get(name, ())
-                )
-            except ValueError as e:
-                self.logger.error("app %s: cannot compile load-balancer groups: %s", name, e)
-                continue
-            for host, gs in g.items():
-                groups[host] = groups.get(host, frozenset()) | gs
-            for host, rs in r.items():
-                rules[host] = rules.get(host, frozenset()) | rs
-        return groups, rules
+        weights: dict[str, dict[int, float]] = {}
+        for (name, _), nb in self.nodes.items():
+            weights.setdefault(name, {}).update(nb.installed)
+
+        def failed(name: str, e: ValueError) -> None:
+            self.logger.error("app %s: cannot compile load-balancer groups: %s", name, e)
+
+        apps = {name: (a.topology, a.physical) for name, a in view.apps.items()}
+        return compile_lb_all(apps, view.cluster, weights, self.down, failed)
 
     def apply(self) -> None:
         """New weights or members: the core recomputes and installs the groups now."""
@@ -266,14 +253,8 @@ class LoadBalancer(RyuApp):
             if app is None or ids[1] >= len(app.topology.nodes):
                 continue
             node = list(app.topology.nodes)[ids[1]]
-            counts: dict[int, int] = {}
-            for bucket, bs in zip(spec.buckets, stat.bucket_stats, strict=True):
-                mac = bucket.worker_mac()
-                if mac is not None:
-                    wid = wire.parse_mac(wire.mac_bytes(mac)).value
-                    counts[wid] = counts.get(wid, 0) + bs.packet_count
             per_host = self.buckets.setdefault((name, node), {})
-            per_host[host] = counts
+            per_host[host] = spec.packets_per_worker(bs.packet_count for bs in stat.bucket_stats)
             nb = self.nodes.get((name, node))
             if nb is not None:
                 total: dict[int, int] = collections.Counter()
