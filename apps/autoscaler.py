@@ -18,29 +18,12 @@ its windows over after a cooldown.  With ``recommend_only`` the app only logs
 what it would do.  Every decision is logged with its reason and kept for
 ``GET /typhoon/autoscaler`` (or ``/typhoon/apps/NAME/autoscaler``).
 
-Settings, section ``[autoscaler]`` of the Ryu config file::
-
-    queue_high      = 2000   mean queued tuples per worker above which a node is overloaded
-    queue_low       = 50     ... below which it is idle
-    proc_high_us    = 0      mean processing time per tuple above which: overloaded (0: off)
-    proc_low_us     = 0      idle only if also below this (0: off)
-    busy_high       = 0.9    mean fraction of time processing above which: overloaded (0: off)
-    busy_low        = 0.3    idle only if also below this (0: off)
-    up_window       = 3.0    seconds overload must hold before scaling up
-    down_window     = 10.0   seconds idleness must hold before scaling down
-    cooldown        = 10.0   seconds after a decision (or any update) before the next
-    min_parallelism = 1
-    max_parallelism = 8
-    max_step        = 1      most workers added or removed at once
-    recommend_only  = false  log decisions, do not scale
-    spark_lag       = 0.9    spark node behind when processed < spark_lag x input rows/s
-    spark_idle      = 0.3    spark node idle when a batch takes < spark_idle x trigger_ms
-    spark_window    = 3      progress events a spark node's signal rests on (it must stay behind)
-    spark_warmup    = 2      first batches of a spark query not judged (cold JVM and workers)
+Settings: section ``[autoscaler]`` of the Ryu config file, declared once by
+``ScaleSettings`` in ``controller/autoscaler.py``
+(``controller/settings.py``); the table is in ``docs/autoscaler.md``.
 
 A spark node only scales up: when it stays idle the app logs a "keep" with
 the reason (the planner refuses to take workers from a running Spark query).
-    nodes           =        comma-separated nodes to manage (empty: every bolt)
 """
 
 from __future__ import annotations
@@ -59,61 +42,24 @@ from controller.autoscaler import (
     spark_window_signal,
     worker_signal,
 )
-from controller.core import core_app
 from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     RyuApp,
     WSGIApplication,
-    cfg,
     require_app,
     set_ev_cls,
 )
+from controller.services import Services, services
 from typhoon.reconfig import ReconfigError, Scale
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.FloatOpt("queue_high", default=2000.0, help="mean queue per worker: overloaded"),
-        cfg.FloatOpt("queue_low", default=50.0, help="mean queue per worker: idle"),
-        cfg.FloatOpt("proc_high_us", default=0.0, help="us per tuple: overloaded (0: off)"),
-        cfg.FloatOpt("proc_low_us", default=0.0, help="us per tuple: idle (0: off)"),
-        cfg.FloatOpt("busy_high", default=0.9, help="fraction of time busy: overloaded"),
-        cfg.FloatOpt("busy_low", default=0.3, help="fraction of time busy: idle"),
-        cfg.FloatOpt("up_window", default=3.0, help="seconds overload holds before scale-up"),
-        cfg.FloatOpt("down_window", default=10.0, help="seconds idle holds before scale-down"),
-        cfg.FloatOpt("cooldown", default=10.0, help="seconds between decisions of a node"),
-        cfg.IntOpt("min_parallelism", default=1, help="fewest workers of a node"),
-        cfg.IntOpt("max_parallelism", default=8, help="most workers of a node"),
-        cfg.IntOpt("max_step", default=1, help="most workers added or removed at once"),
-        cfg.BoolOpt("recommend_only", default=False, help="log decisions, do not scale"),
-        cfg.FloatOpt("spark_lag", default=0.9, help="processed/input ratio: spark behind"),
-        cfg.FloatOpt("spark_idle", default=0.3, help="batch/trigger ratio: spark idle"),
-        cfg.IntOpt("spark_window", default=3, help="progress events per spark signal"),
-        cfg.IntOpt("spark_warmup", default=2, help="first batches of a query not judged"),
-        cfg.ListOpt("nodes", default=[], help="nodes to manage (empty: every bolt)"),
-    ],
-    group="autoscaler",
-)
+register_settings(ScaleSettings)
 
 TICK_S = 0.5
 REST = report_rest("autoscaler", missing="no managed node")
 KEEP_DECISIONS = 50
-
-
-def settings_from_conf() -> ScaleSettings:
-    c = CONF.autoscaler
-    return ScaleSettings(
-        queue_high=c.queue_high, queue_low=c.queue_low, proc_high_us=c.proc_high_us,
-        proc_low_us=c.proc_low_us, busy_high=c.busy_high, busy_low=c.busy_low,
-        up_window_s=c.up_window, down_window_s=c.down_window,
-        cooldown_s=c.cooldown, min_parallelism=c.min_parallelism,
-        max_parallelism=c.max_parallelism, max_step=c.max_step,
-        recommend_only=c.recommend_only, spark_lag=c.spark_lag, spark_idle=c.spark_idle,
-        spark_window=c.spark_window, spark_warmup=c.spark_warmup,
-        nodes=tuple(n.strip() for n in c.nodes if n.strip()),
-    )  # fmt: skip
 
 
 class Autoscaler(RyuApp):
@@ -121,7 +67,7 @@ class Autoscaler(RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = settings_from_conf()
+        self.settings = read_settings(ScaleSettings)
         self.scalers: dict[tuple[str, str], NodeScaler] = {}
         self.shape: dict[tuple[str, str], int] = {}  # parallelism last seen
         self.loads: dict[tuple[str, int], WorkerLoad] = {}
@@ -135,9 +81,9 @@ class Autoscaler(RyuApp):
         self.logger.info("autoscaler ready: %s", self.settings)
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- inputs ----------------------------------------------------------------------------
 
@@ -176,7 +122,7 @@ class Autoscaler(RyuApp):
         now = time.monotonic()
         core = self.core()
         for name, app in list(core.view.apps.items()):
-            rec = core.reconfigs.get(name)
+            rec = core.reconfiguration(name)
             busy = rec is not None and rec.running
             for node in app.topology.nodes.values():
                 if node.kind != "bolt" or (self.settings.nodes and node.name not in

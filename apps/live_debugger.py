@@ -12,22 +12,14 @@ samples the copies and posts them back here, to a per-session ring buffer the
 CLI reads.  Detach (or any ending) drops the overlay, so the next reconcile puts
 the original rules back, and deletes the key, so the agent stops the worker.
 
-Settings, section ``[live_debugger]`` of the Ryu config file::
-
-    max_sessions  = 4       sessions running at once
-    ring_size     = 1000    records kept per session unless the attach says (--last)
-    max_ring_size = 100000  largest --last accepted
-    port_base     = 65000   first switch port for debug workers (up to 65279)
-    start_timeout = 20      seconds for the debug worker's port to come up
-    idle_timeout  = 120     end a session nobody read for this long (0: never)
-    keep_ended    = 60      seconds an ended session stays readable
-    max_rate      = 10000   records per second a debug worker sends; the rest are counted
-    report_url    =         where debug workers post records (default
-                            http://127.0.0.1:<wsapi-port>/typhoon/debug)
+Settings: section ``[live_debugger]`` of the Ryu config file, declared once by
+``Limits`` in ``controller/debugger.py``
+(``controller/settings.py``); the table is in ``docs/live_debugger.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import secrets
 import time
@@ -35,11 +27,11 @@ from typing import Any
 
 from controller.app_support import EventTick, start_ticks
 from controller.cookies import describe
-from controller.core import core_app
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
 from controller.mirror import apply_mirrors, mirrored
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
     RyuApp,
@@ -50,37 +42,22 @@ from controller.ryu_compat import (
     require_app,
     set_ev_cls,
 )
-from typhoon.debug.spec import all_session_keys, delete_session, put_session
+from controller.services import Services, Source, services
+from controller.settings import CoreSettings
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.IntOpt("max_sessions", default=4, help="debug sessions running at once"),
-        cfg.IntOpt("ring_size", default=1000, help="records kept per session by default"),
-        cfg.IntOpt("max_ring_size", default=100_000, help="largest ring an attach may ask"),
-        cfg.IntOpt("port_base", default=65000, help="first switch port of debug workers"),
-        cfg.FloatOpt("start_timeout", default=20.0, help="seconds for a debug port to come up"),
-        cfg.FloatOpt("idle_timeout", default=120.0, help="end unread sessions (0: never)"),
-        cfg.FloatOpt("keep_ended", default=60.0, help="seconds an ended session stays readable"),
-        cfg.IntOpt("max_rate", default=10_000, help="records/s a debug worker sends"),
-        cfg.StrOpt("report_url", default="", help="URL debug workers post records to"),
-    ],
-    group="live_debugger",
-)
+register_settings(Limits)
 
 OWNER = "live_debugger"
 TICK_S = 0.2
 
 
 def limits_from_conf() -> Limits:
-    c = CONF.live_debugger
-    url = c.report_url or f"http://127.0.0.1:{CONF.wsapi_port}/typhoon/debug"
-    return Limits(
-        c.max_sessions, c.ring_size, c.max_ring_size, c.port_base, c.start_timeout,
-        c.idle_timeout, c.keep_ended, c.max_rate, url,
-    )  # fmt: skip
+    """The ``[live_debugger]`` settings; debug workers post here unless ``report_url`` says."""
+    limits = read_settings(Limits)
+    url = limits.report_url or f"http://127.0.0.1:{cfg.CONF.wsapi_port}/typhoon/debug"
+    return dataclasses.replace(limits, report_url=url)
 
 
 class LiveDebugger(RyuApp):
@@ -92,15 +69,16 @@ class LiveDebugger(RyuApp):
         self.sessions = DebugSessions(limits_from_conf())
         self.cleaned = False
         kwargs["wsgi"].register(
-            DebugRest, {"debugger": self, "core": self, "token": CONF.typhoon.api_token}
+            DebugRest,
+            {"debugger": self, "core": self, "token": read_settings(CoreSettings).api_token},
         )
         start_ticks(self, TICK_S)
         self.logger.info("live debugger ready: %s", self.sessions.limits)
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- requests (from debug_rest) ------------------------------------------------------
 
@@ -120,7 +98,7 @@ class LiveDebugger(RyuApp):
             name, app.topology, app.physical, w, host.dpid, self._ports_on(w.host), request,
             secrets.token_hex(3), secrets.token_hex(16), time.monotonic(),
         )  # fmt: skip
-        put_session(self.core().coordinator, session.spec)
+        self.core().put_debug_session(session.spec)
         s = session.spec
         self.logger.info(
             "session %s: attach to %s worker %d (%s[%d]) %s, filter %r, sample %g%%, ring %d: "
@@ -236,7 +214,7 @@ class LiveDebugger(RyuApp):
             return
         if was in ("mirroring", "live"):
             self.refresh_mirrors()
-        delete_session(self.core().coordinator, session.spec.host, session.id)
+        self.core().delete_debug_session(session.spec.host, session.id)
         self.logger.info(
             "session %s: ended (%s): mirrors removed, debug worker on %s released; stats %s",
             session.id, reason, session.spec.host, session.stats or "none",
@@ -245,9 +223,9 @@ class LiveDebugger(RyuApp):
     def refresh_mirrors(self) -> None:
         """(Re)install the mirror overlay for the sessions whose port is up; none: drop it."""
         if any(s.state in ("mirroring", "live") for s in self.sessions.sessions.values()):
-            self.core().set_rule_overlay(OWNER, self._overlay)
+            self.core().set_rules(Source.OVERLAY, OWNER, self._overlay)
         else:
-            self.core().clear_rule_overlay(OWNER)
+            self.core().clear_rules(Source.OVERLAY, OWNER)
 
     def _overlay(self, host: str, rules: frozenset) -> frozenset:
         """The core calls this on every recompute: mirror outputs on ``host``'s rules."""
@@ -277,14 +255,11 @@ class LiveDebugger(RyuApp):
             for w in a.physical.workers
             if w.host == host
         }
-        agent = self.core().coordinator.get_agent(host)
+        agent = self.core().agent(host)
         return ports | set(agent.used_ports if agent else ())
 
     def _remove_leftovers(self) -> None:
         """Sessions do not outlive the controller: delete keys an earlier run left behind."""
         self.cleaned = True
-        keys = all_session_keys(self.core().coordinator)
-        for key in keys:
-            if key.split("/")[-1] not in self.sessions.sessions:
-                self.core().coordinator.delete(key)
-                self.logger.info("removed %s: a debug session of an earlier controller run", key)
+        for key in self.core().forget_debug_sessions(set(self.sessions.sessions)):
+            self.logger.info("removed %s: a debug session of an earlier controller run", key)

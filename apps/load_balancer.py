@@ -22,32 +22,18 @@ from the configured one.  A worker whose port goes down leaves the group at
 once.  ``GET /typhoon/lb`` (or ``/typhoon/apps/NAME/lb``) shows configured
 versus achieved split per node.
 
-Settings, section ``[load_balancer]`` of the Ryu config file::
-
-    interval     = 5.0    seconds between weight recomputations
-    threshold    = 5.0    install new weights only if a share moves more (points)
-    warn         = 10.0   warn if achieved and configured split differ more (points)
-    queue_weight = 1.0    how strongly queued work lowers a worker's weight (0: ignore)
-    drop_penalty = 0.5    weight factor for a worker whose port dropped frames
-    smoothing    = 0.5    EWMA factor of the processing-time estimate (1: last window)
-    min_share    = 0.02   smallest share any live worker gets
-    min_tuples   = 200    tuples a worker must process in a window to re-estimate
-    min_frames   = 500    frames counted before the achieved split is judged
-    trim         = false  correct weights for hash skew from bucket counters
-    trim_points  = 2.0    skew (points) below which nothing is corrected
-    settle       = 1.5    seconds after a change before bucket counters are read
+Settings: section ``[load_balancer]`` of the Ryu config file, declared once by
+``LbSettings`` in ``controller/load_balancer.py``
+(``controller/settings.py``); the table is in ``docs/load_balancer.md``.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import time
 from typing import Any
 
-from controller import ofp
 from controller.app_support import EventTick, report_rest, start_ticks
-from controller.core import core_app
 from controller.events import (
     EventTopologyChanged,
     EventWorkerAck,
@@ -55,42 +41,26 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.groups import Balanced, balanced_streams, compile_lb, parse_group_id
+from controller.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
 from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.load_balancer_senders import SenderSwitch
+from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
     RyuApp,
     WSGIApplication,
-    cfg,
     ofp_event,
     ofproto_v1_3,
     require_app,
     set_ev_cls,
 )
-from typhoon import wire
+from controller.services import Services, Source, services
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
 require_app("controller.core")
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.FloatOpt("interval", default=5.0, help="seconds between weight recomputations"),
-        cfg.FloatOpt("threshold", default=5.0, help="points a share must move to be installed"),
-        cfg.FloatOpt("warn", default=10.0, help="points between achieved and configured split"),
-        cfg.FloatOpt("queue_weight", default=1.0, help="how much queued work lowers a weight"),
-        cfg.FloatOpt("drop_penalty", default=0.5, help="weight factor after port drops"),
-        cfg.FloatOpt("smoothing", default=0.5, help="EWMA factor of processing time"),
-        cfg.FloatOpt("min_share", default=0.02, help="smallest share of a live worker"),
-        cfg.IntOpt("min_tuples", default=200, help="tuples per window to re-estimate"),
-        cfg.IntOpt("min_frames", default=500, help="frames counted to judge the split"),
-        cfg.BoolOpt("trim", default=False, help="correct weights for hash skew"),
-        cfg.FloatOpt("trim_points", default=2.0, help="skew below which nothing is corrected"),
-        cfg.FloatOpt("settle", default=1.5, help="seconds after a change before counting"),
-    ],
-    group="load_balancer",
-)
+register_settings(LbSettings)
 
 OWNER = "load_balancer"
 TICK_S = 0.5
@@ -99,29 +69,16 @@ ROUTING_RETRY_S = 2.0
 KEEP_DECISIONS = 20
 
 
-def settings_from_conf() -> LbSettings:
-    c = CONF.load_balancer
-    return LbSettings(
-        interval_s=c.interval, threshold_points=c.threshold, warn_points=c.warn,
-        queue_weight=c.queue_weight, drop_penalty=c.drop_penalty, smoothing=c.smoothing,
-        min_share=c.min_share, min_tuples=c.min_tuples, trim=c.trim,
-        min_frames=c.min_frames, trim_points=c.trim_points, settle_s=c.settle,
-    )  # fmt: skip
-
-
 class LoadBalancer(RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = settings_from_conf()
+        self.settings = read_settings(LbSettings)
         self.nodes: dict[tuple[str, str], NodeBalancer] = {}
         self.down: dict[str, set[int]] = {}  # app -> workers whose port is down
-        # (app, sender, stream) -> ("sent", version, time) | ("done", 0, time)
-        self.switching: dict[tuple[str, int, int], tuple[str, int, float]] = {}
-        self.versions = itertools.count((1 << 62) + int(time.time() * 1000))
-        self.sent_versions: dict[int, tuple[str, int, int]] = {}
+        self.senders = SenderSwitch(ROUTING_RETRY_S)
         self.buckets: dict[tuple[str, str], dict[str, dict[int, int]]] = {}  # -> host -> counts
         self.decisions: dict[tuple[str, str], collections.deque] = {}
         self.next_decision = time.monotonic() + self.settings.interval_s
@@ -133,54 +90,41 @@ class LoadBalancer(RyuApp):
     def start(self):
         thread = super().start()
         # every app is instantiated by now: the core exists
-        self.core().set_group_provider(OWNER, self.groups)
+        self.core().set_rules(Source.GROUPS, OWNER, self.groups)
         return thread
 
     def stop(self):
         """Put the senders back on worker addresses before the groups can go away."""
         try:
             core = self.core()
-            for (name, wid, stream), (state, _, _) in list(self.switching.items()):
-                if state == "done":
-                    self._send_routing(core, name, wid, stream, balanced=False)
+            for name, wid, stream in self.senders.switched():
+                self._send_routing(core, name, wid, stream, balanced=False)
         except Exception:  # shutting down: best effort
             self.logger.exception("could not switch senders back")
         super().stop()
 
     @staticmethod
-    def core():
-        """The controller core (looked up on use: Ryu may start it after this app)."""
-        return core_app()
+    def core() -> Services:
+        """The controller core's services (looked up on use: Ryu may start it after this app)."""
+        return services()
 
     # ----- groups for the core -------------------------------------------------------------
 
     def groups(self, view) -> tuple[dict[str, frozenset], dict[str, frozenset]]:
         """The core's group provider: every balanced node's group and LB rules, per host."""
-        groups: dict[str, frozenset] = {}
-        rules: dict[str, frozenset] = {}
-        for name, app in view.apps.items():
-            if not balanced_streams(app.topology, app.physical):
-                continue
-            weights: dict[int, float] = {}
-            for (a, _), nb in self.nodes.items():
-                if a == name:
-                    weights.update(nb.installed)
-            try:
-                g, r = compile_lb(
-                    app.topology, app.physical, view.cluster, weights, self.down.get(name, ())
-                )
-            except ValueError as e:
-                self.logger.error("app %s: cannot compile load-balancer groups: %s", name, e)
-                continue
-            for host, gs in g.items():
-                groups[host] = groups.get(host, frozenset()) | gs
-            for host, rs in r.items():
-                rules[host] = rules.get(host, frozenset()) | rs
-        return groups, rules
+        weights: dict[str, dict[int, float]] = {}
+        for (name, _), nb in self.nodes.items():
+            weights.setdefault(name, {}).update(nb.installed)
+
+        def failed(name: str, e: ValueError) -> None:
+            self.logger.error("app %s: cannot compile load-balancer groups: %s", name, e)
+
+        apps = {name: (a.topology, a.physical) for name, a in view.apps.items()}
+        return compile_lb_all(apps, view.cluster, weights, self.down, failed)
 
     def apply(self) -> None:
         """New weights or members: the core recomputes and installs the groups now."""
-        self.core().set_group_provider(OWNER, self.groups)
+        self.core().set_rules(Source.GROUPS, OWNER, self.groups)
 
     # ----- the timer -----------------------------------------------------------------------
 
@@ -214,19 +158,13 @@ class LoadBalancer(RyuApp):
 
     def _request_stats(self, core) -> None:
         """Group bucket counters and port counters from every switch with a balanced node."""
-        hosts = {h for h, gs in core.desired_groups.items() if gs}
+        hosts = core.hosts_with_groups()
         for name in {name for name, _ in self.nodes}:
             app = core.view.apps.get(name)
             if app is not None:
                 hosts.update(w.host for w in app.physical.workers)
         for host in sorted(hosts):
-            info = core.view.cluster.hosts.get(host)
-            dp = core.datapaths.get(info.dpid) if info else None
-            if dp is None:
-                continue
-            if core.desired_groups.get(host):
-                dp.send_msg(ofp.group_stats_request(dp))
-            dp.send_msg(ofp.port_stats_request(dp))
+            core.request_stats(host, groups=bool(core.groups_wanted(host)))
 
     def _decide(self, now: float) -> None:
         changed = False
@@ -259,39 +197,29 @@ class LoadBalancer(RyuApp):
         """ROUTING ``balanced: true`` to every sender whose bridge holds the node's group."""
         if not core.synced():
             return  # rules or groups still on their way to a switch
-        for u in b.senders:
-            key = (name, u.worker_id, b.stream)
-            state = self.switching.get(key)
-            if state is not None and (state[0] == "done" or now - state[2] < ROUTING_RETRY_S):
-                continue
-            status = app.statuses.get(u.worker_id)
-            if status is None or status.state not in ("attached", "running"):
-                continue
-            groups = core.installed_groups.get(core.view.cluster.hosts[u.host].dpid, set())
-            if not any(parse_group_id(g.group_id) == (app.physical.app_id, b.node_index)
-                       for g in groups):  # fmt: skip
-                continue
-            self._send_routing(core, name, u.worker_id, b.stream, balanced=True)
+        wanted = (app.physical.app_id, b.node_index)
+
+        def holds_group(host: str) -> bool:
+            groups = core.groups_on_switch(core.view.cluster.hosts[host].dpid)
+            return any(parse_group_id(g.group_id) == wanted for g in groups)
+
+        for wid, again in self.senders.due(name, b, app.statuses, holds_group, now):
+            self._send_routing(core, name, wid, b.stream, balanced=True)
             self.logger.info(
                 "app %s: worker %d stream %d -> load-balancer address of node %s (%s)",
-                name, u.worker_id, b.stream, b.node,
-                "again" if state is not None else "its bridge holds the group",
+                name, wid, b.stream, b.node, "again" if again else "its bridge holds the group",
             )  # fmt: skip
 
     def _send_routing(self, core, name: str, wid: int, stream: int, balanced: bool) -> None:
         app = core.view.apps[name]
         route = next(r for r in routes_for(app.topology, app.physical, wid) if r.stream == stream)
         route.balanced = balanced
-        route.version = next(self.versions)
-        self.sent_versions[route.version] = (name, wid, stream)
+        route.version = self.senders.sent((name, wid, stream), time.monotonic())
         core.send_control(name, [wid], ControlTuple(Control.ROUTING, route.to_body()))
-        self.switching[(name, wid, stream)] = ("sent", route.version, time.monotonic())
 
     @set_ev_cls(EventWorkerAck)
     def _ack(self, ev):
-        key = self.sent_versions.pop(ev.version, None)
-        if ev.what == "ROUTING" and key is not None and key in self.switching:
-            self.switching[key] = ("done", ev.version, time.monotonic())
+        self.senders.on_ack(ev.what, ev.version, time.monotonic())
 
     @set_ev_cls(EventWorkerMetrics)
     def _metrics(self, ev):
@@ -305,13 +233,7 @@ class LoadBalancer(RyuApp):
         nb = self.nodes.get((ev.app, w.node))
         if nb is not None:
             nb.on_metrics(ev.worker_id, ev.metrics, ev.at)
-        # a sender that reports a stream unbalanced after we switched it restarted
-        # (or someone else's ROUTING said so): switch it again
-        balanced = ev.metrics.get("balanced") or {}
-        for key, (state, _, at) in list(self.switching.items()):
-            if key[:2] == (ev.app, ev.worker_id) and state == "done" and ev.at > at + 1.0:
-                if str(key[2]) not in balanced:
-                    del self.switching[key]
+        self.senders.on_metrics(ev.app, ev.worker_id, ev.metrics.get("balanced") or {}, ev.at)
 
     # ----- counters from the switches ------------------------------------------------------
 
@@ -320,7 +242,7 @@ class LoadBalancer(RyuApp):
         core = self.core()
         host = core.view.host_of_dpid(ev.msg.datapath.id)
         now = time.monotonic()
-        specs = {g.group_id: g for g in core.installed_groups.get(ev.msg.datapath.id, ())}
+        specs = {g.group_id: g for g in core.groups_on_switch(ev.msg.datapath.id)}
         for stat in ev.msg.body:
             ids = parse_group_id(stat.group_id)
             spec = specs.get(stat.group_id)
@@ -331,14 +253,8 @@ class LoadBalancer(RyuApp):
             if app is None or ids[1] >= len(app.topology.nodes):
                 continue
             node = list(app.topology.nodes)[ids[1]]
-            counts: dict[int, int] = {}
-            for bucket, bs in zip(spec.buckets, stat.bucket_stats, strict=True):
-                mac = bucket.worker_mac()
-                if mac is not None:
-                    wid = wire.parse_mac(wire.mac_bytes(mac)).value
-                    counts[wid] = counts.get(wid, 0) + bs.packet_count
             per_host = self.buckets.setdefault((name, node), {})
-            per_host[host] = counts
+            per_host[host] = spec.packets_per_worker(bs.packet_count for bs in stat.bucket_stats)
             nb = self.nodes.get((name, node))
             if nb is not None:
                 total: dict[int, int] = collections.Counter()
@@ -360,7 +276,7 @@ class LoadBalancer(RyuApp):
             name, w = found
             nb = self.nodes.get((name, w.node))
             if nb is not None:
-                up = core.port_up.get((dpid, stat.port_no), True)
+                up = core.port_is_up(dpid, stat.port_no)
                 nb.on_port(w.worker_id, stat.tx_dropped, up)
 
     # ----- workers coming and going --------------------------------------------------------
@@ -394,9 +310,7 @@ class LoadBalancer(RyuApp):
 
     @set_ev_cls(EventWorkerUp)
     def _worker_up(self, ev):
-        # a restarted sender starts on worker addresses: switch it again
-        for key in [k for k in self.switching if k[:2] == (ev.app, ev.worker_id)]:
-            del self.switching[key]
+        self.senders.on_worker_up(ev.app, ev.worker_id)  # switch it again
         if ev.worker_id in self.down.get(ev.app, set()):
             self.down[ev.app].discard(ev.worker_id)
             found = self._node_of(ev.app, ev.worker_id)
@@ -412,8 +326,7 @@ class LoadBalancer(RyuApp):
                 del self.nodes[key]
                 self.buckets.pop(key, None)
                 self.decisions.pop(key, None)
-            for key in [k for k in self.switching if k[0] == ev.app]:
-                del self.switching[key]
+            self.senders.forget(ev.app)
             self.down.pop(ev.app, None)
 
     # ----- report --------------------------------------------------------------------------
@@ -424,11 +337,7 @@ class LoadBalancer(RyuApp):
         for (name, node), nb in sorted(self.nodes.items()):
             r = nb.report()
             r["decisions"] = list(self.decisions.get((name, node), ()))
-            r["senders"] = {
-                f"{wid}/{stream}": state
-                for (a, wid, stream), (state, _, _) in sorted(self.switching.items())
-                if a == name
-            }
+            r["senders"] = self.senders.report(name)
             r["summary"] = (
                 f"configured {fmt_split(nb.installed)}; achieved {fmt_split(nb.achieved())}"
             )

@@ -12,13 +12,8 @@ local pair weight against today's routing) and the measured fraction of the
 node's output tuples that crossed hosts before the switch and since.  The
 steps are in ``controller/locality_job.py``; this file only wires them.
 
-Settings, section ``[locality]`` of the Ryu config file::
-
-    interval   = 0      seconds between periodic runs (0: only on request)
-    imbalance  = 1.03   most key load per host over its fair share (METIS)
-    min_pairs  = 1000   sampled pairs needed before planning
-    min_gain   = 0.05   a periodic run applies a plan only if it gains this much
-    timeout    = 120    seconds before a run that has not finished fails
+Settings: section ``[locality]`` of the Ryu config file, declared once by
+``RouterSettings`` in ``controller/locality_job.py`` (table in ``docs/locality.md``).
 """
 
 from __future__ import annotations
@@ -27,10 +22,10 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, start_ticks
-from controller.core import core_app
 from controller.events import EventTopologyChanged
 from controller.locality import LocalityError
 from controller.locality_job import LocalityJob, RouterSettings, periodic_due
+from controller.options import read_settings, register_settings
 from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
 from controller.ryu_compat import (
     ControllerBase,
@@ -41,27 +36,14 @@ from controller.ryu_compat import (
     route,
     set_ev_cls,
 )
+from controller.services import services
 
 require_app("controller.core")
 
 CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.FloatOpt("interval", default=0.0, help="seconds between runs (0: on request)"),
-        cfg.FloatOpt("imbalance", default=1.03, help="most load per host over its share"),
-        cfg.IntOpt("min_pairs", default=1000, help="sampled pairs needed before planning"),
-        cfg.FloatOpt("min_gain", default=0.05, help="gain a periodic run needs to apply"),
-        cfg.FloatOpt("timeout", default=120.0, help="seconds before a run fails"),
-    ],
-    group="locality",
-)
+register_settings(RouterSettings)
 
 TICK_S = 0.2
-
-
-def settings_from_conf() -> RouterSettings:
-    c = CONF.locality
-    return RouterSettings(c.interval, c.imbalance, c.min_pairs, c.min_gain, c.timeout)
 
 
 class LocalityRest(ControllerBase):
@@ -102,7 +84,7 @@ class LocalityRouter(RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.settings = settings_from_conf()
+        self.settings = read_settings(RouterSettings)
         self.jobs: dict[str, LocalityJob] = {}  # the latest run of every application
         kwargs["wsgi"].register(LocalityRest, {"app": self, "token": CONF.typhoon.api_token})
         start_ticks(self, TICK_S)
@@ -110,7 +92,7 @@ class LocalityRouter(RyuApp):
 
     @staticmethod
     def core():
-        return core_app()
+        return services()
 
     def begin_run(self, name: str, auto: bool) -> dict[str, Any]:
         """Begin a run (LocalityError: no such application, nothing to plan, one running)."""
@@ -134,7 +116,7 @@ class LocalityRouter(RyuApp):
                 if not job.running:
                     self.logger.info("app %s: locality run %s %s", name, job.phase, job.reason)
         for name, app in list(core.view.apps.items()):
-            rec = core.reconfigs.get(name)
+            rec = core.reconfiguration(name)
             if periodic_due(self.settings, self.jobs.get(name),
                             "locality" in app.topology.config, bool(app.state.get("active")),
                             rec is not None and rec.running, now):  # fmt: skip

@@ -124,3 +124,33 @@ def dip(
     deficit = sum((baseline - r) * bin_s for _, r in after)
     recovered = (low[-1] + bin_s - at) if low else None
     return Dip(baseline, len(low) * bin_s, max(0.0, deficit), recovered)
+
+
+# ----- a run in phases (the live-debug benchmark: before and while attached) -----------------
+
+
+def phase_median(series: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """Median rate of the one-second bins lying wholly within [start, end]."""
+    rates = [r for t, r in series if t >= start - 1e-9 and t + 1.0 <= end + 1e-9]
+    rates = [r for r in rates if r is not None and not math.isnan(r)]
+    return statistics.median(rates) if rates else None
+
+
+def cpu_ms_per_1000(marks: list[list[float]], start: float, end: float) -> float | None:
+    """CPU ms per 1000 tuples between the first mark at/after ``start`` and the last
+    at/before ``end`` (marks: ``[wall, emitted, copies, cpu s]``)."""
+    inside = [m for m in marks if start <= m[0] <= end]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    return 1e6 * (inside[-1][3] - inside[0][3]) / (inside[-1][1] - inside[0][1])
+
+
+def serializations_per_tuple(
+    polled: list[tuple[float, int, int]], start: float, end: float
+) -> float | None:
+    """Framework serializations per tuple emitted between two polls of its counters
+    (``(time, serializations, tuples out)``) inside [start, end]."""
+    inside = [p for p in polled if start <= p[0] <= end]
+    if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
+        return None
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])

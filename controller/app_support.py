@@ -1,5 +1,5 @@
-"""What the control-plane apps share: a periodic tick on the app's own event
-loop, and a read-only REST view of the app's ``report()``.
+"""What the control-plane apps (and the core) share: timers that post events on
+the app's own event loop, and a read-only REST view of the app's ``report()``.
 
 Ryu runs each app's event handlers on one green thread, so an app whose timer
 posts an event to itself never needs a lock between its periodic work and its
@@ -19,16 +19,21 @@ class EventTick(event.EventBase):
     """Posted by an app's timer to that app only (see :func:`start_ticks`)."""
 
 
-def start_ticks(app: RyuApp, period_s: float) -> None:
-    """Post :class:`EventTick` to ``app`` every ``period_s`` seconds; the app
-    handles it with ``@set_ev_cls(EventTick)``."""
+def start_timer(app: RyuApp, period_s: float, event_cls: type[event.EventBase]) -> None:
+    """Post ``event_cls()`` to ``app`` every ``period_s`` seconds; the app handles
+    it with ``@set_ev_cls(event_cls)``, on its own event loop."""
 
     def loop() -> None:
         while True:
             hub.sleep(period_s)
-            app.send_event(app.name, EventTick())
+            app.send_event(app.name, event_cls())
 
     app.threads.append(hub.spawn(loop))
+
+
+def start_ticks(app: RyuApp, period_s: float) -> None:
+    """Post :class:`EventTick` to ``app`` every ``period_s`` seconds."""
+    start_timer(app, period_s, EventTick)
 
 
 class _ReportRest(ControllerBase):

@@ -29,32 +29,54 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from controller.settings import setting
 
 
 @dataclass(frozen=True)
 class ScaleSettings:
-    """Thresholds and limits; ``[autoscaler]`` in the controller's config (see the app)."""
+    """Thresholds and limits: the ``[autoscaler]`` section (``controller/settings.py``)."""
 
-    queue_high: float = 2000.0  # mean queued tuples per worker above which a node is overloaded
-    queue_low: float = 50.0  # ... below which it is idle
-    proc_high_us: float = 0.0  # mean processing time per tuple above which: overloaded (0: off)
-    proc_low_us: float = 0.0  # ... idle only if also below this (0: off)
-    busy_high: float = 0.9  # mean fraction of time processing above which: overloaded (0: off)
-    busy_low: float = 0.3  # ... idle only if also below this (0: off)
-    up_window_s: float = 3.0
-    down_window_s: float = 10.0
-    cooldown_s: float = 10.0
-    min_parallelism: int = 1
-    max_parallelism: int = 8
-    max_step: int = 1
-    recommend_only: bool = False
+    section: ClassVar[str] = "autoscaler"
+
+    queue_high: float = setting(
+        2000.0, "mean queued tuples per worker above which a node is overloaded"
+    )
+    queue_low: float = setting(50.0, "mean queued tuples per worker below which a node is idle")
+    proc_high_us: float = setting(
+        0.0, "mean µs per tuple above which a node is overloaded (0: off)"
+    )
+    proc_low_us: float = setting(
+        0.0, "mean µs per tuple a node must also be below to be idle (0: off)"
+    )
+    busy_high: float = setting(
+        0.9, "mean fraction of time processing above which a node is overloaded (0: off)"
+    )
+    busy_low: float = setting(
+        0.3, "mean fraction of time processing a node must also be below to be idle (0: off)"
+    )
+    up_window_s: float = setting(
+        3.0, "seconds overload must hold before a scale-up", name="up_window"
+    )
+    down_window_s: float = setting(
+        10.0, "seconds idleness must hold before a scale-down", name="down_window"
+    )
+    cooldown_s: float = setting(
+        10.0, "seconds after a decision or an update before windows start again", name="cooldown"
+    )
+    min_parallelism: int = setting(1, "fewest workers of a managed node")
+    max_parallelism: int = setting(8, "most workers of a managed node")
+    max_step: int = setting(1, "most workers added or removed at once")
+    recommend_only: bool = setting(False, "log decisions, do not scale")
     stale_s: float = 5.0  # worker samples older than this are ignored
-    spark_lag: float = 0.9  # behind when processed < spark_lag × input rows per second
-    spark_idle: float = 0.3  # idle when a batch takes below spark_idle × trigger interval
-    spark_window: int = 3  # progress events a spark node's signal rests on ("stays" behind)
-    spark_warmup: int = 2  # first batches of a query not judged (cold JVM, Python workers)
-    nodes: tuple[str, ...] = ()  # nodes to manage; empty: every bolt
+    spark_lag: float = setting(0.9, "spark node behind: processed < spark_lag × input rows/s")
+    spark_idle: float = setting(0.3, "spark node idle: batch time < spark_idle × trigger interval")
+    spark_window: int = setting(3, "progress events a spark signal rests on (it must stay behind)")
+    spark_warmup: int = setting(2, "first batches of a spark query not judged (cold JVM)")
+    nodes: tuple[str, ...] = setting(
+        (), "comma-separated nodes to manage (empty: every bolt)", shown="(all bolts)"
+    )
 
 
 @dataclass

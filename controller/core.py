@@ -1,33 +1,31 @@
 """TyphoonController: the core Ryu app (OpenFlow 1.3 only), a shim over pure logic.
 
 It keeps no state that it cannot rebuild: desired rules come from the
-coordinator (``view.py`` + ``flows.py``), installed rules from the switch
-(flow stats on connect), and ``reconcile.diff`` says what to add, change or
-delete, so a restarted controller or a reconnecting switch converges without
-touching rules that are already right.  Control tuples go to workers by
-PacketOut; METRIC_RESP comes back by PacketIn and is raised as a Ryu event,
-with port status changes, for the apps in ``apps/``.
+coordinator (``view.py`` + ``flows.py``) and the apps' contributions
+(``composer.py``), installed rules from the switch (``switch_sync.py`` reads
+them back on connect and returns the messages that reconcile them), so a
+restarted controller or a reconnecting switch converges without touching
+rules that are already right.  Control tuples go to workers by PacketOut and
+METRIC_RESPs come back by PacketIn (``control_channel.py``); they and port
+status changes are raised as Ryu events for the apps in ``apps/``.
 
-Services for other apps (get the instance with ``core_app()``):
-``send_control``, ``request_metrics``, ``set_extra_rules`` / ``clear_extra_rules``
-(apps contribute rule specs, the core installs them), ``set_rule_overlay`` /
-``clear_rule_overlay`` (apps rewrite the final rules, e.g. mirrors),
-``set_group_provider`` / ``clear_group_provider`` (apps contribute OpenFlow groups
-and the rules that use them, recomputed with the topology), ``view``,
-``reconcile_all``, ``reconfigure`` (start a stable update, ``controller/reconfigure.py``;
-the executor waits on ``acked`` and ``rules_ready`` and keeps the old rules with
-``set_kept_rules`` while it runs).
+Apps do not read this class: they call ``controller/services.py``, the narrow
+API over it (the REST API, ``controller/rest.py``, and the metrics collector,
+``controller/metrics.py``, still read its state).
 """
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from controller import ofp
+from controller.app_support import start_timer
+from controller.budgets import budget_updates
+from controller.composer import DEFAULT_RULES, RuleComposer, Source
+from controller.control_channel import ControlChannel, Reply
 from controller.events import (
     EventSparkMetrics,
     EventTopologyChanged,
@@ -36,11 +34,11 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.flows import RuleSpec, compile_default_rules
-from controller.groups import GroupSpec, diff_groups
+from controller.flows import RuleSpec
+from controller.groups import GroupSpec
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
-from controller.reconcile import diff
+from controller.options import read_settings, register_settings
 from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
 from controller.ryu_compat import (
@@ -50,49 +48,37 @@ from controller.ryu_compat import (
     Datapath,
     RyuApp,
     WSGIApplication,
-    cfg,
+    event,
     hub,
     lookup_service_brick,
     ofp_event,
     ofproto_v1_3,
     set_ev_cls,
 )
+from controller.settings import CoreSettings
+from controller.switch_sync import SwitchSync
 from controller.view import ClusterView
-from typhoon import wire
 from typhoon.checkpoint.progress import JobProgress, guaranteed
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
 from typhoon.reconfig import Request
-from typhoon.topology.budgets import plan_budgets
-from typhoon.wire import Control, ControlTuple, Kind, WireError
+from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
 
-CONF = cfg.CONF
-CONF.register_opts(
-    [
-        cfg.StrOpt("coordinator", default="", help="coordinator URL or SQLite path"),
-        cfg.FloatOpt("poll_interval", default=0.05, help="seconds between coordinator reads"),
-        cfg.FloatOpt("metrics_interval", default=1.0, help="seconds between METRIC_REQ rounds"),
-        cfg.StrOpt("api_token", default="", help="token required by REST requests that change"),
-        cfg.FloatOpt(
-            "reconfig_step_timeout", default=30.0, help="seconds a reconfiguration step may take"
-        ),
-    ],
-    group="typhoon",
-)
+register_settings(CoreSettings)
 
 APP_NAME = "TyphoonController"
-DEFAULT_RULES = frozenset(compile_default_rules())
 
-# (host, its complete rule set) -> the rule set to install instead
-Overlay = Callable[[str, frozenset[RuleSpec]], frozenset[RuleSpec]]
-# view -> (host -> groups, host -> rules that point at them)
-GroupProvider = Callable[
-    [ClusterView], tuple[dict[str, frozenset[GroupSpec]], dict[str, frozenset[RuleSpec]]]
-]
+
+class EventPollCoordinator(event.EventBase):
+    """Timer: read the coordinator's changes (every ``poll_interval``)."""
+
+
+class EventMetricsRound(event.EventBase):
+    """Timer: METRIC_REQ to every active application (every ``metrics_interval``)."""
 
 
 def core_app() -> TyphoonController:
-    """The running core app, for apps that call its services."""
+    """The running core app (``controller/services.py`` wraps it for apps)."""
     app = lookup_service_brick(APP_NAME)
     if app is None:
         raise RuntimeError("the Typhoon controller core is not loaded")
@@ -114,217 +100,138 @@ class TyphoonController(RyuApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.name = APP_NAME
-        self.coordinator = open_coordinator(CONF.typhoon.coordinator or None)
+        self.settings = read_settings(CoreSettings)
+        self.coordinator = open_coordinator(self.settings.coordinator or None)
         self.version = -1
         self.view = ClusterView.read(self.coordinator)
+        self.composer = RuleComposer(self.logger)
+        self.sync = SwitchSync(self.logger)
+        self.channel = ControlChannel()
         self.desired_rules: dict[str, frozenset[RuleSpec]] = {}
-        self.datapaths: dict[int, Datapath] = {}
-        self.installed: dict[int, set[RuleSpec]] = {}  # dpid -> rules on the switch
-        self._stats: dict[int, list[RuleSpec]] = {}  # flow stats being received
-        self.barriers: dict[int, int] = {}  # dpid -> xid of the barrier we wait for
-        self.extra: dict[str, dict[str, frozenset[RuleSpec]]] = {}  # owner -> host -> rules
-        self.overlays: dict[str, Overlay] = {}  # owner -> rewrite of a host's final rules
-        self.group_providers: dict[str, GroupProvider] = {}  # owner -> groups from the view
         self.desired_groups: dict[str, frozenset[GroupSpec]] = {}  # host -> groups
-        self.installed_groups: dict[int, set[GroupSpec]] = {}  # dpid -> groups on the switch
-        self._group_descs: dict[int, list[GroupSpec]] = {}  # group descs being received
-        self.port_up: dict[tuple[int, int], bool] = {}
-        self.ctrl_seq: dict[tuple[int, int], int] = {}
-        self.reassembly: dict[bytes, wire.Reassembler] = {}
-        self.request_ids = itertools.count(1)
         self.physical_versions: dict[str, int] = {}
-        self.drops: dict[str, int] = {}
-        self.acks: collections.deque[dict] = collections.deque(maxlen=1000)
-        # (app, ack, version) -> workers that confirmed it, for the reconfiguration executor
-        self.ack_log: collections.OrderedDict[tuple[str, str, int], set[int]] = (
-            collections.OrderedDict()
-        )
-        self.kept: dict[str, dict[str, frozenset[RuleSpec]]] = {}  # owner -> host -> rules
         self.reconciling = False
         # versions of control tuples the executor waits for; a restart never reuses one
         self.control_versions = itertools.count(int(time.time() * 1000))
         self.reconfigs = Registry()  # the latest reconfiguration of every application
         self.manager = Manager(self.coordinator)
-        self.rates: dict[str, dict[int, dict]] = {}  # app -> worker -> tuples/s in and out
         self.told_budgets: dict[tuple[str, int], int] = {}  # (app, worker) -> FLOW_CONTROL sent
-        self._last_counts: dict[tuple[str, int], tuple[float, int, int]] = {}
-        # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
-        self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
         self.progress: dict[str, JobProgress] = {}  # guaranteed apps: checkpoints, the end
-        # GET /metrics: each worker's last METRIC_RESP, Spark progress summed per node
-        self.worker_metrics: dict[str, dict[int, dict]] = {}  # app -> worker -> metrics
-        self.spark_totals = SparkTotals()
+        self.spark_totals = SparkTotals()  # GET /metrics: Spark progress summed per node
         self.metrics_registry = metrics_registry(self, lookup_service_brick)
         self.refresh_desired()
-        kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": CONF.typhoon.api_token})
-        self.threads.append(hub.spawn(self._watch_loop))
-        self.threads.append(hub.spawn(self._metrics_loop))
+        kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": self.settings.api_token})
+        start_timer(self, self.settings.poll_interval, EventPollCoordinator)
+        start_timer(self, self.settings.metrics_interval, EventMetricsRound)
+
+    # what the REST API and GET /metrics read (controller/rest.py, controller/metrics.py)
+    datapaths = property(lambda self: self.sync.datapaths)
+    installed = property(lambda self: self.sync.installed)
+    installed_groups = property(lambda self: self.sync.installed_groups)
+    port_up = property(lambda self: self.sync.port_up)
+    drops = property(lambda self: self.channel.drops)
+    acks = property(lambda self: self.channel.acks)
+    rates = property(lambda self: self.channel.rates)
+    responses = property(lambda self: self.channel.responses)
+    worker_metrics = property(lambda self: self.channel.worker_metrics)
 
     # ----- switches ------------------------------------------------------------------------
+
+    def _send(self, dp: Datapath, msgs: Iterable[Any]) -> None:
+        """The one place that writes to a switch."""
+        for msg in msgs:
+            dp.send_msg(msg)
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _switch_features(self, ev):
         dp = ev.msg.datapath
-        self.datapaths[dp.id] = dp
-        self.installed.pop(dp.id, None)
-        self._stats[dp.id] = []
-        # groups are read back too: a restarted controller reconciles them like rules
-        self.installed_groups.pop(dp.id, None)
-        self._group_descs[dp.id] = []
-        dp.send_msg(ofp.group_desc_request(dp))
+        msgs = self.sync.connected(dp)
         self.logger.info(
             "switch connected: dpid=%016x host=%s", dp.id, self.view.host_of_dpid(dp.id)
         )
-        parser = dp.ofproto_parser
-        dp.send_msg(
-            parser.OFPFlowStatsRequest(
-                dp,
-                0,
-                dp.ofproto.OFPTT_ALL,
-                dp.ofproto.OFPP_ANY,
-                dp.ofproto.OFPG_ANY,
-                0,
-                0,
-                parser.OFPMatch(),
-            )
-        )
+        self._send(dp, msgs)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
         dp = ev.msg.datapath
-        rules = self._stats.setdefault(dp.id, [])
-        for stat in ev.msg.body:
-            spec = ofp.spec_from_stats(stat)
-            if spec is not None:
-                rules.append(spec)
-        if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
-            return
-        self.installed[dp.id] = set(self._stats.pop(dp.id))
-        self.logger.info("switch %016x holds %d rules; reconciling", dp.id, len(rules))
-        self.reconcile(dp)
+        if self.sync.flow_stats(dp, ev.msg.body, bool(ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE)):
+            n = len(self.sync.installed[dp.id])
+            self.logger.info("switch %016x holds %d rules; reconciling", dp.id, n)
+            self.reconcile(dp)
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
     def _group_desc(self, ev):
         dp = ev.msg.datapath
-        groups = self._group_descs.setdefault(dp.id, [])
-        groups.extend(ofp.spec_from_group_desc(d) for d in ev.msg.body)
-        if ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
-            return
-        self.installed_groups[dp.id] = set(self._group_descs.pop(dp.id))
-        self.reconcile(dp)
+        more = bool(ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE)
+        if self.sync.group_descs(dp, ev.msg.body, more):
+            self.reconcile(dp)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
-        dp = ev.datapath
-        if ev.state == DEAD_DISPATCHER and dp.id is not None and self.datapaths.get(dp.id) is dp:
-            del self.datapaths[dp.id]
-            self.installed.pop(dp.id, None)
-            self.installed_groups.pop(dp.id, None)
-            self.barriers.pop(dp.id, None)
-            self.logger.info("switch disconnected: dpid=%016x", dp.id)
+        if ev.state == DEAD_DISPATCHER and self.sync.disconnected(ev.datapath):
+            self.logger.info("switch disconnected: dpid=%016x", ev.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _barrier(self, ev):
-        dp = ev.msg.datapath
-        if self.barriers.get(dp.id) == ev.msg.xid:
-            del self.barriers[dp.id]
+        self.sync.barrier_reply(ev.msg.datapath.id, ev.msg.xid)
 
     def reconcile(self, dp: Datapath) -> None:
         """Make one switch hold exactly the desired rules; touch nothing that is right."""
-        installed = self.installed.get(dp.id)
-        installed_groups = self.installed_groups.get(dp.id)
-        if installed is None or installed_groups is None:
-            return  # flow stats or group descs not read yet: their reply will reconcile
         host = self.view.host_of_dpid(dp.id)
         desired = self.desired_rules.get(host, DEFAULT_RULES)
-        plan = diff(desired, installed)
-        desired_groups = self.desired_groups.get(host, frozenset())
-        groups = diff_groups(desired_groups, installed_groups)
-        if not (plan.add or plan.modify or plan.delete or groups):
-            return
-        # a rule may only point at a group that exists; deleting a group deletes its rules
-        for g in groups.add:
-            dp.send_msg(ofp.group_mod(dp, g, "add"))
-        for g in groups.modify:
-            dp.send_msg(ofp.group_mod(dp, g, "modify"))
-        for spec in plan.delete:
-            dp.send_msg(ofp.flow_mod(dp, spec, "delete"))
-        for spec in plan.modify:
-            dp.send_msg(ofp.flow_mod(dp, spec, "modify"))
-        for spec in plan.add:
-            dp.send_msg(ofp.flow_mod(dp, spec, "add"))
-        for g in groups.delete:
-            dp.send_msg(ofp.group_mod(dp, g, "delete"))
-        self.installed[dp.id] = set(desired)
-        wanted = {g.group_id for g in desired_groups}
-        others = {g for g in installed_groups if g.group_id not in wanted}
-        self.installed_groups[dp.id] = set(desired_groups) | (others - set(groups.delete))
-        barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
-        dp.set_xid(barrier)
-        self.barriers[dp.id] = barrier.xid
-        dp.send_msg(barrier)
-        self.logger.info(
-            "switch %s: +%d ~%d -%d rules", host, len(plan.add), len(plan.modify), len(plan.delete)
-        )
-        if groups:
-            self.logger.info(
-                "switch %s: +%d ~%d -%d groups",
-                host, len(groups.add), len(groups.modify), len(groups.delete),
-            )  # fmt: skip
+        groups = self.desired_groups.get(host, frozenset())
+        self._send(dp, self.sync.reconcile(dp, host, desired, groups))
 
     def refresh_desired(self) -> None:
-        """Recompute every bridge's rule set from the view and the apps' extra rules."""
-        merged: dict[str, frozenset[RuleSpec]] = {}
-        groups: dict[str, frozenset[GroupSpec]] = {}
-        for owner, provider in self.group_providers.items():
-            try:
-                by_host, rules = provider(self.view)
-            except Exception:  # one app's bug must not keep the topology's rules out
-                self.logger.exception("group provider of %s failed; skipped", owner)
-                continue
-            for host, gs in by_host.items():
-                groups[host] = groups.get(host, frozenset()) | gs
-            for host, rs in rules.items():
-                merged[host] = merged.get(host, frozenset()) | rs
-        self.desired_groups = groups
-        for per_host in self.extra.values():
-            for host, rules in per_host.items():
-                merged[host] = merged.get(host, frozenset()) | rules
-        desired = self.view.desired(merged)
-        for per_host in self.kept.values():
-            for host, rules in per_host.items():
-                # rules kept through a reconfiguration yield to the current ones (same match)
-                have = desired.get(host, DEFAULT_RULES)
-                keys = {r.key for r in have}
-                desired[host] = have | {r for r in rules if r.key not in keys}
-        for owner, overlay in self.overlays.items():
-            try:
-                desired = {host: overlay(host, rules) for host, rules in desired.items()}
-            except Exception:  # one app's bug must not keep the topology's rules out
-                self.logger.exception("rule overlay of %s failed; skipped", owner)
-        self.desired_rules = desired
+        """Recompute every bridge's rules and groups from the view and the apps' sources."""
+        self.desired_rules, self.desired_groups = self.composer.compose(self.view)
 
     def reconcile_all(self) -> None:
         self.reconciling = True
         try:
-            for dp in list(self.datapaths.values()):
+            for dp in list(self.sync.datapaths.values()):
                 self.reconcile(dp)
         finally:
             self.reconciling = False
 
     def synced(self) -> bool:
         """Every connected switch holds the desired rules (barriers answered)."""
-        return not self.barriers and all(d in self.installed for d in self.datapaths)
+        return self.sync.synced()
+
+    def connected_hosts(self) -> set[str | None]:
+        return {self.view.host_of_dpid(d) for d in self.sync.datapaths}
+
+    def send_to_host(self, host: str, build: Callable[[Datapath], list[Any]]) -> bool:
+        """Write ``build(dp)`` to ``host``'s switch; False if it is not connected."""
+        dp = self._dp_of_host(host)
+        if dp is None:
+            return False
+        self._send(dp, build(dp))
+        return True
+
+    # ----- rule sources (controller/composer.py) -------------------------------------------
+
+    def set_rules(self, source: Source, owner: str, value: Any) -> None:
+        """Replace ``owner``'s contribution of kind ``source``; installed now.
+
+        Setting it again re-applies it (the owner's inputs changed, e.g. new weights)."""
+        self.composer.set(source, owner, value)
+        self.refresh_desired()
+        self.reconcile_all()
+
+    def clear_rules(self, source: Source, owner: str) -> None:
+        if self.composer.clear(source, owner):
+            self.refresh_desired()
+            self.reconcile_all()
 
     # ----- coordinator ---------------------------------------------------------------------
 
-    def _watch_loop(self):
-        while True:
-            try:
-                self._poll_coordinator()
-            except Exception:  # a bad record must not stop the controller
-                self.logger.exception("reading the coordinator failed")
-            hub.sleep(CONF.typhoon.poll_interval)
+    @set_ev_cls(EventPollCoordinator)
+    def _poll(self, ev):
+        try:
+            self._poll_coordinator()
+        except Exception:  # a bad record must not stop the controller
+            self.logger.exception("reading the coordinator failed")
 
     def _poll_coordinator(self) -> None:
         version, keys = self.coordinator.changes_since(self.version)
@@ -356,8 +263,7 @@ class TyphoonController(RyuApp):
             state = app.state
             if not state.get("active") and app.all_attached() and self.synced():
                 hosts = {w.host for w in app.physical.workers}
-                connected = {self.view.host_of_dpid(d) for d in self.datapaths}
-                if not hosts <= connected:
+                if not hosts <= self.connected_hosts():
                     continue
                 self.send_control(name, app.spout_workers(), ControlTuple(Control.ACTIVATE, {}))
                 fresh = self.coordinator.get_app_state(name)  # others write keys too
@@ -374,35 +280,11 @@ class TyphoonController(RyuApp):
                 self.logger.info("app %s: sources drained on request", name)
 
     def _push_budgets(self) -> None:
-        """FLOW_CONTROL to every attached worker whose share of the switch's socket
-        buffers (``typhoon.topology.budgets``) differs from what it was last told.
-
-        Agents start workers with the share of the physical topology they launch
-        them from; workers added or moved later change the shares of the others.
-        Applications that set ``sdn.port_budget`` (or turn flow control off) keep theirs.
-        """
-        told = self.told_budgets
-        for name, app in self.view.apps.items():
-            config = app.topology.config
-            if "port_budget" in (config.get("sdn") or {}) or config.get("flow_control") is False:
-                continue
-            try:
-                budgets = plan_budgets(app.topology, app.physical, self.view.cluster).budgets
-            except (ValueError, KeyError) as e:
-                self.logger.error("app %s: no budgets: %s", name, e)
-                continue
-            for wid, budget in budgets.items():
-                status = app.statuses.get(wid)
-                if status is None or status.state not in ("attached", "running"):
-                    continue
-                if told.get((name, wid)) == budget:
-                    continue
-                ct = ControlTuple(Control.FLOW_CONTROL, {"budget": budget})
-                if self.send_control(name, [wid], ct):
-                    told[(name, wid)] = budget
-        live = set(self.view.apps)
-        for key in [k for k in told if k[0] not in live]:
-            del told[key]
+        """FLOW_CONTROL to workers whose budget changed (``controller/budgets.py``)."""
+        for name, wid, budget in budget_updates(self.view, self.told_budgets, self.logger):
+            ct = ControlTuple(Control.FLOW_CONTROL, {"budget": budget})
+            if self.send_control(name, [wid], ct):
+                self.told_budgets[(name, wid)] = budget
 
     # ----- control tuples ------------------------------------------------------------------
 
@@ -411,10 +293,8 @@ class TyphoonController(RyuApp):
         view = self.view.apps.get(app)
         if view is None:
             raise KeyError(f"no application named {app!r}")
-        payload = wire.encode_control(ct)
         app_id = view.physical.app_id
-        src = wire.controller_mac(app_id)
-        mtu = self.view.cluster.mtu or wire.DEFAULT_MTU  # control tuples fit the fabric too
+        mtu = self.view.cluster.mtu or DEFAULT_MTU  # control tuples fit the fabric too
         sent = 0
         for wid in worker_ids:
             w = view.physical.by_id(wid)
@@ -422,14 +302,10 @@ class TyphoonController(RyuApp):
             if dp is None:
                 self.logger.warning("app %s: no switch for host %s (worker %d)", app, w.host, wid)
                 continue
-            seq = self.ctrl_seq.get((app_id, wid), 0)
-            frames = wire.pack_frames(
-                wire.worker_mac(app_id, wid), src, Kind.CONTROL, 0, seq, [payload], mtu
-            )
-            self.ctrl_seq[(app_id, wid)] = seq + len(frames)
             parser, ofp_ = dp.ofproto_parser, dp.ofproto
-            for frame in frames:
-                dp.send_msg(
+            self._send(
+                dp,
+                [
                     parser.OFPPacketOut(
                         datapath=dp,
                         buffer_id=ofp_.OFP_NO_BUFFER,
@@ -437,7 +313,9 @@ class TyphoonController(RyuApp):
                         actions=[parser.OFPActionOutput(w.port)],
                         data=frame,
                     )
-                )
+                    for frame in self.channel.frames(app_id, wid, ct, mtu)
+                ],
+            )
             sent += 1
         return sent
 
@@ -456,93 +334,41 @@ class TyphoonController(RyuApp):
                 for wid, s in view.statuses.items()
                 if s.state in ("attached", "running") and wid in present
             ]
-        rid = next(self.request_ids) & 0x7FFFFFFF
+        rid = self.channel.next_request_id()
         return self.send_control(
             app, worker_ids, ControlTuple(Control.METRIC_REQ, {"request_id": rid})
         )
 
-    def _metrics_loop(self):
-        while True:
-            hub.sleep(CONF.typhoon.metrics_interval)
-            for name, app in list(self.view.apps.items()):
-                if app.state.get("active"):
-                    try:
-                        self.request_metrics(name)
-                    except Exception:
-                        self.logger.exception("metrics request for %s failed", name)
+    @set_ev_cls(EventMetricsRound)
+    def _metrics_round(self, ev):
+        for name, app in list(self.view.apps.items()):
+            if app.state.get("active"):
+                try:
+                    self.request_metrics(name)
+                except Exception:
+                    self.logger.exception("metrics request for %s failed", name)
 
     def _dp_of_host(self, host: str) -> Datapath | None:
         info = self.view.cluster.hosts.get(host)
-        return self.datapaths.get(info.dpid) if info else None
+        return self.sync.datapaths.get(info.dpid) if info else None
 
     # ----- packet-in: worker replies -------------------------------------------------------
 
-    def _drop(self, reason: str) -> None:
-        self.drops[reason] = self.drops.get(reason, 0) + 1
-
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev):
-        data = bytes(ev.msg.data)
-        try:
-            frame = wire.decode_frame(data)
-            src = wire.parse_mac(frame.src)
-            dst = wire.parse_mac(frame.dst)
-        except WireError:
-            self._drop("malformed_frame")
-            return
-        if frame.kind != Kind.CONTROL or dst.cls != wire.AddrClass.CONTROLLER:
-            self._drop("unexpected_frame")
-            return
-        app = self.view.app_by_id(src.app_id)
-        if app is None or src.cls != wire.AddrClass.WORKER:
-            self._drop("unknown_sender")
-            return
-        payloads = frame.payloads
-        if frame.flags & wire.SEG:
-            r = self.reassembly.setdefault(frame.src, wire.Reassembler())
-            try:
-                payloads = r.feed(frame)
-            except WireError:
-                self._drop("bad_segment")
-                return
-        for p in payloads:
-            try:
-                ct = wire.decode_control(p)
-            except WireError:
-                self._drop("malformed_control")
-                continue
-            if ct.type != Control.METRIC_RESP or ct.body["worker"] != src.value:
-                self._drop("unexpected_control")
-                continue
-            self._worker_reply(app, src.value, ct.body["metrics"], ct.body["request_id"])
+        for reply in self.channel.receive(bytes(ev.msg.data), self.view.app_by_id):
+            self._worker_reply(reply)
 
-    def _worker_reply(self, app: str, worker_id: int, metrics: dict, request_id: int) -> None:
+    def _worker_reply(self, reply: Reply) -> None:
         now = time.monotonic()
+        app, worker_id, metrics = reply.app, reply.worker, reply.metrics
         if "ack" in metrics:
-            self.acks.append(
-                {
-                    "app": app,
-                    "worker": worker_id,
-                    "ack": metrics["ack"],
-                    "version": metrics["version"],
-                    "time": time.time(),
-                }
-            )
-            key = (app, metrics["ack"], metrics["version"])
-            self.ack_log.setdefault(key, set()).add(worker_id)
-            self.ack_log.move_to_end(key)
-            while len(self.ack_log) > 4096:
-                self.ack_log.popitem(last=False)
+            self.channel.record_ack(app, worker_id, metrics["ack"], metrics["version"])
             self.send_event_to_observers(
                 EventWorkerAck(app, worker_id, metrics["ack"], metrics["version"], now)
             )
             return
-        self._rate(app, worker_id, metrics)
-        metrics = {**metrics, "request_id": request_id}
-        self.responses.setdefault(request_id, {})[worker_id] = metrics
-        self.worker_metrics.setdefault(app, {})[worker_id] = metrics
-        while len(self.responses) > 256:
-            self.responses.popitem(last=False)
+        metrics = self.channel.record_metrics(reply)
         self.coordinator.put_metrics(app, worker_id, metrics)
         self._guarantee_progress(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
@@ -583,7 +409,7 @@ class TyphoonController(RyuApp):
             events = json.loads(spark.get("events") or "[]")
             node = str(spark["node"])
         except (ValueError, KeyError, TypeError):
-            self._drop("malformed_spark_metrics")
+            self.channel.drop("malformed_spark_metrics")
             return
         for progress in events if isinstance(events, list) else []:
             if isinstance(progress, dict):
@@ -607,10 +433,8 @@ class TyphoonController(RyuApp):
         else:
             up = not (msg.desc.state & ofp_.OFPPS_LINK_DOWN)
             reason = "link_down"
-        key = (dp.id, port)
-        if self.port_up.get(key) == up:
+        if not self.sync.port_changed(dp.id, port, up):
             return
-        self.port_up[key] = up
         if msg.reason == ofp_.OFPPR_ADD and not up:
             return  # a TAP just added to the bridge, not up yet: nothing went down
         found = self.view.worker_at(host, port)
@@ -628,36 +452,6 @@ class TyphoonController(RyuApp):
             )
             self.send_event_to_observers(EventWorkerDown(app, w.worker_id, host, port, reason, now))
 
-    # ----- services for apps ---------------------------------------------------------------
-
-    def set_extra_rules(self, owner: str, rules: dict[str, frozenset[RuleSpec]]) -> None:
-        """Rules an app needs besides the topology's (mirrors, LB groups); installed now."""
-        self.extra[owner] = dict(rules)
-        self.refresh_desired()
-        self.reconcile_all()
-
-    def clear_extra_rules(self, owner: str) -> None:
-        if self.extra.pop(owner, None) is not None:
-            self.refresh_desired()
-            self.reconcile_all()
-
-    def set_rule_overlay(self, owner: str, overlay: Overlay) -> None:
-        """Rewrite every host's final rules with ``overlay`` from now on; installed now.
-
-        For rules that are a function of the others (the live debugger's mirror
-        outputs): the core applies it on every recompute, so the result follows
-        topology changes and other apps' extra rules in the same step, never a
-        stale copy of them.  Setting it again re-applies it (the owner's inputs changed).
-        """
-        self.overlays[owner] = overlay
-        self.refresh_desired()
-        self.reconcile_all()
-
-    def clear_rule_overlay(self, owner: str) -> None:
-        if self.overlays.pop(owner, None) is not None:
-            self.refresh_desired()
-            self.reconcile_all()
-
     # ----- reconfiguration (stable topology update, paper §3.5) -----------------------------
 
     def next_control_version(self) -> int:
@@ -665,27 +459,15 @@ class TyphoonController(RyuApp):
 
     def acked(self, app: str, what: str, version: int) -> set[int]:
         """Workers that confirmed the control tuple ``what`` with ``version``."""
-        return self.ack_log.get((app, what, version), set())
+        return self.channel.acked(app, what, version)
 
     def rules_ready(self, app: str, version: int) -> bool:
         """The view holds ``version`` of ``app`` and every connected switch confirmed its rules."""
         view = self.view.apps.get(app)
         if view is None or view.physical.version < version or self.reconciling:
             return False
-        connected = {self.view.host_of_dpid(d) for d in self.datapaths}
         hosts = {w.host for w in view.physical.workers}
-        return hosts <= connected and self.synced()
-
-    def set_kept_rules(self, owner: str, rules: dict[str, frozenset[RuleSpec]]) -> None:
-        """Rules that stay installed (unless a current rule has their match) until cleared."""
-        self.kept[owner] = dict(rules)
-        self.refresh_desired()
-        self.reconcile_all()
-
-    def clear_kept_rules(self, owner: str) -> None:
-        if self.kept.pop(owner, None) is not None:
-            self.refresh_desired()
-            self.reconcile_all()
+        return hosts <= self.connected_hosts() and self.synced()
 
     def sleep(self, seconds: float) -> None:
         hub.sleep(seconds)
@@ -706,41 +488,8 @@ class TyphoonController(RyuApp):
             app, lambda: self.manager.plan(app, request, reserved=reserved)
         )
         executor = Executor(
-            self, self.manager, record, CONF.typhoon.reconfig_step_timeout, self.logger
+            self, self.manager, record, self.settings.reconfig_step_timeout, self.logger
         )
         self.logger.info("app %s: reconfiguration %d: %s", app, record.id, record.plan.summary())
         hub.spawn(executor.run)
         return record
-
-    def _rate(self, app: str, worker_id: int, metrics: dict) -> None:
-        """Tuples per second in and out since the worker's previous METRIC_RESP."""
-        t = metrics.get("time")
-        if not isinstance(t, (int, float)):
-            return
-        total_in = sum(v for k, v in metrics.get("in", {}).items() if k != "0")
-        total_out = sum(metrics.get("out", {}).values())
-        prev = self._last_counts.get((app, worker_id))
-        self._last_counts[(app, worker_id)] = (t, total_in, total_out)
-        if prev is not None and t > prev[0]:
-            dt = t - prev[0]
-            self.rates.setdefault(app, {})[worker_id] = {
-                "in": round((total_in - prev[1]) / dt, 1),
-                "out": round((total_out - prev[2]) / dt, 1),
-            }
-
-    def set_group_provider(self, owner: str, provider: GroupProvider) -> None:
-        """Install the groups ``provider(view)`` returns, and the rules that use them.
-
-        The core calls it again on every recompute (topology change, any app's
-        rules), so groups follow the workers in the same step as the topology's
-        own rules; setting it again re-applies it (the owner's inputs changed, e.g.
-        new weights).  Groups are sent before the rules that point at them.
-        """
-        self.group_providers[owner] = provider
-        self.refresh_desired()
-        self.reconcile_all()
-
-    def clear_group_provider(self, owner: str) -> None:
-        if self.group_providers.pop(owner, None) is not None:
-            self.refresh_desired()
-            self.reconcile_all()

@@ -23,9 +23,10 @@ import itertools
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from controller.mirror import MirrorTap
+from controller.settings import setting
 from typhoon.debug.filter import FilterError, check_fields, parse
 from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
@@ -46,17 +47,26 @@ class DebugError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """The ``[live_debugger]`` settings (see apps/live_debugger.py)."""
+    """The ``[live_debugger]`` section (``controller/settings.py``)."""
 
-    max_sessions: int = 4
-    ring_size: int = 1000
-    max_ring_size: int = 100_000
-    port_base: int = 65000
-    start_timeout: float = 20.0
-    idle_timeout: float = 120.0
-    keep_ended: float = 60.0
-    max_rate: int = 10_000
-    report_url: str = "http://127.0.0.1:8080/typhoon/debug"
+    section: ClassVar[str] = "live_debugger"
+
+    max_sessions: int = setting(4, "sessions running at once")
+    ring_size: int = setting(1000, "records kept per session unless `--last` says")
+    max_ring_size: int = setting(100_000, "largest `--last` accepted")
+    port_base: int = setting(65000, "first switch port for debug workers (up to 65279)")
+    start_timeout: float = setting(20.0, "seconds for the debug worker's port to come up")
+    idle_timeout: float = setting(120.0, "end a session nobody read for this long (0: never)")
+    keep_ended: float = setting(60.0, "seconds an ended session stays readable")
+    max_rate: int = setting(
+        10_000, "records/s a debug worker sends to the controller; the rest are counted"
+    )
+    # empty: the app fills in its own REST address
+    report_url: str = setting(
+        "",
+        "where debug workers post (set it when agents run on other machines)",
+        shown="`http://127.0.0.1:<wsapi-port>/typhoon/debug`",
+    )
 
 
 def resolve_worker(physical: PhysicalTopology, text: Any) -> WorkerAssignment:

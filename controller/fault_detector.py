@@ -21,11 +21,36 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
+from controller.settings import setting
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.routing import Route, routes_for
 from typhoon.topology.scheduler import reschedule
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """The ``[fault_detector]`` section (``controller/settings.py``)."""
+
+    section: ClassVar[str] = "fault_detector"
+
+    heartbeat_timeout: float = setting(
+        5.0,
+        "seconds without METRIC_RESP before a worker counts as dead (0: fallback off); "
+        "keep it well above `[typhoon] metrics_interval`",
+    )
+    confirm_timeout: float = setting(
+        2.0, "seconds to wait for the agent's exit status before replacing anyway"
+    )
+    ack_timeout: float = setting(
+        5.0, "seconds senders and receivers get to confirm a ROUTING / UPSTREAM"
+    )
+    attach_timeout: float = setting(30.0, "seconds a replacement gets to be attached")
+    replace: bool = setting(True, "start replacements (false: only reroute around dead workers)")
+    port_events: bool = setting(
+        True, "react to port events (false: `heartbeat_timeout` alone detects)"
+    )
 
 
 @dataclass

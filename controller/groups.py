@@ -35,7 +35,7 @@ Pure Python: tested with a fake switch (tests/unit/fakeflows.py), no Ryu.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.cookies import RuleKind, make_cookie
@@ -44,7 +44,7 @@ from typhoon.cluster import Cluster
 from typhoon.topology.fabric import fabric_graph, next_hop_port
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import node_index
-from typhoon.wire import ETHERTYPE, lb_mac, mac_str, worker_mac
+from typhoon.wire import ETHERTYPE, lb_mac, mac_bytes, mac_str, parse_mac, worker_mac
 
 GROUP_MAGIC = 0x54
 HASH_ENTRIES = 64  # OVS's dp_hash table for a select group without a selection method
@@ -92,6 +92,16 @@ class GroupSpec:
     group_id: int
     buckets: tuple[Bucket, ...]
     type: str = "select"
+
+    def packets_per_worker(self, bucket_packets: Iterable[int]) -> dict[int, int]:
+        """Worker id -> packets, from the switch's per-bucket counters (in bucket order)."""
+        counts: dict[int, int] = {}
+        for bucket, n in zip(self.buckets, bucket_packets, strict=True):
+            mac = bucket.worker_mac()
+            if mac is not None:
+                wid = parse_mac(mac_bytes(mac)).value
+                counts[wid] = counts.get(wid, 0) + n
+        return counts
 
     def weights(self) -> dict[str, int]:
         """Worker address -> total weight of its buckets."""
@@ -271,3 +281,33 @@ def compile_lb(
         {h: frozenset(g.values()) for h, g in sorted(groups.items())},
         {h: frozenset(r) for h, r in sorted(rules.items())},
     )
+
+
+def compile_lb_all(
+    apps: Mapping[str, tuple[Topology, PhysicalTopology]],
+    cluster: Cluster,
+    weights: Mapping[str, Mapping[int, float]],
+    down: Mapping[str, Iterable[int]],
+    on_error: Callable[[str, ValueError], None],
+) -> tuple[dict[str, frozenset[GroupSpec]], dict[str, frozenset[RuleSpec]]]:
+    """``compile_lb`` of every application with a balanced stream, merged per host.
+
+    An application whose groups cannot be compiled is reported to ``on_error``
+    and left out; the others still get theirs."""
+    groups: dict[str, frozenset[GroupSpec]] = {}
+    rules: dict[str, frozenset[RuleSpec]] = {}
+    for name, (topology, physical) in apps.items():
+        if not balanced_streams(topology, physical):
+            continue
+        try:
+            g, r = compile_lb(
+                topology, physical, cluster, weights.get(name, {}), down.get(name, ())
+            )
+        except ValueError as e:
+            on_error(name, e)
+            continue
+        for host, gs in g.items():
+            groups[host] = groups.get(host, frozenset()) | gs
+        for host, rs in r.items():
+            rules[host] = rules.get(host, frozenset()) | rs
+    return groups, rules

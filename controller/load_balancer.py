@@ -41,26 +41,41 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from controller.settings import setting
 
 MAX_TRIMS = 3  # skew corrections in a row before the weights are left as they are
 
 
 @dataclass(frozen=True)
 class LbSettings:
-    """The ``[load_balancer]`` config section (``apps/load_balancer.py`` documents it)."""
+    """The ``[load_balancer]`` section (``controller/settings.py``)."""
 
-    interval_s: float = 5.0
-    threshold_points: float = 5.0
-    warn_points: float = 10.0
-    queue_weight: float = 1.0
-    drop_penalty: float = 0.5
-    smoothing: float = 0.5
-    min_share: float = 0.02
-    min_tuples: int = 200
-    trim: bool = False
-    min_frames: int = 500
-    trim_points: float = 2.0
-    settle_s: float = 1.5
+    section: ClassVar[str] = "load_balancer"
+
+    interval_s: float = setting(5.0, "seconds between weight recomputations", name="interval")
+    threshold_points: float = setting(
+        5.0, "install new weights only if a share moves more (points)", name="threshold"
+    )
+    warn_points: float = setting(
+        10.0, "warn if achieved and configured split differ more (points)", name="warn"
+    )
+    queue_weight: float = setting(
+        1.0, "how strongly queued work lowers a weight (0: ignore queues)"
+    )
+    drop_penalty: float = setting(0.5, "weight factor for a worker whose port dropped frames")
+    smoothing: float = setting(0.5, "EWMA factor of the processing-time estimate")
+    min_share: float = setting(0.02, "smallest share of any live worker")
+    min_tuples: int = setting(200, "tuples a worker must process in a window to re-estimate")
+    trim: bool = setting(False, "correct weights for hash skew from the bucket counters")
+    min_frames: int = setting(
+        500, "frames counted before the achieved split is judged (warning, trim)"
+    )
+    trim_points: float = setting(2.0, "skew below which nothing is corrected (points)")
+    settle_s: float = setting(
+        1.5, "seconds after a change before bucket counters are read", name="settle"
+    )
 
 
 @dataclass

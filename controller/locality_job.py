@@ -12,7 +12,7 @@ event loop with the controller core's services, so nothing here blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from controller.locality import (
     Chain,
@@ -26,6 +26,7 @@ from controller.locality import (
     reroutes,
     sent_links,
 )
+from controller.settings import setting
 from typhoon.reconfig import ReconfigError, Reroute
 
 FRESH_WAIT_S = 5.0  # longest wait for the METRIC_RESPs asked for
@@ -33,23 +34,33 @@ FRESH_WAIT_S = 5.0  # longest wait for the METRIC_RESPs asked for
 
 @dataclass(frozen=True)
 class RouterSettings:
-    interval_s: float = 0.0  # periodic runs (0: only on request)
-    imbalance: float = 1.03  # most load per host over its fair share (METIS tolerance)
-    min_pairs: int = 1000  # sampled pairs needed before planning
-    min_gain: float = 0.05  # a periodic run applies only if the local fraction grows this much
-    timeout_s: float = 120.0  # a run that takes longer fails
+    """The ``[locality]`` section (``controller/settings.py``)."""
+
+    section: ClassVar[str] = "locality"
+
+    interval_s: float = setting(
+        0.0, "seconds between periodic runs (0: only on request)", name="interval"
+    )
+    imbalance: float = setting(1.03, "most key load per host over its fair share (METIS)")
+    min_pairs: int = setting(1000, "sampled pairs needed before planning")
+    min_gain: float = setting(0.05, "local pair weight a periodic run must gain to apply")
+    timeout_s: float = setting(
+        120.0, "seconds before a run that has not finished fails", name="timeout"
+    )
 
 
 class Core(Protocol):
-    """The controller core's services a job uses (``controller/core.py``)."""
+    """What a job asks of the controller (``controller/services.py``)."""
 
     view: Any
-    worker_metrics: dict[str, dict[int, dict]]
-    reconfigs: Any
 
     def request_metrics(self, app: str, worker_ids: Any = None) -> int: ...
 
+    def worker_metrics(self, app: str) -> dict[int, dict]: ...
+
     def reconfigure(self, app: str, request: Any) -> Any: ...
+
+    def reconfiguration(self, app: str) -> Any: ...
 
 
 def periodic_due(
@@ -124,19 +135,19 @@ class LocalityJob:
         return [w.worker_id for w in view.physical.active_of_node(self.chain.node)]
 
     def _metrics(self, core: Core, view: Any) -> dict[int, dict]:
-        got = core.worker_metrics.get(self.app, {})
+        got = core.worker_metrics(self.app)
         return {w: got[w] for w in self._workers(view) if w in got}
 
     def _ask(self, core: Core, view: Any, now: float) -> None:
         ids = self._workers(view)
-        known = core.worker_metrics.get(self.app, {})
+        known = core.worker_metrics(self.app)
         self.asked = {w: known.get(w, {}).get("time") for w in ids}
         self.asked_at = now
         core.request_metrics(self.app, ids)
 
     def _fresh(self, core: Core, view: Any, now: float) -> bool:
         """Every worker asked answered since (or the wait is over and each has said something)."""
-        got = core.worker_metrics.get(self.app, {})
+        got = core.worker_metrics(self.app)
         new = all(w in got and got[w].get("time") != t for w, t in self.asked.items())
         if new:
             return True
@@ -175,7 +186,7 @@ class LocalityJob:
         self.reconfigs.append(record.id)
 
     def _route(self, core: Core, now: float) -> None:
-        record = core.reconfigs.get(self.app)
+        record = core.reconfiguration(self.app)
         if record is None or record.id != self.reconfigs[-1]:
             return self._end("failed", "the reroute's record is gone", now)
         if record.running:

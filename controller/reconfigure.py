@@ -13,7 +13,7 @@ the update ``incomplete``.
 
 It runs as one green thread in the Ryu process and talks to the core only
 through a few services (``send_control``, ``acked``, ``rules_ready``,
-``set_kept_rules``), so it stays readable on its own.
+``set_rules(Source.KEPT, …)``), so it stays readable on its own.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controller.composer import Source
 from controller.flows import compile_rules
 from typhoon.coordinator import Coordinator
 from typhoon.manager import Manager, ManagerError
@@ -46,8 +47,8 @@ class Core(Protocol):
     def next_control_version(self) -> int: ...
     def acked(self, app: str, what: str, version: int) -> set[int]: ...
     def rules_ready(self, app: str, version: int) -> bool: ...
-    def set_kept_rules(self, owner: str, rules: dict) -> None: ...
-    def clear_kept_rules(self, owner: str) -> None: ...
+    def set_rules(self, source: Source, owner: str, value: Any) -> None: ...
+    def clear_rules(self, source: Source, owner: str) -> None: ...
     def sleep(self, seconds: float) -> None: ...
 
 
@@ -181,7 +182,7 @@ class Executor:
             except Aborted:
                 rec.state = "failed"
                 self._finish("aborted", "the application was killed during the update")
-                self.core.clear_kept_rules(self.owner)
+                self.core.clear_rules(Source.KEPT, self.owner)
                 return
             except Exception as e:  # a bug in a step must still end in a report
                 rec.state = "failed"
@@ -232,13 +233,15 @@ class Executor:
 
     def _do_keep_rules(self, step: Step) -> None:
         cluster = self.core.view.cluster
-        self.core.set_kept_rules(
-            self.owner, compile_rules(self.plan.old_topology, self.plan.old_physical, cluster)
+        self.core.set_rules(
+            Source.KEPT,
+            self.owner,
+            compile_rules(self.plan.old_topology, self.plan.old_physical, cluster),
         )
         self.undo.append(("kept_rules", None))
 
     def _do_drop_rules(self, step: Step) -> None:
-        self.core.clear_kept_rules(self.owner)
+        self.core.clear_rules(Source.KEPT, self.owner)
 
     def _do_write(self, step: Step) -> None:
         self.undo.append(("write", None))  # even half-written: the old state is written back
@@ -389,7 +392,7 @@ class Executor:
                     self._do_wait_rules(Step("wait_rules", ""))
                 elif kind == "kept_rules":
                     rec.what = "stop keeping the old rules"
-                    self.core.clear_kept_rules(self.owner)
+                    self.core.clear_rules(Source.KEPT, self.owner)
                 rec.state = "done"
             except Exception as e:
                 rec.state, rec.detail = "failed", str(e)

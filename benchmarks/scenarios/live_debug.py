@@ -35,7 +35,6 @@ watching costs the observed worker; the throughput ratio is the paper's.
 
 from __future__ import annotations
 
-import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from typing import Any
 import yaml
 
 from benchmarks import measure
+from benchmarks.debug_watcher import Watcher
 from benchmarks.operators import EVENT_LOG_STREAM
 from benchmarks.plots import time_series
 from benchmarks.scenario import (
@@ -59,7 +59,12 @@ from benchmarks.scenario import (
     register,
 )
 from benchmarks.testbed import RunResult, ovs_cpu_seconds
-from benchmarks.timeline import tick_rates
+from benchmarks.timeline import (
+    cpu_ms_per_1000,
+    phase_median,
+    serializations_per_tuple,
+    tick_rates,
+)
 from mininet_env.run import EmulatedCluster
 from typhoon.client import ApiCallError, Client, resolve
 from typhoon.report import read_worker_reports
@@ -116,113 +121,7 @@ def topology(name: str, app_copy: bool, count: int | None = None) -> Topology:
     return load_topology_text(yaml.safe_dump(doc, sort_keys=False), f"<{name}>")
 
 
-# ----- arithmetic over one run's timelines (pure, unit-tested) ------------------------------
-
-
-def phase_median(series: list[tuple[float, float]], start: float, end: float) -> float | None:
-    """Median rate of the one-second bins lying wholly within [start, end]."""
-    return median(r for t, r in series if t >= start - 1e-9 and t + 1.0 <= end + 1e-9)
-
-
-def cpu_ms_per_1000(marks: list[list[float]], start: float, end: float) -> float | None:
-    """CPU ms per 1000 tuples between the first mark at/after ``start`` and the last
-    at/before ``end`` (marks: ``[wall, emitted, copies, cpu s]``)."""
-    inside = [m for m in marks if start <= m[0] <= end]
-    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
-        return None
-    return 1e6 * (inside[-1][3] - inside[0][3]) / (inside[-1][1] - inside[0][1])
-
-
-def serializations_per_tuple(
-    polled: list[tuple[float, int, int]], start: float, end: float
-) -> float | None:
-    """Framework serializations per tuple emitted between two polls of its counters
-    (``(time, serializations, tuples out)``) inside [start, end]."""
-    inside = [p for p in polled if start <= p[0] <= end]
-    if len(inside) < 2 or inside[-1][2] <= inside[0][2]:
-        return None
-    return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
-
-
 # ----- one run -------------------------------------------------------------------------------
-
-
-class Watcher:
-    """The live debugger's client in a thread, as ``typhoon debug attach`` runs it."""
-
-    POLL_S = 0.2  # the CLI's --poll default
-
-    def __init__(self, api: Client, app: str) -> None:
-        self.api = api
-        self.path = f"/apps/{app}/debug"
-        self.requested = 0.0
-        self.live = 0.0  # wall time the session was first seen live
-        self.session: dict[str, Any] = {}
-        self.final: dict[str, Any] = {}
-        self.records = 0
-        self.stats: dict[str, Any] = {}  # the debug worker's, at the end
-        self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-debug", daemon=True)
-
-    def attach(self) -> None:
-        self.requested = time.time()
-        body = {"worker": "source", "direction": "out", "sample": SAMPLE_PERCENT}
-        self.session = self.api.call("POST", self.path, body)
-        self._thread.start()
-
-    def _run(self) -> None:
-        sid = self.session["session"]
-        try:
-            while not self._stop.is_set():
-                s = self.api.call("GET", f"{self.path}/{sid}")
-                if s["state"] == "live":
-                    self.live, self.session = time.time(), s
-                    break
-                if s["state"] == "ended":
-                    self.error = f"the debug session ended before it went live: {s['reason']}"
-                    return
-                self._stop.wait(0.1)
-            after = 0
-            while not self._stop.is_set():
-                page = self.api.call("GET", f"{self.path}/{sid}/tuples?after={after}&limit=1000")
-                self.records += len(page["records"])
-                after = page["next"]
-                if page["state"] == "ended":
-                    self.error = f"the debug session ended: {page['reason']}"
-                    return
-                if not page["records"]:
-                    self._stop.wait(self.POLL_S)
-        except ApiCallError as e:
-            self.error = f"debug session: {e}"
-
-    def detach(self) -> float:
-        """Stop reading, DELETE the session (mirrors removed); the wall time it was asked."""
-        at = time.time()
-        self._stop.set()
-        self._thread.join(timeout=10)
-        if self.session:
-            try:
-                self.final = self.api.call("DELETE", f"{self.path}/{self.session['session']}")
-            except ApiCallError as e:
-                self.error = self.error or f"detach: {e}"
-        return at
-
-    def final_stats(self, wait_s: float = 5.0) -> dict[str, Any]:
-        """The debug worker's last statistics: it posts them once the detach stopped it,
-        after the DELETE answered (the controller keeps an ended session a while)."""
-        at_detach = (self.final or {}).get("stats") or {}
-        if not self.session:
-            return at_detach
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                stats = self.api.call("GET", f"{self.path}/{self.session['session']}")["stats"]
-            except ApiCallError:
-                return at_detach
-            if stats != at_detach or time.monotonic() > deadline:
-                return stats or at_detach
-            time.sleep(0.2)
 
 
 @dataclass
@@ -259,7 +158,7 @@ class Timeline:
             if elapsed >= self.timing.attach_at and not self.attach_requested:
                 self.attach_requested = time.time()
                 if self.variant == "mirror":
-                    self.watcher = Watcher(self.api, self.name)
+                    self.watcher = Watcher(self.api, self.name, SAMPLE_PERCENT)
                     self.watcher.attach()
                 else:
                     self._signal(1)

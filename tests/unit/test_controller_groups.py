@@ -3,6 +3,7 @@ bridges that apply groups the way OVS does, and read back through Ryu's real par
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections import Counter
 
@@ -23,6 +24,7 @@ from controller.groups import (
     balanced_streams,
     bucket_weights,
     compile_lb,
+    compile_lb_all,
     diff_groups,
     lb_group_id,
     parse_group_id,
@@ -251,3 +253,34 @@ def test_group_mod_reads_back_equal(app):
     assert delete.command == dp.ofproto.OFPGC_DELETE and delete.buckets == []
     with pytest.raises(ValueError):
         ofp.group_mod(dp, spec, "replace")
+
+
+# ----------------------------------------------------------------------------- every app at once
+
+
+def test_every_balanced_app_is_merged_and_a_broken_one_is_left_out(app):
+    topology, physical, cluster = app
+    alone = compile_lb(topology, physical, cluster, {}, ())
+    errors: list[str] = []
+    broken = dataclasses.replace(physical, app_id=0x10000)  # no group id for it
+    got = compile_lb_all(
+        {"a": (topology, physical), "b": (topology, broken)},
+        cluster,
+        {},
+        {},
+        lambda name, e: errors.append(name),
+    )
+    assert got == alone and errors == ["b"]
+
+
+def test_bucket_counters_become_packets_per_worker(app):
+    topology, physical, cluster = app
+    groups, _ = compile_lb(topology, physical, cluster)
+    g = next(iter(next(iter(groups.values()))))
+    counts = g.packets_per_worker(range(len(g.buckets)))
+    by_mac: Counter = Counter()
+    for i, b in enumerate(g.buckets):
+        by_mac[b.worker_mac()] += i
+    assert {mac(w): n for w, n in counts.items()} == dict(by_mac)
+    with pytest.raises(ValueError):  # counters of another group shape
+        g.packets_per_worker([1])

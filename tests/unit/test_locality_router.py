@@ -138,7 +138,13 @@ class FakeCore:
         self.clock = 0.0
         self.pairs = pairs
         self.sent = 0
-        self.worker_metrics: dict[str, dict[int, dict]] = {"locality": {}}
+        self.metrics: dict[str, dict[int, dict]] = {"locality": {}}
+
+    def worker_metrics(self, app: str) -> dict[int, dict]:
+        return self.metrics.get(app, {})
+
+    def reconfiguration(self, app: str):
+        return self.reconfigs.get(app)
 
     def answer(self) -> None:
         """Every worker of `a` answers the last METRIC_REQ; each answer has a new time."""
@@ -147,7 +153,7 @@ class FakeCore:
         b = [w.worker_id for w in self.phys.of_node("b")]
         for i, w in enumerate(self.phys.of_node("a")):
             mine = {a: {bb: n} for (a, bb), n in self.pairs.items() if int(a[1:]) % 3 == i}
-            self.worker_metrics["locality"][w.worker_id] = {
+            self.metrics["locality"][w.worker_id] = {
                 "time": self.clock,
                 "pairs": mine,
                 "sent_to": {f"{d}:2": self.sent for d in b},

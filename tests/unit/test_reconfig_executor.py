@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.composer import Source
 from controller.reconfigure import Executor, Registry
 from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
@@ -63,10 +64,12 @@ class FakeCore:
         a = self.view.apps.get(app)
         return a is not None and a.physical.version >= version
 
-    def set_kept_rules(self, owner, rules):
+    def set_rules(self, source, owner, rules):
+        assert source is Source.KEPT
         self.kept[owner] = rules
 
-    def clear_kept_rules(self, owner):
+    def clear_rules(self, source, owner):
+        assert source is Source.KEPT
         self.kept.pop(owner, None)
 
     def _status(self, w: int, state: str, code: int | None = None) -> None:

@@ -1,0 +1,207 @@
+"""The fault detector's state machine with a fake core and a fake clock: no Ryu, no switch."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from controller.fault_detector import FaultSettings
+from controller.fault_detector_machine import FaultMachine
+from controller.view import AppView
+from typhoon.coordinator import WorkerStatus
+from typhoon.manager import Placement
+from typhoon.topology import load_topology, schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = ["h1", "h2", "h3"]
+APP = "wc"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeCore:
+    """The services the machine uses; acks come at once unless the worker is silent."""
+
+    def __init__(self, topology, physical) -> None:
+        statuses = {
+            w.worker_id: WorkerStatus(w.worker_id, w.host, "running") for w in physical.workers
+        }
+        self.app = AppView(topology, physical, statuses, {"active": True})
+        self.view = type("View", (), {})()
+        self.view.apps = {APP: self.app}
+        self.stored = physical
+        self.sent: list[tuple[int, str, dict]] = []
+        self.acks: dict[tuple[str, int], set[int]] = {}
+        self.silent: set[int] = set()
+        self.versions = iter(range(1, 10_000))
+        self.ready = True
+
+    def send_control(self, app, worker_ids, ct):
+        for w in worker_ids:
+            self.sent.append((w, ct.type.name, ct.body))
+            if w not in self.silent and "version" in ct.body:
+                self.acks.setdefault((ct.type.name, ct.body["version"]), set()).add(w)
+        return len(worker_ids)
+
+    def next_control_version(self):
+        return next(self.versions)
+
+    def acked(self, app, what, version):
+        return self.acks.get((what, version), set())
+
+    def rules_ready(self, app, version):
+        return self.ready and self.app.physical.version >= version
+
+    def reconfiguration(self, app):
+        return None
+
+    def stored_topology(self, app):
+        return self.app.topology
+
+    def stored_physical(self, app):
+        return self.stored
+
+    def placement(self, app):
+        return Placement(HOSTS, 10, set(), 100)
+
+    def update_physical(self, app, physical):
+        self.stored = physical
+        return physical
+
+    def job_progress(self, app):
+        return None
+
+    # the agents' and the coordinator poll's part
+    def status(self, wid: int, state: str, code: int | None = None) -> None:
+        self.app.statuses[wid] = WorkerStatus(wid, "h1", state, exit_code=code)
+
+    def poll(self) -> None:
+        self.app.physical = self.stored
+
+
+@pytest.fixture
+def setup():
+    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+    physical = schedule(topology, HOSTS, 0x42, first_port=10)
+    core, clock = FakeCore(topology, physical), Clock()
+    conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
+    machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
+    return machine, core, clock, physical
+
+
+def ids(physical, node):
+    return [w.worker_id for w in physical.active_of_node(node)]
+
+
+def test_a_dead_split_is_rerouted_replaced_and_rejoined_in_order(setup):
+    machine, core, clock, physical = setup
+    sources, splits, counts = (ids(physical, n) for n in ("source", "split", "count"))
+    dead = splits[0]
+    machine.worker_down(APP, dead, "h1", 11, "deleted", clock.now)
+    # step 1, in the event handler: ROUTING without it to every source
+    assert {(w, t) for w, t, _ in core.sent} == {(s, "ROUTING") for s in sources}
+    (incident,) = machine.incidents
+    assert incident.state == "rerouting" and incident.senders == sources
+    # step 2 waits for the agent's exit status: nothing happens until it comes
+    clock.now += 0.5
+    machine.step()
+    assert len(core.sent) == len(sources) and incident.replacement is None
+    core.status(dead, "exited", -9)
+    machine.step()
+    new = incident.replacement
+    assert incident.state == "replacing" and incident.exit_code == -9
+    assert new in {w.worker_id for w in core.stored.workers} and dead not in core.stored.workers
+    upstream = [(w, b) for w, t, b in core.sent if t == "UPSTREAM"]
+    assert sorted(w for w, _ in upstream) == counts
+    assert all(b["add"] == [new] and b["remove"] == [dead] for _, b in upstream)
+    # step 3 waits until the replacement is attached and its rules are in
+    mark = len(core.sent)
+    machine.step()
+    assert len(core.sent) == mark
+    core.poll()
+    core.status(new, "attached")
+    core.ready = False
+    machine.step()
+    assert len(core.sent) == mark  # rules not confirmed yet
+    core.ready = True
+    machine.step()
+    after = [(w, t) for w, t, _ in core.sent[mark:]]
+    # UPSTREAM to the replacement before any sender routes to it
+    assert after[0] == (new, "UPSTREAM")
+    # then ROUTING: the senders with it, and the replacement its own routes
+    assert set(after[1:]) == {(s, "ROUTING") for s in [*sources, new]}
+    assert incident.state == "rejoined" and incident.detail == ""
+    assert len(machine.tasks) == 0
+
+
+def test_unconfirmed_steps_time_out_on_the_clock(setup):
+    machine, core, clock, physical = setup
+    dead = ids(physical, "count")[0]
+    core.silent = set(ids(physical, "split"))
+    machine.worker_down(APP, dead, "h1", 20, "deleted", clock.now)
+    (incident,) = machine.incidents
+    clock.now += 4.9
+    machine.step()
+    assert incident.reroute_acked_ms is None  # still waiting for the splits
+    clock.now += 0.2
+    machine.step()  # ack_timeout over: on to the exit status
+    assert incident.reroute_acked_ms == pytest.approx(5100, abs=1)
+    clock.now += 2.1
+    machine.step()  # confirm_timeout over, exit status unknown: replaced anyway
+    assert incident.state == "replacing" and incident.exit_code is None
+    clock.now += 30.1
+    machine.step()  # never attached
+    assert incident.state == "failed" and "not attached in 30.0 s" in incident.detail
+    assert len(machine.tasks) == 0
+
+
+def test_a_worker_that_finished_is_not_replaced(setup):
+    machine, core, clock, physical = setup
+    dead = ids(physical, "count")[0]
+    machine.worker_down(APP, dead, "h1", 20, "deleted", clock.now)
+    core.status(dead, "exited", 0)
+    machine.step()
+    (incident,) = machine.incidents
+    assert incident.state == "finished" and core.stored is physical
+
+
+def test_what_is_left_alone(setup):
+    machine, core, clock, physical = setup
+    split, count = ids(physical, "split")[0], ids(physical, "count")[0]
+    machine.metrics(APP, count, {"done": True}, clock.now)
+    machine.worker_down(APP, count, "h1", 20, "deleted", clock.now)  # finished its input
+    machine.worker_down(APP, 999, "h1", 99, "deleted", clock.now)  # not in the topology
+    core.status(split, "starting")
+    machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)  # not attached yet
+    assert machine.incidents == [] and core.sent == []
+
+
+def test_with_port_events_off_only_the_heartbeat_detects(setup):
+    machine, core, clock, physical = setup
+    machine.conf = FaultSettings(port_events=False, heartbeat_timeout=5.0)
+    machine.worker_down(APP, ids(physical, "split")[0], "h1", 11, "deleted", clock.now)
+    assert machine.incidents == [] and core.sent == []
+
+
+def test_a_failing_step_fails_its_incident_not_the_machine(setup):
+    machine, core, clock, physical = setup
+    dead = ids(physical, "split")[0]
+
+    def broken(app):
+        raise RuntimeError("placement exploded")
+
+    core.placement = broken
+    machine.worker_down(APP, dead, "h1", 11, "deleted", clock.now)
+    core.status(dead, "exited", -9)
+    machine.step()
+    (incident,) = machine.incidents
+    assert incident.state == "failed" and "placement exploded" in incident.detail
+    assert len(machine.tasks) == 0
