@@ -98,7 +98,7 @@ function nodeRate(node) {
 
 // ----- topology graph --------------------------------------------------------------------
 
-const BOX_W = 190, COL_W = 270, PER_ROW = 4, CELL = 38, HEAD = 58, GAP = 28, PAD = 20;
+const BOX_W = 190, COL_W = 340, PER_ROW = 4, CELL = 38, HEAD = 58, GAP = 28, PAD = 20;
 
 function layout(app) {
   const columns = new Map();
@@ -130,7 +130,8 @@ function drawGraph(data, app) {
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   const maxRate = Math.max(1, ...app.streams.map((s) => s.rate));
   const parts = [el("defs", {}, el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9,
-    refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+    refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse",
+    orient: "auto-start-reverse" },
   el("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#64748b" })))];
   for (const s of app.streams) {
     const a = boxes.get(s.from), b = boxes.get(s.to);
