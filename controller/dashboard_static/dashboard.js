@@ -312,7 +312,7 @@ function drawDebug(data) {
         "DELETE", `/apps/${encodeURIComponent(s.app)}/debug/${encodeURIComponent(s.session)}`) },
       "detach")));
     const recs = state.tuples.get(s.session);
-    parts.push(el("div", { class: "tuples" }, !token() ? "enter the token to read tuples"
+    parts.push(el("div", { class: "tuples", "data-session": s.session }, !token() ? "enter the token to read tuples"
       : !recs || !recs.length ? "no tuple yet"
         : recs.map((r) => JSON.stringify(r)).join("\n")));
   }

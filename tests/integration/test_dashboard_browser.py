@@ -1,7 +1,8 @@
 """The web dashboard in a real browser: headless Chromium (Selenium) opens the
 controller's ``/dashboard`` while a topology runs on an emulated cluster; the graph
-shows the application's workers, a node's rate goes above zero, and the page's
-scale button (behind the token) adds a worker, seen through REST.
+shows the application's workers, a node's rate goes above zero, the page's
+scale button (behind the token) adds a worker, seen through REST, and the
+debugger attached from the page shows the worker's tuples.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and the ``selenium`` package
 (``scripts/setup.sh`` installs them).
@@ -14,6 +15,7 @@ import time
 import pytest
 import yaml
 from harness import emulated_cluster, wait
+from selenium.webdriver.support.select import Select
 
 from mininet_env.browser import headless_chromium
 from typhoon.topology import load_topology_text
@@ -54,6 +56,11 @@ def chart_rate(driver, node: str) -> str:
     """The current rate printed above ``node``'s chart (redrawn at every poll)."""
     found = driver.find_elements("css selector", f'.chart[data-node="{node}"] .current')
     return found[0].text if found else ""
+
+
+def debug_tuples(driver) -> str:
+    """The text of every debug session's tuple box."""
+    return "\n".join(e.text for e in driver.find_elements("css selector", "#debug .tuples"))
 
 
 def expected_workers(cluster, name: str) -> dict[str, tuple[str, str]]:
@@ -117,5 +124,17 @@ def test_dashboard_shows_workers_and_rates_and_scales_a_node(tmp_path):
         want = {str(w["worker"]): (w["node"], w["host"]) for w in app["workers"]}
         wait(lambda: graph_workers(driver) == want, 10, "the graph to show the new worker",
              explain=lambda: f"page: {graph_workers(driver)}, REST: {want}")  # fmt: skip
+
+        # the debugger, attached from the page to the source: its last tuples show up
+        source = next(w for w, (node, _) in want.items() if node == "source")
+        Select(driver.find_element("id", "debug-worker")).select_by_value(source)
+        Select(driver.find_element("id", "debug-direction")).select_by_value("out")
+        driver.find_element("css selector", 'button[data-action="attach"]').click()
+        wait(lambda: result.get_attribute("data-status") == "201", 10,
+             "the debugger to be attached", explain=lambda: result.text)  # fmt: skip
+        wait(lambda: '"n":' in debug_tuples(driver), 20, "debugged tuples on the page",
+             explain=lambda: str(cluster.rest("GET", "/apps/dash/debug")))  # fmt: skip
+        status, sessions = cluster.rest("GET", "/apps/dash/debug")
+        assert status == 200 and [s["worker"] for s in sessions] == [int(source)], sessions
         cluster.kill("dash")
     print(f"dashboard browser test: {time.monotonic() - started:.1f} s")
