@@ -6,8 +6,9 @@ four control-plane apps and a workdir, reads the controller's URL and token from
 the run's `client.ini`, attaches the live debugger to one split worker (so that
 panel has tuples to show), lets the charts fill for `--settle` seconds, and saves
 the whole page, as headless Chromium draws it, to `--out` (default
-`docs/dashboard.png`).  The run then ends by itself (finite source) and its
-report goes to `WORKDIR/demo-report.json`.
+`docs/dashboard.png`).  The source has more sentences than `make demo`'s (which
+end within seconds here) and is drained once the picture is taken; the run then
+ends as any run does, its report in `WORKDIR/demo-report.json`.
 """
 
 from __future__ import annotations
@@ -57,11 +58,22 @@ def page_moving(driver) -> bool:
     return bool(nodes) and all(float(n.get_attribute("data-rate") or 0) > 0 for n in nodes)
 
 
+def page_live(driver) -> bool:
+    """The page's last poll succeeded and shows an application."""
+    status = driver.find_element("id", "status").text
+    return status.startswith("updated") and bool(driver.find_elements("css selector", "g.node"))
+
+
+def debug_tuples(driver) -> bool:
+    boxes = driver.find_elements("css selector", "#debug .tuples")
+    return any(e.text.startswith("#") for e in boxes)  # "#N sender -> receiver ..."
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "dashboard.png")
     p.add_argument("--workdir", type=Path, help="keep the run's logs here (default: a temp dir)")
-    p.add_argument("--count", type=int, default=300_000, help="sentences (as `make demo`)")
+    p.add_argument("--count", type=int, default=5_000_000, help="sentences (drained after)")
     p.add_argument("--settle", type=float, default=20.0, help="seconds of charts before the shot")
     p.add_argument("--width", type=int, default=1400)
     args = p.parse_args(argv)
@@ -102,17 +114,25 @@ def main(argv: list[str] | None = None) -> int:
         with headless_chromium(args.width, 1000) as driver:
             driver.get(f"{url}/dashboard#token={endpoint.token}")
             wait(lambda: page_moving(driver), 60, "a rate on every node of the page", run)
+            wait(lambda: debug_tuples(driver), 60, "debugged tuples on the page", run)
             time.sleep(args.settle)
-            height = driver.execute_script("return document.documentElement.scrollHeight")
-            driver.set_window_size(args.width, int(height) + 20)
-            time.sleep(1.5)  # one more poll at the new size
+            for _ in range(3):  # the whole page: grow the window until it all fits
+                height = driver.execute_script("return document.documentElement.scrollHeight")
+                driver.set_window_size(args.width, int(height) + 100)
+                time.sleep(1.5)  # one more poll at the new size
+            wait(lambda: page_live(driver), 5, "the page to be up to date", run)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(args.out))
+            if run.poll() is not None:
+                raise SystemExit("the run ended while the picture was taken: try a larger --count")
         log(f"wrote {args.out}")
         try:
             client.call("DELETE", f"/apps/{NAME}/debug/{session['session']}")
-        except ApiCallError as e:
+        except ApiCallError as e:  # ended already (e.g. its worker was replaced)
             log(f"detach: {e.message}")
+        drain = {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
+        client.call("POST", f"/apps/{NAME}/control", drain)
+        log("source drained: the run ends once every worker has finished")
         code = run.wait(timeout=600)
         log(f"run ended with exit code {code}; report {workdir / 'demo-report.json'}")
         return 0

@@ -296,6 +296,17 @@ async function readTuples(sessions) {
   }
 }
 
+// one line per tuple, as `typhoon debug` prints it (typhoon/debug/cli.py)
+function formatRecord(r) {
+  if (r.error) return r.error;
+  if ("raw" in r) return `#${r.n} raw frame ${r.raw}`;
+  const fields = r.fields || {};
+  const shown = Object.entries(fields).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+  const extra = (r.values || []).slice(shown.length).map((v) => JSON.stringify(v));
+  return `#${r.n} ${r.src_label || "?"} → ${r.dst_label || "?"} s${r.stream}: ` +
+    [...shown, ...extra].join(" ");
+}
+
 function drawDebug(data) {
   if (data.debug === null) return replace("debug", el("p", { class: "muted" },
     "the live debugger is not loaded"));
@@ -314,7 +325,7 @@ function drawDebug(data) {
     const recs = state.tuples.get(s.session);
     parts.push(el("div", { class: "tuples", "data-session": s.session }, !token() ? "enter the token to read tuples"
       : !recs || !recs.length ? "no tuple yet"
-        : recs.map((r) => JSON.stringify(r)).join("\n")));
+        : recs.map(formatRecord).join("\n")));
   }
   replace("debug", ...parts);
 }

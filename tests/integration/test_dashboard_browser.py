@@ -10,6 +10,7 @@ Needs Debian's ``chromium`` and ``chromium-driver`` and the ``selenium`` package
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -132,7 +133,8 @@ def test_dashboard_shows_workers_and_rates_and_scales_a_node(tmp_path):
         driver.find_element("css selector", 'button[data-action="attach"]').click()
         wait(lambda: result.get_attribute("data-status") == "201", 10,
              "the debugger to be attached", explain=lambda: result.text)  # fmt: skip
-        wait(lambda: '"n":' in debug_tuples(driver), 20, "debugged tuples on the page",
+        seen = re.compile(r"#\d+ source\[0\] → mid\[\d\] s1: ")  # a tuple source -> mid
+        wait(lambda: seen.search(debug_tuples(driver)), 20, "debugged tuples on the page",
              explain=lambda: str(cluster.rest("GET", "/apps/dash/debug")))  # fmt: skip
         status, sessions = cluster.rest("GET", "/apps/dash/debug")
         assert status == 200 and [s["worker"] for s in sessions] == [int(source)], sessions
