@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 import yaml
 from harness import emulated_cluster, wait
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.select import Select
 
 from mininet_env.browser import headless_chromium
 from typhoon.topology import load_topology_text
 
 pytestmark = pytest.mark.integration
+T = TypeVar("T")
 
 APPS = ["apps/fault_detector.py", "apps/live_debugger.py"]
 
@@ -39,29 +43,66 @@ FLOW = {
 }
 
 
+# The page redraws the graph and the panels at every poll (once a second): read it in
+# one script each time, never through element references that a redraw leaves stale.
+
+
 def graph_workers(driver) -> dict[str, tuple[str, str]]:
     """Worker id -> (node, host) as the page's SVG graph draws them."""
-    found = driver.find_elements("css selector", "#graph g.worker")
-    return {
-        e.get_attribute("data-worker"): (e.get_attribute("data-node"), e.get_attribute("data-host"))
-        for e in found
-    }
+    rows = driver.execute_script(
+        "return [...document.querySelectorAll('#graph g.worker')].map(e => ["
+        "e.getAttribute('data-worker'), e.getAttribute('data-node'), "
+        "e.getAttribute('data-host')])"
+    )
+    return {w: (node, host) for w, node, host in rows}
 
 
 def node_rate(driver, node: str) -> float:
-    found = driver.find_elements("css selector", f'#graph g.node[data-node="{node}"]')
-    return float(found[0].get_attribute("data-rate")) if found else 0.0
+    rate = driver.execute_script(
+        "const n = [...document.querySelectorAll('#graph g.node')]"
+        ".find(e => e.getAttribute('data-node') === arguments[0]);"
+        "return n ? n.getAttribute('data-rate') : null",
+        node,
+    )
+    return float(rate) if rate is not None else 0.0
+
+
+def edge_rates(driver) -> list[float]:
+    rates = driver.execute_script(
+        "return [...document.querySelectorAll('#graph g.edge')]"
+        ".map(e => e.getAttribute('data-rate'))"
+    )
+    return [float(r) for r in rates]
 
 
 def chart_rate(driver, node: str) -> str:
-    """The current rate printed above ``node``'s chart (redrawn at every poll)."""
-    found = driver.find_elements("css selector", f'.chart[data-node="{node}"] .current')
-    return found[0].text if found else ""
+    """The current rate printed above ``node``'s chart."""
+    return driver.execute_script(
+        "const c = [...document.querySelectorAll('.chart')]"
+        ".find(e => e.getAttribute('data-node') === arguments[0]);"
+        "return c ? c.querySelector('.current').textContent : ''",
+        node,
+    )
 
 
 def debug_tuples(driver) -> str:
     """The text of every debug session's tuple box."""
-    return "\n".join(e.text for e in driver.find_elements("css selector", "#debug .tuples"))
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#debug .tuples')].map(e => e.textContent)"
+        ".join('\\n')"
+    )
+
+
+def retry_stale(action: Callable[[], T], tries: int = 5) -> T:
+    """Run a find-then-act step again if a redraw replaced the element in between."""
+    for attempt in range(tries):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
 
 
 def expected_workers(cluster, name: str) -> dict[str, tuple[str, str]]:
@@ -86,30 +127,33 @@ def test_dashboard_shows_workers_and_rates_and_scales_a_node(tmp_path):
         assert sorted(n for n, _ in want.values()) == ["mid", "mid", "sink", "source"]
         wait(lambda: graph_workers(driver) == want, 20, "the graph to show every worker",
              explain=lambda: f"page: {graph_workers(driver)}, REST: {want}")  # fmt: skip
-        hosts = driver.find_elements("css selector", "#hosts .host")
-        assert [h.get_attribute("data-host") for h in hosts] == ["h1", "h2"]
+        hosts = driver.execute_script(
+            "return [...document.querySelectorAll('#hosts .host')]"
+            ".map(e => e.getAttribute('data-host'))"
+        )
+        assert hosts == ["h1", "h2"]
 
         # live rates: the sink's input, its chart, and a stream's label
         wait(lambda: node_rate(driver, "sink") > 0, 20, "a non-zero rate on the page")
         wait(lambda: chart_rate(driver, "sink") not in ("", "0/s"), 10, "the sink's chart")
-        assert any(
-            float(e.get_attribute("data-rate")) > 0
-            for e in driver.find_elements("css selector", "#graph g.edge")
-        )
+        assert any(r > 0 for r in edge_rates(driver)), edge_rates(driver)
 
         # actions need the token: refused in the page without it, then typed in
-        scale = driver.find_element("css selector", 'button[data-action="scale"][data-node="mid"]')
-        scale.click()
+        scale = 'button[data-action="scale"][data-node="mid"]'
+        retry_stale(lambda: driver.find_element("css selector", scale).click())
         result = driver.find_element("id", "action-result")
         assert "enter the token first" in result.text
         driver.find_element("id", "token").send_keys(cluster.token)
         driver.find_element("css selector", "#token-form button").click()
         assert driver.find_element("id", "token-state").text == "set"
 
-        field = driver.find_element("css selector", 'input[data-scale-node="mid"]')
-        field.clear()
-        field.send_keys("3")
-        driver.find_element("css selector", 'button[data-action="scale"][data-node="mid"]').click()
+        def scale_to_3() -> None:
+            field = driver.find_element("css selector", 'input[data-scale-node="mid"]')
+            field.clear()
+            field.send_keys("3")
+            driver.find_element("css selector", scale).click()
+
+        retry_stale(scale_to_3)
         wait(lambda: result.get_attribute("data-status") == "202", 10,
              "the scale request to be accepted", explain=lambda: result.text)  # fmt: skip
 
@@ -128,9 +172,13 @@ def test_dashboard_shows_workers_and_rates_and_scales_a_node(tmp_path):
 
         # the debugger, attached from the page to the source: its last tuples show up
         source = next(w for w, (node, _) in want.items() if node == "source")
-        Select(driver.find_element("id", "debug-worker")).select_by_value(source)
-        Select(driver.find_element("id", "debug-direction")).select_by_value("out")
-        driver.find_element("css selector", 'button[data-action="attach"]').click()
+
+        def attach() -> None:
+            Select(driver.find_element("id", "debug-worker")).select_by_value(source)
+            Select(driver.find_element("id", "debug-direction")).select_by_value("out")
+            driver.find_element("css selector", 'button[data-action="attach"]').click()
+
+        retry_stale(attach)
         wait(lambda: result.get_attribute("data-status") == "201", 10,
              "the debugger to be attached", explain=lambda: result.text)  # fmt: skip
         seen = re.compile(r"#\d+ source\[0\] → mid\[\d\] s1: ")  # a tuple source -> mid
