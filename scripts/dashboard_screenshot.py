@@ -116,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             wait(lambda: page_moving(driver), 60, "a rate on every node of the page", run)
             wait(lambda: debug_tuples(driver), 60, "debugged tuples on the page", run)
             time.sleep(args.settle)
-            for _ in range(3):  # the whole page: grow the window until it all fits
+            for _ in range(3):  # the whole page: a viewport as tall as the document
                 height = driver.execute_script("return document.documentElement.scrollHeight")
-                driver.set_window_size(args.width, int(height) + 100)
+                # (a headless window does not grow past its screen; the viewport does)
+                viewport = {"width": args.width, "height": int(height), "deviceScaleFactor": 1}
+                driver.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride", {**viewport, "mobile": False}
+                )
                 time.sleep(1.5)  # one more poll at the new size
             wait(lambda: page_live(driver), 5, "the page to be up to date", run)
             args.out.parent.mkdir(parents=True, exist_ok=True)
