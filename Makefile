@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test test-long lint demo fuzz-topologies clean-net test-install
+.PHONY: setup test test-long lint demo dashboard-screenshot fuzz-topologies clean-net test-install
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -34,6 +34,11 @@ demo: setup
 		--arg source.count=300000 --report demo-report.json \
 		--app apps/fault_detector.py --app apps/live_debugger.py \
 		--app apps/load_balancer.py --app apps/autoscaler.py
+
+## dashboard-screenshot: docs/dashboard.png, the web dashboard (GET /dashboard) during a run
+## like `make demo` (the four apps, a live-debugger session), drawn by headless Chromium
+dashboard-screenshot: setup
+	$(PY) scripts/dashboard_screenshot.py --out docs/dashboard.png
 
 ## fuzz-topologies: N generated topologies (seeds FIRST..FIRST+N-1) over sdn and tcp, each
 ## checked against its exact result; prints the seed of every failure (replay: --seed S)

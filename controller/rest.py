@@ -18,7 +18,9 @@ planned in full before its first step runs).
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
     POST   /typhoon/apps/NAME/control          one control tuple to workers
     GET    /typhoon/apps/NAME/metrics|acks     raw worker metrics, recent acks
+    GET    /typhoon/dashboard                  what the dashboard shows (controller/dashboard.py)
     GET    /metrics                            Prometheus text format (controller/metrics.py)
+    GET    /dashboard                          the web dashboard (controller/dashboard_static/)
 
 A reconfiguration answers 202 with its plan; 409 while another one of the
 same application runs.
@@ -28,12 +30,15 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any
 
+from controller.dashboard import gather, snapshot
 from controller.metrics import CONTENT_TYPE, exposition
-from controller.ryu_compat import ControllerBase, Response, route
+from controller.ryu_compat import ControllerBase, Response, lookup_service_brick, route
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request
 from typhoon.topology import TopologyError, load_topology_text
@@ -42,6 +47,13 @@ from typhoon.wire import Control, ControlTuple
 API = "typhoon"
 PREFIX = "/typhoon"
 MAX_BODY = 1 << 20  # bytes; a topology file is far smaller
+DASHBOARD_DIR = Path(__file__).with_name("dashboard_static")
+# the page's files, by the name in the URL: nothing else under the directory is served
+DASHBOARD_FILES = {
+    "index.html": "text/html",
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
 
 
 class ApiError(Exception):
@@ -101,6 +113,8 @@ class TyphoonRest(ControllerBase):
         super().__init__(req, link, data, **config)
         self.core = data["core"]
         self.token: str = data["token"]
+        # finds the control-plane apps for the dashboard (a dict's .get in unit tests)
+        self.lookup: Callable[[str], Any] = data.get("lookup", lookup_service_brick)
 
     def check_token(self, req) -> None:
         given = req.headers.get("X-Typhoon-Token", "")
@@ -128,6 +142,32 @@ class TyphoonRest(ControllerBase):
         resp = Response(status=200, body=body)
         resp.headers["Content-Type"] = CONTENT_TYPE
         return resp
+
+    # ----- the web dashboard -----------------------------------------------------------------
+
+    @route(API, "/dashboard", methods=["GET"])
+    def dashboard_page(self, req, **_):
+        """The page itself; it reads ``GET /typhoon/dashboard`` and calls the API below."""
+        return self._dashboard_file("index.html")
+
+    @route(API, "/dashboard/{asset}", methods=["GET"])
+    def dashboard_asset(self, req, asset, **_):
+        return self._dashboard_file(asset)
+
+    def _dashboard_file(self, name: str) -> Response:
+        ctype = DASHBOARD_FILES.get(name)
+        if ctype is None:
+            return json_response(404, {"error": f"the dashboard has no file named '{name}'"})
+        resp = Response(status=200, body=(DASHBOARD_DIR / name).read_bytes())
+        resp.headers["Content-Type"] = f"{ctype}; charset=utf-8"
+        resp.headers["Cache-Control"] = "no-cache"
+        return resp
+
+    @route(API, PREFIX + "/dashboard", methods=["GET"])
+    @handler()
+    def dashboard_data(self, req, **_):
+        """Hosts, applications (nodes, workers, streams, rates) and the apps' reports."""
+        return 200, snapshot(gather(self.core, self.lookup, time.time()))
 
     @route(API, PREFIX + "/apps", methods=["GET"])
     @handler()

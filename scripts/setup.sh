@@ -2,9 +2,9 @@
 # Set up everything Typhoon needs on a Debian 12 machine, as root. Idempotent.
 #
 #   1. Debian packages: Open vSwitch, Mininet (for `mnexec` and `mn -c`), iproute2,
-#      tcpdump and ZooKeeper (installed, not started: the tests start their own
-#      server on a free port, tests/zkserver.py; a deployment points
-#      TYPHOON_COORDINATOR=zk://... at its ensemble).
+#      tcpdump, Prometheus, Chromium with its WebDriver, and ZooKeeper (installed, not
+#      started: the tests start their own server on a free port, tests/zkserver.py; a
+#      deployment points TYPHOON_COORDINATOR=zk://... at its ensemble).
 #   2. $REPO/.venv with Python 3.11: Ryu 4.34 (with the fixes below), then the
 #      project itself (`pip install -e .[test,spark,zk,emulation,bench]`), which pulls
 #      every other dependency
@@ -38,8 +38,11 @@ EVENTLET_VERSION="0.33.3"
 # zookeeper: jars and a JVM (OpenJDK 17 on Debian 12, which Spark 4 needs too) for the
 # ZooKeeper coordinator backend's tests; python3-venv: Debian's python3.11 has no
 # ensurepip without it, so `python3.11 -m venv` fails on a fresh machine; prometheus: the
-# server binary for tests/integration/test_metrics_prometheus.py (not started as a service)
-APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus)
+# server binary for tests/integration/test_metrics_prometheus.py (not started as a service);
+# chromium, chromium-driver: the headless browser that tests/integration/test_dashboard_browser.py
+# and scripts/dashboard_screenshot.py drive through Selenium (a test extra in pyproject.toml)
+APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus
+    chromium chromium-driver)
 APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
 ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
