@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 PREFIX = "debug"
 DIRECTIONS = ("in", "out", "both")
 DEBUG_TAP_PREFIX = "tdbg"
-MAX_TAP_MTU = 65535
+MAX_TAP_MTU = 65000  # as the emulated links (a TAP takes at most 65,521: 65,535 less its header)
 KEY_HEADER = "X-Typhoon-Debug-Key"  # how a debug worker proves it owns a session
 
 

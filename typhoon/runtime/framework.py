@@ -311,25 +311,31 @@ class Framework:
         self._buffer((dst, r.route.stream), values)
 
     def _buffer_rows(self, key: tuple[int, int], rows: list[list]) -> None:
-        """:meth:`_buffer` for several rows: whole batches leave as they fill."""
+        """:meth:`_buffer` for several rows: the open batch is filled first, then every
+        whole batch is finished in one :meth:`_send` (it only counts rows and queues
+        them for :meth:`push`), and what is left opens the next batch."""
         size = self.batch_size
+        n = len(rows)
+        i = 0
         buf = self.out.get(key)
-        if buf is None:
-            buf = self.out[key] = []
+        if buf is not None:
+            i = max(1, size - len(buf))  # (a BATCH control may have shrunk the size)
+            buf.extend(rows[:i])
+            if len(buf) < size:
+                return
+            self._send(key, buf)
+            del self.out[key]
+            del self.out_since[key]
+            if i >= n:
+                return
+        rest = n - i
+        full = rest - rest % size
+        if full:
+            self._send(key, rows[i : i + full])
+            i += full
+        if i < n:
+            self.out[key] = rows[i:]
             self.out_since[key] = self.now
-        i, n = 0, len(rows)
-        while i < n:
-            take = max(1, size - len(buf))  # (a BATCH control may have shrunk the size)
-            buf.extend(rows[i : i + take] if i or take < n else rows)
-            i += take
-            if len(buf) >= size:
-                self._send(key, buf)
-                if i < n:
-                    buf = self.out[key] = []
-                    self.out_since[key] = self.now
-                else:
-                    del self.out[key]
-                    del self.out_since[key]
 
     def _broadcast(self, r: Router, values: list, sid: int) -> None:
         if self.io.multicast:
