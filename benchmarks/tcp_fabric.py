@@ -42,7 +42,7 @@ from typhoon.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
-LINK_MTU = 9000  # as the sdn fabric: jumbo frames on every link
+LINK_MTU = 65000  # as the sdn fabric (mininet_env/network.py): the same links for both
 SIOCETHTOOL = 0x8946
 ETHTOOL_STXCSUM = 0x17  # struct ethtool_value {u32 cmd; u32 data}
 

@@ -122,3 +122,51 @@ def test_markdown_has_machine_ratios_and_tables() -> None:
     assert "| cores | 2 |" in md
     assert "| sdn/tcp | 0.50 | >= 1 | **no** |" in md
     assert "| 1 | 2 |" in md and "![fig8a_forwarding.png](fig8a_forwarding.png)" in md
+
+
+class FakeBench:
+    """Runs nothing: every run of every point gives the same synthetic result."""
+
+    quick = True
+    mode = "quick"
+    repeats = 2
+
+    def __init__(self, out_dir) -> None:  # noqa: ANN001 - a path
+        self.out_dir = out_dir
+        self.specs: list = []
+
+    def interleaved(self, points, make_spec):  # noqa: ANN001, ANN201 - the Bench signature
+        out = {}
+        for p in points:
+            for t in ("sdn", "tcp"):
+                spec = make_spec(p, t)
+                self.specs.append(spec)
+                n = spec.topology.nodes["sink"].parallelism
+                rate = (400_000 if t == "sdn" else 100_000) / n
+                per = [{"received": 1000, "first_s": 0.0, "last_s": 1000 / rate}] * n
+                report = {"results": {"sink": {"per_worker": per, "missing": 0, "duplicates": 0}}}
+                workers = [{"node": "source", "cpu_s": 0.002, "result": {"emitted": 1000}}] + [
+                    {"node": "sink", "cpu_s": 0.0005, "result": {"received": 1000}}
+                ] * n
+                run = RunResult(t, 3, spec.label, True, 1.0, report=report, workers=workers)
+                run.ovs_cpu_s = 0.002
+                out[(p, t)] = [run, run]
+        return out
+
+
+def test_one_to_many_reports_the_ceiling_reached_and_a_cheap_sink_series(tmp_path) -> None:  # noqa: ANN001
+    from benchmarks.scenarios.one_to_many import OneToMany
+
+    bench = FakeBench(tmp_path)
+    res = OneToMany().run(bench)
+    cheap = [s for s in bench.specs if "cheap" in s.label]
+    assert cheap and all(s.topology.nodes["sink"].args == {"cheap": True} for s in cheap)
+    assert len(res.tables) == 2
+    header = res.tables[0].columns
+    col = header.index("ceiling reached sdn / tcp")
+    # 4 sinks: 2 + 0.5 * 4 + 2 ms CPU per 1000 tuples = 6 us per tuple; 2 cores: a
+    # ceiling of 333k/s; sdn reached 100k/s per sink (30%), tcp 25k/s (7.5%)
+    assert res.tables[0].rows[1][col] == "30% / 8%"
+    ratios = {r.name: r.value for r in res.ratios}
+    assert ratios["one-to-many, cheap sinks: sdn/tcp at 4 sinks"] == pytest.approx(4.0)
+    assert res.summary["cheap_sinks"][1]["sdn_ceiling_reached"] == pytest.approx(0.3)

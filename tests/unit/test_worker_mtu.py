@@ -4,9 +4,9 @@ from typhoon.agent import WORKER_MTU, worker_mtu
 from typhoon.cluster import Cluster
 
 
-def test_emulation_keeps_jumbo_frames():
-    assert worker_mtu({}, None) == WORKER_MTU == 9000
-    assert worker_mtu({}, Cluster()) == 9000
+def test_emulation_keeps_its_large_frames():
+    assert worker_mtu({}, None) == WORKER_MTU == 64000  # the emulated links carry 65,000
+    assert worker_mtu({}, Cluster()) == 64000
     assert worker_mtu({"sdn": {"mtu": 4000}}, Cluster()) == 4000
 
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from typhoon.coordinator import Coordinator
-from typhoon.wire import DEFAULT_MTU, ETHERTYPE
+from typhoon.wire import ETHERTYPE
 
 log = logging.getLogger(__name__)
 
 PREFIX = "debug"
 DIRECTIONS = ("in", "out", "both")
 DEBUG_TAP_PREFIX = "tdbg"
+MAX_TAP_MTU = 65000  # as the emulated links (a TAP takes at most 65,521: 65,535 less its header)
 KEY_HEADER = "X-Typhoon-Debug-Key"  # how a debug worker proves it owns a session
 
 
@@ -51,7 +52,9 @@ class DebugSpec:
     fields: dict[str, list[str]] = field(default_factory=dict)
     max_rate: int = 10000  # records per second sent to the controller, the rest are counted
     ethertype: int = ETHERTYPE
-    mtu: int = DEFAULT_MTU
+    # the largest frame a TAP takes: a mirrored copy is as long as the observed worker's
+    # frames, whatever its MTU (a longer one would not reach the debug worker)
+    mtu: int = MAX_TAP_MTU
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:

@@ -4,8 +4,12 @@ A bolt implements ``process(values, emit)``, and may implement
 ``process_batch(rows, emit)`` as well: the framework then hands it every row
 batch that arrived in one call (same effect as ``process`` on each row in
 order, less interpreter overhead per tuple).  A spout implements
-``next_batch(emit, max_count)``.  ``emit(values, stream="default")`` hands a
-tuple to the framework layer, which routes it.  Stateful bolts keep an
+``next_batch(emit, max_count)``, and may implement ``next_rows(emit_rows,
+max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,
+stream="default")`` routes a list of tuples at once (same effect as ``emit`` on
+each in order; the framework's per-tuple routing dominated a cheap source's cost).
+``emit(values, stream="default")`` hands a tuple to the framework layer, which
+routes it.  Stateful bolts keep an
 in-memory cache and flush it in ``on_signal(emit)`` (paper Listing 2), which the
 framework calls on a SIGNAL control tuple and at end of stream.
 

@@ -114,6 +114,14 @@ class SequenceSource(Spout):
         self.next_seq = seq + n
         return self.count is None or self.next_seq < self.count
 
+    def next_rows(self, emit_rows: Emit, max_count: int) -> bool:
+        """:meth:`next_batch` with one ``emit_rows`` call for the whole chunk."""
+        n = max_count if self.count is None else min(max_count, self.count - self.next_seq)
+        seq, src, payload, now = self.next_seq, self.src, self.payload, time.time()
+        emit_rows([[src, s, now, payload] for s in range(seq, seq + n)])
+        self.next_seq = seq + n
+        return self.count is None or self.next_seq < self.count
+
     def offset(self) -> dict[str, int]:
         return {"seq": self.next_seq}
 

@@ -51,20 +51,23 @@ SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 ENTRY_FILL = 0.94  # aim a row batch at this share of an entry's room (rows vary in size)
 
 
-def batch_hook(operator: Operator) -> Callable[[list, Callable[..., None]], None] | None:
-    """The operator's ``process_batch``, if it is meant for this class's ``process``.
+def batch_hook(
+    operator: Operator, name: str = "process_batch", plain: str = "process"
+) -> Callable[..., Any] | None:
+    """The operator's ``process_batch`` (or another batch variant ``name`` of its method
+    ``plain``, such as a spout's ``next_rows``), if it is meant for this class's ``plain``.
 
-    A subclass that overrides only ``process`` must not be bypassed by a
-    ``process_batch`` it inherited: the batch hook counts only when it is
-    defined at least as far down the class hierarchy as ``process``.
+    A subclass that overrides only ``plain`` must not be bypassed by a batch variant
+    it inherited: the hook counts only when it is defined at least as far down the
+    class hierarchy as ``plain``.
     """
     mro = type(operator).__mro__
 
-    def depth(name: str) -> int:
-        return next((i for i, c in enumerate(mro) if name in c.__dict__), len(mro))
+    def depth(attr: str) -> int:
+        return next((i for i, c in enumerate(mro) if attr in c.__dict__), len(mro))
 
-    if depth("process_batch") <= depth("process"):
-        return getattr(operator, "process_batch", None)
+    if depth(name) <= depth(plain):
+        return getattr(operator, name, None)
     return None
 
 
@@ -155,6 +158,7 @@ class Framework:
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
         self._process_batch = batch_hook(operator)
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
+        self._next_rows = batch_hook(operator, "next_rows", "next_batch")
         self.context = Context(
             topology=topo.name,
             node=node.name,
@@ -251,6 +255,89 @@ class Framework:
             # r.switched: one serialization; the switch's select group picks the worker
             self.serializations += 1
             self._buffer((-1 - r.route.lb_node, sid), values)
+
+    def emit_rows(self, rows: list[list], stream: str = DEFAULT_STREAM) -> None:
+        """Route several tuples at once: the same effect as :meth:`emit` on each row in
+        order, with the per-tuple work of the common policies done per list.
+
+        Round-robin and single-receiver policies deal the rows out by slices (row i
+        goes where the i-th call of ``emit`` would have sent it); the others route
+        row by row.
+        """
+        n = len(rows)
+        if not n:
+            return
+        routers = self.routes.get(stream)
+        if not routers:
+            self.unrouted += n
+            return
+        for r in routers:
+            sid = r.route.stream
+            if r.plain:
+                hops = r.dealt(n)
+                if hops is None:  # a policy that looks at the values
+                    emit = self.emit_one
+                    for values in rows:
+                        emit(r, values)
+                    continue
+                r.emitted += n
+                if not hops:
+                    self.unrouted += n
+                    continue
+                self.serializations += n
+                k = len(hops)
+                for j, dst in enumerate(hops):
+                    self._buffer_rows((dst, sid), rows if k == 1 else rows[j::k])
+                continue
+            r.emitted += n
+            if r.broadcast:
+                if self.io.multicast:
+                    self.serializations += n
+                    self._buffer_rows((0, sid), rows)
+                else:
+                    for dst in r.hops:
+                        self.serializations += n
+                        self._buffer_rows((dst, sid), rows)
+                continue
+            self.serializations += n
+            self._buffer_rows((-1 - r.route.lb_node, sid), rows)
+
+    def emit_one(self, r: Router, values: list) -> None:
+        """:meth:`emit` for one router of a stream (a unicast policy)."""
+        r.emitted += 1
+        dst = r.select(values)
+        if dst < 0:
+            self.unrouted += 1
+            return
+        self.serializations += 1
+        self._buffer((dst, r.route.stream), values)
+
+    def _buffer_rows(self, key: tuple[int, int], rows: list[list]) -> None:
+        """:meth:`_buffer` for several rows: the open batch is filled first, then every
+        whole batch is finished in one :meth:`_send` (it only counts rows and queues
+        them for :meth:`push`), and what is left opens the next batch."""
+        size = self.batch_size
+        n = len(rows)
+        i = 0
+        buf = self.out.get(key)
+        if buf is not None:
+            i = max(1, size - len(buf))  # (a BATCH control may have shrunk the size)
+            buf.extend(rows[:i])
+            if len(buf) < size:
+                return
+            self._send(key, buf)
+            del self.out[key]
+            del self.out_since[key]
+            if i >= n:
+                return
+        rest = n - i
+        full = rest - rest % size
+        if full:
+            self._send(key, rows[i : i + full])
+            i += full
+        if i < n:
+            self.out[key] = rows[i:]
+            self.out_since[key] = self.now
 
     def _broadcast(self, r: Router, values: list, sid: int) -> None:
         if self.io.multicast:
@@ -452,7 +539,10 @@ class Framework:
                 return
             self.tokens -= n
         t0 = time.perf_counter_ns()
-        more = self.op.next_batch(self.emit, n)
+        if self._next_rows is not None:
+            more = self._next_rows(self.emit_rows, n)
+        else:
+            more = self.op.next_batch(self.emit, n)
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += n
         if not more:
@@ -791,6 +881,7 @@ class Framework:
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
+        self._next_rows = batch_hook(self.op, "next_rows", "next_batch")
         self._pump = getattr(self.op, "pump", None)
         self._op_metrics = getattr(self.op, "metrics", None)
         self._anchor_ready = getattr(self.op, "anchor_ready", None)

@@ -97,6 +97,23 @@ class Router:
             return dst
         return self.hops[stable_hash(key) % self.n]
 
+    def dealt(self, count: int) -> list[int] | None:
+        """Receivers of the next ``count`` tuples dealt by slices, as ``select`` would
+        pick them one by one: tuple i goes to ``result[i % len(result)]``.  None for a
+        policy that looks at the values (route each tuple with ``select``)."""
+        sel = self.select
+        if sel == self._round_robin or sel == self._local:
+            pool = self.hops if sel == self._round_robin else self.local
+            k = len(pool)
+            start = self.counter + 1
+            self.counter += count
+            return [pool[(start + j) % k] for j in range(min(k, count))]
+        if sel == self._first:
+            return self.hops[:1]
+        if sel == self._none:
+            return []
+        return None
+
     def _no_single(self, values: list) -> int:
         raise ValueError(f"policy {self.route.policy!r} has no single receiver")
 

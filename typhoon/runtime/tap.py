@@ -46,7 +46,8 @@ DEFAULT_MTU = 9000
 # Frames the switch may queue toward the worker before the kernel drops them (the
 # tun driver's default is 500).  Credit-based flow control bounds what is in flight
 # to every receiver at (upstream senders x window) frames; 4096 leaves room for
-# 128 upstream senders at the default window of 32.
+# 32 upstream senders at the default window of 128 (more when, as with large frames,
+# the byte budget keeps a sender below its window).
 DEFAULT_TXQUEUELEN = 4096
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")

@@ -1,0 +1,132 @@
+"""``emit_rows`` routes a list of tuples exactly as ``emit`` on each row would."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_framework import Recorder
+
+from typhoon.operators import resolve_operator
+from typhoon.operators.base import Spout
+from typhoon.operators.sources import SequenceSource
+from typhoon.runtime.framework import Framework, batch_hook
+from typhoon.runtime.spec import WorkerSpec
+from typhoon.topology import load_topology_text, schedule
+from typhoon.wire import Control, ControlTuple, decode_rows
+
+TOPOLOGY = """
+name: rows
+spouts:
+  - id: source
+    operator: sequence_source
+    args: {{count: 10}}
+bolts:
+  - id: sink
+    operator: sequence_check
+    parallelism: {par}
+  - id: other
+    operator: sequence_check
+    parallelism: 2
+streams:
+  - from: source
+    to: sink
+    grouping: {grouping}
+  - from: source
+    to: other
+    grouping: shuffle
+"""
+
+GROUPINGS = ["shuffle", "global", "all", "{type: fields, fields: [seq]}", "local_or_shuffle"]
+
+
+def framework(grouping: str, par: int, batch: int, multicast: bool) -> tuple[Framework, Recorder]:
+    topo = load_topology_text(TOPOLOGY.format(par=par, grouping=grouping), "t.yaml")
+    phys = schedule(topo, ["h1", "h2"], 7)
+    wid = phys.of_node("source")[0].worker_id
+    io = Recorder(multicast)
+    op = resolve_operator("sequence_source")(count=10)
+    return Framework(WorkerSpec(topo, phys, wid, batch_size=batch), op, io), io
+
+
+def sent(io: Recorder) -> list[tuple]:
+    return [(kind, dst, stream, decode_rows(p)) for kind, dst, stream, ps in io.sent for p in ps]
+
+
+def per_link(io: Recorder) -> dict[tuple, list]:
+    """The entries sent on each link, in order (links are independent of each other)."""
+    out: dict[tuple, list] = {}
+    for kind, dst, stream, rows in sent(io):
+        out.setdefault((kind, dst, stream), []).append(rows)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    grouping=st.sampled_from(GROUPINGS),
+    par=st.integers(1, 5),
+    batch=st.integers(1, 12),
+    multicast=st.booleans(),
+    chunks=st.lists(st.integers(0, 30), min_size=1, max_size=6),
+    flush_after=st.sets(st.integers(0, 5)),
+)
+def test_emit_rows_sends_what_emit_row_by_row_sends(
+    grouping: str, par: int, batch: int, multicast: bool, chunks: list[int], flush_after: set
+) -> None:
+    one, io_one = framework(grouping, par, batch, multicast)
+    many, io_many = framework(grouping, par, batch, multicast)
+    seq = 0
+    for i, n in enumerate(chunks):
+        rows = [[1, seq + k, 0.5, b"x"] for k in range(n)]
+        seq += n
+        for r in rows:
+            one.emit(list(r))
+        many.emit_rows([list(r) for r in rows])
+        if i in flush_after:  # the turn ends: finished batches leave
+            one.push()
+            many.push()
+    one.flush(force=True)
+    many.flush(force=True)
+    assert per_link(io_many) == per_link(io_one)
+    assert many.sent_to == one.sent_to
+    assert many.serializations == one.serializations
+    assert {s: r.emitted for s, r in many.routers.items()} == {
+        s: r.emitted for s, r in one.routers.items()
+    }
+    assert sum(len(rows) for *_, rows in sent(io_many)) >= seq
+
+
+def test_a_batch_size_shrunk_below_what_is_buffered_sends_at_once() -> None:
+    fw, io = framework("shuffle", 1, 10, False)
+    fw.emit_rows([[1, s, 0.0, b""] for s in range(6)])
+    fw.batch_size = 4  # a BATCH control tuple came meanwhile
+    fw.emit_rows([[1, 6, 0.0, b""]])
+    fw.push()
+    (_, _, _, rows), *_ = sent(io)
+    assert [r[1] for r in rows] == list(range(7))
+
+
+class Plain(SequenceSource):  # overrides next_batch only: the inherited next_rows must not run
+    def next_batch(self, emit, max_count):  # noqa: ANN001, ANN201 - a test double
+        return super().next_batch(emit, max_count)
+
+
+def test_next_rows_only_when_it_sits_beside_next_batch() -> None:
+    assert batch_hook(SequenceSource(count=1), "next_rows", "next_batch") is not None
+    assert batch_hook(Plain(count=1), "next_rows", "next_batch") is None
+    assert batch_hook(Spout(), "next_rows", "next_batch") is None
+
+
+def test_a_spout_with_next_rows_emits_what_next_batch_emits() -> None:
+    outs = []
+    for use_rows in (True, False):
+        fw, io = framework("shuffle", 3, 7, False)
+        if not use_rows:
+            fw._next_rows = None
+        fw.control(ControlTuple(Control.ACTIVATE, {}))
+        while not fw.done:
+            fw.step_spout()
+            fw.flush()
+        outs.append({k: [[r[:2] for r in rows] for rows in v] for k, v in per_link(io).items()})
+    assert outs[0] == outs[1]
+    data = [r for k, v in outs[0].items() if k[2] in (1, 2) for rows in v for r in rows]
+    assert sorted(data) == sorted([[1, s] for s in range(10)] * 2)
