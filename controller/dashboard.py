@@ -79,18 +79,11 @@ def _app(name: str, app: AppView, inputs: Inputs) -> dict[str, Any]:
     metrics = inputs.metrics.get(name, {})
     workers = []
     for w in sorted(app.physical.workers, key=lambda w: (w.node, w.index)):
-        status = app.statuses.get(w.worker_id)
         r = rates.get(w.worker_id, {})
         m = metrics.get(w.worker_id, {})
         workers.append(
             {
-                "worker": w.worker_id,
-                "node": w.node,
-                "index": w.index,
-                "host": w.host,
-                "port": w.port,
-                "state": status.state if status else "unknown",
-                "role": w.state,
+                **app.worker_summary(w),
                 "rate_in": float(r.get("in", 0.0)),
                 "rate_out": float(r.get("out", 0.0)),
                 "tuples_in": sum(_data_in(m).values()),

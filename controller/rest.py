@@ -229,17 +229,10 @@ class TyphoonRest(ControllerBase):
         rates = self.core.rates.get(name, {})
         workers = []
         for w in app.physical.workers:
-            s = app.statuses.get(w.worker_id)
             m = metrics.get(w.worker_id, {})
             workers.append(
                 {
-                    "worker": w.worker_id,
-                    "node": w.node,
-                    "index": w.index,
-                    "host": w.host,
-                    "port": w.port,
-                    "state": s.state if s else "unknown",
-                    "role": w.state,
+                    **app.worker_summary(w),
                     "in": m.get("in", {}),
                     "out": m.get("out", {}),
                     "queue": m.get("queue"),

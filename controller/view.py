@@ -30,6 +30,19 @@ class AppView:
             for w in self.physical.workers
         )
 
+    def worker_summary(self, w: WorkerAssignment) -> dict[str, Any]:
+        """Who and where a worker is, and its agent's last word (REST and the dashboard)."""
+        status = self.statuses.get(w.worker_id)
+        return {
+            "worker": w.worker_id,
+            "node": w.node,
+            "index": w.index,
+            "host": w.host,
+            "port": w.port,
+            "state": status.state if status else "unknown",
+            "role": w.state,
+        }
+
     def spout_workers(self) -> list[int]:
         spouts = {n.name for n in self.topology.spouts()}
         return [w.worker_id for w in self.physical.workers if w.node in spouts]

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from typhoon.operators.base import Bolt, Context, Emit, Spout
+from typhoon.operators.base import Bolt, Context, Emit
 from typhoon.operators.sinks import Collect
-from typhoon.operators.sources import _mix, _offset_int
+from typhoon.operators.sources import CountingSpout, _mix, _offset_int
 
 AD_TYPES = ("banner", "modal", "sponsored-search", "mail", "mobile")
 EVENT_TYPES = ("view", "click", "purchase")
@@ -136,7 +136,7 @@ def per_window(counts: dict[tuple[str, int], int]) -> dict[int, int]:
     return dict(sorted(total.items()))
 
 
-class AdEventSource(Spout):
+class AdEventSource(CountingSpout):
     """Ad events ``[event, ts]``: ``event`` is the JSON text, ``ts`` the wall-clock emit time.
 
     Args: ``count`` events over all workers (worker i takes events i, i+P, ...),
@@ -210,13 +210,6 @@ class AdEventSource(Spout):
     def seek(self, offset: Any) -> None:
         self.next_i = _offset_int(offset, "next", self)
         self.emitted = _offset_int(offset, "emitted", self)
-
-    def result(self) -> dict[str, Any]:
-        return {"emitted": self.emitted}
-
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        return {"emitted": sum(r["emitted"] for r in results)}
 
 
 class ParseJson(Bolt):

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from typhoon.operators.base import Bolt, Context, Emit, Spout
-from typhoon.operators.sources import _mix, _offset_int
+from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.sources import CountingSpout, _mix
 
 MASK64 = (1 << 64) - 1
 FIELDS = ("key", "seq", "value", "pad")
@@ -61,7 +61,7 @@ def tuple_digest(values: list) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-class KeyedSource(Spout):
+class KeyedSource(CountingSpout):
     """``count`` tuples ``[key, seq, value, pad]`` per worker, over one or several streams.
 
     Worker ``i`` of ``P`` emits sequence numbers ``i, i+P, i+2P, ...``; the key
@@ -107,19 +107,6 @@ class KeyedSource(Spout):
             emit(t, pick_stream(streams, t[2], seed))
         self.emitted += n
         return self.emitted < self.count
-
-    def offset(self) -> dict[str, int]:
-        return {"emitted": self.emitted}
-
-    def seek(self, offset: Any) -> None:
-        self.emitted = _offset_int(offset, "emitted", self)
-
-    def result(self) -> dict[str, Any]:
-        return {"emitted": self.emitted}
-
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        return {"emitted": sum(r["emitted"] for r in results)}
 
 
 class SplitStreams(Bolt):

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, ClassVar
 
-from typhoon.operators.base import Bolt, Context, Emit, Spout
-from typhoon.operators.sources import _mix, _offset_int
+from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.sinks import CountByKey
+from typhoon.operators.sources import CountingSpout, _mix
 
 FIELDS = ("a", "b", "seq", "pad")
 _SCALE = 1 << 32
@@ -42,7 +43,7 @@ def _check_int(name: str, value: Any, low: int) -> None:
         raise ValueError(f"{name} must be an integer >= {low}")
 
 
-class PairSource(Spout):
+class PairSource(CountingSpout):
     """``count`` tuples ``[a, b, seq, pad]`` per worker (worker ``i`` of ``P`` emits
     sequence numbers ``i, i+P, ...``); ``size`` pad characters; ``rate`` tuples/s."""
 
@@ -92,19 +93,6 @@ class PairSource(Spout):
             emit(pair_tuple(self.seed, j * p + i, *args))
         self.emitted += n
         return self.emitted < self.count
-
-    def offset(self) -> dict[str, int]:
-        return {"emitted": self.emitted}
-
-    def seek(self, offset: Any) -> None:
-        self.emitted = _offset_int(offset, "emitted", self)
-
-    def result(self) -> dict[str, Any]:
-        return {"emitted": self.emitted}
-
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        return {"emitted": sum(r["emitted"] for r in results)}
 
 
 def expected_counts(
@@ -172,10 +160,4 @@ class CountForward(Bolt):
     def result(self) -> dict[str, Any]:
         return {"counts": {str(k): v for k, v in self.counts.items()}}
 
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        for r in results:
-            for k, v in r["counts"].items():
-                counts[k] = counts.get(k, 0) + v
-        return {"counts": counts}
+    merge_results = CountByKey.merge_results  # per-key counts, summed over workers

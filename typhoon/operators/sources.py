@@ -79,6 +79,26 @@ def _offset_int(offset: Any, key: str, spout: Spout) -> int:
     return value
 
 
+class CountingSpout(Spout):
+    """A spout whose result is the number of tuples it emitted (``emitted``) and whose
+    offset, unless it overrides :meth:`offset`/:meth:`seek`, is that number."""
+
+    emitted: int = 0
+
+    def offset(self) -> dict[str, int]:
+        return {"emitted": self.emitted}
+
+    def seek(self, offset: Any) -> None:
+        self.emitted = _offset_int(offset, "emitted", self)
+
+    def result(self) -> dict[str, Any]:
+        return {"emitted": self.emitted}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {"emitted": sum(r["emitted"] for r in results)}
+
+
 class SequenceSource(Spout):
     """Numbered tuples ``[src, seq, ts, payload]`` for loss, order and latency checks.
 
@@ -139,7 +159,7 @@ class SequenceSource(Spout):
         }
 
 
-class SentenceSource(Spout):
+class SentenceSource(CountingSpout):
     """Sentences ``[sentence]``, generated from a seed or read from a file.
 
     Args: ``count`` sentences in total over all workers (worker i takes
@@ -223,10 +243,3 @@ class SentenceSource(Spout):
             emit([s])
             self.emitted += 1
         return True
-
-    def result(self) -> dict[str, Any]:
-        return {"emitted": self.emitted}
-
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        return {"emitted": sum(r["emitted"] for r in results)}
