@@ -9,7 +9,7 @@ from the same partition the router runs (``typhoon/locality/partition.py``),
 fed here with the exact pair counts of the run's first tuples (the generator
 is a pure function), so the comparison is of the routings, not of sampling.
 The online switch from one to the other, and the router's own sampling, are
-tested in ``tests/integration/test_locality.py``.
+tested in ``tests/integration/test_locality_online.py``.
 
 Measured per run: the fraction of ``a`` -> ``b`` tuples that crossed hosts
 (each ``a`` worker's per-receiver counts in its exit report, hosts from the
