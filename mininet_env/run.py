@@ -182,7 +182,8 @@ class EmulatedCluster:
 
     def submit(self, topology: Topology) -> None:
         topology.config.setdefault("batch_size", self.options.batch_size)
-        topology.config.setdefault("max_delay_ms", self.options.max_delay_ms)
+        if "max_delay" not in topology.config:  # the older name: the file's value stands
+            topology.config.setdefault("max_delay_ms", self.options.max_delay_ms)
         self.manager.submit(topology)
 
     def wait_active(self, name: str) -> None:

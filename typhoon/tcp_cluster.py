@@ -151,7 +151,7 @@ class TcpCluster:
             w.worker_id,
             # the file's config wins, as on sdn (EmulatedCluster.submit)
             batch_size=int(config.get("batch_size", o.batch_size)),
-            max_delay_ms=float(config.get("max_delay_ms", o.max_delay_ms)),
+            max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", o.max_delay_ms))),
             report_dir=str(self.report_dir),
             transport={
                 "kind": "tcp",

@@ -43,6 +43,22 @@ class UsageError(Exception):
     """Bad command-line input; the message is one plain sentence."""
 
 
+def apply_run_settings(
+    topology: Topology, batch_size: int | None, max_delay_ms: float | None
+) -> None:
+    """One rule on both transports: the command line over the file's ``config:`` over the
+    default (the runners fill in the default only where the file is silent)."""
+    if batch_size is not None:
+        if batch_size < 1:
+            raise UsageError("--batch-size must be at least 1")
+        topology.config["batch_size"] = batch_size
+    if max_delay_ms is not None:
+        if max_delay_ms < 0:
+            raise UsageError("--max-delay-ms must not be negative")
+        topology.config.pop("max_delay", None)  # the older name of the same setting
+        topology.config["max_delay_ms"] = max_delay_ms
+
+
 def apply_overrides(topology: Topology, overrides: list[str]) -> None:
     """``node.arg=value`` pairs (value parsed as YAML) change operator arguments."""
     for item in overrides:
@@ -87,8 +103,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     topo = load_topology(args.file)
     apply_overrides(topo, args.arg or [])
-    if args.batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
+    apply_run_settings(topo, args.batch_size, args.max_delay_ms)
     report: dict[str, Any]
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp
@@ -96,8 +111,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         options = RunOptions(
             hosts=hosts_list(args.hosts),
             duration=args.duration,
-            batch_size=args.batch_size,
-            max_delay_ms=args.max_delay_ms,
             live=not args.quiet,
             workdir=Path(args.workdir) if args.workdir else None,
         )
@@ -123,8 +136,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             plan=plan,
             apps=args.app or [],
             duration=args.duration,
-            batch_size=args.batch_size,
-            max_delay_ms=args.max_delay_ms,
             live=not args.quiet,
             workdir=Path(args.workdir) if args.workdir else None,
         )
@@ -183,8 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--hosts", type=int, default=1)
     r.add_argument("--duration", type=float, default=None, help="seconds, then drain sources")
     r.add_argument("--report", help="write the JSON report here ('-': to stdout)")
-    r.add_argument("--batch-size", type=int, default=100)
-    r.add_argument("--max-delay-ms", type=float, default=2.0)
+    r.add_argument(
+        "--batch-size", type=int, help="tuples per batch (over the file's config; default 100)"
+    )
+    r.add_argument(
+        "--max-delay-ms", type=float, help="ms a batch may wait (over the file's; default 2)"
+    )
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
     r.add_argument("-q", "--quiet", action="store_true", help="no live rates")
     r.add_argument(

@@ -166,3 +166,42 @@ def test_no_controller_is_one_sentence_and_exit_1(capsys, argv):
         "controller = in ~/.config/typhoon/client.ini)\n"
     )
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(
+    ("file_config", "flags", "want"),
+    [
+        ("", {}, {}),  # nothing said: the runners' defaults (100, 2 ms)
+        ("config: {batch_size: 50, max_delay: 7}\n", {}, {"batch_size": 50, "max_delay": 7}),
+        (
+            "config: {batch_size: 50, max_delay: 7}\n",
+            {"batch_size": 10, "max_delay_ms": 1.5},
+            {"batch_size": 10, "max_delay_ms": 1.5},
+        ),
+        (
+            "config: {batch_size: 50}\n",
+            {"max_delay_ms": 0.0},
+            {"batch_size": 50, "max_delay_ms": 0.0},
+        ),
+    ],
+)
+def test_command_line_over_file_over_default(file_config, flags, want):
+    topo = load_topology_text(PIPE.replace("name: pipe\n", "name: pipe\n" + file_config), "pipe")
+    typhoon_cli.apply_run_settings(topo, flags.get("batch_size"), flags.get("max_delay_ms"))
+    assert {
+        k: v for k, v in topo.config.items() if k in ("batch_size", "max_delay", "max_delay_ms")
+    } == want
+    # the tcp runner reads what the CLI left, with its defaults only where nothing is said
+    from typhoon.tcp_cluster import RunOptions
+
+    o = RunOptions()
+    assert topo.config.get("batch_size", o.batch_size) == want.get("batch_size", 100)
+    delay = topo.config.get("max_delay_ms", topo.config.get("max_delay", o.max_delay_ms))
+    assert delay == want.get("max_delay_ms", want.get("max_delay", 2.0))
+
+
+@pytest.mark.parametrize("flags", [{"batch_size": 0}, {"max_delay_ms": -1.0}])
+def test_bad_run_settings_are_usage_errors(flags):
+    topo = load_topology_text(PIPE, "pipe")
+    with pytest.raises(typhoon_cli.UsageError):
+        typhoon_cli.apply_run_settings(topo, flags.get("batch_size"), flags.get("max_delay_ms"))
