@@ -119,6 +119,12 @@ def ranked_words() -> list[str]:
     return [w for w, _ in sorted(Counter(expected_words()).items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def _sigint_default() -> None:
+    """The child stops on Ctrl-C even when the suite runs as a background job (which starts
+    with SIGINT ignored, and Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Attach:
     """``typhoon debug attach`` as a child process; stdout lines collected by a thread."""
 
@@ -126,8 +132,9 @@ class Attach:
         argv = [sys.executable, "-m", "typhoon_cli", "debug", "attach", *args]
         env = {**os.environ, "TYPHOON_CONTROLLER": c.rest_url, "TYPHOON_TOKEN": c.token}
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_sigint_default,
+        )  # fmt: skip
         self.lines: list[str] = []
         self.err: list[str] = []
         self._threads = [
