@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.base import Bolt, Emit
 from typhoon.operators.sources import CountingSpout, _mix
 
 MASK64 = (1 << 64) - 1
@@ -93,11 +93,6 @@ class KeyedSource(CountingSpout):
         self.pad = "p" * size
         self.rate = float(rate)
         self.emitted = 0
-        self.index, self.parallelism = 0, 1
-
-    def open(self, context: Context) -> None:
-        super().open(context)
-        self.index, self.parallelism = context.index, context.parallelism
 
     def next_batch(self, emit: Emit, max_count: int) -> bool:
         n = min(max_count, self.count - self.emitted)

@@ -79,11 +79,6 @@ class PairSource(CountingSpout):
         self.pad = "p" * size
         self.rate = float(rate)
         self.emitted = 0
-        self.index, self.parallelism = 0, 1
-
-    def open(self, context: Context) -> None:
-        super().open(context)
-        self.index, self.parallelism = context.index, context.parallelism
 
     def next_batch(self, emit: Emit, max_count: int) -> bool:
         n = min(max_count, self.count - self.emitted)

@@ -81,9 +81,16 @@ def _offset_int(offset: Any, key: str, spout: Spout) -> int:
 
 class CountingSpout(Spout):
     """A spout whose result is the number of tuples it emitted (``emitted``) and whose
-    offset, unless it overrides :meth:`offset`/:meth:`seek`, is that number."""
+    offset, unless it overrides :meth:`offset`/:meth:`seek`, is that number.  ``index``
+    and ``parallelism`` (this worker's share of the input) are the context's once open."""
 
     emitted: int = 0
+    index: int = 0
+    parallelism: int = 1
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.index, self.parallelism = context.index, context.parallelism
 
     def offset(self) -> dict[str, int]:
         return {"emitted": self.emitted}
