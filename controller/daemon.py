@@ -18,9 +18,10 @@ config file Ryu reads (mode 0600: it holds the API token), and runs
     [typhoon]                   # every other section goes to Ryu as it is
     coordinator = zk://10.0.0.1:2181/typhoon
 
-Running Ryu in-process lets this entry point apply the Ryu 4.34 fix for
-eventlet (controller/eventlet_fix.py) first, so an installed package needs no
-``.pth`` file.
+Running the controller in-process (controller/manager.py) lets this entry point
+apply the Ryu 4.34 fix for eventlet (controller/eventlet_fix.py) first, so an
+installed package needs no ``.pth`` file, and run on os-ken instead of Ryu
+(``--backend``, controller/backend.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from controller import backend
 
 APPS = ("fault_detector", "live_debugger", "load_balancer", "autoscaler")
 CORE = "controller.core"
@@ -170,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wsapi-host")
     p.add_argument("--wsapi-port", type=int)
     p.add_argument("--api-token-file")
+    p.add_argument(
+        "--backend",
+        help=f"ryu or os-ken (default: ${backend.ENV}, else Ryu if installed, else os-ken)",
+    )
     p.add_argument("--runtime-dir", type=Path,
                    help="where the generated Ryu config goes (default: $RUNTIME_DIRECTORY "
                         "under systemd, else a temporary directory)")  # fmt: skip
@@ -198,20 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     ryu_args = settings.ryu_argv(conf)
+    if args.backend:
+        os.environ[backend.ENV] = args.backend  # ryu_compat reads it, in this process
+    try:
+        chosen = backend.selected()
+    except backend.BackendError as e:
+        print(f"typhoon-controller: error: {e}", file=sys.stderr)
+        return 2
     if args.print_config:
         print(text)
-        print("ryu-manager " + " ".join(ryu_args))
+        print(f"{'ryu-manager' if chosen == backend.RYU else 'controller.manager'} "
+              + " ".join(ryu_args) + f"  # backend: {chosen}")  # fmt: skip
         return 0
-    from controller.eventlet_fix import install
+    from controller import manager
 
-    install()  # before the first Ryu import
-    try:
-        from ryu.cmd.manager import main as ryu_main
-    except ImportError as e:
-        print(f"typhoon-controller: error: Ryu does not import ({e})", file=sys.stderr)
-        return 1
-    ryu_main(args=ryu_args, prog="typhoon-controller")
-    return 0
+    return manager.main(ryu_args, "typhoon-controller")
 
 
 if __name__ == "__main__":

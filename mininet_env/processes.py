@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from controller import backend
+
 REPO = Path(__file__).resolve().parents[1]
 CORE_APP = "apps/typhoon_core.py"
 
@@ -24,11 +26,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ryu_manager() -> str:
+def ryu_manager() -> list[str]:
+    """The controller's command: Ryu's ``ryu-manager``, or controller/manager.py on os-ken."""
+    if backend.selected() == backend.OS_KEN:
+        return [sys.executable, "-m", "controller.manager"]
     exe = Path(sys.executable).with_name("ryu-manager")
     if not exe.exists():
         raise RuntimeError(f"{exe} not found: run `make setup` first")
-    return str(exe)
+    return [str(exe)]
 
 
 def write_controller_config(path: Path, coordinator: str, extra: str = "") -> Path:
@@ -91,7 +96,7 @@ def start_controller(
 ) -> Child:
     conf = write_controller_config(workdir / "controller.conf", coordinator, extra_config)
     argv = [
-        ryu_manager(),
+        *ryu_manager(),
         "--ofp-tcp-listen-port",
         str(ofp_port),
         "--wsapi-host",

@@ -6,9 +6,9 @@
 #      started: the tests start their own server on a free port, tests/zkserver.py; a
 #      deployment points TYPHOON_COORDINATOR=zk://... at its ensemble).
 #   2. $REPO/.venv with Python 3.11: Ryu 4.34 (with the fixes below), then the
-#      project itself (`pip install -e .[test,spark,zk,emulation,bench]`), which pulls
-#      every other dependency
-#      from pyproject.toml.
+#      project itself (`pip install -e .[ryu,test,spark,zk,emulation,bench]`), which pulls
+#      every other dependency from pyproject.toml, os-ken among them: the controller runs
+#      on Ryu here (controller/backend.py prefers it), on os-ken with --backend os-ken.
 #   3. Open vSwitch running (userspace datapath only: no kernel module needed).
 #
 # A second run is fast: apt is skipped when nothing is missing, and the venv step
@@ -186,8 +186,8 @@ setup_venv() {
     install_eventlet_fix
     "${pip[@]}" install --progress-bar off --upgrade "setuptools>=68"
 
-    log "venv: the project and its dependencies (pip install -e .[test,spark,zk,emulation,bench])"
-    "${pip[@]}" install --progress-bar off -e "$REPO[test,spark,zk,emulation,bench]"
+    log "venv: the project and its dependencies (pip install -e .[ryu,test,spark,zk,emulation,bench])"
+    "${pip[@]}" install --progress-bar off -e "$REPO[ryu,test,spark,zk,emulation,bench]"
 
     venv_ok || die "venv checks failed after install"
     echo "$key" >"$STAMP"

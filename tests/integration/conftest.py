@@ -14,15 +14,15 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from mininet_env.processes import ryu_manager as controller_command
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-RYU_MANAGER = Path(sys.executable).with_name("ryu-manager")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -149,7 +149,7 @@ class RyuProcess:
         self.wsapi_port = free_port()
         self.log_path = log_path
         cmd = [
-            str(RYU_MANAGER),
+            *controller_command(),  # on os-ken: $TYPHOON_CONTROLLER_BACKEND
             "--ofp-listen-host", "127.0.0.1",
             "--ofp-tcp-listen-port", str(self.ofp_port),
             "--wsapi-host", "127.0.0.1",

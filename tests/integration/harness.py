@@ -20,13 +20,12 @@ from typing import Any, TypeVar
 import pytest
 
 from mininet_env.fabric import FabricPlan
-from mininet_env.processes import free_port
+from mininet_env.processes import free_port, ryu_manager
 from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
 from typhoon.report import read_worker_reports
 from typhoon.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
-RYU_MANAGER = Path(sys.executable).with_name("ryu-manager")
 T = TypeVar("T")
 
 
@@ -140,7 +139,7 @@ def ryu_apps(tmp_path: Path, apps: Sequence[str], config: str = "") -> Iterator[
     log_path = tmp_path / "ryu.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [str(RYU_MANAGER), "--config-file", str(conf),
+            [*ryu_manager(), "--config-file", str(conf),
              "--wsapi-host", "127.0.0.1", "--wsapi-port", str(port),
              "--ofp-tcp-listen-port", str(ofp), *apps],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

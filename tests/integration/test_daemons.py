@@ -18,8 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, free_port, run
 
+from controller import backend
 from mininet_env.run import rest_call
 from typhoon.coordinator import SqliteCoordinator
 
@@ -40,7 +42,11 @@ def listening(port: int) -> bool:
     return True
 
 
-def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs):
+@pytest.mark.parametrize("framework", ["ryu", "os-ken"])
+def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs, framework):
+    """On Ryu (scripts/setup.sh's venv) and on os-ken (a plain `pip install`, Python 3.12+)."""
+    if framework == "ryu" and not backend.installed("ryu"):
+        pytest.skip("Ryu is not installed (the `ryu` extra; Python 3.11 only)")
     ofp, wsapi = free_port(), free_port()
     token = tmp_path / "api-token"
     token.write_text("t0ken\n")
@@ -51,7 +57,7 @@ def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs):
         "--coordinator", str(tmp_path / "c.db"),
         "--ofp-listen-host", "127.0.0.1", "--ofp-port", str(ofp),
         "--wsapi-port", str(wsapi), "--api-token-file", str(token),
-        "--app", "fault_detector", "--runtime-dir", str(runtime),
+        "--app", "fault_detector", "--runtime-dir", str(runtime), "--backend", framework,
     ]  # fmt: skip
     log = tmp_path / "controller.log"
     bridge = net_names.switch("d")
@@ -71,6 +77,8 @@ def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs):
         ovs.wait_for(lambda: ovs.controller_connected(bridge), 30, what="the switch to connect")
         ovs.wait_for(lambda: ovs.flows(bridge), 30, what="the core's default rules")
 
+        framework_module = framework.replace("-", "_")
+        assert f"{framework_module}.controller.ofp_handler" in log.read_text()  # the one asked
         url = f"http://127.0.0.1:{wsapi}"
         assert rest_call(url, "GET", "/apps")[0] == 200
         assert rest_call(url, "DELETE", "/apps/none")[0] == 401

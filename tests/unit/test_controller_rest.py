@@ -17,12 +17,12 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ryu.app.wsgi import WSGIApplication
 from webob import Request
 
 import typhoon_cli as cli
 from controller.reconfigure import Registry
 from controller.rest import TyphoonRest
+from controller.ryu_compat import WSGIApplication
 from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator

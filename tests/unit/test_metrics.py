@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from ryu.app.wsgi import WSGIApplication
 from webob import Request
 
 from controller.fault_detector import Incident
 from controller.metrics import SparkTotals, exposition, registry
 from controller.rest import TyphoonRest
+from controller.ryu_compat import WSGIApplication
 from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
