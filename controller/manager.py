@@ -9,6 +9,7 @@ what they require, instantiate them, and serve the REST API
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -24,10 +25,12 @@ def _run_os_ken(args: list[str] | None, prog: str | None) -> None:
     from os_ken import cfg, log
 
     log.early_init_log(logging.DEBUG)
-    import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
     import os_ken.flags  # noqa: F401 - registers os-ken's own options
-    from os_ken import version
+    from os_ken import __version__ as version
     from os_ken.base.app_manager import AppManager
+
+    # after app_manager, as in ryu-manager (they import each other): the ofp-* options
+    importlib.import_module("os_ken.controller.controller")
 
     from controller import osken_wsgi
 
