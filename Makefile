@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test test-long lint demo dashboard-screenshot fuzz-topologies clean-net test-install
+.PHONY: setup test test-long lint demo dashboard-screenshot fuzz-topologies clean-net test-install test-osken
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -47,10 +47,21 @@ FIRST ?= 0
 fuzz-topologies: setup
 	$(PY) -m mininet_env.differential --seeds $(N) --first $(FIRST)
 
-## test-install: `pip install .[zk]` into a fresh Python 3.11 venv outside the repository
-## (as docs/deploy.md says), then start typhoon-agent and typhoon-controller from it
+## test-install: fresh venvs outside the repository (as docs/deploy.md says): `pip install
+## .[spark,zk]` (os-ken) and `.[ryu,zk]` (Ryu) on Python 3.11, `.[zk]` on Python 3.12 if there
+## is one (PYTHON312=/path); typhoon --version, typhoon-agent and typhoon-controller from each
 test-install:
 	bash scripts/check_install.sh
+
+## test-osken: the controller's integration tests on os-ken instead of Ryu (the dev venv has
+## both; controller/backend.py): the daemon, two switches, all apps in one controller, wordcount
+## over 3 emulated hosts, a killed worker replaced by the fault detector
+OSKEN_TESTS := tests/integration/test_daemons.py tests/integration/test_stack_smoke.py \
+	tests/integration/test_all_apps.py \
+	tests/integration/test_sdn_dataplane.py::test_wordcount_on_three_hosts_equals_reference \
+	tests/integration/test_fault_detector.py::test_split_worker_killed_is_routed_around_and_replaced
+test-osken: setup
+	TYPHOON_CONTROLLER_BACKEND=os-ken $(PY) -m pytest $(OSKEN_TESTS) -m "not long" --durations=10
 
 ## clean-net: remove leftover emulation state, like `mn -c`. Machine-wide: it deletes
 ## EVERY Open vSwitch bridge and Mininet link and kills every ryu-manager, not only ours.
