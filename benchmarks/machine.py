@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from controller import backend
+
 
 def _first_line(cmd: list[str]) -> str:
     try:
@@ -60,6 +62,14 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _controller_backend() -> str:
+    """The framework the runs' controller uses (controller/backend.py)."""
+    try:
+        return backend.selected()
+    except backend.BackendError as e:
+        return str(e)
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -77,6 +87,8 @@ def describe() -> dict[str, Any]:
         "ovs_datapath": "userspace (netdev)",
         "mininet": _version("mininet"),
         "ryu": _version("ryu"),
+        "os_ken": _version("os-ken"),
+        "controller_backend": _controller_backend(),
         "msgpack": _version("msgpack"),
         "matplotlib": _version("matplotlib"),
         "load_average_start": load_average(),

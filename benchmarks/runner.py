@@ -151,6 +151,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ("ovs_datapath", "OVS datapath"),
         ("mininet", "Mininet"),
         ("ryu", "Ryu"),
+        ("os_ken", "os-ken"),
+        ("controller_backend", "controller on"),
         ("load_average_start", "load average at start"),
         ("load_average_end", "load average at end"),
     ]
