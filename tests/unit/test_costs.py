@@ -12,7 +12,8 @@ def test_innermost_frame_with_a_layer_wins():
     assert layer_of(enc) == "msgpack encode"
     dec = [LOOP, "Framework.deliver (typhoon/runtime/framework.py:370)",
            "Framework._decode_entry (typhoon/runtime/framework.py:390)",
-           "decode_rows (typhoon/wire/rows.py:60)", "decode_tuple (typhoon/wire/rows.py:35)"]  # fmt: skip
+           "decode_rows (typhoon/wire/rows.py:60)",
+           "decode_tuple (typhoon/wire/rows.py:35)"]  # fmt: skip
     assert layer_of(dec) == "msgpack decode"
     frames = [LOOP, "pack_frames (typhoon/wire/frames.py:160)"]
     assert layer_of(frames) == "frames (build, parse)"
