@@ -37,6 +37,7 @@ from mininet.node import Host, OVSSwitch
 
 from mininet_env.fabric import EMULATED_SOCKET_BUFFER
 from mininet_env.network import SocketBuffers
+from typhoon.supervised import Supervised
 from typhoon.tcp_cluster import Launcher, RunOptions, TcpCluster
 from typhoon.topology.model import Topology
 
@@ -184,14 +185,12 @@ class TcpFabric:
     def launcher(self) -> Launcher:
         """Start a worker inside its emulated host's namespace (``TcpCluster`` launcher)."""
 
-        def launch(host: str, argv: list[str], logfile: Path) -> subprocess.Popen:
-            out = open(logfile, "wb")  # noqa: SIM115 - the child owns it
-            try:
-                return self.hosts[host].popen(
+        def launch(host: str, argv: list[str], logfile: Path) -> Supervised:
+            with open(logfile, "wb") as out:  # the child has its own copy
+                proc = self.hosts[host].popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
                 )
-            finally:
-                out.close()
+            return Supervised(logfile.stem, proc, log=logfile, own_session=False)
 
         return launch
 
