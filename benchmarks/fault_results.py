@@ -14,17 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.plots import time_series
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    ScenarioResult,
-    Table,
-    fmt_num,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    ratio,
-)
+from benchmarks.scenario import Bench, Ratio, ScenarioResult, Table
+from benchmarks.stats import fmt_num, fmt_rate, fmt_ratio, median, ratio
 
 VARIANTS = ("port events", "heartbeat only", "exactly once", "at least once")
 METRICS_S = 0.25

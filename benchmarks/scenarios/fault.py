@@ -58,13 +58,8 @@ from benchmarks.fault_results import (
     FaultResults,
     FaultRun,
 )
-from benchmarks.scenario import (
-    Bench,
-    Scenario,
-    ScenarioResult,
-    fmt_num,
-    register,
-)
+from benchmarks.scenario import Bench, Scenario, ScenarioResult, register
+from benchmarks.stats import fmt_num
 from benchmarks.timeline import CounterLog, dip, mean_rate
 from mininet_env.run import EmulatedCluster
 from typhoon.operators.sources import generate_sentences

@@ -26,21 +26,8 @@ from typing import Any
 
 from benchmarks import measure
 from benchmarks.plots import line_panels
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_num,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    paired_ratio,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_num, fmt_rate, fmt_ratio, median, paired_ratio, ratio
 from benchmarks.testbed import RunResult, RunSpec
 from benchmarks.topologies import one_to_many
 
