@@ -32,7 +32,7 @@ import collections
 import time
 from typing import Any
 
-from controller.app_support import EventTick, report_rest, start_ticks
+from controller.app_support import EventTick, TyphoonApp, report_rest, start_ticks
 from controller.autoscaler import (
     Decision,
     NodeScaler,
@@ -45,8 +45,6 @@ from controller.autoscaler import (
 from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
-    RyuApp,
-    WSGIApplication,
     require_app,
     set_ev_cls,
 )
@@ -62,9 +60,7 @@ REST = report_rest("autoscaler", missing="no managed node")
 KEEP_DECISIONS = 50
 
 
-class Autoscaler(RyuApp):
-    _CONTEXTS = {"wsgi": WSGIApplication}
-
+class Autoscaler(TyphoonApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = read_settings(ScaleSettings)

@@ -51,16 +51,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.app_support import EventTick, list_rest, start_ticks, start_timer
+from controller.app_support import EventTick, TyphoonApp, list_rest, start_ticks, start_timer
 from controller.events import EventWorkerDown, EventWorkerMetrics
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
-    RyuApp,
-    WSGIApplication,
     event,
-    ofproto_v1_3,
     require_app,
     set_ev_cls,
 )
@@ -87,10 +84,7 @@ class _LazyServices:
         return getattr(services(), name)
 
 
-class FaultDetector(RyuApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    _CONTEXTS = {"wsgi": WSGIApplication}
-
+class FaultDetector(TyphoonApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.conf = read_settings(FaultSettings)

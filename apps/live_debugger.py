@@ -25,7 +25,7 @@ import secrets
 import time
 from typing import Any
 
-from controller.app_support import EventTick, start_ticks
+from controller.app_support import EventTick, TyphoonApp, start_ticks
 from controller.cookies import describe
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
@@ -34,11 +34,8 @@ from controller.mirror import apply_mirrors, mirrored
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
-    RyuApp,
-    WSGIApplication,
     cfg,
     ofp_event,
-    ofproto_v1_3,
     require_app,
     set_ev_cls,
 )
@@ -60,10 +57,7 @@ def limits_from_conf() -> Limits:
     return dataclasses.replace(limits, report_url=url)
 
 
-class LiveDebugger(RyuApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    _CONTEXTS = {"wsgi": WSGIApplication}
-
+class LiveDebugger(TyphoonApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.sessions = DebugSessions(limits_from_conf())

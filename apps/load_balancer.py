@@ -33,7 +33,7 @@ import collections
 import time
 from typing import Any
 
-from controller.app_support import EventTick, report_rest, start_ticks
+from controller.app_support import EventTick, TyphoonApp, report_rest, start_ticks
 from controller.events import (
     EventTopologyChanged,
     EventWorkerAck,
@@ -47,10 +47,7 @@ from controller.load_balancer_senders import SenderSwitch
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
-    RyuApp,
-    WSGIApplication,
     ofp_event,
-    ofproto_v1_3,
     require_app,
     set_ev_cls,
 )
@@ -69,10 +66,7 @@ ROUTING_RETRY_S = 2.0
 KEEP_DECISIONS = 20
 
 
-class LoadBalancer(RyuApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
-    _CONTEXTS = {"wsgi": WSGIApplication}
-
+class LoadBalancer(TyphoonApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = read_settings(LbSettings)

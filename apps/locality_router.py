@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from controller.app_support import EventTick, start_ticks
+from controller.app_support import EventTick, TyphoonApp, start_ticks
 from controller.events import EventTopologyChanged
 from controller.locality import LocalityError
 from controller.locality_job import LocalityJob, RouterSettings, periodic_due
@@ -29,8 +29,6 @@ from controller.options import read_settings, register_settings
 from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
 from controller.ryu_compat import (
     ControllerBase,
-    RyuApp,
-    WSGIApplication,
     cfg,
     require_app,
     route,
@@ -79,9 +77,7 @@ class LocalityRest(ControllerBase):
         return 200, self.app.report()
 
 
-class LocalityRouter(RyuApp):
-    _CONTEXTS = {"wsgi": WSGIApplication}
-
+class LocalityRouter(TyphoonApp):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = read_settings(RouterSettings)

@@ -28,9 +28,9 @@ TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
 # (layer, file suffix, function names or None for every function of the file), first match
 LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
-    ("msgpack encode", "typhoon/wire.py", ("encode_rows",)),
+    ("msgpack encode", "typhoon/wire/rows.py", ("encode_rows",)),
     ("msgpack encode", "typhoon/runtime/framework.py", ("Framework._entries",)),
-    ("msgpack decode", "typhoon/wire.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
+    ("msgpack decode", "typhoon/wire/rows.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
     ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
     ("wait for input", "typhoon/runtime/sdn.py", ("SdnTransport._readable",)),
     ("wait for input", "selectors.py", None),
@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("operator", "typhoon/operators/", None),
     ("framework routing + batching", "typhoon/runtime/framework.py", None),
     ("framework routing + batching", "typhoon/runtime/policies.py", None),
-    ("frames (build, parse)", "typhoon/wire.py", None),
+    ("frames (build, parse)", "typhoon/wire/", None),
     ("link protocol (seq, credits)", "typhoon/runtime/sdn.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/links.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/lb_credits.py", None),

@@ -4,7 +4,8 @@ A ``tcp`` run on one machine would otherwise talk over loopback, which no
 remote worker of a real cluster does.  So the baseline's workers run inside
 Mininet hosts (network namespaces), one per emulated host, each attached to
 its own userspace Open vSwitch bridge; the bridges are linked in a full mesh
-with 9000-byte MTUs, exactly like the ``sdn`` fabric (``mininet_env``).  A
+of 65,000-byte links, built from the same ``FabricPlan`` and Mininet topology
+(``mininet_env/topo.py``) as the ``sdn`` fabric.  A
 tuple between two hosts thus crosses veth -> userspace OVS -> veth -> userspace
 OVS -> veth in both systems; only the end points differ (a TCP socket here, a
 TAP port there).
@@ -26,7 +27,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +35,17 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
-from mininet_env.fabric import EMULATED_SOCKET_BUFFER
-from mininet_env.network import SocketBuffers
+from mininet_env.fabric import FabricPlan
+from mininet_env.network import BRIDGE, SocketBuffers
+from mininet_env.topo import FabricTopo
+from typhoon.supervised import Supervised
 from typhoon.tcp_cluster import Launcher, RunOptions, TcpCluster
 from typhoon.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
 LINK_MTU = 65000  # as the sdn fabric (mininet_env/network.py): the same links for both
+DPID_BASE = 0x7474_0000
 SIOCETHTOOL = 0x8946
 ETHTOOL_STXCSUM = 0x17  # struct ethtool_value {u32 cmd; u32 data}
 
@@ -68,6 +71,9 @@ class TcpFabric:
     def __init__(self, hosts: int = 3, prefix: str = "tyt", subnet: str = "10.213.0") -> None:
         if not 1 <= hosts <= 200:
             raise ValueError("hosts must be in 1..200")
+        # the sdn emulation's plan, as a full mesh (the static rules below route over the
+        # direct link) with its own bridge names and datapath ids
+        self.plan = FabricPlan(hosts, "mesh", prefix=prefix, dpid_base=DPID_BASE)
         self.n = hosts
         self.prefix = prefix
         self.subnet = subnet
@@ -79,7 +85,7 @@ class TcpFabric:
     # ----- addresses -----------------------------------------------------------------------
 
     def host_names(self) -> list[str]:
-        return [f"h{i}" for i in range(1, self.n + 1)]
+        return self.plan.host_names()
 
     def ip(self, i: int) -> str:
         return f"{self.subnet}.{i}"
@@ -89,7 +95,7 @@ class TcpFabric:
         return f"02:54:43:50:00:{i:02x}"  # locally administered, "TCP"
 
     def bridge(self, i: int) -> str:
-        return f"{self.prefix}{i}"
+        return self.plan.bridge(i)
 
     def bind(self) -> dict[str, str]:
         """Host -> the address its workers listen on (``RunOptions.bind``)."""
@@ -100,11 +106,15 @@ class TcpFabric:
     def start(self) -> None:
         setLogLevel("warning")
         # the same port socket buffers as the sdn fabric (mininet_env.network.SocketBuffers)
-        SocketBuffers.acquire(EMULATED_SOCKET_BUFFER)
+        SocketBuffers.acquire(self.plan.socket_buffer)
         self.buffers = True
-        switch = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
+        namespaces = {
+            i: (f"{self.prefix}h{i}", {"ip": f"{self.ip(i)}/24", "mac": self.mac(i)})
+            for i in range(1, self.n + 1)
+        }
         net = Mininet(
-            switch=switch,
+            topo=FabricTopo(self.plan, namespaces),
+            switch=BRIDGE,
             controller=None,
             link=Link,
             build=False,
@@ -112,21 +122,11 @@ class TcpFabric:
             cleanup=False,
         )
         self.net = net
-        n = self.n
-        switches = {
-            i: net.addSwitch(self.bridge(i), dpid=f"{0x74740000 + i:016x}") for i in range(1, n + 1)
-        }
-        hosts = {
-            i: net.addHost(f"{self.prefix}h{i}", ip=f"{self.ip(i)}/24", mac=self.mac(i))
-            for i in range(1, n + 1)
-        }
-        for i in range(1, n + 1):
-            net.addLink(hosts[i], switches[i])
-        for a in range(1, n + 1):
-            for b in range(a + 1, n + 1):
-                net.addLink(switches[a], switches[b])
         net.build()
         net.start()
+        n = self.n
+        switches = {i: net.get(self.bridge(i)) for i in range(1, n + 1)}
+        hosts = {i: net.get(namespaces[i][0]) for i in range(1, n + 1)}
         self.hosts = {f"h{i}": hosts[i] for i in range(1, n + 1)}
         self._mtu()
         self._flows(switches, hosts)
@@ -184,14 +184,12 @@ class TcpFabric:
     def launcher(self) -> Launcher:
         """Start a worker inside its emulated host's namespace (``TcpCluster`` launcher)."""
 
-        def launch(host: str, argv: list[str], logfile: Path) -> subprocess.Popen:
-            out = open(logfile, "wb")  # noqa: SIM115 - the child owns it
-            try:
-                return self.hosts[host].popen(
+        def launch(host: str, argv: list[str], logfile: Path) -> Supervised:
+            with open(logfile, "wb") as out:  # the child has its own copy
+                proc = self.hosts[host].popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
                 )
-            finally:
-                out.close()
+            return Supervised(logfile.stem, proc, log=logfile, own_session=False)
 
         return launch
 

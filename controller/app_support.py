@@ -12,7 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from controller.rest import API, PREFIX, ApiError, handler
-from controller.ryu_compat import ControllerBase, RyuApp, event, hub, route
+from controller.ryu_compat import (
+    ControllerBase,
+    RyuApp,
+    WSGIApplication,
+    event,
+    hub,
+    ofproto_v1_3,
+    route,
+)
+
+
+class TyphoonApp(RyuApp):
+    """Base of every Typhoon app: OpenFlow 1.3 and the WSGI server its REST API shares.
+
+    Ryu runs the intersection of its apps' ``OFP_VERSIONS``; the core speaks 1.3 only.
+    """
+
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    _CONTEXTS = {"wsgi": WSGIApplication}
 
 
 class EventTick(event.EventBase):

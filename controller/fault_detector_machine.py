@@ -12,7 +12,9 @@ of ``controller/fault_detector.py``.  A dead worker is handled in steps:
    receivers (UPSTREAM) and awaits their acks;
 3. once the replacement is attached and its rules are in: UPSTREAM to the
    replacement first (its senders as they are now), then ROUTING with it to
-   its senders, ACTIVATE for a source, ROLLBACK under a processing guarantee.
+   its senders, ACTIVATE for a source, ROLLBACK under a processing guarantee
+   (the recovery generation, ROLLBACK and resuming after a controller restart
+   are in ``controller/fault_recovery.py``).
 
 The waits are checks the app's timer asks (``step``), never sleeps, so every
 change happens on the app's event loop and the unit tests drive it with a
@@ -28,7 +30,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from controller import acks
-from controller.acks import all_acked, send_each, send_routes
+from controller.acks import send_each, send_routes
 from controller.fault_detector import (
     FaultSettings,
     Heartbeats,
@@ -40,14 +42,12 @@ from controller.fault_detector import (
     reroute,
     senders_to,
 )
+from controller.fault_recovery import GuaranteedRecovery
 from controller.waits import WAIT, Check, Task, Tasks
-from typhoon.checkpoint import CheckpointError, open_store
-from typhoon.checkpoint.progress import guaranteed, recovery_point
-from typhoon.topology.routing import routes_for
+from typhoon.checkpoint.progress import guaranteed
 from typhoon.wire import Control, ControlTuple
 
 LIVE = ("attached", "running")
-RESUME_AFTER_S = 1.0  # after a start, the core reads the coordinator first
 
 
 class Core(acks.Core, Protocol):
@@ -62,7 +62,7 @@ class Core(acks.Core, Protocol):
     def job_progress(self, app: str) -> Any: ...
 
 
-class FaultMachine:
+class FaultMachine(GuaranteedRecovery):
     def __init__(
         self,
         conf: FaultSettings,
@@ -406,109 +406,9 @@ class FaultMachine:
             incident.worker,
         )  # fmt: skip
 
-    def _recovery(self, topology: Any, physical: Any, after: int, incident: Incident) -> Any:
-        """The replacement's physical topology starts a new generation (after every one
-        used so far) from the newest global checkpoint whose parts all verify (a corrupt
-        one: the one before)."""
-        generation = after + 1
-        try:
-            store = open_store(topology.config.get("checkpoint_store"), topology.name)
-            epoch = recovery_point(physical, store)
-        except CheckpointError as e:
-            # no store: start over from the beginning, which is still exactly once
-            self.logger.error(
-                "app %s: checkpoint store: %s; rolling back to the start", topology.name, e
-            )
-            epoch = None
-        incident.generation, incident.restore_epoch = generation, epoch
-        self.logger.info(
-            "app %s worker %d: recovery as generation %d from checkpoint %s",
-            topology.name, incident.worker, generation, epoch,
-        )  # fmt: skip
-        return dataclasses.replace(physical, generation=generation, restore_epoch=epoch)
-
-    def _rollback(
-        self, core: Core, incident: Incident, app: Any, new: int
-    ) -> Generator[Check, Any, str]:
-        """ROLLBACK to every live worker but the replacement (which started restored)."""
-        name, gen = incident.app, incident.generation
-        epoch = -1 if incident.restore_epoch is None else incident.restore_epoch
-        sent = {}
-        for w in app.physical.workers:
-            s = app.statuses.get(w.worker_id)
-            if w.worker_id == new or (s is not None and s.state == "exited"):
-                continue
-            body = {"generation": gen, "epoch": epoch}
-            core.send_control(name, [w.worker_id], ControlTuple(Control.ROLLBACK, body))
-            sent[(w.worker_id, gen)] = w.worker_id
-        problem = yield self._acked(core, name, "ROLLBACK", sent)
-        incident.rolled_back_ms = self._since(incident)
-        self.logger.info(
-            "app %s: workers %s rolled back to checkpoint %s as generation %d (%s), %.1f ms "
-            "after the detection of worker %d",
-            name, sorted(sent.values()), incident.restore_epoch, gen, problem or "confirmed",
-            incident.rolled_back_ms, incident.worker,
-        )  # fmt: skip
-        return problem
-
     def _finished(self, name: str, wid: int, app: Any) -> bool:
         """Its METRIC_RESP said ``done``, or its agent saw it exit with code 0."""
         s = app.statuses.get(wid)
         return (name, wid) in self.done or (
             s is not None and s.state == "exited" and s.exit_code == 0
         )
-
-    def resume_recoveries(self) -> None:
-        """After a controller restart: a guaranteed app whose physical topology is in a
-        recovery generation may have a replacement nobody routes to yet (the restart
-        came between its start and its rejoin).  Once every worker is attached, every
-        sender gets its routes from the physical topology again (harmless if they are
-        already those); the core then rolls back whoever is in an older generation."""
-        self.tasks.start(self._resume(), lambda e: self.logger.error("resume failed: %s", e))
-
-    def _resume(self) -> Task:
-        start = self.clock()
-        yield lambda now: True if now >= start + RESUME_AFTER_S else WAIT
-        core = self.core
-        for name, app in list(core.view.apps.items()):
-            if not guaranteed(app.topology) or app.physical.generation == 0:
-                continue
-            self.generations[name] = max(self.generations.get(name, 0), app.physical.generation)
-            try:
-                yield from self._reroute_all(core, name)
-            except Exception:  # never kill the app over one application
-                self.logger.exception("app %s: resuming its recovery failed", name)
-
-    def _reroute_all(self, core: Core, name: str) -> Task:
-        deadline = self.clock() + self.conf.attach_timeout
-
-        def ready(now: float) -> Any:
-            app = core.view.apps.get(name)
-            if app is None:
-                return "gone"
-            if app.all_attached() and core.rules_ready(name, app.physical.version):
-                return "ready"
-            if now > deadline:
-                self.logger.warning("app %s: not every worker attached; routes not resent", name)
-                return "timeout"
-            return WAIT
-
-        if (yield ready) != "ready":
-            return
-        app = core.view.apps[name]
-        routes = {
-            w.worker_id: routes_for(app.topology, app.physical, w.worker_id)
-            for w in app.physical.workers
-            if w.active and app.topology.outputs_of(w.node)
-        }
-        problem = yield self._acked(core, name, "ROUTING", send_routes(core, name, routes))
-        self.logger.info(
-            "app %s: generation %d after a controller restart: routes resent to %s (%s)",
-            name, app.physical.generation, sorted(routes), problem or "confirmed",
-        )  # fmt: skip
-
-    def _acked(self, core: Core, name: str, ctype: str, sent: dict[tuple[int, int], int]) -> Check:
-        return all_acked(core, name, ctype, sent, self.clock() + self.conf.ack_timeout)
-
-    def _since(self, incident: Incident) -> float:
-        return (self.clock() - incident.detected) * 1000

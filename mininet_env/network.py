@@ -22,11 +22,14 @@ from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
 from mininet_env.fabric import FabricPlan
+from mininet_env.topo import FabricTopo
 from typhoon.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
 LINK_MTU = 65000  # fits the largest worker frame (`config: {sdn: {mtu: ...}}` up to 64 KB)
+# every emulated host's bridge: userspace datapath, OpenFlow 1.3, nothing forwarded unasked
+BRIDGE = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
 RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
 
 
@@ -140,12 +143,12 @@ class EmulatedNetwork:
         setLogLevel("warning")
         SocketBuffers.acquire(self.plan.socket_buffer)
         self.buffers = True
-        switch = partial(OVSSwitch, datapath="user", failMode="secure", protocols="OpenFlow13")
-        shaped = self.plan.bw_mbit is not None or self.plan.delay is not None
+        topo = FabricTopo(self.plan)
         net = Mininet(
-            switch=switch,
+            topo=topo,
+            switch=BRIDGE,
             controller=None,
-            link=TCLink if shaped else Link,
+            link=TCLink if topo.shaped else Link,
             build=False,
             autoSetMacs=False,
             cleanup=False,
@@ -154,19 +157,10 @@ class EmulatedNetwork:
         net.addController(
             "c0", controller=QuietRemoteController, ip="127.0.0.1", port=self.controller_port
         )
-        names = {}
-        for i in range(1, self.plan.hosts + 1):
-            names[i] = net.addSwitch(self.plan.bridge(i), dpid=f"{self.plan.dpid(i):016x}")
-        link_opts = {}
-        if self.plan.bw_mbit is not None:
-            link_opts["bw"] = self.plan.bw_mbit
-        if self.plan.delay is not None:
-            link_opts["delay"] = self.plan.delay
-        for a, b in self.plan.pairs():
-            link = net.addLink(names[a], names[b], **link_opts)
+        net.build()
+        for link in net.links:  # before the bridges take the ports in
             for intf in (link.intf1, link.intf2):
                 _no_ipv6(intf.name)
-        net.build()
         net.start()
         cluster = self.plan.cluster()
         self._check_ports(cluster)

@@ -6,15 +6,13 @@ started (an agent's workers), even when the run fails half-way.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from controller import backend
+from typhoon.supervised import Supervised
 
 REPO = Path(__file__).resolve().parents[1]
 CORE_APP = "apps/typhoon_core.py"
@@ -42,48 +40,9 @@ def write_controller_config(path: Path, coordinator: str, extra: str = "") -> Pa
     return path
 
 
-class Child:
-    """A started child process with its log file."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None) -> None:
-        self.name = name
-        self.argv = argv
-        self.log = log
-        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=REPO,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-        """Signal the process group, wait, then kill what is left."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self._out.close()
-
-    def tail(self, lines: int = 30) -> str:
-        text = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+def start(name: str, argv: list[str], log: Path) -> Supervised:
+    """A child in the repository, in a session of its own, its output appended to ``log``."""
+    return Supervised.start(name, argv, log, cwd=REPO)
 
 
 def start_controller(
@@ -93,7 +52,7 @@ def start_controller(
     ofp_port: int,
     wsapi_port: int,
     extra_config: str = "",
-) -> Child:
+) -> Supervised:
     conf = write_controller_config(workdir / "controller.conf", coordinator, extra_config)
     argv = [
         *ryu_manager(),
@@ -108,10 +67,10 @@ def start_controller(
         CORE_APP,
         *apps,
     ]
-    return Child("controller", argv, workdir / "controller.log")
+    return start("controller", argv, workdir / "controller.log")
 
 
-def start_agent(workdir: Path, coordinator: str, host: str) -> Child:
+def start_agent(workdir: Path, coordinator: str, host: str) -> Supervised:
     argv = [
         sys.executable,
         "-m",
@@ -123,10 +82,10 @@ def start_agent(workdir: Path, coordinator: str, host: str) -> Child:
         "--workdir",
         str(workdir),
     ]
-    return Child(f"agent-{host}", argv, workdir / f"agent-{host}.log")
+    return start(f"agent-{host}", argv, workdir / f"agent-{host}.log")
 
 
-def wait_until(predicate, timeout: float, what: str, children: list[Child] = (), interval=0.1):
+def wait_until(predicate, timeout: float, what: str, children: list[Supervised] = (), interval=0.1):
     """Poll until ``predicate()`` is truthy; fail early if a child died."""
     deadline = time.monotonic() + timeout
     while True:
@@ -136,7 +95,7 @@ def wait_until(predicate, timeout: float, what: str, children: list[Child] = (),
         for c in children:
             if not c.alive():
                 raise RuntimeError(
-                    f"{c.name} exited ({c.proc.returncode}) while waiting for {what}:\n{c.tail()}"
+                    f"{c.name} exited ({c.returncode}) while waiting for {what}:\n{c.tail()}"
                 )
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -27,13 +27,14 @@ from typing import Any, TextIO
 from mininet_env.drops import drop_counters, drop_problems
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
-from mininet_env.processes import Child, free_port, start_agent, start_controller, wait_until
+from mininet_env.processes import free_port, start_agent, start_controller, wait_until
 from typhoon.checkpoint import guarantee_of
 from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
 from typhoon.report import build_report, read_worker_reports, worker_failures
+from typhoon.supervised import Supervised
 from typhoon.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -76,11 +77,11 @@ class EmulatedCluster:
         self.token = secrets.token_hex(16)
         self.rest_url = f"http://127.0.0.1:{self.wsapi_port}/typhoon"
         self.network = EmulatedNetwork(options.plan, self.ofp_port)
-        self.controller: Child | None = None
-        self.agents: list[Child] = []
+        self.controller: Supervised | None = None
+        self.agents: list[Supervised] = []
         self.manager = Manager(self.coordinator)
 
-    def children(self) -> list[Child]:
+    def children(self) -> list[Supervised]:
         return [c for c in [self.controller, *self.agents] if c is not None]
 
     def start(self) -> None:

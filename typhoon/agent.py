@@ -32,19 +32,17 @@ coordinator data is logged and skipped; the agent keeps running.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
 
 from typhoon import logs
+from typhoon.assignments import assigned_workers, relevant
 from typhoon.cluster import Cluster
 from typhoon.coordinator import (
     AgentState,
@@ -55,101 +53,18 @@ from typhoon.coordinator import (
 )
 from typhoon.debug.supervisor import DebugWorkers
 from typhoon.engine_services import EngineServices
-from typhoon.runtime import links as lk
+from typhoon.ovs_bridge import Bridge, OvsError
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
-from typhoon.topology.budgets import plan_budgets
+from typhoon.supervised import Supervised
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+from typhoon.worker_specs import write_spec
 
 log = logging.getLogger("typhoon.agent")
 
 WORKER_CMD = (sys.executable, "-m", "typhoon.runtime.worker")
 MAX_OFPORT = 0xFEFF
-# Frame size of a worker when nothing smaller is asked for: the emulated fabric's links
-# carry 65,000 bytes (mininet_env/network.py).  Per-frame costs (a TAP write and read, a
-# pass through the switch, the link protocol's bookkeeping) dominate at 9,000 bytes:
-# forward.yaml on one host went from 1.15M to 1.51M tuples/s (README, "Per-tuple cost").
-WORKER_MTU = 64000
 SYS_NET = Path("/sys/class/net")
-
-
-SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s", "mtu")
-
-
-def sdn_options(config: dict) -> dict:
-    """I/O-layer settings from the topology's ``config``.
-
-    ``flow_control: false`` turns credits off (the largest window, no byte
-    budget): only for showing what flow control prevents; the links still resend
-    what the switch drops.  ``sdn: {window,
-    port_budget, credit_timeout_s}`` tunes it; without ``port_budget`` every
-    worker gets its share of the switch's socket buffers
-    (:func:`typhoon.topology.budgets.plan_budgets`), kept current by the controller.
-    """
-    opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
-    if config.get("flow_control") is False:
-        opts.update(window=lk.MAX_WINDOW, port_budget=0)
-    return opts
-
-
-def worker_mtu(config: dict, cluster: Cluster | None) -> int:
-    """Frame size of a worker: what the fabric carries whole, or less if the topology asks.
-
-    A cluster file's fabric fixes ``cluster.mtu`` (e.g. 1450 over VXLAN on a
-    1500-byte underlay); a larger frame would be dropped on the way, so a
-    topology's ``sdn: {mtu: N}`` can only lower it.  Tuples larger than a
-    frame travel segmented (``typhoon.wire.pack_frames``).
-    """
-    path = cluster.mtu if cluster is not None and cluster.mtu else None
-    asked = (config.get("sdn") or {}).get("mtu")
-    if asked is None:
-        return path or WORKER_MTU
-    asked = int(asked)
-    if path is not None and asked > path:
-        log.warning("sdn.mtu %d does not fit the fabric: frames of %d bytes instead", asked, path)
-        return path
-    return asked
-
-
-class OvsError(RuntimeError):
-    """An ovs-vsctl command failed."""
-
-
-@dataclass
-class Bridge:
-    """The host's OVS bridge, changed only through ovs-vsctl argument lists."""
-
-    name: str
-    timeout: float = 10.0
-
-    def _vsctl(self, *args: str) -> str:
-        cmd = ["ovs-vsctl", f"--timeout={int(self.timeout)}", *args]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout + 5)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise OvsError(f"{' '.join(cmd)}: {e}") from e
-        if proc.returncode != 0:
-            raise OvsError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
-        return proc.stdout.strip()
-
-    def attach(self, tap: str, ofport: int) -> int | None:
-        """Add ``tap`` at ``ofport``; return the port OVS actually gave it."""
-        self._vsctl(
-            "--may-exist", "add-port", self.name, tap,
-            "--", "set", "Interface", tap, f"ofport_request={ofport}",
-        )  # fmt: skip
-        return self.ofport(tap)
-
-    def ofport(self, tap: str) -> int | None:
-        value = self._vsctl("get", "Interface", tap, "ofport")
-        try:
-            port = int(value)
-        except ValueError:
-            return None  # "[]": not assigned yet
-        return port if port > 0 else None
-
-    def detach(self, tap: str) -> None:
-        self._vsctl("--if-exists", "del-port", self.name, tap)
 
 
 @dataclass
@@ -161,56 +76,21 @@ class _Worker:
     assignment: WorkerAssignment
     tap: str
     bridge: Bridge
-    proc: subprocess.Popen | None  # None: adopted from an earlier agent run (pid only)
-    pid: int
+    process: Supervised  # started here, or adopted from an earlier agent run (pid only)
     phase: str  # "starting" | "attached" | "stopping"
     deadline: float  # starting: TAP deadline; stopping: when to SIGKILL
     remove: bool = False  # left the topology: delete the status when gone
     killed: bool = False
     ended: bool = False  # exit seen and port removed
     error: str = ""
-    logfile: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.app, self.assignment.worker_id)
 
-    def exit_status(self) -> tuple[bool, int | None]:
-        """(has it ended, its exit code if known)."""
-        if self.proc is not None:
-            rc = self.proc.poll()
-            return rc is not None, rc
-        return not _alive(self.pid), None
-
-    def send(self, sig: signal.Signals) -> None:
-        try:  # workers run in their own session: reach anything they started too
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return []
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
 
 class Agent:
@@ -283,7 +163,7 @@ class Agent:
         try:
             version, keys = self.c.changes_since(self._version)
             now = time.monotonic()
-            if self._dirty or now >= self._next_resync or any(map(_relevant, keys)):
+            if self._dirty or now >= self._next_resync or any(map(relevant, keys)):
                 self._dirty = False
                 self._next_resync = now + self.resync
                 self.reconcile()
@@ -325,33 +205,10 @@ class Agent:
         self.port_range = (info.first_worker_port, MAX_OFPORT)
         self._warned_no_host = False
 
-    def _desired(self) -> tuple[dict, set[str]]:
-        """(app, wid) -> (topology, physical, assignment) for this host; apps not readable."""
-        desired: dict[tuple[str, int], tuple[Topology, PhysicalTopology, WorkerAssignment]] = {}
-        unreadable: set[str] = set()
-        for name in self.c.physical_names():
-            try:
-                physical = self.c.get_physical(name)
-                topology = self.c.get_topology(name)
-            except CoordinatorError as e:
-                log.error("skipping application %s: %s", name, e)
-                unreadable.add(name)
-                continue
-            if physical is None:
-                continue  # deleted since the listing
-            if topology is None or physical.name != name:
-                log.error("skipping application %s: no matching logical topology", name)
-                unreadable.add(name)
-                continue
-            for w in physical.workers:
-                if w.host == self.host:
-                    desired[(name, w.worker_id)] = (topology, physical, w)
-        return desired, unreadable
-
     def reconcile(self) -> None:
         """Stop what is no longer assigned here, launch what is assigned and never ran."""
         self._read_cluster()
-        desired, unreadable = self._desired()
+        desired, unreadable = assigned_workers(self.c, self.host)
         for key, wk in list(self.workers.items()):
             want = desired.get(key)
             if wk.app in unreadable:
@@ -392,66 +249,32 @@ class Agent:
         status = WorkerStatus(wid, self.host, "starting", port=w.port, tap=tap)
         try:
             topology = self.engines.topology_for(topology, physical)
-            spec_path = self._write_spec(topology, physical, w, tap)
+            if not self.port_range[0] <= w.port <= self.port_range[1]:
+                raise ValueError(f"port {w.port} is outside this host's range {self.port_range}")
+            spec_path = write_spec(self.workdir, topology, physical, w, tap, self.cluster)
             self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
-            logfile = open(spec_path.with_name(f"worker-{wid}.log"), "ab")  # noqa: SIM115
-            try:
-                proc = subprocess.Popen(
-                    [*self.worker_cmd, str(spec_path)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=logfile,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # the agent's terminal signals reach only the agent
-                )
-            except BaseException:
-                logfile.close()
-                raise
+            # a session of its own: the agent's terminal signals reach only the agent
+            proc = Supervised.start(
+                f"worker-{wid}", [*self.worker_cmd, str(spec_path)],
+                spec_path.with_name(f"worker-{wid}.log"),
+            )  # fmt: skip
         except (OSError, ValueError, TypeError, OvsError) as e:
             log.error("cannot launch %s worker %d: %s", name, wid, e)
             status = replace(status, state="exited", error=f"launch failed: {e}")
             self.c.put_worker_status(name, replace(status, updated=time.time()))
             return
         deadline = time.monotonic() + self.tap_timeout
-        wk = _Worker(name, physical.app_id, w, tap, self.bridge, proc, proc.pid, "starting",
-                     deadline, logfile=logfile)  # fmt: skip
+        wk = _Worker(name, physical.app_id, w, tap, self.bridge, proc, "starting", deadline)
         self.workers[wk.key] = wk
         self._publish_now = True
         log.info("launched %s worker %d (%s[%d]) pid %d, waiting for TAP %s",
                  name, wid, w.node, w.index, proc.pid, tap)  # fmt: skip
         self.c.put_worker_status(name, replace(status, pid=proc.pid, updated=time.time()))
 
-    def _write_spec(
-        self, topology: Topology, physical: PhysicalTopology, w: WorkerAssignment, tap: str
-    ) -> Path:
-        """``DIR/NAME/worker-WID.spec.json``: what the worker process is told."""
-        if not self.port_range[0] <= w.port <= self.port_range[1]:
-            raise ValueError(f"port {w.port} is outside this host's range {self.port_range}")
-        appdir = self.workdir / physical.name
-        (appdir / "reports").mkdir(parents=True, exist_ok=True)
-        config = topology.config
-        transport = {"kind": "sdn", "tap": tap, **sdn_options(config)}
-        transport["mtu"] = worker_mtu(config, self.cluster)
-        if "port_budget" not in transport and self.cluster is not None:
-            budgets = plan_budgets(topology, physical, self.cluster).budgets
-            if w.worker_id in budgets:
-                transport["port_budget"] = budgets[w.worker_id]
-        spec = WorkerSpec(
-            topology,
-            physical,
-            w.worker_id,
-            batch_size=int(config.get("batch_size", 100)),
-            max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
-            report_dir=str(appdir / "reports"),
-            transport=transport,
-        )
-        path = appdir / f"worker-{w.worker_id}.spec.json"
-        spec.save(path)
-        return path
-
     def supervise(self) -> None:
         """Advance every worker: attach TAPs, notice exits, escalate stops."""
         for wk in list(self.workers.values()):
-            ended, code = wk.exit_status()
+            ended, code = wk.process.exit_status()
             if ended:
                 self.finish(wk, code)
             elif wk.phase == "starting":
@@ -470,7 +293,7 @@ class Agent:
                 log.warning(
                     "%s worker %d ignored SIGTERM for %g s: SIGKILL", *wk.key, self.stop_timeout
                 )
-                wk.send(signal.SIGKILL)
+                wk.process.signal_group(signal.SIGKILL)
                 wk.killed = True
 
     def attach(self, wk: _Worker) -> None:
@@ -501,7 +324,7 @@ class Agent:
         log.info("stopping %s worker %d (pid %d): %s", *wk.key, wk.pid, why)
         wk.phase = "stopping"
         wk.deadline = time.monotonic() + self.stop_timeout
-        wk.send(signal.SIGTERM)
+        wk.process.signal_group(signal.SIGTERM)
 
     def finish(self, wk: _Worker, code: int | None) -> None:
         """The process is gone: free its port, record (or forget) it, then drop it.
@@ -526,8 +349,7 @@ class Agent:
             self.c.put_worker_status(wk.app, status)
         del self.workers[wk.key]
         self._publish_now = self._dirty = True
-        if wk.logfile is not None:
-            wk.logfile.close()
+        wk.process.close_log()
 
     def _status(self, wk: _Worker, state: str) -> WorkerStatus:
         a = wk.assignment
@@ -568,27 +390,27 @@ class Agent:
 
     def _recover_one(self, app: str, s: WorkerStatus) -> None:
         spec_path = self.workdir / app / f"worker-{s.worker_id}.spec.json"
-        ours = bool(s.pid) and _alive(s.pid) and str(spec_path) in _cmdline(s.pid)
+        adopted = (
+            Supervised.adopt(f"worker-{s.worker_id}", s.pid, str(spec_path)) if s.pid else None
+        )
         spec = None
-        if ours:
+        if adopted is not None:
             try:
                 spec = WorkerSpec.load(spec_path)
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.error("cannot read %s: %s", spec_path, e)
-        if spec is not None and self.bridge is not None:
+        if adopted is not None and spec is not None and self.bridge is not None:
             app_id = spec.physical.app_id
             tap = s.tap or tap_name(app_id, s.worker_id)
             phase = "attached" if s.state in ("attached", "running") else "starting"
             deadline = time.monotonic() + self.tap_timeout
-            wk = _Worker(app, app_id, spec.assignment, tap, self.bridge, None, s.pid, phase,
-                         deadline)  # fmt: skip
+            wk = _Worker(app, app_id, spec.assignment, tap, self.bridge, adopted, phase, deadline)
             self.workers[wk.key] = wk
             log.info("adopted %s worker %d (pid %d, %s)", app, s.worker_id, s.pid, phase)
             return
-        if ours:  # alive, but without its spec or bridge it cannot be supervised
+        if adopted is not None:  # alive, but without its spec or bridge it cannot be supervised
             log.warning("stopping %s worker %d (pid %d): cannot adopt it", app, s.worker_id, s.pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(s.pid, signal.SIGTERM)
+            adopted.send_signal(signal.SIGTERM)
         if self.bridge is not None and s.tap:
             try:
                 self.bridge.detach(s.tap)
@@ -620,10 +442,6 @@ class Agent:
         except CoordinatorError as e:
             log.error("cannot remove agents/%s: %s", self.host, e)
         log.info("agent for %s stopped", self.host)
-
-
-def _relevant(key: str) -> bool:
-    return key == "cluster" or key.startswith(("physical/", "topology/", "debug/"))
 
 
 def main(argv: list[str] | None = None) -> int:

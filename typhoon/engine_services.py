@@ -12,14 +12,11 @@ does for tcp runs.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from typhoon.engines import EngineService, plan_engines
+from typhoon.supervised import Supervised
 from typhoon.topology.model import PhysicalTopology, Topology
 
 log = logging.getLogger(__name__)
@@ -32,8 +29,7 @@ PLANNED_ARGS = ("dir", "guarantee")  # engine-node arguments the engine's plan f
 class _Running:
     service: EngineService
     log_path: Path
-    proc: subprocess.Popen | None = None
-    logfile: IO[bytes] | None = None
+    proc: Supervised | None = None
     restarts: int = 0
     failed: bool = False
 
@@ -101,11 +97,7 @@ class EngineServices:
 
     def _start(self, r: _Running) -> None:
         r.log_path.parent.mkdir(parents=True, exist_ok=True)
-        r.logfile = open(r.log_path, "ab")  # noqa: SIM115 - closed when it stops
-        r.proc = subprocess.Popen(
-            r.service.argv, stdin=subprocess.DEVNULL, stdout=r.logfile,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+        r.proc = Supervised.start(r.service.name, r.service.argv, r.log_path)
         log.info("started engine service %s (pid %d) for %s", r.service.name, r.proc.pid,
                  ", ".join(r.service.nodes))  # fmt: skip
 
@@ -141,8 +133,7 @@ class EngineServices:
                 r.restarts += 1
                 log.warning("%s: engine service %s exited %d; restart %d of %d",
                             app, r.service.name, code, r.restarts, MAX_RESTARTS)  # fmt: skip
-                if r.logfile is not None:
-                    r.logfile.close()
+                r.proc.close_log()
                 self._start(r)
 
     def forget_except(self, apps: set[str]) -> None:
@@ -153,18 +144,8 @@ class EngineServices:
     def stop(self, app: str, timeout: float = 10.0) -> None:
         engines = self.apps.pop(app, None)
         for r in engines.services if engines else []:
-            if r.proc is not None and r.proc.poll() is None:
-                try:
-                    os.killpg(r.proc.pid, signal.SIGTERM)
-                    r.proc.wait(timeout=timeout)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    try:
-                        os.killpg(r.proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    r.proc.wait()
-            if r.logfile is not None:
-                r.logfile.close()
+            if r.proc is not None:
+                r.proc.stop(timeout)  # SIGTERM to its group, SIGKILL after the timeout
             log.info("%s: stopped engine service %s", app, r.service.name)
 
     def stop_all(self) -> None:

@@ -34,20 +34,20 @@ from typhoon.manager import fresh_checkpoints
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
+from typhoon.supervised import Supervised
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
 
 log = logging.getLogger(__name__)
 
-Launcher = Callable[[str, list[str], Path], subprocess.Popen]
+Launcher = Callable[[str, list[str], Path], Supervised]
 MAX_SERVICE_RESTARTS = 3
 
 
-def local_launcher(host: str, argv: list[str], logfile: Path) -> subprocess.Popen:
+def local_launcher(host: str, argv: list[str], logfile: Path) -> Supervised:
     """Start a worker process on this machine (every emulated host is local)."""
-    out = open(logfile, "wb")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return Supervised.start(logfile.stem, argv, logfile, append=False, own_session=False)
 
 
 @dataclass
@@ -99,9 +99,9 @@ class TcpCluster:
         # engines other than python (spark) need processes next to the workers: a Spark driver
         # per host, launched before the workers and restarted if it dies (typhoon.engines)
         self.topology, self.services = plan_engines(topology, self.physical, self.workdir)
-        self.service_procs: dict[str, subprocess.Popen] = {}
+        self.service_procs: dict[str, Supervised] = {}
         self.service_restarts: dict[str, int] = {}
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, Supervised] = {}
         self.conns: dict[int, _WorkerConn] = {}
         self.sel = selectors.DefaultSelector()
         self.metrics: dict[int, dict[str, Any]] = {}
@@ -404,6 +404,7 @@ class TcpCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+            p.close_log()
 
     def close(self) -> None:
         self.stop()

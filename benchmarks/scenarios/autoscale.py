@@ -34,19 +34,8 @@ from typing import Any
 
 from benchmarks.app_runs import counter, run_app, wait_for
 from benchmarks.plots import time_series
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_num,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_num, fmt_rate, fmt_ratio, median, ratio
 from benchmarks.timeline import CounterLog, cv, mean_rate
 from mininet_env.run import EmulatedCluster
 from typhoon.report import read_worker_reports

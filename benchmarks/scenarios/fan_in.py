@@ -19,20 +19,8 @@ from __future__ import annotations
 
 from benchmarks import measure
 from benchmarks.plots import grouped_bars
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_num,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    paired_ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_num, fmt_rate, fmt_ratio, median, paired_ratio
 from benchmarks.testbed import RunResult, RunSpec
 from benchmarks.topologies import diamond, fan_in
 

@@ -15,21 +15,8 @@ from dataclasses import dataclass
 
 from benchmarks import measure
 from benchmarks.plots import grouped_bars
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_rate,
-    fmt_ratio,
-    geomean,
-    median,
-    paired_ratio,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_rate, fmt_ratio, geomean, median, paired_ratio, ratio
 from benchmarks.testbed import RunResult, RunSpec
 from benchmarks.topologies import forwarding
 

@@ -20,19 +20,8 @@ from __future__ import annotations
 
 from benchmarks import measure
 from benchmarks.plots import cdf_panels
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_num,
-    fmt_rate,
-    median,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_num, fmt_rate, median, ratio
 from benchmarks.testbed import RunResult, RunSpec
 from benchmarks.topologies import forwarding
 

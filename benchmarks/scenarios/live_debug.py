@@ -46,18 +46,8 @@ from benchmarks import measure
 from benchmarks.debug_watcher import Watcher
 from benchmarks.operators import EVENT_LOG_STREAM
 from benchmarks.plots import time_series
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_num,
-    fmt_rate,
-    median,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_num, fmt_rate, median
 from benchmarks.testbed import RunResult, ovs_cpu_seconds
 from benchmarks.timeline import (
     cpu_ms_per_1000,

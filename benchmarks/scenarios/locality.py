@@ -25,18 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.plots import grouped_bars
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_rate, fmt_ratio, median, ratio
 from benchmarks.testbed import RunResult, RunSpec
 from typhoon.locality.partition import Slot, plan_locality
 from typhoon.operators.pairs import expected_counts, pair_tuple

@@ -31,16 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.plots import time_series
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_num,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_num, ratio
 from benchmarks.testbed import RunResult
 from typhoon.operators.ads import START_MS, per_window, reference_swap_counts
 from typhoon.report import build_report, read_worker_reports

@@ -22,24 +22,12 @@ out of the way, what is left is the fan-out itself, the source and the switch.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from benchmarks import measure
 from benchmarks.plots import line_panels
-from benchmarks.scenario import (
-    Bench,
-    Ratio,
-    Scenario,
-    ScenarioResult,
-    Table,
-    fmt_count,
-    fmt_num,
-    fmt_rate,
-    fmt_ratio,
-    median,
-    paired_ratio,
-    ratio,
-    register,
-)
+from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
+from benchmarks.stats import fmt_count, fmt_num, fmt_rate, fmt_ratio, median, paired_ratio, ratio
 from benchmarks.testbed import RunResult, RunSpec
 from benchmarks.topologies import one_to_many
 
@@ -106,45 +94,25 @@ class OneToMany(Scenario):
         base = counts[0]
         rows, summary = [], []
         for n in counts:
-            lost = {t: [measure.lost(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
-            dups = {t: [measure.duplicates(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
-            rows.append(
-                [
-                    str(n),
-                    fmt_rate(per[(n, "sdn")]),
-                    fmt_rate(per[(n, "tcp")]),
-                    fmt_ratio(pair[n]),
-                    fmt_ratio(ratio(per[(n, "sdn")], per[(base, "sdn")])),
-                    fmt_ratio(ratio(per[(n, "tcp")], per[(base, "tcp")])),
-                    fmt_num(cpu[(n, "sdn")]),
-                    fmt_num(cpu[(n, "tcp")]),
-                    fmt_num(sink_cpu[(n, "sdn")]),
-                    fmt_num(sink_cpu[(n, "tcp")]),
-                    f"{fmt_rate(ceiling[(n, 'sdn')])} / {fmt_rate(ceiling[(n, 'tcp')])}",
-                    f"{fmt_pct(reached[(n, 'sdn')])} / {fmt_pct(reached[(n, 'tcp')])}",
-                    f"{fmt_count(lost['sdn'])} / {fmt_count(lost['tcp'])}",
-                    f"{fmt_count(dups['sdn'])} / {fmt_count(dups['tcp'])}",
-                    str(len(measured[(n, "sdn")])),
-                ]
-            )
+            row, point = _row(n, base, per, pair, reached, measured)
+            row[6:6] = [
+                fmt_num(cpu[(n, "sdn")]),
+                fmt_num(cpu[(n, "tcp")]),
+                fmt_num(sink_cpu[(n, "sdn")]),
+                fmt_num(sink_cpu[(n, "tcp")]),
+                f"{fmt_rate(ceiling[(n, 'sdn')])} / {fmt_rate(ceiling[(n, 'tcp')])}",
+            ]
+            rows.append(row)
             summary.append(
                 {
-                    "sinks": n,
-                    "sdn_per_sink_tuples_s": per[(n, "sdn")],
-                    "tcp_per_sink_tuples_s": per[(n, "tcp")],
-                    "sdn_over_tcp": pair[n],
+                    **point["head"],
                     "sdn_source_cpu_us_per_tuple": cpu[(n, "sdn")],
                     "tcp_source_cpu_us_per_tuple": cpu[(n, "tcp")],
                     "sdn_sink_cpu_us_per_tuple": sink_cpu[(n, "sdn")],
                     "tcp_sink_cpu_us_per_tuple": sink_cpu[(n, "tcp")],
                     "sdn_cpu_ceiling_per_sink": ceiling[(n, "sdn")],
                     "tcp_cpu_ceiling_per_sink": ceiling[(n, "tcp")],
-                    "sdn_ceiling_reached": reached[(n, "sdn")],
-                    "tcp_ceiling_reached": reached[(n, "tcp")],
-                    "sdn_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "sdn")]],
-                    "tcp_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "tcp")]],
-                    "lost": lost,
-                    "duplicates": dups,
+                    **point["checks"],
                 }
             )
         res.summary = {"batch": self.BATCH, "points": summary}
@@ -253,37 +221,10 @@ class OneToMany(Scenario):
                 t: median(measure.sink_cpu_us_per_tuple(r) for r in measured[(n, t)])
                 for t in ("sdn", "tcp")
             }
-            lost = {t: [measure.lost(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
-            dups = {t: [measure.duplicates(r) for r in measured[(n, t)]] for t in ("sdn", "tcp")}
-            rows.append(
-                [
-                    str(n),
-                    fmt_rate(per[(n, "sdn")]),
-                    fmt_rate(per[(n, "tcp")]),
-                    fmt_ratio(pair[n]),
-                    fmt_ratio(ratio(per[(n, "sdn")], per[(counts[0], "sdn")])),
-                    fmt_ratio(ratio(per[(n, "tcp")], per[(counts[0], "tcp")])),
-                    f"{fmt_num(sink_cpu['sdn'])} / {fmt_num(sink_cpu['tcp'])}",
-                    f"{fmt_pct(reached[(n, 'sdn')])} / {fmt_pct(reached[(n, 'tcp')])}",
-                    f"{fmt_count(lost['sdn'])} / {fmt_count(lost['tcp'])}",
-                    f"{fmt_count(dups['sdn'])} / {fmt_count(dups['tcp'])}",
-                    str(len(measured[(n, "sdn")])),
-                ]
-            )
-            points.append(
-                {
-                    "sinks": n,
-                    "sdn_per_sink_tuples_s": per[(n, "sdn")],
-                    "tcp_per_sink_tuples_s": per[(n, "tcp")],
-                    "sdn_over_tcp": pair[n],
-                    "sdn_ceiling_reached": reached[(n, "sdn")],
-                    "tcp_ceiling_reached": reached[(n, "tcp")],
-                    "sdn_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "sdn")]],
-                    "tcp_runs_per_sink": [measure.per_sink(r) for r in measured[(n, "tcp")]],
-                    "lost": lost,
-                    "duplicates": dups,
-                }
-            )
+            row, point = _row(n, counts[0], per, pair, reached, measured)
+            row.insert(6, f"{fmt_num(sink_cpu['sdn'])} / {fmt_num(sink_cpu['tcp'])}")
+            rows.append(row)
+            points.append({**point["head"], **point["checks"]})
         res.summary["cheap_sinks"] = points
         res.tables.append(
             Table(
@@ -327,6 +268,49 @@ def ceiling_share(run: RunResult, cores: int) -> float | None:
     if not total or rate is None:
         return None
     return rate / (cores * 1e6 / total)
+
+
+def _row(
+    n: int,
+    base: int,
+    per: dict[tuple[int, str], float | None],
+    pair: dict[int, float | None],
+    reached: dict[tuple[int, str], float | None],
+    measured: Runs,
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The cells and summary entries both series share for ``n`` sinks: the per-sink
+    rates and their ratios first; the ceiling reached, what was lost or duplicated and
+    the runs last (a series inserts its own columns at index 6)."""
+    runs = {t: measured[(n, t)] for t in ("sdn", "tcp")}
+    lost = {t: [measure.lost(r) for r in rs] for t, rs in runs.items()}
+    dups = {t: [measure.duplicates(r) for r in rs] for t, rs in runs.items()}
+    cells = [
+        str(n),
+        fmt_rate(per[(n, "sdn")]),
+        fmt_rate(per[(n, "tcp")]),
+        fmt_ratio(pair[n]),
+        fmt_ratio(ratio(per[(n, "sdn")], per[(base, "sdn")])),
+        fmt_ratio(ratio(per[(n, "tcp")], per[(base, "tcp")])),
+        f"{fmt_pct(reached[(n, 'sdn')])} / {fmt_pct(reached[(n, 'tcp')])}",
+        f"{fmt_count(lost['sdn'])} / {fmt_count(lost['tcp'])}",
+        f"{fmt_count(dups['sdn'])} / {fmt_count(dups['tcp'])}",
+        str(len(runs["sdn"])),
+    ]
+    head = {
+        "sinks": n,
+        "sdn_per_sink_tuples_s": per[(n, "sdn")],
+        "tcp_per_sink_tuples_s": per[(n, "tcp")],
+        "sdn_over_tcp": pair[n],
+    }
+    checks = {
+        "sdn_ceiling_reached": reached[(n, "sdn")],
+        "tcp_ceiling_reached": reached[(n, "tcp")],
+        "sdn_runs_per_sink": [measure.per_sink(r) for r in runs["sdn"]],
+        "tcp_runs_per_sink": [measure.per_sink(r) for r in runs["tcp"]],
+        "lost": lost,
+        "duplicates": dups,
+    }
+    return cells, {"head": head, "checks": checks}
 
 
 def fmt_pct(x: float | None) -> str:

@@ -18,8 +18,10 @@ and after, the seconds below 80% of the pre-fault rate and kill -> back at
 
 from __future__ import annotations
 
-from benchmarks.scenario import Ratio, ratio, register
-from benchmarks.scenarios.fault import Fault, Medians
+from benchmarks.fault_results import Medians
+from benchmarks.scenario import Ratio, register
+from benchmarks.scenarios.fault import Fault
+from benchmarks.stats import ratio
 
 
 @register

@@ -7,7 +7,8 @@ import pytest
 from benchmarks import measure
 from benchmarks.operators import ACK_INIT_STREAM, Acker, AckingSource, BenchSink, latency_quantiles
 from benchmarks.runner import render_markdown, select
-from benchmarks.scenario import Ratio, ScenarioResult, Table, geomean, median, scenarios
+from benchmarks.scenario import Ratio, ScenarioResult, Table, scenarios
+from benchmarks.stats import geomean, median
 from benchmarks.testbed import RunResult
 from benchmarks.topologies import forwarding, one_to_many
 from typhoon.operators.base import Context

@@ -8,13 +8,14 @@ LOOP = "Worker.run (typhoon/runtime/worker.py:88)"
 def test_innermost_frame_with_a_layer_wins():
     enc = [LOOP, "Framework.push (typhoon/runtime/framework.py:330)",
            "Framework._entries (typhoon/runtime/framework.py:280)",
-           "encode_rows (typhoon/wire.py:270)"]  # fmt: skip
+           "encode_rows (typhoon/wire/rows.py:50)"]  # fmt: skip
     assert layer_of(enc) == "msgpack encode"
     dec = [LOOP, "Framework.deliver (typhoon/runtime/framework.py:370)",
            "Framework._decode_entry (typhoon/runtime/framework.py:390)",
-           "decode_rows (typhoon/wire.py:280)", "decode_tuple (typhoon/wire.py:247)"]  # fmt: skip
+           "decode_rows (typhoon/wire/rows.py:60)",
+           "decode_tuple (typhoon/wire/rows.py:35)"]  # fmt: skip
     assert layer_of(dec) == "msgpack decode"
-    frames = [LOOP, "pack_frames (typhoon/wire.py:400)"]
+    frames = [LOOP, "pack_frames (typhoon/wire/frames.py:160)"]
     assert layer_of(frames) == "frames (build, parse)"
     op = [LOOP, "SequenceCheck.process_batch (typhoon/operators/sinks.py:160)"]
     assert layer_of(op) == "operator"
@@ -27,7 +28,7 @@ def test_samples_per_worker_process():
     head = 'process 41:"python -m typhoon.runtime.worker /tmp/x/worker-3.spec.json"'
     raw = "\n".join(
         [
-            f"{head};{LOOP};encode_rows (typhoon/wire.py:270) 7",
+            f"{head};{LOOP};encode_rows (typhoon/wire/rows.py:50) 7",
             f"{head};{LOOP};Tap.write (typhoon/runtime/tap.py:90) 5",
             'process 9:"python -m typhoon_cli run forward.yaml";main (typhoon_cli/run.py:3) 50',
         ]

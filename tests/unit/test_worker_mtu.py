@@ -1,7 +1,7 @@
 """The worker frame size the agent writes into a spec: the fabric's, or less."""
 
-from typhoon.agent import WORKER_MTU, worker_mtu
 from typhoon.cluster import Cluster
+from typhoon.worker_specs import WORKER_MTU, worker_mtu
 
 
 def test_emulation_keeps_its_large_frames():

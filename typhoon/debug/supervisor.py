@@ -14,17 +14,16 @@ to no physical topology and has no worker id.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 from typhoon.coordinator import Coordinator
 from typhoon.debug.spec import DebugSpec, sessions_on
+from typhoon.supervised import Supervised
 
 log = logging.getLogger("typhoon.agent.debug")
 
@@ -33,7 +32,7 @@ SYS_NET = Path("/sys/class/net")
 
 
 class Bridge(Protocol):
-    """What is needed of the agent's bridge (``typhoon.agent.Bridge``)."""
+    """What is needed of the agent's bridge (``typhoon.ovs_bridge.Bridge``)."""
 
     def attach(self, tap: str, ofport: int) -> int | None: ...
     def detach(self, tap: str) -> None: ...
@@ -43,20 +42,10 @@ class Bridge(Protocol):
 class _DebugProc:
     spec: DebugSpec
     bridge: Bridge
-    proc: subprocess.Popen
+    proc: Supervised
     phase: str  # "starting" | "attached" | "stopping"
     deadline: float  # starting: TAP deadline; stopping: when to SIGKILL
-    logfile: IO[bytes] | None = field(default=None, repr=False)
     killed: bool = False
-
-    def send(self, sig: signal.Signals) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                self.proc.send_signal(sig)
-            except ProcessLookupError:
-                pass
 
 
 class DebugWorkers:
@@ -108,19 +97,15 @@ class DebugWorkers:
         try:
             spec.save(path)
             bridge.detach(spec.tap)  # a port left by an earlier run would hold the name
-            logfile = open(path.with_name(f"{spec.session}.log"), "ab")  # noqa: SIM115
-            proc = subprocess.Popen(
-                [*self.cmd, str(path)],
-                stdin=subprocess.DEVNULL,
-                stdout=logfile,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = Supervised.start(
+                f"debug-{spec.session}", [*self.cmd, str(path)],
+                path.with_name(f"{spec.session}.log"),
+            )  # fmt: skip
         except (OSError, RuntimeError) as e:
             log.error("cannot start debug session %s: %s", spec.session, e)
             return
         deadline = time.monotonic() + self.tap_timeout
-        self.procs[spec.session] = _DebugProc(spec, bridge, proc, "starting", deadline, logfile)
+        self.procs[spec.session] = _DebugProc(spec, bridge, proc, "starting", deadline)
         log.info(
             "debug session %s: started debug worker pid %d for %s worker %d (%s), TAP %s",
             spec.session, proc.pid, spec.app, spec.worker, spec.direction, spec.tap,
@@ -139,7 +124,7 @@ class DebugWorkers:
                     self.begin_stop(p, f"TAP {p.spec.tap} did not appear in {self.tap_timeout:g} s")
             elif p.phase == "stopping" and not p.killed and time.monotonic() > p.deadline:
                 log.warning("debug session %s: worker ignored SIGTERM, SIGKILL", sid)
-                p.send(signal.SIGKILL)
+                p.proc.signal_group(signal.SIGKILL)
                 p.killed = True
 
     def _attach(self, p: _DebugProc) -> None:
@@ -160,7 +145,7 @@ class DebugWorkers:
         log.info("stopping debug session %s (pid %d): %s", p.spec.session, p.proc.pid, why)
         p.phase = "stopping"
         p.deadline = time.monotonic() + self.stop_timeout
-        p.send(signal.SIGTERM)
+        p.proc.signal_group(signal.SIGTERM)
 
     def _finish(self, p: _DebugProc) -> None:
         log.info("debug session %s: worker exited with %s", p.spec.session, p.proc.returncode)
@@ -168,8 +153,7 @@ class DebugWorkers:
             p.bridge.detach(p.spec.tap)
         except (OSError, RuntimeError) as e:
             log.error("cannot remove port %s: %s", p.spec.tap, e)
-        if p.logfile is not None:
-            p.logfile.close()
+        p.proc.close_log()
         del self.procs[p.spec.session]
 
     def shutdown(self, timeout: float | None = None) -> None:

@@ -1,6 +1,6 @@
 """Credit-based flow control for frames the switch load-balances (``sdn`` grouping).
 
-Per-link credits (:mod:`typhoon.runtime.credits`) charge each frame to the link of
+Per-link credits (:mod:`typhoon.runtime.links`) charge each frame to the link of
 its receiver.  A frame sent to a node's load-balancer address has no known
 receiver: the switch's select group picks one and rewrites the destination.  So:
 

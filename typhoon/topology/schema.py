@@ -123,7 +123,7 @@ _CONFIG = {
         "batch_size": {"type": "integer", "minimum": 1},
         "max_delay_ms": {"type": "number", "minimum": 0},
         "max_delay": {"type": "number", "minimum": 0},  # older name of max_delay_ms
-        "sdn": {"type": ["object", "null"]},  # I/O-layer options (typhoon.agent.SDN_OPTIONS)
+        "sdn": {"type": ["object", "null"]},  # I/O-layer options (typhoon.worker_specs.SDN_OPTIONS)
         "flow_control": {"type": "boolean"},
         "output_dir": {"type": "string"},
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},

@@ -1,0 +1,101 @@
+"""typhoon/supervised.py with real child processes: start, exit codes, group stop, adoption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from typhoon.supervised import Supervised
+
+PY = sys.executable
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_exit_code_and_log(tmp_path):
+    p = Supervised.start("w", [PY, "-c", "print('hello'); raise SystemExit(3)"], tmp_path / "w.log")
+    assert p.wait(10) == 3
+    assert p.exit_status() == (True, 3) and p.returncode == 3 and not p.alive()
+    p.close_log()
+    assert p.tail() == "hello"
+
+
+def test_log_is_appended_unless_asked(tmp_path):
+    log = tmp_path / "w.log"
+    for _ in range(2):
+        p = Supervised.start("w", [PY, "-c", "print('x')"], log)
+        p.wait(10)
+        p.stop()
+    assert log.read_text() == "x\nx\n"
+    p = Supervised.start("w", [PY, "-c", "print('y')"], log, append=False, own_session=False)
+    p.wait(10)
+    p.stop()
+    assert log.read_text() == "y\n"
+
+
+def test_stop_reaches_what_it_started_and_kills_what_ignores_sigterm(tmp_path):
+    # the child starts a grandchild that ignores SIGTERM (and says so), then waits
+    grandchild = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print(os.getpid(), flush=True); time.sleep(60)"
+    )
+    code = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(60)"
+    )
+    log = tmp_path / "w.log"
+    p = Supervised.start("w", [PY, "-c", code], log)
+    wait_for(lambda: log.read_text().strip())
+    grandchild = int(log.read_text().split()[0])
+    p.stop(timeout=0.5)
+    assert p.returncode == -signal.SIGTERM
+    wait_for(lambda: not _exists(grandchild))  # SIGKILLed with its group
+
+
+def test_adopt_checks_the_command_line_and_sees_the_end(tmp_path):
+    marker = str(tmp_path / "worker-1.spec.json")
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", marker])
+    try:
+        assert Supervised.adopt("w", proc.pid, str(tmp_path / "other.spec.json")) is None
+        p = Supervised.adopt("w", proc.pid, marker)
+        assert p is not None and p.pid == proc.pid and p.alive()
+        assert p.exit_status() == (False, None)
+        p.send_signal(signal.SIGTERM)
+        proc.wait(10)  # reaped by its parent (this test), as the agent's workers are by init
+        wait_for(lambda: not p.alive())
+        assert p.exit_status() == (True, None)  # not our child: no exit code
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_adopt_refuses_a_zombie_and_a_missing_pid(tmp_path):
+    proc = subprocess.Popen([PY, "-c", "pass", "marker"])
+    wait_for(lambda: _state(proc.pid) == "Z")  # exited, not reaped
+    assert Supervised.adopt("w", proc.pid, "marker") is None
+    proc.wait()
+    assert Supervised.adopt("w", proc.pid, "marker") is None
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return _state(pid) != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""

@@ -1,0 +1,218 @@
+"""Control tuples (paper Table 2): their types, the schema of each body, encoding.
+
+Every body is validated and its defaults filled in on both ends, so a worker
+and the controller never disagree on what a control tuple means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+from typhoon.wire.checks import MAX_ID, U16_MAX, U32_MAX, WireError
+from typhoon.wire.rows import decode_tuple
+
+
+class Control(IntEnum):
+    ROUTING = 1
+    SIGNAL = 2
+    METRIC_REQ = 3
+    METRIC_RESP = 4
+    INPUT_RATE = 5
+    ACTIVATE = 6
+    DEACTIVATE = 7
+    BATCH_SIZE = 8
+    DRAIN = 9
+    UPSTREAM = 10  # the workers that send to this one changed (runtime reconfiguration)
+    FLOW_CONTROL = 11  # the bytes this worker may have in flight (its share of the fabric)
+    ROLLBACK = 12  # go back to a global checkpoint as a new generation (guaranteed processing)
+    COMPLETE = 13  # every worker of the application finished: a finished worker may exit
+
+
+POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
+
+
+@dataclass(frozen=True)
+class ControlTuple:
+    """A control tuple (paper Table 2); ``body`` follows the schema of its type."""
+
+    type: Control
+    body: dict
+
+
+_Check = Callable[[Any], Any]
+_REQUIRED = object()
+_OMITTED = object()  # optional key that stays absent when not given (no default filled in)
+_MAX_U64 = 2**64 - 1
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(lo: int, hi: int) -> _Check:
+    def check(v: Any) -> int:
+        if not _is_int(v) or not lo <= v <= hi:
+            raise ValueError(f"expected an int in {lo}..{hi}, got {v!r}")
+        return int(v)
+
+    return check
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return v
+
+
+def _nonneg_float(v: Any) -> float:
+    if not (_is_int(v) or isinstance(v, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"expected a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _choice(options: frozenset[str]) -> _Check:
+    def check(v: Any) -> str:
+        if not isinstance(v, str) or v not in options:
+            raise ValueError(f"expected one of {sorted(options)}, got {v!r}")
+        return v
+
+    return check
+
+
+def _list_of(item: _Check) -> _Check:
+    def check(v: Any) -> list:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"expected a list, got {type(v).__name__}")
+        return [item(x) for x in v]
+
+    return check
+
+
+def _str_key_dict(value: _Check) -> _Check:
+    def check(v: Any) -> dict:
+        if not isinstance(v, dict):
+            raise ValueError(f"expected a dict, got {type(v).__name__}")
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise ValueError(f"dict keys must be str, got {k!r}")
+            out[k] = value(x)
+        return out
+
+    return check
+
+
+_worker_id = _int(1, MAX_ID)
+_u64 = _int(0, _MAX_U64)
+_metric_int = _int(-(2**63), _MAX_U64)  # what msgpack can carry
+
+
+def _metric_value(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _metrics(v)
+    if isinstance(v, (str, float)):
+        return v
+    return _metric_int(v)
+
+
+_metrics = _str_key_dict(_metric_value)
+
+_SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
+    Control.ROUTING: {
+        "stream": (_int(0, U16_MAX), _REQUIRED),
+        "policy": (_choice(POLICIES), _REQUIRED),
+        "next_hops": (_list_of(_worker_id), _REQUIRED),
+        "fields": (_list_of(_int(0, U16_MAX)), []),
+        "table": (_str_key_dict(_worker_id), {}),
+        "version": (_u64, _REQUIRED),
+        "local": (_list_of(_worker_id), []),
+        "lb_node": (_int(0, 0xFF), 0),
+        # receivers this sender will never send to again: end of stream goes to each of
+        # them right after the route is installed (stable removal, docs/design.md §5)
+        "release": (_list_of(_worker_id), _OMITTED),
+        # sdn policy: true = frames go to the node's load-balancer address and the switch
+        # picks the worker; absent = keep the stream's current mode (the LB app sets it)
+        "balanced": (_bool, _OMITTED),
+    },
+    Control.SIGNAL: {"version": (_u64, _REQUIRED)},
+    Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED)},
+    Control.METRIC_RESP: {
+        "request_id": (_u64, _REQUIRED),
+        "worker": (_worker_id, _REQUIRED),
+        "metrics": (_metrics, _REQUIRED),
+    },
+    Control.INPUT_RATE: {"rate": (_nonneg_float, _REQUIRED)},
+    Control.ACTIVATE: {},
+    Control.DEACTIVATE: {},
+    Control.BATCH_SIZE: {
+        "size": (_int(1, U32_MAX), _REQUIRED),
+        "max_delay_ms": (_nonneg_float, _REQUIRED),
+    },
+    Control.DRAIN: {"version": (_u64, _REQUIRED)},
+    # bytes of truesize the worker may have in flight (typhoon.topology.budgets)
+    Control.FLOW_CONTROL: {"budget": (_int(0, U32_MAX), _REQUIRED)},
+    # a recovery: restore the global checkpoint ``epoch`` (-1: the start) as ``generation``
+    Control.ROLLBACK: {
+        "generation": (_int(1, U32_MAX), _REQUIRED),
+        "epoch": (_int(-1, 2**62), _REQUIRED),
+    },
+    Control.COMPLETE: {},
+    # senders that start (add) or stopped without end of stream (remove) sending to a worker
+    Control.UPSTREAM: {
+        "add": (_list_of(_worker_id), []),
+        "remove": (_list_of(_worker_id), []),
+        "version": (_u64, _REQUIRED),
+        # false: a sender in ``add`` whose end of stream already came stays finished
+        # (a replacement told who sends to it, not a sender routing to it again)
+        "reopen": (_bool, True),
+    },
+}
+
+
+def _normalize(ctype: Control, body: Any) -> dict:
+    """Validated copy of ``body`` with defaults filled in; ValueError if invalid."""
+    if not isinstance(body, dict):
+        raise ValueError(f"{ctype.name} body must be a dict, got {type(body).__name__}")
+    schema = _SCHEMAS[ctype]
+    unknown = [k for k in body if k not in schema]
+    if unknown:
+        raise ValueError(f"{ctype.name}: unknown keys {unknown!r}")
+    out = {}
+    for key, (check, default) in schema.items():
+        if key in body:
+            try:
+                out[key] = check(body[key])
+            except ValueError as e:
+                raise ValueError(f"{ctype.name}.{key}: {e}") from None
+        elif default is _REQUIRED:
+            raise ValueError(f"{ctype.name}: missing key {key!r}")
+        elif default is not _OMITTED:
+            out[key] = type(default)(default)  # fresh copy of a mutable default
+    return out
+
+
+def encode_control(ct: ControlTuple) -> bytes:
+    """Validate, then serialize as msgpack ``[type, body]`` (defaults filled in)."""
+    ctype = Control(ct.type)
+    return msgpack.packb([int(ctype), _normalize(ctype, ct.body)], use_bin_type=True)
+
+
+def decode_control(data: bytes) -> ControlTuple:
+    """Inverse of :func:`encode_control`; malformed or invalid bodies are WireErrors."""
+    value = decode_tuple(data)
+    if len(value) != 2:
+        raise WireError("a control tuple must be a 2-element msgpack array")
+    ctype, body = value
+    try:
+        if not _is_int(ctype):
+            raise ValueError(f"control tuple type must be an int, got {ctype!r}")
+        ctype = Control(ctype)
+        return ControlTuple(ctype, _normalize(ctype, body))
+    except ValueError as e:
+        raise WireError(str(e)) from None
