@@ -195,7 +195,7 @@ class PairsCost(Scenario):
 
     APPS = ["apps/live_debugger.py"]
     CONTROLLER_CONFIG = "metrics_interval = 0.5\n"
-    QUICK_COUNT, FULL_COUNT = 150_000, 400_000
+    QUICK_COUNT, FULL_COUNT = 1_000_000, 3_000_000  # seconds of full speed: the session is live
 
     def run(self, bench: Bench) -> ScenarioResult:
         count = self.QUICK_COUNT if bench.quick else self.FULL_COUNT
