@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         "here. `main`: the mirror before (every frame copied, sampling in the debug "
         "worker); `mir`: after (a meter of 200 frames/s per session before the debug "
         "port, bounded ring in the debug worker); `mir-rate1`: after, with a 1 frame/s "
-        "meter. Throughput ratio: sink tuples/s attached / before, per round "
+        "meter (`[live_debugger] mirror_rate = 1` added to the scenario's controller "
+        "config for that round only). Throughput ratio: sink tuples/s attached / before, per round "
         "(`attached_over_before` of `benchmarks/scenarios/live_debug.py`).",
         "",
         "| tree, mode | mirror attached/before per round | median | placebo (nothing "
