@@ -421,8 +421,10 @@ def test_a_low_rate_session_gets_at_most_its_rate_and_the_run_stays_exact(cluste
     # took from split[0]'s data rules while the session was live (the same frames)
     assert stats["switch_sampled"] > 0 and stats["switch_copied"] <= copies + burst, stats
     assert stats["switch_copied"] + stats["switch_sampled"] <= sent, (stats, sent)
-    # gaps in the sequence are the frames sampled away (none lost on the debug port)
-    assert stats["switch_dropped"] == 0 and 0 < stats["seq_gaps"] <= stats["switch_sampled"]
+    # gaps in the sequence are frames sampled away (none lost on the debug port); a link
+    # whose copies were consecutive frames shows none, so gaps may be 0
+    assert stats["switch_dropped"] == 0 and stats["ring_dropped"] == 0, stats
+    assert stats["seq_gaps"] <= stats["switch_sampled"], stats
     # the observed run is exact: every word counted once
     counts: Counter = Counter()
     for w in physical.of_node("count"):
