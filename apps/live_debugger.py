@@ -30,6 +30,7 @@ from controller.cookies import describe
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
+from controller.meters import meter_id, sampling_meter
 from controller.mirror import apply_mirrors, mirrored
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
@@ -48,6 +49,7 @@ register_settings(Limits)
 
 OWNER = "live_debugger"
 TICK_S = 0.2
+SWITCH_STATS_S = 1.0  # how often the meters' and debug ports' counters are read
 
 
 def limits_from_conf() -> Limits:
@@ -62,6 +64,7 @@ class LiveDebugger(TyphoonApp):
         super().__init__(*args, **kwargs)
         self.sessions = DebugSessions(limits_from_conf())
         self.cleaned = False
+        self.stats_asked = 0.0
         kwargs["wsgi"].register(
             DebugRest,
             {"debugger": self, "core": self, "token": read_settings(CoreSettings).api_token},
@@ -196,8 +199,33 @@ class LiveDebugger(TyphoonApp):
                 self.logger.info(
                     "session %s: mirror rules confirmed by the switch: live", session.id
                 )
+        if now - self.stats_asked >= SWITCH_STATS_S:
+            self.stats_asked = now
+            live = ("mirroring", "live")
+            hosts = {s.spec.host for s in self.sessions.active() if s.state in live}
+            for host in sorted(hosts):
+                self.core().request_meter_stats(host)
+                self.core().request_stats(host, groups=False)
         for session in self.sessions.purge(now):
             self.logger.info("session %s: forgotten (%s)", session.id, session.reason)
+
+    @set_ev_cls(ofp_event.EventOFPMeterStatsReply, MAIN_DISPATCHER)
+    def _meter_stats(self, ev):
+        dpid = ev.msg.datapath.id
+        for stat in ev.msg.body:
+            for session in self.sessions.active():
+                if session.dpid == dpid and meter_id(session.spec.port) == stat.meter_id:
+                    left_out = sum(b.packet_band_count for b in stat.band_stats)
+                    session.switch["switch_copied"] = stat.packet_in_count - left_out
+                    session.switch["switch_sampled"] = left_out
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev):
+        dpid = ev.msg.datapath.id
+        for stat in ev.msg.body:
+            session = self.sessions.at_port(dpid, stat.port_no)
+            if session is not None:
+                session.switch["switch_dropped"] = stat.tx_dropped
 
     # ----- actions -------------------------------------------------------------------------
 
@@ -216,10 +244,20 @@ class LiveDebugger(TyphoonApp):
 
     def refresh_mirrors(self) -> None:
         """(Re)install the mirror overlay for the sessions whose port is up; none: drop it."""
-        if any(s.state in ("mirroring", "live") for s in self.sessions.sessions.values()):
+        mirroring = [s for s in self.sessions.sessions.values() if s.state in ("mirroring", "live")]
+        if mirroring:
+            # one recompute gives the overlay (it reads the sessions) and the meters it
+            # uses, and the core sends meter adds before flow mods, meter deletes after;
+            # the very first time the overlay is not registered yet: meters, then rules
+            meters: dict[str, set] = {}
+            for s in mirroring:
+                meters.setdefault(s.spec.host, set()).add(sampling_meter(s.spec.port, s.spec.rate))
+            by_host = {h: frozenset(m) for h, m in meters.items()}
+            self.core().set_rules(Source.METERS, OWNER, by_host)
             self.core().set_rules(Source.OVERLAY, OWNER, self._overlay)
         else:
-            self.core().clear_rules(Source.OVERLAY, OWNER)
+            self.core().clear_rules(Source.OVERLAY, OWNER)  # the rules first, then their meters
+            self.core().clear_rules(Source.METERS, OWNER)
 
     def _overlay(self, host: str, rules: frozenset) -> frozenset:
         """The core calls this on every recompute: mirror outputs on ``host``'s rules."""

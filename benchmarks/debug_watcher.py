@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from typhoon.client import ApiCallError, Client
@@ -19,9 +20,21 @@ class Watcher:
 
     POLL_S = 0.2  # the CLI's --poll default
 
-    def __init__(self, api: Client, app: str, sample: float) -> None:
+    def __init__(
+        self,
+        api: Client,
+        app: str,
+        sample: float,
+        worker: str = "source",
+        direction: str = "out",
+        keep: Callable[[list[dict[str, Any]]], None] | None = None,
+        rate: int | None = None,
+    ) -> None:
         self.api = api
         self.sample = sample  # percent of the decoded copies shipped to the controller
+        self.worker, self.direction = worker, direction
+        self.keep = keep  # called with every page of records read
+        self.rate = rate  # frames/s the switch copies (None: the controller's default)
         self.path = f"/apps/{app}/debug"
         self.requested = 0.0
         self.live = 0.0  # wall time the session was first seen live
@@ -35,7 +48,13 @@ class Watcher:
 
     def attach(self) -> None:
         self.requested = time.time()
-        body = {"worker": "source", "direction": "out", "sample": self.sample}
+        body: dict[str, Any] = {
+            "worker": self.worker,
+            "direction": self.direction,
+            "sample": self.sample,
+        }
+        if self.rate is not None:
+            body["rate"] = self.rate
         self.session = self.api.call("POST", self.path, body)
         self._thread.start()
 
@@ -55,6 +74,8 @@ class Watcher:
             while not self._stop.is_set():
                 page = self.api.call("GET", f"{self.path}/{sid}/tuples?after={after}&limit=1000")
                 self.records += len(page["records"])
+                if self.keep is not None:
+                    self.keep(page["records"])
                 after = page["next"]
                 if page["state"] == "ended":
                     self.error = f"the debug session ended: {page['reason']}"

@@ -12,6 +12,8 @@ door, :meth:`RuleComposer.set` / :meth:`RuleComposer.clear`, with a
   current rule has their match.
 * ``OVERLAY``: a rewrite of each host's final rules (the live debugger's
   mirror outputs), applied last so it follows every other change in the same step.
+* ``METERS``: OpenFlow meters by host (the live debugger's sampling); an owner
+  sets them before an overlay that uses them and clears them after.
 
 Pure: the core (``controller/core.py``) recomputes and reconciles after each change.
 """
@@ -25,12 +27,14 @@ from typing import Any
 
 from controller.flows import RuleSpec, compile_default_rules
 from controller.groups import GroupSpec
+from controller.meters import MeterSpec
 from controller.view import ClusterView
 
 DEFAULT_RULES = frozenset(compile_default_rules())
 
 RulesByHost = dict[str, frozenset[RuleSpec]]
 GroupsByHost = dict[str, frozenset[GroupSpec]]
+MetersByHost = dict[str, frozenset[MeterSpec]]
 # (host, its complete rule set) -> the rule set to install instead
 Overlay = Callable[[str, frozenset[RuleSpec]], frozenset[RuleSpec]]
 # view -> (host -> groups, host -> rules that point at them)
@@ -44,6 +48,7 @@ class Source(enum.Enum):
     GROUPS = "groups"  # GroupProvider
     KEPT = "kept"  # RulesByHost
     OVERLAY = "overlay"  # Overlay
+    METERS = "meters"  # MetersByHost
 
 
 def _union(into: dict[str, frozenset], add: dict[str, frozenset]) -> None:
@@ -93,3 +98,10 @@ class RuleComposer:
             except Exception:  # one app's bug must not keep the topology's rules out
                 self.logger.exception("rule overlay of %s failed; skipped", owner)
         return desired, groups
+
+    def meters(self) -> MetersByHost:
+        """Every host's meters (the union of the owners')."""
+        out: MetersByHost = {}
+        for per_host in self.sources[Source.METERS].values():
+            _union(out, per_host)
+        return out

@@ -36,6 +36,7 @@ from controller.events import (
 )
 from controller.flows import RuleSpec
 from controller.groups import GroupSpec
+from controller.meters import MeterSpec
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
 from controller.options import read_settings, register_settings
@@ -109,6 +110,7 @@ class TyphoonController(RyuApp):
         self.channel = ControlChannel()
         self.desired_rules: dict[str, frozenset[RuleSpec]] = {}
         self.desired_groups: dict[str, frozenset[GroupSpec]] = {}  # host -> groups
+        self.desired_meters: dict[str, frozenset[MeterSpec]] = {}  # host -> meters
         self.physical_versions: dict[str, int] = {}
         self.reconciling = False
         # versions of control tuples the executor waits for; a restart never reuses one
@@ -166,6 +168,13 @@ class TyphoonController(RyuApp):
         if self.sync.group_descs(dp, ev.msg.body, more):
             self.reconcile(dp)
 
+    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
+    def _meter_config(self, ev):
+        dp = ev.msg.datapath
+        more = bool(ev.msg.flags & dp.ofproto.OFPMPF_REPLY_MORE)
+        if self.sync.meter_configs(dp, ev.msg.body, more):
+            self.reconcile(dp)
+
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
         if ev.state == DEAD_DISPATCHER and self.sync.disconnected(ev.datapath):
@@ -180,11 +189,13 @@ class TyphoonController(RyuApp):
         host = self.view.host_of_dpid(dp.id)
         desired = self.desired_rules.get(host, DEFAULT_RULES)
         groups = self.desired_groups.get(host, frozenset())
-        self._send(dp, self.sync.reconcile(dp, host, desired, groups))
+        meters = self.desired_meters.get(host, frozenset())
+        self._send(dp, self.sync.reconcile(dp, host, desired, groups, meters))
 
     def refresh_desired(self) -> None:
         """Recompute every bridge's rules and groups from the view and the apps' sources."""
         self.desired_rules, self.desired_groups = self.composer.compose(self.view)
+        self.desired_meters = self.composer.meters()
 
     def reconcile_all(self) -> None:
         self.reconciling = True

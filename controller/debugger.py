@@ -61,6 +61,10 @@ class Limits:
     max_rate: int = setting(
         10_000, "records/s a debug worker sends to the controller; the rest are counted"
     )
+    mirror_rate: int = setting(
+        200, "frames/s the switch copies to a debug worker unless the attach says (`--rate`)"
+    )
+    max_mirror_rate: int = setting(10_000, "largest `--rate` accepted")
     # empty: the app fills in its own REST address
     report_url: str = setting(
         "",
@@ -122,6 +126,9 @@ class Session:
     mirrored_rules: int = 0
     error: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    # the switch's side (controller/meters.py): frames its meter let through / left out,
+    # and copies the debug port could not take (read every second while mirroring)
+    switch: dict[str, int] = field(default_factory=dict)
     ring: deque[dict[str, Any]] = field(default_factory=deque)
     received: int = 0  # records ever received; the n of the newest one
 
@@ -131,7 +138,7 @@ class Session:
 
     def tap(self, worker_port: int) -> MirrorTap:
         s = self.spec
-        return MirrorTap(s.app_id, s.worker, worker_port, s.direction, s.port)
+        return MirrorTap(s.app_id, s.worker, worker_port, s.direction, s.port, s.rate)
 
     def ingest(self, records: list[dict[str, Any]]) -> None:
         """Number the records (1, 2, ...) and keep the newest ``ring_size``."""
@@ -166,6 +173,7 @@ class Session:
             "direction": s.direction,
             "filter": s.filter,
             "sample": s.sample,
+            "rate": s.rate,
             "host": s.host,
             "port": s.port,
             "tap": s.tap,
@@ -175,7 +183,7 @@ class Session:
             "ring_size": self.ring_size,
             "received": self.received,
             "mirrored_rules": self.mirrored_rules,
-            "stats": self.stats,
+            "stats": {**self.stats, **self.switch},
         }
 
 
@@ -213,7 +221,7 @@ class DebugSessions:
         ``used_ports``: the switch ports of ``w``'s host that workers hold.
         """
         lim = self.limits
-        unknown = set(request) - {"worker", "direction", "filter", "sample", "last"}
+        unknown = set(request) - {"worker", "direction", "filter", "sample", "last", "rate"}
         if unknown:
             raise DebugError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
         if len(self.active()) >= lim.max_sessions:
@@ -246,6 +254,17 @@ class DebugSessions:
             or not 1 <= ring <= lim.max_ring_size
         ):
             raise DebugError(400, f"'last' must be an integer in 1..{lim.max_ring_size}")
+        rate = request.get("rate", lim.mirror_rate)
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, int)
+            or not 1 <= rate <= lim.max_mirror_rate
+        ):
+            raise DebugError(
+                400,
+                f"'rate' must be an integer number of frames per second in "
+                f"1..{lim.max_mirror_rate} (max_mirror_rate)",
+            )
         port = self._free_port(w.host, used_ports)
         spec = DebugSpec(
             session=session_id,
@@ -260,6 +279,7 @@ class DebugSessions:
             key=key,
             filter=text,
             sample=float(sample),
+            rate=rate,
             workers={x.worker_id: (x.node, x.index) for x in physical.workers},
             fields={n.name: list(n.output_fields) for n in topology.nodes.values()},
             max_rate=lim.max_rate,

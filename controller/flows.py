@@ -40,8 +40,10 @@ PRIO_DATA = 100
 PRIO_CONTROLLER = 200
 
 MATCH_FIELDS = ("in_port", "eth_src", "eth_dst", "eth_type")
-# "unknown" only comes back from a switch (controller.ofp) and is never installed
-ACTIONS = ("output", "group", "set_eth_dst", "unknown")
+# "unknown" only comes back from a switch (controller.ofp) and is never installed;
+# "meter" and "goto_table" are OpenFlow instructions, kept in the action list so a rule stays
+# one tuple: a meter first (it applies before the actions), a goto_table last
+ACTIONS = ("output", "group", "set_eth_dst", "meter", "goto_table", "unknown")
 UNICAST_GROUPINGS = ("shuffle", "fields", "global", "direct", "local_or_shuffle", "sdn")
 MULTICAST_GROUPINGS = ("all",)
 
@@ -76,7 +78,14 @@ class RuleSpec:
         canonical = tuple(sorted((name, _canonical(value)) for name, value in self.match))
         object.__setattr__(self, "match", canonical)
         actions = tuple((a[0], _canonical(a[1])) if len(a) == 2 else a for a in self.actions)
-        object.__setattr__(self, "actions", actions)
+        meters = tuple(a for a in actions if a[0] == "meter")
+        gotos = tuple(a for a in actions if a[0] == "goto_table")
+        if len(meters) > 1 or len(gotos) > 1:
+            raise ValueError(f"at most one meter and one goto_table, not {actions}")
+        if gotos and not gotos[0][1] > self.table_id:
+            raise ValueError(f"goto_table must go forward from table {self.table_id}")
+        rest = tuple(a for a in actions if a[0] not in ("meter", "goto_table"))
+        object.__setattr__(self, "actions", meters + rest + gotos)
 
     @property
     def key(self) -> tuple[int, int, Match]:
@@ -110,6 +119,15 @@ def match(**fields: object) -> Match:
 
 def output(port: int) -> Action:
     return ("output", port)
+
+
+def meter(meter_id: int) -> Action:
+    """The meter instruction: frames over its rate are dropped here (and go no further)."""
+    return ("meter", meter_id)
+
+
+def goto_table(table_id: int) -> Action:
+    return ("goto_table", table_id)
 
 
 def compile_default_rules() -> frozenset[RuleSpec]:

@@ -25,6 +25,19 @@ bucket on the same bridge outputs to it directly.
 
 A mirrored rule carries a MIRROR cookie (same app, worker and peer fields), so
 ``ovs-ofctl dump-flows`` shows every mirror and a delete by cookie mask finds them.
+
+Sampling in the switch.  The copy does not go straight to the debug port: the
+mirrored rule keeps its own actions and adds ``goto_table:1``; table 1 holds,
+for each mirrored rule (same priority and match), the session's meter
+(``controller/meters.py``: ``rate`` frames/s, drop above) and then the output to
+the debug port.  OVS executes ``<own outputs>,meter(N),<debug port>``: the
+observed frame is always forwarded, the copy only when the meter lets it
+through, so unsampled frames are never output toward the debug worker.  When
+several sessions copy the same rule, they are chained through tables 1, 2, ...
+(a meter drops everything after it, so they cannot sit side by side): fastest
+rate first, so each session still gets min(its rate, the offered rate) frames
+per second, a subsample of the sessions before it.
+
 Pure Python, tested by forwarding frames through fake tables.
 """
 
@@ -34,10 +47,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from controller.cookies import RuleKind, make_cookie, parse_cookie
-from controller.flows import RuleSpec, output
+from controller.flows import RuleSpec, goto_table, meter, output
+from controller.meters import MeterSpec, meter_id, sampling_meter
 from typhoon.wire import mac_str, worker_mac
 
 DIRECTIONS = ("in", "out", "both")
+DEFAULT_RATE = 200  # frames/s a session gets unless it asks: a debug worker keeps up with it
+MIRROR_TABLE = 1  # the first table of the sampled copies
 DATA_KINDS = frozenset(
     {
         RuleKind.LOCAL,
@@ -59,10 +75,15 @@ class MirrorTap:
     worker_port: int
     direction: str
     debug_port: int
+    rate: int = DEFAULT_RATE  # frames/s the switch copies at most (its meter)
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, not {self.direction!r}")
+
+    @property
+    def meter(self) -> MeterSpec:
+        return sampling_meter(self.debug_port, self.rate)
 
     def carries(self, rule: RuleSpec) -> bool:
         """Does ``rule`` forward data frames this tap observes?"""
@@ -81,25 +102,52 @@ class MirrorTap:
         return False
 
 
-def mirror_rule(rule: RuleSpec, debug_ports: Iterable[int]) -> RuleSpec:
-    """``rule`` with one more output per debug port (after its own), under a MIRROR cookie."""
-    extra = tuple(output(p) for p in sorted(set(debug_ports)) if output(p) not in rule.actions)
+def _mirror_cookie(rule: RuleSpec) -> int:
     c = parse_cookie(rule.cookie)
     assert c is not None, "only Typhoon data rules are mirrored"
-    cookie = make_cookie(c.app_id, RuleKind.MIRROR, c.worker, c.aux)
-    return replace(rule, actions=rule.actions + extra, cookie=cookie)
+    return make_cookie(c.app_id, RuleKind.MIRROR, c.worker, c.aux)
+
+
+def mirror_rule(rule: RuleSpec, taps: Iterable[MirrorTap]) -> list[RuleSpec]:
+    """``rule`` sending a copy on to table 1, and the chain of metered copies there.
+
+    Fastest session first (then by port, so the result is deterministic); a second
+    session on the same debug port adds nothing.
+    """
+    chain: list[MirrorTap] = []
+    for t in sorted(taps, key=lambda t: (-t.rate, t.debug_port)):
+        if all(t.debug_port != c.debug_port for c in chain):
+            chain.append(t)
+    cookie = _mirror_cookie(rule)
+    out = [replace(rule, actions=rule.actions + (goto_table(MIRROR_TABLE),), cookie=cookie)]
+    for k, t in enumerate(chain):
+        table = MIRROR_TABLE + k
+        more = (goto_table(table + 1),) if k + 1 < len(chain) else ()
+        actions = (meter(meter_id(t.debug_port)), output(t.debug_port), *more)
+        out.append(RuleSpec(rule.priority, rule.match, actions, cookie, table_id=table))
+    return out
 
 
 def apply_mirrors(rules: frozenset[RuleSpec], taps: Iterable[MirrorTap]) -> frozenset[RuleSpec]:
-    """One host's complete rule set with the mirror outputs of ``taps`` (all on this host)."""
+    """One host's complete rule set with the sampled copies of ``taps`` (all on this host).
+
+    The meters the result points at are :func:`mirror_meters` of the same taps."""
     taps = list(taps)
     if not taps:
         return rules
-    out = set()
+    out: set[RuleSpec] = set()
     for rule in rules:
-        ports = [t.debug_port for t in taps if t.carries(rule)]
-        out.add(mirror_rule(rule, ports) if ports else rule)
+        carrying = [t for t in taps if t.carries(rule)]
+        if carrying:
+            out.update(mirror_rule(rule, carrying))
+        else:
+            out.add(rule)
     return frozenset(out)
+
+
+def mirror_meters(taps: Iterable[MirrorTap]) -> frozenset[MeterSpec]:
+    """The meter of each tap (one per debug port) of one host."""
+    return frozenset(t.meter for t in taps)
 
 
 def mirrored(rules: Iterable[RuleSpec], tap: MirrorTap) -> list[RuleSpec]:

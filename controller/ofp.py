@@ -15,9 +15,12 @@ from typing import Any
 from controller.cookies import ALL_MASK, app_mask
 from controller.flows import MATCH_FIELDS, OFPP_CONTROLLER, Action, RuleSpec
 from controller.groups import Bucket, GroupSpec
+from controller.meters import MeterSpec
 
 # OpenFlow 1.3 wire numbers, so reading stats back needs no datapath (checked against Ryu's)
+OFPIT_GOTO_TABLE = 1
 OFPIT_APPLY_ACTIONS = 4
+OFPIT_METER = 6
 OFPAT_OUTPUT = 0
 OFPAT_GROUP = 22
 OFPAT_SET_FIELD = 25
@@ -42,13 +45,15 @@ def _action(dp: Any, action: Action) -> Any:
 
 
 def instructions(dp: Any, actions: tuple[Action, ...]) -> list[Any]:
-    """One apply-actions instruction, or none at all for a drop rule."""
-    if not actions:
-        return []
+    """A meter instruction (if any), one apply-actions instruction, a goto-table (if any);
+    none at all for a drop rule."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    return [
-        parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [_action(dp, a) for a in actions])
-    ]
+    out = [parser.OFPInstructionMeter(a[1], ofp.OFPIT_METER) for a in actions if a[0] == "meter"]
+    applied = [_action(dp, a) for a in actions if a[0] not in ("meter", "goto_table")]
+    if applied:
+        out.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, applied))
+    out += [parser.OFPInstructionGotoTable(a[1]) for a in actions if a[0] == "goto_table"]
+    return out
 
 
 def flow_mod(dp: Any, spec: RuleSpec, command: str = "add") -> Any:
@@ -89,8 +94,8 @@ def spec_from_stats(stat: Any) -> RuleSpec | None:
 
     Such entries cannot be ours (we never install them) and cannot collide with a
     rule we want, so reconciliation may ignore them. Any instruction other than
-    apply-actions reads back as an "unknown" action, so a Typhoon rule that was
-    tampered with is replaced rather than trusted.
+    apply-actions, meter and goto-table reads back as an "unknown" action, so a Typhoon
+    rule that was tampered with is replaced rather than trusted.
     """
     fields = dict(stat.match.items())
     if not set(fields) <= set(MATCH_FIELDS):
@@ -99,6 +104,10 @@ def spec_from_stats(stat: Any) -> RuleSpec | None:
     for inst in stat.instructions:
         if inst.type == OFPIT_APPLY_ACTIONS:
             actions.extend(_action_from(a) for a in inst.actions)
+        elif inst.type == OFPIT_METER:
+            actions.append(("meter", inst.meter_id))
+        elif inst.type == OFPIT_GOTO_TABLE:
+            actions.append(("goto_table", inst.table_id))
         else:
             actions.append(("unknown", str(inst)))
     return RuleSpec(
@@ -203,3 +212,51 @@ def group_stats_request(dp: Any, group_id: int | None = None) -> Any:
 def port_stats_request(dp: Any) -> Any:
     """Counters of every port (frames and drops each way)."""
     return dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY)
+
+
+# ----- meters ------------------------------------------------------------------------------
+
+_METER_COMMANDS = {"add": "OFPMC_ADD", "modify": "OFPMC_MODIFY", "delete": "OFPMC_DELETE"}
+
+
+def meter_mod(dp: Any, spec: MeterSpec, command: str = "add") -> Any:
+    """The OFPMeterMod that adds, modifies or deletes ``spec``: packets/s, one drop band
+    with a burst, counters on (the debugger reads how many copies the switch left out)."""
+    if command not in _METER_COMMANDS:
+        raise ValueError(f"command must be one of {sorted(_METER_COMMANDS)}, not {command!r}")
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    bands = []
+    if command != "delete":
+        bands = [parser.OFPMeterBandDrop(rate=spec.rate, burst_size=spec.burst)]
+    return parser.OFPMeterMod(
+        dp,
+        command=getattr(ofp, _METER_COMMANDS[command]),
+        flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST | ofp.OFPMF_STATS,
+        meter_id=spec.meter_id,
+        bands=bands,
+    )
+
+
+def spec_from_meter_config(config: Any) -> MeterSpec | None:
+    """The MeterSpec of one OFPMeterConfigStats entry; None if it is not a single-band
+    meter of ours (such a meter reads back different from any we want: reconcile rewrites it)."""
+    bands = list(config.bands)
+    if len(bands) != 1:
+        return None
+    try:
+        return MeterSpec(config.meter_id, bands[0].rate, bands[0].burst_size)
+    except (AttributeError, ValueError):
+        return None
+
+
+def meter_config_request(dp: Any) -> Any:
+    """Ask for every meter of the switch, ours or not."""
+    return dp.ofproto_parser.OFPMeterConfigStatsRequest(dp, 0, dp.ofproto.OFPM_ALL)
+
+
+def meter_stats_request(dp: Any, meter_id: int | None = None) -> Any:
+    """Counters of one meter (default: all): frames in, frames each band dropped."""
+    ofp = dp.ofproto
+    return dp.ofproto_parser.OFPMeterStatsRequest(
+        dp, 0, ofp.OFPM_ALL if meter_id is None else meter_id
+    )

@@ -130,6 +130,11 @@ class Services:
 
         return self._core.send_to_host(host, build)
 
+    def request_meter_stats(self, host: str) -> bool:
+        """Meter counters of ``host``'s switch (frames in, frames dropped by the band); the
+        reply comes as Ryu's EventOFPMeterStatsReply.  False: not connected."""
+        return self._core.send_to_host(host, lambda dp: [ofp.meter_stats_request(dp)])
+
     # ----- changing applications -----------------------------------------------------------
 
     def reconfigure(self, app: str, request: Request) -> Reconfiguration:

@@ -18,6 +18,7 @@ from controller import ofp
 from controller.composer import DEFAULT_RULES
 from controller.flows import RuleSpec
 from controller.groups import GroupSpec, diff_groups
+from controller.meters import MeterSpec, diff_meters
 from controller.reconcile import diff
 
 
@@ -29,10 +30,12 @@ class SwitchSync:
     datapaths: dict[int, Any] = field(default_factory=dict)
     installed: dict[int, set[RuleSpec]] = field(default_factory=dict)
     installed_groups: dict[int, set[GroupSpec]] = field(default_factory=dict)
+    installed_meters: dict[int, set[MeterSpec]] = field(default_factory=dict)
     port_up: dict[tuple[int, int], bool] = field(default_factory=dict)
     barriers: dict[int, int] = field(default_factory=dict)  # dpid -> xid awaited
     _stats: dict[int, list[RuleSpec]] = field(default_factory=dict)  # flow stats being read
     _group_descs: dict[int, list[GroupSpec]] = field(default_factory=dict)
+    _meter_configs: dict[int, list[MeterSpec]] = field(default_factory=dict)
 
     def connected(self, dp: Any) -> list[Any]:
         """A switch (re)connected: forget what it held and read its groups and rules."""
@@ -42,6 +45,8 @@ class SwitchSync:
         # groups are read back too: a restarted controller reconciles them like rules
         self.installed_groups.pop(dp.id, None)
         self._group_descs[dp.id] = []
+        self.installed_meters.pop(dp.id, None)  # and meters (the live debugger's sampling)
+        self._meter_configs[dp.id] = []
         parser = dp.ofproto_parser
         flows = parser.OFPFlowStatsRequest(
             dp,
@@ -53,7 +58,7 @@ class SwitchSync:
             0,
             parser.OFPMatch(),
         )
-        return [ofp.group_desc_request(dp), flows]
+        return [ofp.group_desc_request(dp), ofp.meter_config_request(dp), flows]
 
     def disconnected(self, dp: Any) -> bool:
         """The switch's connection died; False if ``dp`` is not the one we knew."""
@@ -62,6 +67,7 @@ class SwitchSync:
         del self.datapaths[dp.id]
         self.installed.pop(dp.id, None)
         self.installed_groups.pop(dp.id, None)
+        self.installed_meters.pop(dp.id, None)
         self.barriers.pop(dp.id, None)
         return True
 
@@ -86,6 +92,15 @@ class SwitchSync:
         self.installed_groups[dp.id] = set(self._group_descs.pop(dp.id))
         return True
 
+    def meter_configs(self, dp: Any, body: list[Any], more: bool) -> bool:
+        """Part of a meter config reply; True once the last part came (reconcile then)."""
+        meters = self._meter_configs.setdefault(dp.id, [])
+        meters.extend(m for c in body if (m := ofp.spec_from_meter_config(c)) is not None)
+        if more:
+            return False
+        self.installed_meters[dp.id] = set(self._meter_configs.pop(dp.id))
+        return True
+
     def barrier_reply(self, dpid: int, xid: int) -> None:
         if self.barriers.get(dpid) == xid:
             del self.barriers[dpid]
@@ -104,25 +119,37 @@ class SwitchSync:
         host: str | None,
         desired: frozenset[RuleSpec] = DEFAULT_RULES,
         desired_groups: frozenset[GroupSpec] = frozenset(),
+        desired_meters: frozenset[MeterSpec] = frozenset(),
     ) -> list[Any]:
         """The messages that make one switch hold exactly ``desired`` (and our groups
-        ``desired_groups``), then a barrier; none if it already does or was not read yet."""
+        ``desired_groups`` and meters ``desired_meters``), then a barrier; none if it
+        already does or was not read yet."""
         installed = self.installed.get(dp.id)
         installed_groups = self.installed_groups.get(dp.id)
-        if installed is None or installed_groups is None:
-            return []  # flow stats or group descs not read yet: their reply will reconcile
+        installed_meters = self.installed_meters.get(dp.id)
+        if installed is None or installed_groups is None or installed_meters is None:
+            return []  # flow stats, group descs or meters not read yet: a reply will reconcile
         plan = diff(desired, installed)
         groups = diff_groups(desired_groups, installed_groups)
-        if not (plan.add or plan.modify or plan.delete or groups):
+        meters = diff_meters(desired_meters, installed_meters)
+        if not (plan.add or plan.modify or plan.delete or groups or meters):
             return []
-        # a rule may only point at a group that exists; deleting a group deletes its rules
-        msgs = [ofp.group_mod(dp, g, "add") for g in groups.add]
+        # a rule may only point at a group or meter that exists; deleting either deletes
+        # the rules that use it
+        msgs = [ofp.meter_mod(dp, m, "add") for m in meters.add]
+        msgs += [ofp.meter_mod(dp, m, "modify") for m in meters.modify]
+        msgs += [ofp.group_mod(dp, g, "add") for g in groups.add]
         msgs += [ofp.group_mod(dp, g, "modify") for g in groups.modify]
         msgs += [ofp.flow_mod(dp, spec, "delete") for spec in plan.delete]
         msgs += [ofp.flow_mod(dp, spec, "modify") for spec in plan.modify]
         msgs += [ofp.flow_mod(dp, spec, "add") for spec in plan.add]
         msgs += [ofp.group_mod(dp, g, "delete") for g in groups.delete]
+        msgs += [ofp.meter_mod(dp, m, "delete") for m in meters.delete]
         self.installed[dp.id] = set(desired)
+        wanted_meters = {m.meter_id for m in desired_meters}
+        self.installed_meters[dp.id] = set(desired_meters) | {
+            m for m in installed_meters if m.meter_id not in wanted_meters
+        } - set(meters.delete)
         wanted = {g.group_id for g in desired_groups}
         others = {g for g in installed_groups if g.group_id not in wanted}
         self.installed_groups[dp.id] = set(desired_groups) | (others - set(groups.delete))
@@ -133,6 +160,11 @@ class SwitchSync:
         self.logger.info(
             "switch %s: +%d ~%d -%d rules", host, len(plan.add), len(plan.modify), len(plan.delete)
         )
+        if meters:
+            self.logger.info(
+                "switch %s: +%d ~%d -%d meters",
+                host, len(meters.add), len(meters.modify), len(meters.delete),
+            )  # fmt: skip
         if groups:
             self.logger.info(
                 "switch %s: +%d ~%d -%d groups",

@@ -11,9 +11,11 @@ the rounds in one run of the suite:
   with the CLI's own client, wait until the session is live, read its records
   as the CLI does, ``DELETE`` at the end).  The controller starts a debug
   worker on the source's host and adds one output to the source's rules; the
-  switch copies the frames, the source does nothing extra.  The debug worker
-  reads every copy, decodes the 1 % that sampling keeps (no filter) and ships
-  them to the controller's ring buffer.
+  switch copies the frames, the source does nothing extra.  The switch samples:
+  the session's meter lets the default rate of frames per second through to the
+  debug port (``controller/meters.py``), the rest are never copied.  The debug
+  worker reads every copy, decodes the 1 % that sampling keeps (no filter) and
+  ships them to the controller's ring buffer.
 * ``app copy``: Storm's event logger.  The same source
   (:class:`benchmarks.operators.EventLoggingSource`) in a topology that also
   has an event-logger bolt on a second stream, provisioned at deployment as
@@ -55,6 +57,7 @@ from benchmarks.timeline import (
     serializations_per_tuple,
     tick_rates,
 )
+from controller.mirror import DEFAULT_RATE
 from mininet_env.run import EmulatedCluster
 from typhoon.client import ApiCallError, Client, resolve
 from typhoon.report import read_worker_reports
@@ -281,6 +284,11 @@ def describe_run(run: RunResult, hook: Timeline, timing: Timing) -> dict[str, An
             "copies_seen": stats.get("tuples"),
             "frames": stats.get("frames"),
             "lost_copies": stats.get("seq_gaps"),
+            # sampling in the switch (controller/meters.py) and the debug worker's ring
+            "switch_copied": stats.get("switch_copied"),
+            "switch_sampled": stats.get("switch_sampled"),
+            "switch_dropped": stats.get("switch_dropped"),
+            "ring_dropped": stats.get("ring_dropped"),
             "cpu_s": stats.get("cpu_s"),
             "records_read": hook.watcher.records,
             "mirrored_rules": hook.watcher.session.get("mirrored_rules"),
@@ -464,8 +472,9 @@ class LiveDebug(Scenario):
             f"Setup: {HOSTS} emulated hosts (userspace OVS bridges, full mesh) under the "
             "Typhoon controller with `apps/live_debugger.py`; source on h1, sink on h2, the "
             "mirror's debug worker on h1 (the observed worker's host), the event logger on h3. "
-            f"The debug worker reads every copy, decodes the {SAMPLE_PERCENT:g} % sampling keeps "
-            "and ships them to the "
+            "The switch copies at most the session's rate (its meter; default "
+            f"{DEFAULT_RATE} frames/s); the debug worker reads every copy, decodes the "
+            f"{SAMPLE_PERCENT:g} % sampling keeps and ships them to the "
             "controller, which a client thread reads as `typhoon debug attach` does. Variants "
             "alternate order every round."
         )

@@ -30,6 +30,10 @@ def _action(text: str) -> tuple:
         return ("output", OFPP_CONTROLLER)
     if text.startswith("group:"):
         return ("group", int(text.split(":", 1)[1]))
+    if text.startswith("meter:"):  # instructions, in RuleSpec's action list too
+        return ("meter", int(text.split(":", 1)[1]))
+    if text.startswith("goto_table:"):
+        return ("goto_table", int(text.split(":", 1)[1]))
     m = re.fullmatch(r"(?:set_field:|mod_dl_dst:)([0-9a-f:]{17})(?:->eth_dst)?", text)
     if m:
         return ("set_eth_dst", m.group(1))

@@ -39,6 +39,8 @@ from typhoon.topology import load_topology
 ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = 20000
 BATCH = 100
+# a meter rate no run here reaches (burst: a tenth of it): the exact test sees every frame
+EVERY_FRAME = 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,10 @@ def cluster(tmp_path_factory):
         "d",
         apps=["apps/live_debugger.py"],
         timeout=300,
-        config="metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n",
+        config=(
+            "metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n"
+            f"max_mirror_rate = {EVERY_FRAME}\n"
+        ),
     ) as c:
         yield c
 
@@ -182,6 +187,7 @@ def frames_sent_by(c: EmulatedCluster, w) -> int:
             and cookie.worker == w.worker_id
             and not cookie.credit
             and cookie.kind in (RuleKind.LOCAL, RuleKind.REMOTE_SEND, RuleKind.MIRROR)
+            and f.spec.table_id == 0  # the metered copies' entries (table 1) match the same
             and dict(f.spec.match).get("in_port") == w.port
         ):
             total += f.n_packets
@@ -206,6 +212,7 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
     attach = Attach(
         cluster, name, "split[0]", "--direction", "out", "--format", "json",
         "--filter", f"word in {a},{b} or word={c3}", "--last", "20000",
+        "--rate", str(EVERY_FRAME),
     )  # fmt: skip
     try:
         sid = attach.session()
@@ -219,6 +226,7 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
                 "filter": f"_src_node=split and word in {','.join(sampled)}",
                 "sample": 50,
                 "last": 20000,
+                "rate": EVERY_FRAME,
             },
         )
         assert status == 201, second
@@ -234,11 +242,20 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
         # while attached: split[0]'s data rules carry one more output, nothing else changed
         mirrors = {
             split0.host: [
-                MirrorTap(physical.app_id, split0.worker_id, split0.port, "out", session["port"])
+                MirrorTap(
+                    physical.app_id,
+                    split0.worker_id,
+                    split0.port,
+                    "out",
+                    session["port"],
+                    EVERY_FRAME,
+                )
             ],  # fmt: skip
         }
         mirrors.setdefault(count0.host, []).append(
-            MirrorTap(physical.app_id, count0.worker_id, count0.port, "in", second["port"])
+            MirrorTap(
+                physical.app_id, count0.worker_id, count0.port, "in", second["port"], EVERY_FRAME
+            )
         )
         for h in hosts:
             want = apply_mirrors(before[h], mirrors.get(h, []))
@@ -369,6 +386,50 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
         assert 0 <= switched - data_frames <= max(0.05 * data_frames, 40), (switched, data_frames)
     diff = abs(with_debugger["frames_out"] - plain["frames_out"])
     assert diff <= max(0.05 * plain["frames_out"], 40), (with_debugger, plain)
+
+
+def test_a_low_rate_session_gets_at_most_its_rate_and_the_run_stays_exact(cluster):
+    """Sampling in the switch: the meter lets ``rate`` frames/s through to the debug port,
+    the others are never copied; the observed word count is exact."""
+    name, rate = "wcrate", 20
+    t, physical = deploy_held(cluster, name)
+    split0 = physical.of_node("split")[0]
+    try:
+        post = lambda body: cluster.rest("POST", f"/apps/{name}/debug", body)  # noqa: E731
+        wait(lambda: post({"worker": "split[0]", "rate": 0})[0] != 409, 10, "split[0] attached")
+        status, session = post({"worker": "split[0]", "direction": "out", "rate": rate})
+        assert status == 201 and session["rate"] == rate, session
+        path = f"/apps/{name}/debug/{session['session']}"
+        wait(lambda: cluster.rest("GET", path)[1]["state"] == "live", 30, "the session live")
+        live = time.monotonic()
+        start_through_split0(cluster, name, physical)
+        assert cluster.wait_finished(name)
+        time.sleep(2.5)  # the meter's and the debug worker's last counters come in
+        stats = cluster.rest("GET", path)[1]["stats"]
+        elapsed = time.monotonic() - live
+        sent = frames_sent_by(cluster, split0)
+        reports = {r["worker"]: r for r in read_worker_reports(cluster.report_dir(name))}
+        assert cluster.rest("DELETE", path)[0] == 200
+    finally:
+        cluster.kill(name)
+    copies = stats["data_frames"] + stats["other"]
+    print(f"\nrate {rate}/s over {elapsed:.1f} s: {copies} copies of {sent} frames; {stats}")
+    burst = max(1, rate // 10)
+    assert 0 < copies <= rate * elapsed + burst + 5, (copies, elapsed, stats)
+    assert sent > 2 * copies, (sent, copies)  # the run sent far more than the meter let by
+    # the switch's counters: what its meter let through and left out add up to what it
+    # took from split[0]'s data rules while the session was live (the same frames)
+    assert stats["switch_sampled"] > 0 and stats["switch_copied"] <= copies + burst, stats
+    assert stats["switch_copied"] + stats["switch_sampled"] <= sent, (stats, sent)
+    # gaps in the sequence are frames sampled away (none lost on the debug port); a link
+    # whose copies were consecutive frames shows none, so gaps may be 0
+    assert stats["switch_dropped"] == 0 and stats["ring_dropped"] == 0, stats
+    assert stats["seq_gaps"] <= stats["switch_sampled"], stats
+    # the observed run is exact: every word counted once
+    counts: Counter = Counter()
+    for w in physical.of_node("count"):
+        counts.update(reports[w.worker_id]["result"]["counts"])
+    assert counts == Counter(expected_words())
 
 
 def test_bad_requests_and_the_session_limit(cluster):

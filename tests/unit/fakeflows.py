@@ -72,18 +72,30 @@ def hash_table(group: GroupSpec) -> list[Bucket]:
 
 
 class FakeTable:
-    """One bridge's table 0 and its groups."""
+    """One bridge's flow tables (goto_table goes on to another), groups and meters.
 
-    def __init__(self, rules: Iterable[RuleSpec], groups: Iterable[GroupSpec] = ()) -> None:
+    A meter passes every frame unless its id is in ``closed`` (then it drops every
+    frame, as a meter over its rate does): the frame goes no further, but what the
+    tables before it output stays output, as in OVS.
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[RuleSpec],
+        groups: Iterable[GroupSpec] = (),
+        closed: Iterable[int] = (),
+    ) -> None:
         self.rules = sorted(rules, key=lambda r: -r.priority)
         keys = [r.key for r in self.rules]
         assert len(keys) == len(set(keys)), "two rules with one (table, priority, match)"
         self.groups = {g.group_id: g for g in groups}
         self.bucket_hits: Counter = Counter()  # (group id, bucket index) -> frames
+        self.closed = set(closed)
+        self.meter_hits: Counter = Counter()  # meter id -> frames it let through
 
-    def lookup(self, pkt: Packet) -> RuleSpec | None:
+    def lookup(self, pkt: Packet, table: int = 0) -> RuleSpec | None:
         """The rule that handles `pkt`, None on a table miss (secure mode: drop)."""
-        hits = [r for r in self.rules if _matches(r, pkt)]
+        hits = [r for r in self.rules if r.table_id == table and _matches(r, pkt)]
         if not hits:
             return None
         top = [r for r in hits if r.priority == hits[0].priority]
@@ -98,7 +110,14 @@ class FakeTable:
     def _actions(self, actions, pkt: Packet) -> list[tuple[int, Packet]]:
         out = []
         for name, arg in actions:
-            if name == "output":
+            if name == "meter":
+                if arg in self.closed:
+                    return out
+                self.meter_hits[arg] += 1
+            elif name == "goto_table":
+                rule = self.lookup(pkt, arg)
+                out.extend(self._actions(rule.actions if rule else (), pkt))
+            elif name == "output":
                 out.append((arg, pkt))
             elif name == "set_eth_dst":
                 pkt = replace(pkt, eth_dst=arg)
@@ -140,9 +159,13 @@ class FakeFabric:
         cluster: Cluster,
         rules: dict[str, Iterable[RuleSpec]],
         groups: dict[str, Iterable[GroupSpec]] | None = None,
+        closed: dict[str, Iterable[int]] | None = None,
     ) -> None:
-        groups = groups or {}
-        self.tables = {h: FakeTable(rules.get(h, ()), groups.get(h, ())) for h in cluster.hosts}
+        groups, closed = groups or {}, closed or {}
+        self.tables = {
+            h: FakeTable(rules.get(h, ()), groups.get(h, ()), closed.get(h, ()))
+            for h in cluster.hosts
+        }
         self.peer: dict[tuple[str, int], tuple[str, int]] = {}
         for link in cluster.links:
             self.peer[(link.a, link.a_port)] = (link.b, link.b_port)

@@ -113,3 +113,16 @@ def test_phase_arithmetic() -> None:
     polled = [(0.0, 0, 0), (5.0, 500, 500), (10.0, 1000, 1000), (15.0, 2000, 1500)]
     assert serializations_per_tuple(polled, 0, 10) == pytest.approx(1.0)
     assert serializations_per_tuple(polled, 10, 15) == pytest.approx(2.0)
+
+
+def test_pairs_cost_recall_counts_the_exact_top_pairs_found():
+    from collections import Counter
+
+    from benchmarks.scenarios import pairs_cost
+
+    exact = Counter({(f"a{i}", "b1"): 100 - i for i in range(30)}) + Counter({("a0", "b2"): 999})
+    sample = Counter({(f"a{i}", "b1"): 1 for i in range(10)})
+    # b2 is not b[0]'s key: left out; 10 of the exact top 20 toward b1 are in the sample
+    assert pairs_cost.recall(sample, exact, {"b1"}) == 0.5
+    assert pairs_cost.recall(Counter(), exact, {"b1"}) == 0.0
+    assert pairs_cost.recall(sample, exact, {"b9"}) is None

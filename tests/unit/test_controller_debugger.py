@@ -63,6 +63,18 @@ def test_plan_builds_the_spec_the_debug_worker_needs(wc):
     assert spec.fields["split"] == ["word"] and spec.fields["source"] == ["sentence"]
     assert s.state == "starting" and s.ring_size == 1000
     assert "key" not in s.to_dict()
+    assert spec.rate == Limits().mirror_rate and s.tap(9).rate == spec.rate
+
+
+def test_a_session_asks_its_rate_and_shows_the_switch_counters(wc):
+    sessions = DebugSessions(Limits())
+    s = attach(sessions, wc, {"worker": "split[0]", "rate": 25})
+    assert s.spec.rate == 25 and s.tap(9).meter.rate == 25
+    s.stats = {"frames": 10, "seq_gaps": 90}
+    s.switch = {"switch_sampled": 88, "switch_dropped": 0}
+    assert s.to_dict()["stats"] == {
+        "frames": 10, "seq_gaps": 90, "switch_sampled": 88, "switch_dropped": 0
+    } and s.to_dict()["rate"] == 25  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -78,6 +90,10 @@ def test_plan_builds_the_spec_the_debug_worker_needs(wc):
         ({"worker": "split[0]", "last": 0}, 400, "'last' must be"),
         ({"worker": "split[0]", "last": 10**9}, 400, "'last' must be"),
         ({"worker": "split[0]", "colour": "red"}, 400, "unknown field.s.: colour"),
+        ({"worker": "split[0]", "rate": 0}, 400, "'rate' must be an integer number of frames"),
+        ({"worker": "split[0]", "rate": 10**6}, 400, "1..10000 .max_mirror_rate."),
+        ({"worker": "split[0]", "rate": 2.5}, 400, "'rate' must be"),
+        ({"worker": "split[0]", "rate": True}, 400, "'rate' must be"),
     ],
 )
 def test_plan_refuses_bad_requests(wc, request_, status, message):

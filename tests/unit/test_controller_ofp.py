@@ -19,9 +19,12 @@ from controller.flows import (
     RuleSpec,
     compile_default_rules,
     compile_rules,
+    goto_table,
     match,
+    meter,
     output,
 )
+from controller.meters import meter_id, sampling_meter
 from controller.reconcile import Plan, diff
 from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
 from typhoon.topology.loader import load_topology
@@ -112,6 +115,15 @@ EXTRA = [
         (("set_eth_dst", "02:00:07:00:00:0B"),),
         make_cookie(7, RuleKind.MIRROR),
     ),
+    # a mirrored rule and its metered copy (controller/mirror.py)
+    RuleSpec(100, match(in_port=3), (output(4), goto_table(1)), make_cookie(7, RuleKind.MIRROR)),
+    RuleSpec(
+        100,
+        match(in_port=3),
+        (meter(meter_id(65000)), output(65000), goto_table(2)),
+        make_cookie(7, RuleKind.MIRROR),
+        table_id=1,
+    ),
 ]
 
 
@@ -159,6 +171,7 @@ def test_wire_constants_are_openflow_13():
     o = ofproto_v1_3
     assert OFPP_CONTROLLER == o.OFPP_CONTROLLER
     assert ofp.OFPIT_APPLY_ACTIONS == o.OFPIT_APPLY_ACTIONS
+    assert (ofp.OFPIT_METER, ofp.OFPIT_GOTO_TABLE) == (o.OFPIT_METER, o.OFPIT_GOTO_TABLE)
     assert (ofp.OFPAT_OUTPUT, ofp.OFPAT_GROUP, ofp.OFPAT_SET_FIELD) == (
         o.OFPAT_OUTPUT,
         o.OFPAT_GROUP,
@@ -191,13 +204,41 @@ def test_unknown_actions_and_instructions_never_compare_equal(dp):
         parser.OFPInstructionActions(
             o.OFPIT_APPLY_ACTIONS, [parser.OFPActionPushVlan(), parser.OFPActionOutput(2)]
         ),
-        parser.OFPInstructionGotoTable(1),
+        parser.OFPInstructionWriteMetadata(1, 1),
     ]
     back = ofp.spec_from_stats(switch_reports(tampered))
     assert [a[0] for a in back.actions] == ["unknown", "output", "unknown"]
     assert diff(frozenset({spec}), [back]) == Plan(modify=(spec,))
     with pytest.raises(ValueError):
         ofp.flow_mod(dp, back)  # read-back oddities are never installed
+
+
+def test_meter_mods_serialize_and_read_back_equal(dp):
+    spec = sampling_meter(65000, 300)
+    o, parser = dp.ofproto, dp.ofproto_parser
+    add, mod, delete = (ofp.meter_mod(dp, spec, c) for c in ("add", "modify", "delete"))
+    assert (add.command, mod.command, delete.command) == (
+        o.OFPMC_ADD,
+        o.OFPMC_MODIFY,
+        o.OFPMC_DELETE,
+    )
+    assert add.flags == o.OFPMF_PKTPS | o.OFPMF_BURST | o.OFPMF_STATS
+    assert delete.bands == [] and add.meter_id == meter_id(65000)
+    for m in (add, mod, delete):
+        assert wire(dp, m)
+    # what a meter config reply carries, parsed by Ryu as a reply is
+    body = bytearray()
+    for band in add.bands:
+        band.serialize(body, len(body))
+    head = bytearray(o.OFP_METER_CONFIG_SIZE)
+    struct.pack_into(
+        o.OFP_METER_CONFIG_PACK_STR, head, 0, len(head) + len(body), add.flags, add.meter_id
+    )
+    config = parser.OFPMeterConfigStats.parser(bytes(head + body), 0)
+    assert ofp.spec_from_meter_config(config) == spec
+    with pytest.raises(ValueError):
+        ofp.meter_mod(dp, spec, "replace")
+    assert wire(dp, ofp.meter_config_request(dp)) and wire(dp, ofp.meter_stats_request(dp))
 
 
 def test_stats_request_and_packet_out_serialize(dp):

@@ -8,8 +8,9 @@ import pytest
 from controller.composer import DEFAULT_RULES, RuleComposer, Source
 from controller.control_channel import ControlChannel
 from controller.cookies import RuleKind, make_cookie
-from controller.flows import RuleSpec, match, output
+from controller.flows import RuleSpec, match, meter, output
 from controller.groups import Bucket, GroupSpec, lb_group_id
+from controller.meters import sampling_meter
 from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
 from controller.switch_sync import SwitchSync
 from controller.view import ClusterView
@@ -83,6 +84,8 @@ def kinds(msgs) -> list[str]:
         name = type(m).__name__
         if name == "OFPFlowMod":
             name += {0: ":add", 1: ":modify", 2: ":modify", 3: ":delete", 4: ":delete"}[m.command]
+        elif name == "OFPMeterMod":
+            name += {0: ":add", 1: ":modify", 2: ":delete"}[m.command]
         elif name == "OFPGroupMod":
             name += {0: ":add", 1: ":modify", 2: ":delete"}[m.command]
         out.append(name)
@@ -92,7 +95,11 @@ def kinds(msgs) -> list[str]:
 def test_sync_returns_messages_and_waits_for_what_the_switch_holds():
     sync, dp = SwitchSync(), FakeDatapath()
     asks = sync.connected(dp)
-    assert kinds(asks) == ["OFPGroupDescStatsRequest", "OFPFlowStatsRequest"]
+    assert kinds(asks) == [
+        "OFPGroupDescStatsRequest",
+        "OFPMeterConfigStatsRequest",
+        "OFPFlowStatsRequest",
+    ]
     desired = DEFAULT_RULES | {rule(1, 2)}
     group = GroupSpec(lb_group_id(APP, 0), (Bucket(1, (output(5),)),))
     assert sync.reconcile(dp, "h1", desired, frozenset({group})) == []  # nothing read yet
@@ -100,6 +107,8 @@ def test_sync_returns_messages_and_waits_for_what_the_switch_holds():
     assert sync.flow_stats(dp, [], more=False)
     assert sync.reconcile(dp, "h1", desired, frozenset({group})) == []  # groups not read yet
     assert sync.group_descs(dp, [], more=False)
+    assert sync.reconcile(dp, "h1", desired, frozenset({group})) == []  # meters not read yet
+    assert sync.meter_configs(dp, [], more=False)
     msgs = sync.reconcile(dp, "h1", desired, frozenset({group}))
     # a group exists before any rule could point at it; one barrier closes the batch
     assert kinds(msgs) == ["OFPGroupMod:add", *["OFPFlowMod:add"] * 2, "OFPBarrierRequest"]
@@ -109,6 +118,24 @@ def test_sync_returns_messages_and_waits_for_what_the_switch_holds():
     assert sync.reconcile(dp, "h1", desired, frozenset({group})) == []  # nothing moved
     msgs = sync.reconcile(dp, "h1", DEFAULT_RULES, frozenset())
     assert kinds(msgs) == ["OFPFlowMod:delete", "OFPGroupMod:delete", "OFPBarrierRequest"]
+
+
+def test_meters_come_before_the_rules_that_use_them_and_go_after():
+    sync, dp = SwitchSync(), FakeDatapath()
+    sync.connected(dp)
+    sync.flow_stats(dp, [], more=False)
+    sync.group_descs(dp, [], more=False)
+    sync.meter_configs(dp, [], more=False)
+    m = sampling_meter(65000, 100)
+    copy = RuleSpec(
+        100, match(in_port=1), (meter(m.meter_id), output(65000)), rule(1, 2).cookie, table_id=1
+    )
+    msgs = sync.reconcile(dp, "h1", DEFAULT_RULES | {copy}, frozenset(), frozenset({m}))
+    assert kinds(msgs) == ["OFPMeterMod:add", *["OFPFlowMod:add"] * 2, "OFPBarrierRequest"]
+    assert sync.installed_meters[dp.id] == {m}
+    msgs = sync.reconcile(dp, "h1", DEFAULT_RULES, frozenset(), frozenset())
+    assert kinds(msgs) == ["OFPFlowMod:delete", "OFPMeterMod:delete", "OFPBarrierRequest"]
+    assert sync.installed_meters[dp.id] == set()
 
 
 def test_a_disconnect_forgets_the_switch_only_if_it_is_the_one_known():

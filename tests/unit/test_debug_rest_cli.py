@@ -141,6 +141,7 @@ def args(**kw) -> argparse.Namespace:
         direction="out",
         filter="word=a",
         sample=None,
+        rate=None,
         last=50,
         count=None,
         poll=0.0,

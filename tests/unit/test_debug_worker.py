@@ -84,6 +84,53 @@ def test_frames_in_records_out_then_final_statistics():
     assert final["stats"]["matched"] == 3 and final["stats"]["seq_gaps"] == 0
 
 
+def test_the_ring_drops_the_oldest_frames_and_counts_them():
+    ring = dw.FrameRing(3)
+    for i in range(5):
+        ring.put(bytes([i]))
+    assert ring.dropped == 2 and ring.ready.is_set()
+    assert ring.take(2) == [b"\x02", b"\x03"] and ring.ready.is_set()
+    assert ring.take(10) == [b"\x04"] and not ring.ready.is_set()
+    assert ring.take(10) == [] and ring.dropped == 2
+
+
+def test_a_slow_decoder_loses_copies_in_the_ring_not_in_the_switch():
+    """Frames keep being read off the device while decoding lags; the ring's drops are
+    counted apart from the sequence gaps they cause."""
+    posted: list[dict] = []
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = dw.DebugWorker(spec(filter=""), SocketDevice(ours), posted.append, ring_frames=4)
+    feed = worker.decoder.feed
+
+    def slow_feed(data, now):
+        time.sleep(0.05)
+        return feed(data, now)
+
+    worker.decoder.feed = slow_feed
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        for seq in range(40):
+            theirs.send(frame(["w"], seq))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            st = worker._stats()
+            if st["frames"] + st["ring_dropped"] == 40:
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(timeout=5)
+        theirs.close()
+    final = posted[-1]["stats"]
+    assert final["ring_dropped"] > 0 and final["frames"] + final["ring_dropped"] == 40, final
+    assert final["tuples"] == final["frames"]
+    # the newest frame always survives: every drop after the first decoded frame is a gap
+    seqs = [r["seq"] for b in posted for r in b["records"]]
+    assert seqs == sorted(seqs) and seqs[-1] == 39 and len(seqs) == final["frames"]
+    assert final["seq_gaps"] == final["ring_dropped"] - seqs[0], (final, seqs)
+
+
 def test_shipper_rate_backlog_retry_and_gone():
     bodies: list[dict] = []
     fail = {"n": 1}

@@ -52,7 +52,10 @@ def format_record(record: dict[str, Any], fmt: str) -> str:
 
 
 def _summary(stats: dict[str, Any]) -> str:
-    keys = ("frames", "tuples", "matched", "sampled_out", "shipped", "seq_gaps", "undecodable")
+    keys = (
+        "frames", "tuples", "matched", "sampled_out", "shipped", "seq_gaps", "switch_sampled",
+        "switch_dropped", "ring_dropped", "undecodable",
+    )  # fmt: skip
     return ", ".join(f"{k} {stats[k]}" for k in keys if k in stats) or "no statistics"
 
 
@@ -72,6 +75,8 @@ def cmd_attach(
         body["sample"] = args.sample
     if args.last is not None:
         body["last"] = args.last
+    if args.rate is not None:
+        body["rate"] = args.rate
     try:
         api = client(args)
         session = api.call("POST", f"/apps/{args.name}/debug", body)
@@ -215,6 +220,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--direction", choices=["in", "out", "both"], default="out")
     a.add_argument("--filter", default="", metavar="EXPR", help='e.g. "word in a,b or n>3"')
     a.add_argument("--sample", type=_percent, default=None, metavar="P", help="percent shown")
+    a.add_argument(
+        "--rate", type=int, default=None, metavar="F",
+        help="frames/s the switch copies to the debugger (the rest are never copied)",
+    )  # fmt: skip
     a.add_argument("--format", choices=["json", "table"], default="table")
     a.add_argument("--last", type=int, default=None, metavar="N", help="ring buffer size")
     a.add_argument("--count", type=int, default=None, help="detach after this many tuples")

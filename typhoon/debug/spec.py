@@ -46,6 +46,7 @@ class DebugSpec:
     key: str  # secret of this session, sent in KEY_HEADER
     filter: str = ""
     sample: float = 100.0  # percent of matching tuples to keep
+    rate: int = 200  # frames/s the switch copies to the debug port (its meter), the rest never
     # worker id -> [node, index] of every worker of the app, and node -> output fields:
     # the debug worker names the sender, receiver and fields of each tuple with them
     workers: dict[int, tuple[str, int]] = field(default_factory=dict)

@@ -8,6 +8,12 @@ writes to its port: it is invisible to the application, and a slow debug
 worker loses copies (counted by sequence number), never slows the observed
 worker down.
 
+The switch already samples (its meter copies at most the session's rate of
+frames per second, ``controller/meters.py``); on top, a reader thread moves
+frames off the TAP into a bounded ring that drops its oldest frame when the
+decoder falls behind (``ring_dropped``), so the TAP's queue never fills because
+of decoding, and the switch never has to hold copies for us.
+
 What passes the filter and the sampling goes to the controller in batches
 (HTTP POST to ``report_url``, authenticated by the session key); the
 controller keeps the ring buffer the CLI reads.  The worker stops on SIGTERM
@@ -40,6 +46,33 @@ SHIP_INTERVAL = 0.1  # seconds between POSTs while records arrive
 HEARTBEAT = 2.0  # seconds between POSTs of statistics alone
 SHIP_BATCH = 2000  # records per POST at most
 TXQUEUELEN = 16384  # frames the switch may queue toward us before copies are dropped
+RING_FRAMES = 256  # frames read but not decoded yet; the oldest go when a new one comes
+
+
+class FrameRing:
+    """Bounded, drop-oldest hand-over from the reader thread to the decoder (counted drops)."""
+
+    def __init__(self, size: int = RING_FRAMES) -> None:
+        self.frames: deque[bytes] = deque(maxlen=max(1, size))
+        self.dropped = 0
+        self.ready = threading.Event()
+        self._lock = threading.Lock()
+
+    def put(self, frame: bytes) -> None:
+        with self._lock:
+            if len(self.frames) == self.frames.maxlen:
+                self.dropped += 1  # the deque drops the oldest as this one goes in
+            self.frames.append(frame)
+        self.ready.set()
+
+    def take(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` frames, oldest first."""
+        with self._lock:
+            n = min(limit, len(self.frames))
+            out = [self.frames.popleft() for _ in range(n)]
+            if not self.frames:
+                self.ready.clear()
+        return out
 
 
 class Device(Protocol):
@@ -155,7 +188,9 @@ class Shipper:
 class DebugWorker:
     """Reads mirror copies off the TAP, decodes them, hands records to the shipper."""
 
-    def __init__(self, spec: DebugSpec, device: Device, post: Post) -> None:
+    def __init__(
+        self, spec: DebugSpec, device: Device, post: Post, ring_frames: int = RING_FRAMES
+    ) -> None:
         self.spec = spec
         self.dev = device
         self.decoder = MirrorDecoder(
@@ -169,36 +204,50 @@ class DebugWorker:
         self.lock = threading.Lock()  # the shipper reads the stats while we count
         self.shipper = Shipper(post, self._stats, spec.max_rate)
         self.stopping = False
+        self.ring = FrameRing(ring_frames)
+        self._reader = threading.Thread(target=self._read, name="debug-reader", daemon=True)
         self._poller = select.poll()
         self._poller.register(device.fileno(), select.POLLIN)
         self._read_size = 14 + spec.mtu + 64
 
     def _stats(self) -> dict[str, Any]:
         with self.lock:
-            return self.decoder.stats.to_dict()
+            return {**self.decoder.stats.to_dict(), "ring_dropped": self.ring.dropped}
 
     def stop(self, *_: object) -> None:
         self.stopping = True
 
+    def _read(self) -> None:
+        """Reader thread: TAP -> ring, as fast as the frames come (a read releases the GIL)."""
+        while not self.stopping and not self.shipper.gone.is_set():
+            if not self._poller.poll(50):
+                continue
+            for _ in range(READ_BATCH):
+                frame = self.dev.read(self._read_size)
+                if frame is None:
+                    break
+                self.ring.put(frame)
+
     def run(self) -> None:
         self.shipper.start()
+        self._reader.start()
         try:
             while not self.stopping and not self.shipper.gone.is_set():
-                if not self._poller.poll(50):
+                if not self.ring.ready.wait(0.05):
                     continue
                 now = time.time()
                 records: list[dict[str, Any]] = []
+                frames = self.ring.take(READ_BATCH)
                 with self.lock:
-                    for _ in range(READ_BATCH):
-                        frame = self.dev.read(self._read_size)
-                        if frame is None:
-                            break
+                    for frame in frames:
                         records.extend(self.decoder.feed(frame, now))
                 self.shipper.add(records)
         finally:
+            why = "stopped" if self.stopping else "the controller ended the session"
+            self.stopping = True  # the reader thread too
+            self._reader.join(timeout=5)
             self.shipper.stop()
             self.dev.close()
-        why = "stopped" if self.stopping else "the controller ended the session"
         log.info("session %s: %s; %s", self.spec.session, why, self._stats())
 
 
