@@ -21,6 +21,7 @@ from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
+from controller import control_queue
 from mininet_env.fabric import FabricPlan
 from typhoon.cluster import Cluster
 
@@ -171,7 +172,23 @@ class EmulatedNetwork:
         cluster = self.plan.cluster()
         self._check_ports(cluster)
         self._jumbo_links()
+        if self.plan.control_queue:
+            self._control_queues()
         return cluster
+
+    def _control_queues(self) -> None:
+        """Credit frames get the first band of a priority qdisc on every fabric interface,
+        under the link's shaping if it has some (``controller/control_queue.py``)."""
+        assert self.net is not None
+        parent = control_queue.mininet_parent(
+            self.plan.bw_mbit is not None, self.plan.delay is not None
+        )
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                for cmd in control_queue.tc_commands(control_queue.LinkQueueing(intf.name, parent)):
+                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+                    if done.returncode != 0:
+                        raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
 
     def _jumbo_links(self) -> None:
         """Fabric links carry the workers' frames: 9000 bytes by default (links of
