@@ -39,24 +39,27 @@ URGENT_CREDIT_KINDS: tuple[int, ...] = (lk.GRANT, lk.NACK, lk.RESYNC, lb.LB_GRAN
 ETHERTYPE_AT = 12
 KIND_AT = wire.ETH_HLEN + 1
 STREAM_AT = wire.ETH_HLEN + 4
-HANDLE = "7:"  # the prio qdisc's handle: band 7:1 control, 7:2 everything else
+CONTROL_SHARE = 0.1  # of the link's rate guaranteed to the control class (credit frames are tiny)
 
 
 @dataclass(frozen=True)
 class LinkQueueing:
-    """How one fabric interface is already queued, so the priority goes in the right place.
+    """A shaped fabric interface as Mininet's ``TCLink`` leaves it: an htb qdisc
+    ``root`` (handle ``5:``) whose class ``parent`` (``5:1``) holds the link's rate.
 
-    ``parent``: the class the link's leaf queue hangs from (Mininet's shaped
-    links: ``5:1`` for a rate only, ``10:1`` under a delay's netem), or None for an
-    unshaped link (the priority qdisc becomes the root).
+    An unshaped veth never queues (its transmit hands every frame to the peer at
+    once; the queue is the far bridge's packet-socket buffer, which no qdisc
+    orders), so only shaped links get a control class.
     """
 
     iface: str
-    parent: str | None = None
+    rate_mbit: float
+    root: str = "5:"
+    parent: str = "5:1"
 
 
 def is_urgent_frame(frame: bytes) -> bool:
-    """Does the classifier put ``frame`` in the control band?  (What the ``tc`` filters
+    """Does the classifier put ``frame`` in the control class?  (What the ``tc`` filters
     built by :func:`tc_commands` test, in Python: unit-testable.)"""
     if len(frame) < STREAM_AT + 2:
         return False
@@ -67,35 +70,43 @@ def is_urgent_frame(frame: bytes) -> bool:
     return int.from_bytes(frame[STREAM_AT : STREAM_AT + 2], "big") in URGENT_CREDIT_KINDS
 
 
+def classes(link: LinkQueueing) -> tuple[str, str]:
+    """The (control, data) class ids under the link's rate class."""
+    major = link.root.rstrip(":")
+    return f"{major}:10", f"{major}:20"
+
+
 def tc_commands(link: LinkQueueing, ethertype: int = wire.ETHERTYPE) -> list[list[str]]:
-    """``tc`` argument lists that give ``link`` a two-band strict-priority qdisc whose
-    first band takes the urgent credit frames (:func:`is_urgent_frame`).
+    """``tc`` argument lists that split ``link``'s rate class into a control class
+    (priority 0, ``CONTROL_SHARE`` of the rate guaranteed, the whole rate as ceiling)
+    and a data class (priority 1, the rest guaranteed, the whole rate as ceiling),
+    each with its own FIFO, and classify: the urgent credit frames
+    (:func:`is_urgent_frame`) to the control class, every other frame to the data class.
 
-    The second band takes everything else (every priomap entry points to it, so a
-    frame the filters do not match keeps its place among the data)."""
-    where = ["parent", link.parent] if link.parent else ["root"]
+    u32 offsets count from the end of the Ethernet header (measured on OVS 3.1's
+    userspace datapath: docs/flow_control.md), the EtherType at -2."""
+    control, data = classes(link)
+    rate = link.rate_mbit
     cmds = [
-        ["tc", "qdisc", "replace", "dev", link.iface, *where, "handle", HANDLE,
-         "prio", "bands", "2", "priomap", *(["1"] * 16)],
+        ["tc", "class", "add", "dev", link.iface, "parent", link.parent, "classid", control,
+         "htb", "rate", f"{rate * CONTROL_SHARE:g}mbit", "ceil", f"{rate:g}mbit", "prio", "0"],
+        ["tc", "class", "add", "dev", link.iface, "parent", link.parent, "classid", data,
+         "htb", "rate", f"{rate * (1 - CONTROL_SHARE):g}mbit", "ceil", f"{rate:g}mbit",
+         "prio", "1"],
     ]  # fmt: skip
+    nh = wire.ETH_HLEN
     for pref, kind in enumerate(URGENT_CREDIT_KINDS, start=1):
-        ematch = (
-            f"cmp(u16 at {ETHERTYPE_AT} layer link mask 0xffff eq {ethertype}) and "
-            f"cmp(u8 at {KIND_AT} layer link mask 0xff eq {int(wire.Kind.CREDIT)}) and "
-            f"cmp(u16 at {STREAM_AT} layer link mask 0xffff eq {kind})"
-        )
         cmds.append(
-            ["tc", "filter", "add", "dev", link.iface, "parent", HANDLE, "prio", str(pref),
-             "protocol", "all", "basic", "match", ematch, "flowid", f"{HANDLE}1"]
+            ["tc", "filter", "add", "dev", link.iface, "parent", link.root, "prio", str(pref),
+             "protocol", "all", "u32",
+             "match", "u16", f"{ethertype:#06x}", "0xffff", "at", str(ETHERTYPE_AT - nh),
+             "match", "u8", str(int(wire.Kind.CREDIT)), "0xff", "at", str(KIND_AT - nh),
+             "match", "u16", str(kind), "0xffff", "at", str(STREAM_AT - nh),
+             "flowid", control]
         )  # fmt: skip
+    cmds.append(
+        ["tc", "filter", "add", "dev", link.iface, "parent", link.root,
+         "prio", str(len(URGENT_CREDIT_KINDS) + 1), "protocol", "all", "u32",
+         "match", "u32", "0", "0", "flowid", data]
+    )  # fmt: skip
     return cmds
-
-
-def mininet_parent(shaped: bool, delayed: bool) -> str | None:
-    """Where Mininet's ``TCLink`` (htb rate at ``5:1``, netem delay at ``10:``) leaves
-    the leaf queue of a fabric interface."""
-    if delayed:
-        return "10:1"
-    if shaped:
-        return "5:1"
-    return None

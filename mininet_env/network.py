@@ -177,15 +177,13 @@ class EmulatedNetwork:
         return cluster
 
     def _control_queues(self) -> None:
-        """Credit frames get the first band of a priority qdisc on every fabric interface,
-        under the link's shaping if it has some (``controller/control_queue.py``)."""
-        assert self.net is not None
-        parent = control_queue.mininet_parent(
-            self.plan.bw_mbit is not None, self.plan.delay is not None
-        )
+        """Credit frames get a class of their own, ahead of data, in every fabric
+        interface's shaping (``controller/control_queue.py``)."""
+        assert self.net is not None and self.plan.bw_mbit is not None
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):
-                for cmd in control_queue.tc_commands(control_queue.LinkQueueing(intf.name, parent)):
+                q = control_queue.LinkQueueing(intf.name, self.plan.bw_mbit)
+                for cmd in control_queue.tc_commands(q):
                     done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
                     if done.returncode != 0:
                         raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")

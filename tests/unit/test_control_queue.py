@@ -39,17 +39,30 @@ def test_data_punctuation_and_other_ethertypes_keep_their_place():
     assert not any(map(cq.is_urgent_frame, [data, ctl, grant_other_ethertype, b"\0" * 10]))
 
 
-def test_tc_commands_put_the_priority_under_the_links_shaping():
-    root = cq.tc_commands(cq.LinkQueueing("s1-eth1"))
-    shaped = cq.tc_commands(cq.LinkQueueing("s1-eth1", cq.mininet_parent(True, False)))
-    assert root[0][5:7] == ["root", "handle"] and shaped[0][5:8] == ["parent", "5:1", "handle"]
-    assert cq.mininet_parent(True, True) == "10:1" and cq.mininet_parent(False, False) is None
-    filters = root[1:]
-    assert len(filters) == len(cq.URGENT_CREDIT_KINDS)
-    for f, kind in zip(filters, cq.URGENT_CREDIT_KINDS, strict=True):
-        ematch = f[f.index("match") + 1]
-        # the same offsets is_urgent_frame reads
-        assert f"u16 at 12 layer link mask 0xffff eq {wire.ETHERTYPE}" in ematch
-        assert f"u8 at 15 layer link mask 0xff eq {int(Kind.CREDIT)}" in ematch
-        assert f"u16 at 18 layer link mask 0xffff eq {kind}" in ematch
-        assert f[-2:] == ["flowid", "7:1"]
+def test_tc_commands_split_the_links_rate_class_and_classify_every_frame():
+    cmds = cq.tc_commands(cq.LinkQueueing("s1-eth1", 400))
+    control, data = cq.classes(cq.LinkQueueing("s1-eth1", 400))
+    assert (control, data) == ("5:10", "5:20")
+    ctl_class, data_class = cmds[0], cmds[1]
+    assert ctl_class[ctl_class.index("parent") + 1] == "5:1"
+    assert ctl_class[ctl_class.index("prio") + 1] == "0" and data_class[-1] == "1"
+    assert ctl_class[ctl_class.index("ceil") + 1] == "400mbit" == data_class[-3]
+    filters = cmds[2:]
+    assert len(filters) == len(cq.URGENT_CREDIT_KINDS) + 1
+    for f, kind in zip(filters, cq.URGENT_CREDIT_KINDS, strict=False):
+        text = " ".join(f)
+        # the offsets is_urgent_frame reads, counted from the end of the Ethernet header
+        assert f"match u16 {wire.ETHERTYPE:#06x} 0xffff at -2" in text
+        assert f"match u8 {int(Kind.CREDIT)} 0xff at 1" in text
+        assert f"match u16 {kind} 0xffff at 4" in text
+        assert f[-2:] == ["flowid", control]
+    assert filters[-1][-6:] == ["match", "u32", "0", "0", "flowid", data]  # the rest: data
+
+
+def test_a_control_queue_needs_a_rate_and_no_delay():
+    from mininet_env.fabric import FabricPlan
+
+    FabricPlan(hosts=2, bw_mbit=100, control_queue=True)
+    for bad in ({}, {"bw_mbit": 100, "delay": "1ms"}):
+        with pytest.raises(ValueError, match="control queue"):
+            FabricPlan(hosts=2, control_queue=True, **bad)

@@ -16,8 +16,9 @@ import pytest
 
 from typhoon import wire
 from typhoon.operators.base import Bolt
+from typhoon.runtime import sdn
 from typhoon.runtime.framework import SLICE_S, Framework
-from typhoon.runtime.sdn import HAND_OUT_FRAMES, SdnTransport
+from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
@@ -173,18 +174,19 @@ def test_without_priority_every_control_tuple_keeps_its_place(pair):
     ]  # fmt: skip
 
 
-def test_a_poll_hands_out_a_bounded_slice_and_urgent_control_read_later_goes_first(pair):
+def test_urgent_control_read_after_a_poll_goes_ahead_of_what_is_still_queued(pair, monkeypatch):
     _, sw, transport = pair
     io = transport()
-    n = HAND_OUT_FRAMES + 20
-    for i in range(n):
+    monkeypatch.setattr(sdn, "HAND_OUT_FRAMES", 8)  # a bound on what one poll hands out
+    for i in range(20):
         sw.data([[i]])
-    first = io.poll(0)
-    assert kinds(first) == list(range(HAND_OUT_FRAMES))
-    assert len(io.pending) == 20  # not consumed yet: no credit went back for them
+    assert kinds(io.poll(0)) == list(range(8))
+    assert len(io.pending) == 12  # not consumed yet: no credit went back for them
     sw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 1}))
-    sw.data([[n]])
-    assert kinds(io.poll(0)) == [Control.METRIC_REQ, *range(HAND_OUT_FRAMES, n + 1)]
+    sw.data([[20]])
+    assert kinds(io.poll(0)) == [Control.METRIC_REQ, *range(8, 16)]
+    monkeypatch.setattr(sdn, "HAND_OUT_FRAMES", None)
+    assert kinds(io.poll(0)) == list(range(16, 21))
 
 
 def test_a_segmented_or_mixed_control_frame_keeps_its_place(pair):

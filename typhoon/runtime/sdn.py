@@ -72,10 +72,10 @@ from typhoon.wire import AddrClass, Control, ControlTuple, Frame, Kind, WireErro
 log = logging.getLogger(__name__)
 
 READ_BATCH = 512  # frames read per poll() before handing out what arrived
-# frames handed to the framework per poll(): what is not handed out stays unconsumed (no
-# credit goes back for it, ``queue_bytes`` counts it) and urgent control read meanwhile
-# goes ahead of it
-HAND_OUT_FRAMES = 64
+# frames handed to the framework per poll() (None: all that are queued).  A bound keeps
+# the rest unconsumed (no credit goes back for it, ``queue_bytes`` counts it); urgent
+# control does not need it: read during a slice it goes ahead of everything queued
+HAND_OUT_FRAMES: int | None = None
 DEFAULT_CREDIT_TIMEOUT_S = 10.0
 # a receiver the controller routes around that answered no request for credit for this
 # long is dead at once, without waiting out the credit timeout (a live receiver, even
