@@ -161,6 +161,7 @@ class SdnTransport(Transport):
         self.pending: deque[tuple[Frame, int, int, Any, Any]] = deque()
         self.pending_bytes = 0
         self.ctrl_pending = 0  # control frames among them
+        self.queued_at_take = 0  # pending bytes left when the framework last took input
         # urgent control tuples (wire.URGENT_CONTROL) read off the port: they go to the
         # framework ahead of everything in ``pending`` (off: every control frame in order)
         self.control_priority = control_priority
@@ -513,6 +514,7 @@ class SdnTransport(Transport):
                     rx.urgent.add(key)
             if payloads:
                 out.append(Inbound(src, f.stream, payloads))
+        self.queued_at_take = self.pending_bytes
         # the ROUTINGs handed out go to the framework now; those still queued stay ahead
         self.routing_ahead.clear()
         if self.ctrl_pending:
@@ -895,12 +897,17 @@ class SdnTransport(Transport):
     # ----- housekeeping --------------------------------------------------------------------
 
     def queue_bytes(self) -> int:
-        """Bytes read off the port but not handed out yet (queued while blocked sending).
+        """Bytes read off the port but not handed out when the framework last took input
+        (queued while blocked sending).
 
-        Frames still in the TAP device's queue are not counted: the tun driver does
-        not answer FIONREAD (EINVAL).
+        Not what was read ahead since, while the framework works through what it
+        took and serves urgent control between slices: a METRIC_RESP answered in
+        the middle of a slice would count data that the next poll takes at once,
+        and the load balancer's weights (``controller/load_balancer.py``, its queue
+        term) moved with every answer.  Frames still in the TAP device's queue are
+        not counted: the tun driver does not answer FIONREAD (EINVAL).
         """
-        return self.pending_bytes
+        return self.queued_at_take
 
     def link_stats(self) -> dict[str, Any]:
         """What the links did: frames sent, sent again, written off; gaps found and
