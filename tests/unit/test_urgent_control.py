@@ -20,7 +20,7 @@ from typhoon.runtime import sdn
 from typhoon.runtime.framework import SLICE_S, Framework
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound
+from typhoon.runtime.transport import EOS_STREAM, Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, Kind
 
@@ -265,3 +265,21 @@ def test_without_priority_metric_req_waits_for_the_queued_data(pair):
     (at,) = [i for i, e in enumerate(events) if isinstance(e, tuple)]
     assert at == 200  # behind every row queued before it
     assert [ct.body["request_id"] for ct in replies] == [9]
+
+
+def test_end_of_stream_asks_for_a_grant_at_once(pair):
+    """A receiver that finishes on the end of stream confirms it while it still runs."""
+    _, sw, transport = pair
+    io = transport()
+    src = wire.parse_mac(sw.src).value
+    io.send(src, 5, [wire.encode_rows([[1]])])
+    io.send(src, EOS_STREAM, [b"\x91\x91\xa3eos"])
+    flags = []
+    while True:
+        try:
+            f = wire.decode_frame(sw.end.recv(65536), mtu=64000)
+        except BlockingIOError:
+            break
+        if f.kind == Kind.DATA:  # (the link's base SYNC goes first)
+            flags.append(f.flags)
+    assert [bool(f & wire.ACK_REQ) for f in flags] == [False, True]

@@ -65,7 +65,7 @@ from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
-from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.runtime.truesize import default_budget, truesize
 from typhoon.wire import AddrClass, Control, ControlTuple, Frame, Kind, WireError
 
@@ -626,7 +626,10 @@ class SdnTransport(Transport):
             self._worker_mac(dst), self.mac, Kind.DATA, stream, ol.next, payloads, self.mtu,
             self.ethertype,
         )  # fmt: skip
-        self._transmit(ol, frames)
+        # punctuation (end of stream, anchors, marks) asks for a grant at once: a receiver
+        # that finishes on it confirms it before it exits, not in its last write (a TAP
+        # destroyed right after loses what the switch has not read from it yet)
+        self._transmit(ol, frames, ack_last=stream == EOS_STREAM)
 
     def send_group(
         self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
@@ -644,7 +647,7 @@ class SdnTransport(Transport):
         )  # fmt: skip
         self._transmit(ol, frames)
 
-    def _transmit(self, ol: lk.OutLink, frames: list[bytes]) -> None:
+    def _transmit(self, ol: lk.OutLink, frames: list[bytes], ack_last: bool = False) -> None:
         """Write ``frames`` (numbered from ``ol.next``) within the link's credit.
 
         Frames that no live member would get are not written: they and the rest of
@@ -661,7 +664,7 @@ class SdnTransport(Transport):
                 self._lose(ol, len(frames) - i)
                 return
             self._send_bases(ol)  # a member joined or revived while we waited
-            marked = tx.wants_ack(ol, cost)
+            marked = tx.wants_ack(ol, cost) or (ack_last and i == len(frames) - 1)
             if marked:
                 frame = wire.with_flags(frame, wire.ACK_REQ)
             # a frame the port refused is kept all the same: a NACK brings it again
