@@ -73,9 +73,10 @@ class Prober(threading.Thread):
     """METRIC_REQ to every worker of one application every ``interval`` seconds while it
     runs; collects each worker's round trip as the controller timed it.
 
-    A request still unanswered when the run ends counts with the time it has
-    waited (a lower bound), so a control tuple stuck behind data is not lost
-    from the tail."""
+    A request that some workers answered and others had not by the end of the run
+    counts for those with the time it waited (a lower bound), so a control tuple
+    stuck behind data is not lost from the tail; one that no worker answered is
+    counted apart (``lost_requests``): that is the request, not a worker, failing."""
 
     def __init__(
         self, cluster: EmulatedCluster, name: str, interval: float, warmup: float, until: float
@@ -86,6 +87,7 @@ class Prober(threading.Thread):
         self.stop = threading.Event()
         self.rtts: dict[int, list[float]] = {}  # worker -> ms
         self.unanswered: dict[int, int] = {}
+        self.lost_requests = 0
         self.roles: dict[int, str] = {}
         self.next_id = REQUEST_BASE
         self.error = ""
@@ -124,6 +126,9 @@ class Prober(threading.Thread):
         self._collect(outstanding)
         now = time.monotonic()
         for sent, waiting in outstanding.values():
+            if waiting == set(self.roles):
+                self.lost_requests += 1
+                continue
             for w in waiting:
                 self.unanswered[w] = self.unanswered.get(w, 0) + 1
                 self.rtts.setdefault(w, []).append((now - sent) * 1000.0)
@@ -174,6 +179,7 @@ class ControlTraffic(Scenario):
         samples: dict[str, dict[str, list[float]]] = {m: {r: [] for r in ROLES} for m in MODES}
         runs: dict[str, list[RunResult]] = {m: [] for m in MODES}
         unanswered: dict[str, int] = dict.fromkeys(MODES, 0)
+        lost_requests: dict[str, int] = dict.fromkeys(MODES, 0)
         try:
             for queue in (False, True):
                 plan = FabricPlan(
@@ -199,12 +205,13 @@ class ControlTraffic(Scenario):
                     for role, vs in prober.by_role().items():
                         samples[mode].setdefault(role, []).extend(vs)
                     unanswered[mode] += sum(prober.unanswered.values())
+                    lost_requests[mode] += prober.lost_requests
                     if prober.error:
                         res.notes.append(f"{mode} round {rnd}: prober: {prober.error}")
         finally:
             for c in clusters.values():
                 c.close()
-        self._describe(res, bench, params, samples, runs, unanswered)
+        self._describe(res, bench, params, samples, runs, unanswered, lost_requests)
         return res
 
     def _one(
@@ -239,7 +246,14 @@ class ControlTraffic(Scenario):
         finally:
             prober.stop.set()
             prober.join(30)
-        bench.records.append({**result.to_dict(), "mode": mode, "rtt_ms": prober.rtts})
+        bench.records.append(
+            {
+                **result.to_dict(),
+                "mode": mode,
+                "rtt_ms": prober.rtts,
+                "lost_requests": prober.lost_requests,
+            }
+        )
         if not result.ok:
             bench.failures += 1
         status = "ok" if result.ok else f"FAILED: {result.error}"
@@ -256,6 +270,7 @@ class ControlTraffic(Scenario):
         samples: dict[str, dict[str, list[float]]],
         runs: dict[str, list[RunResult]],
         unanswered: dict[str, int],
+        lost_requests: dict[str, int],
     ) -> None:
         rows, summary = [], {}
         for mode in MODES:
@@ -270,6 +285,7 @@ class ControlTraffic(Scenario):
             thr = median(measure.throughput(r) for r in rs)
             entry["sink_tuples_s"] = thr
             entry["unanswered"] = unanswered[mode]
+            entry["lost_requests"] = lost_requests[mode]
             entry["lost"] = [measure.lost(r) for r in rs]
             entry["duplicates"] = [measure.duplicates(r) for r in rs]
             entry["retransmitted"] = [
@@ -277,7 +293,7 @@ class ControlTraffic(Scenario):
             ]
             row += [
                 fmt_rate(thr),
-                str(unanswered[mode]),
+                f"{unanswered[mode]} / {lost_requests[mode]}",
                 f"{fmt_count(entry['lost'])} / {fmt_count(entry['duplicates'])}",
                 str(sum(entry["retransmitted"])),
                 f"{sum(r.ok for r in rs)}/{len(rs)}",
@@ -297,7 +313,14 @@ class ControlTraffic(Scenario):
         res.tables.append(
             Table(
                 f"{self.title}: METRIC_REQ -> METRIC_RESP as the controller times it",
-                [*cols, "sink tuples/s", "unanswered", "lost / dup", "resent frames", "runs ok"],
+                [
+                    *cols,
+                    "sink tuples/s",
+                    "late / no answer",
+                    "lost / dup",
+                    "resent frames",
+                    "runs ok",
+                ],
                 rows,
                 note=(
                     f"2 sources -> 2 relays ({self.RELAY_US:g} us/tuple, sleeping) -> sink, "
@@ -307,7 +330,8 @@ class ControlTraffic(Scenario):
                     f"after activation until {self.STOP_EARLY_S:g} s before the drain "
                     f"({params['duration']:g} s); "
                     f"{params['rounds']} round(s), modes rotated. Unanswered requests count "
-                    "with the time they waited until the run ended."
+                    "with the time they waited until the run ended (late); requests no worker "
+                    "answered are counted apart (no answer), not as round trips."
                 ),
             )
         )
