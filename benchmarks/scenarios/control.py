@@ -55,6 +55,7 @@ from benchmarks.topologies import relay_chain
 from mininet_env.fabric import FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.report import read_worker_reports
+from typhoon.runtime import links as lk
 
 MODES = ("none", "worker", "worker+switch")
 ROLES = ("source", "relay", "sink")
@@ -325,7 +326,8 @@ class ControlTraffic(Scenario):
                 note=(
                     f"2 sources -> 2 relays ({self.RELAY_US:g} us/tuple, sleeping) -> sink, "
                     f"spread over 2 emulated hosts, fabric link shaped to {self.BW_MBIT} Mbit/s, "
-                    f"{self.TUPLE_BYTES}-byte tuples, 64 KB frames, window 32; a METRIC_REQ to "
+                    f"{self.TUPLE_BYTES}-byte tuples, 64 KB frames, window {lk.DEFAULT_WINDOW}; "
+                    "a METRIC_REQ to "
                     f"every worker every {self.INTERVAL_S * 1000:g} ms from {self.WARMUP_S:g} s "
                     f"after activation until {self.STOP_EARLY_S:g} s before the drain "
                     f"({params['duration']:g} s); "

@@ -39,7 +39,7 @@ Spec (``WorkerSpec.transport``)::
 
     {"kind": "sdn",
      "tap": "ty007a0002",        # optional, default tap_name(app, worker)
-     "mtu": 64000, "window": 32,  # window in frames per link
+     "mtu": 64000, "window": 128,  # window in frames per link
      "ethertype": 0x88B5,        # optional
      "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
      "port_budget": 180224}      # bytes in flight (typhoon.topology.budgets); 0 = off
