@@ -126,3 +126,35 @@ def diamond(name: str, size: int = 64, count: int | None = None) -> Topology:
             ],
         }
     )
+
+
+def relay_chain(
+    name: str, size: int = 100, relay_us: float = 20.0, priority: bool = True, width: int = 2
+) -> Topology:
+    """Sources -> relays -> sink, ``width`` sources and relays, spread over the hosts
+    (``placement: spread``: a node's workers alternate between hosts), so that data
+    crosses every fabric link both ways.  A relay (``busy``) sleeps ``relay_us`` per
+    tuple; ``priority`` false hands urgent control tuples out behind queued data
+    (``sdn: {control_priority: false}``)."""
+    return _load(
+        {
+            "name": name,
+            "config": {"placement": "spread", "sdn": {"control_priority": priority}},
+            "spouts": [
+                {"id": "source", "operator": SOURCE, "args": {"size": size}, "parallelism": width}
+            ],
+            "bolts": [
+                {
+                    "id": "relay",
+                    "operator": "busy",
+                    "args": {"cost_us": relay_us},
+                    "parallelism": width,
+                },
+                {"id": "sink", "operator": SINK},
+            ],
+            "streams": [
+                {"from": "source", "to": "relay", "grouping": "shuffle"},
+                {"from": "relay", "to": "sink", "grouping": "shuffle"},
+            ],
+        }
+    )

@@ -22,6 +22,7 @@ from typhoon.wire import Control, ControlTuple, Kind, WireError
 
 ACK_LOG = 4096  # (app, ack, version) entries kept
 RESPONSES = 256  # METRIC_REQ rounds whose answers are kept
+SENT_KEPT = 4096  # METRIC_REQs whose send time is kept until their answer comes
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class ControlChannel:
         # request id -> worker -> metrics, for callers waiting for their own METRIC_REQ
         self.responses: collections.OrderedDict[int, dict[int, dict]] = collections.OrderedDict()
         self.worker_metrics: dict[str, dict[int, dict]] = {}  # app -> worker -> last metrics
+        # (request id, worker) -> when its METRIC_REQ was framed: the answer carries the
+        # round trip (``rtt_ms``), what control traffic apart from data is measured by
+        self.sent_at: collections.OrderedDict[tuple[int, int], float] = collections.OrderedDict()
 
     # ----- outbound ------------------------------------------------------------------------
 
@@ -69,6 +73,10 @@ class ControlChannel:
             mtu,
         )
         self.ctrl_seq[(app_id, worker_id)] = seq + len(frames)
+        if ct.type == Control.METRIC_REQ:
+            self.sent_at[(ct.body["request_id"], worker_id)] = time.monotonic()
+            while len(self.sent_at) > SENT_KEPT:
+                self.sent_at.popitem(last=False)
         return frames
 
     def next_request_id(self) -> int:
@@ -139,6 +147,9 @@ class ControlChannel:
         metrics with their ``request_id``."""
         self._rate(reply.app, reply.worker, reply.metrics)
         metrics = {**reply.metrics, "request_id": reply.request_id}
+        sent = self.sent_at.pop((reply.request_id, reply.worker), None)
+        if sent is not None:
+            metrics["rtt_ms"] = round((time.monotonic() - sent) * 1000.0, 3)
         self.responses.setdefault(reply.request_id, {})[reply.worker] = metrics
         self.worker_metrics.setdefault(reply.app, {})[reply.worker] = metrics
         while len(self.responses) > RESPONSES:

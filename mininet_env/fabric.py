@@ -33,6 +33,9 @@ class FabricPlan:
     # MTU of the fabric links, which the workers' frames then follow (as a cluster
     # file's fabric would: 1450 is VXLAN on a 1500-byte underlay); None: jumbo links
     mtu: int | None = None
+    # a strict-priority queue for credit frames on every fabric interface
+    # (controller/control_queue.py; docs/flow_control.md "Control traffic apart from data")
+    control_queue: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts < 1:
@@ -43,6 +46,11 @@ class FabricPlan:
             raise ValueError("bridge prefix too long for Linux interface names")
         if self.mtu is not None and not MIN_FABRIC_MTU <= self.mtu <= 65000:
             raise ValueError(f"fabric mtu must be between {MIN_FABRIC_MTU} and 65000 bytes")
+        if self.control_queue and (self.bw_mbit is None or self.delay is not None):
+            raise ValueError(
+                "a control queue needs links shaped by a rate (an unshaped link never "
+                "queues) and no delay (netem's queue is not split): set bw_mbit only"
+            )
         if not 16 * MAX_TRUESIZE <= self.socket_buffer <= 1 << 30:
             raise ValueError(
                 f"socket buffer must be between {16 * MAX_TRUESIZE} and {1 << 30} bytes"

@@ -21,6 +21,7 @@ from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
+from controller import control_queue
 from mininet_env.fabric import FabricPlan
 from mininet_env.topo import FabricTopo
 from typhoon.cluster import Cluster
@@ -165,7 +166,21 @@ class EmulatedNetwork:
         cluster = self.plan.cluster()
         self._check_ports(cluster)
         self._jumbo_links()
+        if self.plan.control_queue:
+            self._control_queues()
         return cluster
+
+    def _control_queues(self) -> None:
+        """Credit frames get a class of their own, ahead of data, in every fabric
+        interface's shaping (``controller/control_queue.py``)."""
+        assert self.net is not None and self.plan.bw_mbit is not None
+        for link in self.net.links:
+            for intf in (link.intf1, link.intf2):
+                q = control_queue.LinkQueueing(intf.name, self.plan.bw_mbit)
+                for cmd in control_queue.tc_commands(q):
+                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+                    if done.returncode != 0:
+                        raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
 
     def _jumbo_links(self) -> None:
         """Fabric links carry the workers' frames: 9000 bytes by default (links of

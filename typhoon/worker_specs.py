@@ -25,7 +25,7 @@ log = logging.getLogger("typhoon.agent")
 WORKER_MTU = 64000
 
 
-SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s", "mtu")
+SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s", "mtu", "control_priority")
 
 
 def sdn_options(config: dict) -> dict:
@@ -34,7 +34,9 @@ def sdn_options(config: dict) -> dict:
     ``flow_control: false`` turns credits off (the largest window, no byte
     budget): only for showing what flow control prevents; the links still resend
     what the switch drops.  ``sdn: {window,
-    port_budget, credit_timeout_s}`` tunes it; without ``port_budget`` every
+    port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
+    urgent control tuples out in arrival order, behind queued data: only for
+    measuring what the priority buys); without ``port_budget`` every
     worker gets its share of the switch's socket buffers
     (:func:`typhoon.topology.budgets.plan_budgets`), kept current by the controller.
     """

@@ -184,6 +184,17 @@ def test_replies_are_checked_and_what_they_leave_behind_is_kept():
     assert ch.acked("wc", "ROUTING", 41) == {3} and ch.acked("wc", "ROUTING", 42) == set()
 
 
+def test_the_answer_to_a_metric_req_carries_its_round_trip():
+    ch = ControlChannel()
+    apps = {APP: "wc"}
+    ch.frames(APP, 3, ControlTuple(Control.METRIC_REQ, {"request_id": 9}))
+    (r,) = ch.receive(reply(3, {"time": 1.0}), apps.get)
+    first = ch.record_metrics(r)
+    assert 0 <= first["rtt_ms"] < 1000
+    # a second answer to the same request (or one nobody timed) has no round trip
+    assert "rtt_ms" not in ch.record_metrics(r)
+
+
 @pytest.mark.parametrize("n", [1, 3])
 def test_request_ids_stay_positive_31_bit(n):
     ch = ControlChannel()

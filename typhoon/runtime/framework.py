@@ -49,6 +49,8 @@ EOS_PAYLOAD = msgpack.packb([["eos"]], use_bin_type=True)  # a row batch of one 
 DRAIN_QUIET_S = 0.2  # a draining worker finishes after this long without input
 SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 ENTRY_FILL = 0.94  # aim a row batch at this share of an entry's room (rows vary in size)
+# longest stretch of work on queued data before urgent control (METRIC_REQ, ...) is served
+SLICE_S = 0.01
 
 
 def batch_hook(
@@ -154,6 +156,11 @@ class Framework:
         self.proc_ns = 0
         self.proc_count = 0
         self.in_bytes = 0
+        # urgent control tuples go ahead of queued data: served between slices of
+        # SLICE_S of work on it (docs/flow_control.md), and while a send waits for credit
+        self.slice_ns = int(SLICE_S * 1e9)
+        self.slice_end = 0
+        transport.on_urgent = self.control
         self.entry_cap = entry_capacity(transport.mtu)
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
         self._process_batch = batch_hook(operator)
@@ -462,28 +469,64 @@ class Framework:
         if src not in self.pending_upstream:
             # a sender added at run time (scale-up): wait for its end of stream too
             self.pending_upstream.add(src)
-        process, batch, emit = self.op.process, self._process_batch, self.emit
-        pairs = self.pairs
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:
             rows = self._decode_entry(p)
             if rows is None:
                 continue
-            if pairs is not None:
-                pairs.run(rows, process, batch, emit)
-            elif batch is not None:
-                batch(rows, emit)
-            else:
-                for values in rows:
-                    process(values, emit)
-            good += len(rows)
+            n = len(rows)
+            step = self._slice_rows(n)
+            if step >= n:
+                self._run(rows)
+            else:  # a slow operator: urgent control must not wait for the whole entry
+                for i in range(0, n, step):
+                    self._run(rows[i : i + step])
+                    self.between_slices()
+            good += n
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += good
         self.in_bytes += sum(map(len, item.payloads))
         self.tuples_in[item.stream] = self.tuples_in.get(item.stream, 0) + good
         key = (src, item.stream)
         self.received_from[key] = self.received_from.get(key, 0) + good
+        self.between_slices()
+
+    def _run(self, rows: list[list]) -> None:
+        """The operator on some rows (a whole batch at once where it can)."""
+        if self.pairs is not None:
+            self.pairs.run(rows, self.op.process, self._process_batch, self.emit)
+        elif self._process_batch is not None:
+            self._process_batch(rows, self.emit)
+        else:
+            process, emit = self.op.process, self.emit
+            for values in rows:
+                process(values, emit)
+
+    def _slice_rows(self, n: int) -> int:
+        """Rows the operator gets through in one slice, from its cost so far (``n``: all)."""
+        count = self.proc_count
+        if count < 32:  # the cost is not known yet
+            return n
+        per_row = self.proc_ns / count
+        if per_row * n <= self.slice_ns:
+            return n
+        # half a slice: a check falls within every slice however the chunks line up
+        return max(1, int(self.slice_ns / 2 / per_row))
+
+    # ----- urgent control between slices ---------------------------------------------------
+
+    def start_slice(self) -> None:
+        """A slice of work begins (the event loop got a new batch from the transport)."""
+        self.slice_end = time.perf_counter_ns() + self.slice_ns
+
+    def between_slices(self) -> None:
+        """Serve the urgent control tuples that arrived, once per slice of work."""
+        if time.perf_counter_ns() < self.slice_end:
+            return
+        for ct in self.io.urgent_controls():
+            self.control(ct)
+        self.start_slice()
 
     def _decode_entry(self, entry: bytes) -> list[list] | None:
         """The rows of one row-batch entry; what is not a row is counted and left out.

@@ -61,10 +61,11 @@ RESYNC = 5  # receiver -> sender [link]: I hold no state for this link, send me 
 # large frames.  32 stalled forward.yaml's source on every ~32nd frame of 9,000 bytes (496
 # waits for credit in 16,133 frames); 128 cut that to 55-90, but then a slow operator
 # (300 us per tuple) held the controller's METRIC_REQ behind tens of seconds of queued data.
-# With 64 KB frames 32 runs forward.yaml as fast (README, "Per-tuple cost"); a topology
-# may ask for more with config: {sdn: {window: N}}.  Receivers' TAP queues hold
+# With 64 KB frames 32 ran forward.yaml about as fast.  128 again since urgent control
+# tuples overtake queued data (docs/flow_control.md, "The 128-frame window again"); a
+# topology may ask for another with config: {sdn: {window: N}}.  Receivers' TAP queues hold
 # DEFAULT_TXQUEUELEN frames (runtime/tap.py).
-DEFAULT_WINDOW = 32
+DEFAULT_WINDOW = 128
 MAX_WINDOW = 1 << 20  # frames kept for retransmission per link, far below 2**31
 PROBE_S = 0.02  # unconfirmed frames this old make the sender probe with a SYNC
 REFRESH_S = 0.1  # a receiver refreshes its grant this often while a link is in use

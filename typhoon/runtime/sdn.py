@@ -39,7 +39,7 @@ Spec (``WorkerSpec.transport``)::
 
     {"kind": "sdn",
      "tap": "ty007a0002",        # optional, default tap_name(app, worker)
-     "mtu": 64000, "window": 32,  # window in frames per link
+     "mtu": 64000, "window": 128,  # window in frames per link
      "ethertype": 0x88B5,        # optional
      "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
      "port_budget": 180224}      # bytes in flight (typhoon.topology.budgets); 0 = off
@@ -65,13 +65,17 @@ from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
-from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.runtime.truesize import default_budget, truesize
 from typhoon.wire import AddrClass, Control, ControlTuple, Frame, Kind, WireError
 
 log = logging.getLogger(__name__)
 
 READ_BATCH = 512  # frames read per poll() before handing out what arrived
+# frames handed to the framework per poll() (None: all that are queued).  A bound keeps
+# the rest unconsumed (no credit goes back for it, ``queue_bytes`` counts it); urgent
+# control does not need it: read during a slice it goes ahead of everything queued
+HAND_OUT_FRAMES: int | None = None
 DEFAULT_CREDIT_TIMEOUT_S = 10.0
 # a receiver the controller routes around that answered no request for credit for this
 # long is dead at once, without waiting out the credit timeout (a live receiver, even
@@ -111,6 +115,7 @@ class SdnTransport(Transport):
         device: Device | None = None,
         clock: Callable[[], float] = time.monotonic,
         reroute_silence_s: float = REROUTE_SILENCE_S,
+        control_priority: bool = True,
     ) -> None:
         super().__init__()
         if not wire.MIN_MTU <= mtu <= 65535:
@@ -155,6 +160,14 @@ class SdnTransport(Transport):
         # (frame, sender id or 0, bytes, its InLink or None, link key)
         self.pending: deque[tuple[Frame, int, int, Any, Any]] = deque()
         self.pending_bytes = 0
+        self.ctrl_pending = 0  # control frames among them
+        self.queued_at_take = 0  # pending bytes left when the framework last took input
+        # urgent control tuples (wire.URGENT_CONTROL) read off the port: they go to the
+        # framework ahead of everything in ``pending`` (off: every control frame in order)
+        self.control_priority = control_priority
+        self.urgent: deque[ControlTuple] = deque()
+        # the framework's handler for urgent control while a send waits for credit
+        self.on_urgent: Callable[[ControlTuple], None] | None = None
         self._src_ids: dict[bytes, int] = {}
         self._dst_macs: dict[int, bytes] = {}
         self._resync_at: dict[tuple[int, int], float] = {}
@@ -177,6 +190,7 @@ class SdnTransport(Transport):
             ethertype=int(p.get("ethertype", wire.ETHERTYPE)),
             credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
             port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
+            control_priority=bool(p.get("control_priority", True)),
         )
 
     @property
@@ -224,11 +238,33 @@ class SdnTransport(Transport):
 
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
         # wake up in time to refresh grants and probe even when the framework is idle
-        if self.pending or self._readable(min(timeout, 0.01)):
+        if self.pending or self.urgent or self._readable(min(timeout, 0.01)):
             self._read_batch()
-        out = self._hand_out()
+        out = self._hand_out(HAND_OUT_FRAMES)
         self._housekeeping(self.clock())
         return out
+
+    def urgent_controls(self) -> list[ControlTuple]:
+        """Read the port without waiting and return the urgent control tuples that arrived
+        (the framework calls this between slices of its work on queued data).
+
+        Data read meanwhile joins ``pending`` unconsumed: how far we read ahead is
+        bounded by the senders' credit windows."""
+        self._read_batch()
+        self._housekeeping(self.clock())
+        if not self.urgent:
+            return []
+        out = list(self.urgent)
+        self.urgent.clear()
+        return out
+
+    def _serve_urgent(self) -> None:
+        """Hand urgent control to the framework while a send waits for credit."""
+        handler = self.on_urgent
+        if handler is None:
+            return
+        while self.urgent:
+            handler(self.urgent.popleft())
 
     def _readable(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a frame on the port."""
@@ -283,10 +319,28 @@ class SdnTransport(Transport):
             st.drop("spoofed_control")
         elif f.dst != self.mac:
             st.drop("not_for_me")
-        else:
+        elif not self._urgent(f):
             self.pending.append((f, 0, len(raw), None, None))
             self.pending_bytes += len(raw)
+            self.ctrl_pending += 1
             self._peek_routing(f)
+
+    def _urgent(self, f: Frame) -> bool:
+        """Queue a control frame whose tuples are all urgent (``wire.URGENT_CONTROL``) in
+        ``urgent``, ahead of the data read before it; False: it keeps its place.
+
+        A segmented frame keeps its place (reassembly goes in order; urgent tuples are
+        small), so does a malformed one (counted when handed out)."""
+        if not self.control_priority or f.flags & wire.SEG:
+            return False
+        try:
+            cts = [wire.decode_control(p) for p in f.payloads]
+        except WireError:
+            return False
+        if not cts or any(ct.type not in wire.URGENT_CONTROL for ct in cts):
+            return False
+        self.urgent.extend(cts)
+        return True
 
     def _data(self, f: Frame, src: int, link: int, size: int, now: float) -> None:
         """A data frame of a link: in order it goes to ``pending``, after a gap it waits."""
@@ -423,16 +477,18 @@ class SdnTransport(Transport):
         if revived:
             log.info("worker %d: balanced credit from worker %d again", self.worker_id, src)
 
-    def _hand_out(self) -> list[Inbound | ControlTuple]:
-        """Turn pending frames into what poll() returns; data frames count as consumed."""
-        out: list[Inbound | ControlTuple] = []
+    def _hand_out(self, limit: int | None = None) -> list[Inbound | ControlTuple]:
+        """Turn pending frames into what poll() returns, urgent control first, then up to
+        ``limit`` frames in arrival order; data frames count as consumed."""
+        out: list[Inbound | ControlTuple] = list(self.urgent)
+        self.urgent.clear()
         pending = self.pending
         st = self.stats
         rx = self.rx
         links = rx.links
         ack_req = wire.ACK_REQ
-        self.routing_ahead.clear()  # every queued ROUTING goes to the framework now
-        while pending:
+        n = len(pending) if limit is None else min(limit, len(pending))
+        for _ in range(n):
             f, src, size, il, key = pending.popleft()
             self.pending_bytes -= size
             payloads = f.payloads
@@ -443,6 +499,7 @@ class SdnTransport(Transport):
                     st.drop("bad_segment")
                     payloads = []
             if not src:  # control tuple from the controller
+                self.ctrl_pending -= 1
                 for p in payloads:
                     try:
                         out.append(wire.decode_control(p))
@@ -457,6 +514,13 @@ class SdnTransport(Transport):
                     rx.urgent.add(key)
             if payloads:
                 out.append(Inbound(src, f.stream, payloads))
+        self.queued_at_take = self.pending_bytes
+        # the ROUTINGs handed out go to the framework now; those still queued stay ahead
+        self.routing_ahead.clear()
+        if self.ctrl_pending:
+            for item in pending:
+                if not item[1]:
+                    self._peek_routing(item[0])
         return out
 
     # ----- credit frames -------------------------------------------------------------------
@@ -562,7 +626,10 @@ class SdnTransport(Transport):
             self._worker_mac(dst), self.mac, Kind.DATA, stream, ol.next, payloads, self.mtu,
             self.ethertype,
         )  # fmt: skip
-        self._transmit(ol, frames)
+        # punctuation (end of stream, anchors, marks) asks for a grant at once: a receiver
+        # that finishes on it confirms it before it exits, not in its last write (a TAP
+        # destroyed right after loses what the switch has not read from it yet)
+        self._transmit(ol, frames, ack_last=stream == EOS_STREAM)
 
     def send_group(
         self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
@@ -580,7 +647,7 @@ class SdnTransport(Transport):
         )  # fmt: skip
         self._transmit(ol, frames)
 
-    def _transmit(self, ol: lk.OutLink, frames: list[bytes]) -> None:
+    def _transmit(self, ol: lk.OutLink, frames: list[bytes], ack_last: bool = False) -> None:
         """Write ``frames`` (numbered from ``ol.next``) within the link's credit.
 
         Frames that no live member would get are not written: they and the rest of
@@ -597,7 +664,7 @@ class SdnTransport(Transport):
                 self._lose(ol, len(frames) - i)
                 return
             self._send_bases(ol)  # a member joined or revived while we waited
-            marked = tx.wants_ack(ol, cost)
+            marked = tx.wants_ack(ol, cost) or (ack_last and i == len(frames) - 1)
             if marked:
                 frame = wire.with_flags(frame, wire.ACK_REQ)
             # a frame the port refused is kept all the same: a NACK brings it again
@@ -646,6 +713,7 @@ class SdnTransport(Transport):
                 wait = tx.probe_s
             if self._readable(wait):
                 self._read_batch()
+                self._serve_urgent()
             now = self.clock()
             # SYNCs from upstream are answered even now: a grant only ever covers
             # what was consumed, so this releases no back-pressure
@@ -777,6 +845,7 @@ class SdnTransport(Transport):
                 self._lb_probe(stream, group, now)
             if self._readable(min(max(0.0, deadline - now), group.probe_s)):
                 self._read_batch()
+                self._serve_urgent()
             now = self.clock()
             self._housekeeping(now)
             if group.can_send(cost) and not self._lb_port_full(cost):
@@ -831,12 +900,17 @@ class SdnTransport(Transport):
     # ----- housekeeping --------------------------------------------------------------------
 
     def queue_bytes(self) -> int:
-        """Bytes read off the port but not handed out yet (queued while blocked sending).
+        """Bytes read off the port but not handed out when the framework last took input
+        (queued while blocked sending).
 
-        Frames still in the TAP device's queue are not counted: the tun driver does
-        not answer FIONREAD (EINVAL).
+        Not what was read ahead since, while the framework works through what it
+        took and serves urgent control between slices: a METRIC_RESP answered in
+        the middle of a slice would count data that the next poll takes at once,
+        and the load balancer's weights (``controller/load_balancer.py``, its queue
+        term) moved with every answer.  Frames still in the TAP device's queue are
+        not counted: the tun driver does not answer FIONREAD (EINVAL).
         """
-        return self.pending_bytes
+        return self.queued_at_take
 
     def link_stats(self) -> dict[str, Any]:
         """What the links did: frames sent, sent again, written off; gaps found and

@@ -10,6 +10,7 @@ vSwitch bridge).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,9 @@ class Transport(ABC):
     switch_balancing: bool = False
     #: largest frame payload (bytes after the Ethernet header): sizes the row batches
     mtu: int = DEFAULT_MTU
+    #: the framework's handler for urgent control tuples a transport reads while it
+    #: waits (for credit) inside a send
+    on_urgent: Callable[[ControlTuple], None] | None = None
 
     def __init__(self) -> None:
         self.stats = IOStats()
@@ -64,6 +68,13 @@ class Transport(ABC):
     @abstractmethod
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
         """Send serialized tuples to one receiver (batched into frames)."""
+
+    def urgent_controls(self) -> list[ControlTuple]:
+        """Control tuples of the urgent kinds (``typhoon.wire.URGENT_CONTROL``) that arrived
+        since the last poll, taken out of the arrival order: the framework asks between
+        slices of its work on queued data.  A transport whose control comes in order with
+        the data it does not queue (tcp: a connection of its own) has none to give."""
+        return []
 
     def send_group(
         self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None

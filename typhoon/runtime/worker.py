@@ -123,7 +123,9 @@ class Worker:
                     timeout = fw.throttle_delay()
                 else:
                     timeout = min(fw.next_deadline(), 0.05)
-                for item in io.poll(timeout):
+                items = io.poll(timeout)
+                fw.start_slice()
+                for item in items:
                     fw.now = clock()
                     if isinstance(item, ControlTuple):
                         fw.control(item)

@@ -75,7 +75,14 @@ from typhoon.wire.addresses import (
     worker_mac,
 )
 from typhoon.wire.checks import WireError
-from typhoon.wire.control import POLICIES, Control, ControlTuple, decode_control, encode_control
+from typhoon.wire.control import (
+    POLICIES,
+    URGENT_CONTROL,
+    Control,
+    ControlTuple,
+    decode_control,
+    encode_control,
+)
 from typhoon.wire.frames import (
     ACK_REQ,
     DEFAULT_MTU,
@@ -103,6 +110,7 @@ from typhoon.wire.frames import (
 from typhoon.wire.rows import decode_rows, decode_tuple, encode_rows, encode_tuple
 
 __all__ = [
+    "URGENT_CONTROL",
     "ACK_REQ",
     "DEFAULT_MTU",
     "ETH_HLEN",

@@ -34,6 +34,18 @@ class Control(IntEnum):
     COMPLETE = 13  # every worker of the application finished: a finished worker may exit
 
 
+# Control tuples a worker handles ahead of the data queued before them (docs/flow_control.md,
+# "Control traffic apart from data"): each reads or sets a parameter of the worker's current
+# state and means the same whatever data it overtakes.  Every other kind keeps its place in
+# the arrival order: ROUTING, SIGNAL, UPSTREAM and DRAIN are steps of the stable update
+# protocol (a SIGNAL flushes state only after the tuples that arrived before it), ROLLBACK
+# and COMPLETE of the guarantee protocol, ACTIVATE and DEACTIVATE start and stop a spout
+# in order with the ROUTING that precedes them.
+URGENT_CONTROL = frozenset(
+    {Control.METRIC_REQ, Control.FLOW_CONTROL, Control.BATCH_SIZE, Control.INPUT_RATE}
+)
+
+
 POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
 
 
