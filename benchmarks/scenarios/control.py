@@ -43,12 +43,14 @@ from benchmarks.scenario import (
     Scenario,
     ScenarioResult,
     Table,
+    register,
+)
+from benchmarks.stats import (
     fmt_count,
     fmt_num,
     fmt_rate,
     median,
     ratio,
-    register,
 )
 from benchmarks.testbed import RunResult
 from benchmarks.topologies import relay_chain

@@ -36,10 +36,12 @@ from benchmarks.scenario import (
     Scenario,
     ScenarioResult,
     Table,
+    register,
+)
+from benchmarks.stats import (
     fmt_num,
     fmt_rate,
     median,
-    register,
 )
 from benchmarks.testbed import RunResult
 from mininet_env.run import EmulatedCluster
