@@ -175,6 +175,16 @@ class TyphoonController(RyuApp):
         if self.sync.meter_configs(dp, ev.msg.body, more):
             self.reconcile(dp)
 
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def _error(self, ev):
+        msg = ev.msg
+        dp = msg.datapath
+        self.logger.warning(
+            "switch %016x: OpenFlow error type=%d code=%d", dp.id, msg.type, msg.code
+        )
+        if self.sync.request_failed(dp, bytes(msg.data or b"")):
+            self.reconcile(dp)
+
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
         if ev.state == DEAD_DISPATCHER and self.sync.disconnected(ev.datapath):

@@ -21,6 +21,18 @@ from controller.groups import GroupSpec, diff_groups
 from controller.meters import MeterSpec, diff_meters
 from controller.reconcile import diff
 
+OFPT_MULTIPART_REQUEST = 18  # OpenFlow 1.3 message type
+OFPMP_METER_CONFIG = 10  # OpenFlow 1.3 multipart type
+
+
+def is_meter_config_request(data: bytes) -> bool:
+    """Whether the start of an OpenFlow 1.3 message is a meter config request."""
+    return (
+        len(data) >= 10
+        and data[1] == OFPT_MULTIPART_REQUEST
+        and int.from_bytes(data[8:10], "big") == OFPMP_METER_CONFIG
+    )
+
 
 @dataclass
 class SwitchSync:
@@ -99,6 +111,24 @@ class SwitchSync:
         if more:
             return False
         self.installed_meters[dp.id] = set(self._meter_configs.pop(dp.id))
+        return True
+
+    def request_failed(self, dp: Any, data: bytes) -> bool:
+        """An OpenFlow error answered a request; True if it was the meter read (reconcile then).
+
+        ``data`` holds the start of the failed request.  A switch without meters refuses
+        the meter config request: it holds no meters, and waiting for a reply that never
+        comes would keep its rules from ever being reconciled.
+        """
+        if not is_meter_config_request(data) or dp.id not in self._meter_configs:
+            return False
+        self._meter_configs.pop(dp.id)
+        self.installed_meters[dp.id] = set()
+        self.logger.warning(
+            "switch %016x refused the meter read: it holds no meters (live-debugger "
+            "sessions on it cannot be sampled)",
+            dp.id,
+        )
         return True
 
     def barrier_reply(self, dpid: int, xid: int) -> None:

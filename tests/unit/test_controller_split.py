@@ -138,6 +138,27 @@ def test_meters_come_before_the_rules_that_use_them_and_go_after():
     assert sync.installed_meters[dp.id] == set()
 
 
+def test_a_switch_that_refuses_the_meter_read_is_reconciled_without_meters():
+    sync, dp = SwitchSync(), FakeDatapath()
+    flows_req = sync.connected(dp)[2]
+    meter_req = sync.connected(dp)[1]
+    for req in (flows_req, meter_req):
+        dp.set_xid(req)
+        req.serialize()
+    sync.flow_stats(dp, [], more=False)
+    sync.group_descs(dp, [], more=False)
+    # an error about another request changes nothing: the meter reply may still come
+    assert not sync.request_failed(dp, bytes(flows_req.buf))
+    assert sync.reconcile(dp, "h1", DEFAULT_RULES | {rule(1, 2)}, frozenset()) == []
+    # the switch refused the meter read: it holds none, and its rules get reconciled
+    assert sync.request_failed(dp, bytes(meter_req.buf[:64]))
+    assert sync.installed_meters[dp.id] == set()
+    msgs = sync.reconcile(dp, "h1", DEFAULT_RULES | {rule(1, 2)}, frozenset())
+    assert kinds(msgs) == [*["OFPFlowMod:add"] * 2, "OFPBarrierRequest"]
+    assert not sync.request_failed(dp, bytes(meter_req.buf))  # only once per connect
+    assert not sync.request_failed(dp, b"\x04")  # too short to be anything
+
+
 def test_a_disconnect_forgets_the_switch_only_if_it_is_the_one_known():
     sync, dp = SwitchSync(), FakeDatapath()
     sync.connected(dp)
