@@ -10,7 +10,8 @@ files in its own run directory; every ``ovs-vsctl`` started with
 
 The underlay: one veth pair per machine, its outer end on a Linux bridge in
 the root namespace (the "LAN", which also carries the gateway address where
-ZooKeeper and the controller listen), its inner end a port of the machine's
+ZooKeeper and the controller listen; ``ethtool`` turns its checksum offload
+off), its inner end a port of the machine's
 ``br-phy`` bridge, which holds the machine's address.  This is Open vSwitch's
 userspace tunneling setup: a VXLAN port of the netdev datapath sends its
 packets out of the bridge that owns the route to the remote address.  The
@@ -114,6 +115,11 @@ class Underlay:
         run("ip", "link", "add", self.lan, "type", "bridge")
         self._made_lan = True
         run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.lan)
+        # The root namespace's own packets (to ZooKeeper, to the controller) leave with the
+        # checksum left to the NIC; the userspace datapath reads them off the veth as they
+        # are and hands them on unfinished, and the machine's kernel drops them.  (Between
+        # two machines nothing is offloaded: their br-phy is a TAP without it.)
+        run("ethtool", "-K", self.lan, "tx", "off")
         run("ip", "link", "set", self.lan, "up")
         for i, m in enumerate(self.machines, 1):
             outer, inner = f"{self.prefix}o{i}", f"{self.prefix}i{i}"
