@@ -258,16 +258,6 @@ def test_three_machines_come_up_joined_only_by_vxlan(deployment):
             assert remote.strip().strip('"') == o.address
 
 
-# The controller loses its ZooKeeper session when the switches connect ("socket time-out
-# during write", then ConnectionLoss on submit); see the branch's report.  strict: the
-# test fails once that is fixed, and the marker must go.
-CONTROLLER_ZK = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="typhoon-controller with a zk:// coordinator loses its session (ConnectionLoss)",
-)  # fmt: skip
-
-
-@CONTROLLER_ZK
 def test_fan_in_counts_exact_across_three_machines(deployment):
     d = deployment
     a = {"count": 3000, "seed": 1, "words": 6, "vocabulary": 300}
@@ -296,7 +286,6 @@ def test_fan_in_counts_exact_across_three_machines(deployment):
     check_exact(report["results"]["count"]["counts"], reference(a, b))
 
 
-@CONTROLLER_ZK
 def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
     d = deployment
     doc = yaml.safe_load((REPO / "topologies/wordcount.yaml").read_text())

@@ -55,6 +55,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -72,7 +73,8 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers import utils as kazoo_utils
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 
@@ -119,6 +121,41 @@ def _guarded(method: Callable[P, R]) -> Callable[P, R]:
             ) from e
 
     return wrapper
+
+
+class _NativeThreadingHandler(SequentialThreadingHandler):
+    """kazoo's threading handler on the socket and selectors modules eventlet left alone.
+
+    ryu-manager monkey-patches sockets but not threads: kazoo's connection thread
+    is then a real thread doing green I/O, which under load misses its deadlines
+    ("socket time-out during write") and the session drops (ConnectionLoss).
+    """
+
+    def __init__(self, socket_module: Any, select_module: Any) -> None:
+        super().__init__()
+        self._socket_module, self._select_module = socket_module, select_module
+
+    def select(self, rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
+        return self._select_module.select(rlist, wlist, xlist, timeout)
+
+    def socket(self) -> Any:
+        return kazoo_utils.create_tcp_socket(self._socket_module)
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        return kazoo_utils.create_tcp_connection(self._socket_module, *args, **kwargs)
+
+    def create_socket_pair(self) -> Any:
+        return kazoo_utils.create_socket_pair(self._socket_module)
+
+
+def _handler() -> SequentialThreadingHandler | None:
+    """The native handler when eventlet patched sockets but not threads; else kazoo's own."""
+    patcher = sys.modules.get("eventlet.patcher")
+    if patcher is None or not patcher.is_monkey_patched("socket"):
+        return None
+    if patcher.is_monkey_patched("thread"):
+        return None  # green threads: kazoo's threading handler is green throughout
+    return _NativeThreadingHandler(patcher.original("socket"), patcher.original("select"))
 
 
 def _version(gen: int, next_seq: int) -> int:
@@ -192,7 +229,9 @@ class ZooKeeperCoordinator(Coordinator):
         self._entry_cache: dict[tuple[int, int], list[str]] = {}
         # reconnect attempts at most a second apart: an ensemble back up is used at once
         retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-        client = KazooClient(hosts=self.hosts, timeout=self.timeout, connection_retry=retry)
+        client = KazooClient(
+            hosts=self.hosts, timeout=self.timeout, connection_retry=retry, handler=_handler()
+        )
         try:
             client.start(timeout=self.timeout)
         except KazooTimeoutError as e:
