@@ -99,6 +99,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+def _timeouts() -> tuple[type[Exception], ...]:
+    """The timeout errors of kazoo's handlers (the eventlet one has its own)."""
+    green = sys.modules.get("kazoo.handlers.eventlet")
+    return (KazooTimeoutError, green.TimeoutError) if green else (KazooTimeoutError,)
+
+
 def _guarded(method: Callable[P, R]) -> Callable[P, R]:
     """Turn kazoo's errors (lost connection, timeouts, closed client) into CoordinatorError."""
 
@@ -110,7 +116,7 @@ def _guarded(method: Callable[P, R]) -> Callable[P, R]:
             return method(*args, **kwargs)
         except CoordinatorError:
             raise
-        except KazooTimeoutError as e:
+        except _timeouts() as e:
             raise CoordinatorError(
                 f"ZooKeeper at {self.hosts} did not answer within {self.timeout:g}s "
                 f"({self._state()})"
@@ -124,11 +130,11 @@ def _guarded(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class _NativeThreadingHandler(SequentialThreadingHandler):
-    """kazoo's threading handler on the socket and selectors modules eventlet left alone.
+    """kazoo's threading handler on the socket and select modules eventlet left alone.
 
-    ryu-manager monkey-patches sockets but not threads: kazoo's connection thread
-    is then a real thread doing green I/O, which under load misses its deadlines
-    ("socket time-out during write") and the session drops (ConnectionLoss).
+    With sockets patched but not threads (ryu-manager --enable-debugger), kazoo's
+    connection thread is a real thread doing green I/O, which misses its
+    deadlines ("socket time-out during write") and the session drops.
     """
 
     def __init__(self, socket_module: Any, select_module: Any) -> None:
@@ -148,13 +154,17 @@ class _NativeThreadingHandler(SequentialThreadingHandler):
         return kazoo_utils.create_socket_pair(self._socket_module)
 
 
-def _handler() -> SequentialThreadingHandler | None:
+def _handler() -> Any:
     """The native handler when eventlet patched sockets but not threads; else kazoo's own."""
     patcher = sys.modules.get("eventlet.patcher")
     if patcher is None or not patcher.is_monkey_patched("socket"):
         return None
     if patcher.is_monkey_patched("thread"):
-        return None  # green threads: kazoo's threading handler is green throughout
+        # everything green (ryu-manager without --enable-debugger): kazoo's own
+        # threading handler blocks the hub in its selector and deadlocks
+        from kazoo.handlers.eventlet import SequentialEventletHandler
+
+        return SequentialEventletHandler()
     return _NativeThreadingHandler(patcher.original("socket"), patcher.original("select"))
 
 
@@ -228,13 +238,16 @@ class ZooKeeperCoordinator(Coordinator):
         self._listing_cache: tuple[int, int, int, list[int]] | None = None
         self._entry_cache: dict[tuple[int, int], list[str]] = {}
         # reconnect attempts at most a second apart: an ensemble back up is used at once
-        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+        handler = _handler() or SequentialThreadingHandler()
+        retry = KazooRetry(
+            max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, sleep_func=handler.sleep_func
+        )
         client = KazooClient(
-            hosts=self.hosts, timeout=self.timeout, connection_retry=retry, handler=_handler()
+            hosts=self.hosts, timeout=self.timeout, connection_retry=retry, handler=handler
         )
         try:
             client.start(timeout=self.timeout)
-        except KazooTimeoutError as e:
+        except _timeouts() as e:
             _end(client)
             raise CoordinatorError(
                 f"cannot reach ZooKeeper at {self.hosts} within {self.timeout:g}s"
