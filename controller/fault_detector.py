@@ -113,6 +113,7 @@ def failover(
     avoid: Collection[tuple[str, int]] = (),
     min_id: int = 1,
     pending: Collection[int] = (),
+    closed: Collection[str] = (),
 ) -> Failover:
     """Plan the reaction to ``dead``; ``pending`` are replacements not attached yet.
 
@@ -120,7 +121,8 @@ def failover(
     must not write to a port nobody listens on yet).  The replacement is placed
     by the scheduler's ``reschedule`` like any new worker of a reconfiguration:
     a fresh ID above every used one, never the dead worker's (host, port), whose
-    TAP may not be gone from the bridge yet.
+    TAP may not be gone from the bridge yet.  ``closed`` hosts get no replacement
+    (:func:`silent_host`).
     """
     w = physical.by_id(dead)
     if not w.active:
@@ -134,11 +136,24 @@ def failover(
         first_port,
         avoid={*avoid, (w.host, w.port)},
         min_id=min_id,
+        closed=closed,
     )
     added = [x.worker_id for x in new.workers if x.node == w.node and x.index == w.index]
     if len(added) != 1:
         raise ValueError(f"the scheduler gave {w.node}[{w.index}] no single new worker")
     return Failover(dead, routes, receivers, new, added[0])
+
+
+def silent_host(reason: str, exit_code: int | None, host: str) -> list[str]:
+    """``[host]`` when the dead worker's agent is down too, so no replacement goes there.
+
+    A port that went down means the worker's process is gone (its TAP went with
+    it), and a running agent reports that exit within its poll interval.  No
+    exit status within ``confirm_timeout`` then means the agent, or the whole
+    machine, is down: a replacement placed there would never start.  After a
+    heartbeat timeout the process may still be alive (hung), so nothing is said.
+    """
+    return [host] if exit_code is None and reason.startswith("port") else []
 
 
 def rejoin(

@@ -41,6 +41,7 @@ from controller.fault_detector import (
     rejoin,
     reroute,
     senders_to,
+    silent_host,
 )
 from controller.fault_recovery import GuaranteedRecovery
 from controller.waits import WAIT, Check, Task, Tasks
@@ -315,9 +316,10 @@ class FaultMachine(GuaranteedRecovery):
             return None
         place = core.placement(name)
         pending = self.pending.setdefault(name, set())
+        closed = silent_host(incident.reason, incident.exit_code, physical.by_id(wid).host)
         plan = failover(
             topology, physical, wid, place.hosts, place.first_port,
-            avoid=place.avoid, min_id=place.min_id, pending=pending,
+            avoid=place.avoid, min_id=place.min_id, pending=pending, closed=closed,
         )  # fmt: skip
         progress = core.job_progress(name)
         if progress is not None and progress.completed_generation == physical.generation:

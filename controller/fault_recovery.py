@@ -67,8 +67,11 @@ class GuaranteedRecovery:
         name, gen = incident.app, incident.generation
         epoch = -1 if incident.restore_epoch is None else incident.restore_epoch
         sent = {}
-        for w in app.physical.workers:
-            s = app.statuses.get(w.worker_id)
+        # the view now, not ``app``: another failover (a second worker of a dead machine)
+        # may have taken a worker out since, and send_control addresses the view's workers
+        now = core.view.apps.get(name) or app
+        for w in now.physical.workers:
+            s = now.statuses.get(w.worker_id)
             if w.worker_id == new or (s is not None and s.state == "exited"):
                 continue
             body = {"generation": gen, "epoch": epoch}

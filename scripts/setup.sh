@@ -40,9 +40,10 @@ EVENTLET_VERSION="0.33.3"
 # ensurepip without it, so `python3.11 -m venv` fails on a fresh machine; prometheus: the
 # server binary for tests/integration/test_metrics_prometheus.py (not started as a service);
 # chromium, chromium-driver: the headless browser that tests/integration/test_dashboard_browser.py
-# and scripts/dashboard_screenshot.py drive through Selenium (a test extra in pyproject.toml)
+# and scripts/dashboard_screenshot.py drive through Selenium (a test extra in pyproject.toml);
+# ethtool: tests/integration/machines.py turns off checksum offload on its underlay bridge
 APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus
-    chromium chromium-driver)
+    chromium chromium-driver ethtool)
 APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
 ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl

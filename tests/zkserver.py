@@ -34,7 +34,7 @@ ZOO_CFG = """\
 tickTime=500
 dataDir={data}
 clientPort={port}
-clientPortAddress=127.0.0.1
+clientPortAddress={address}
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=srvr
@@ -51,10 +51,11 @@ class ZooKeeperServer:
     workdir: Path
     proc: subprocess.Popen[bytes]
     started_in: float  # seconds from launch until it serves clients
+    address: str = "127.0.0.1"
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     def log_tail(self, lines: int = 30) -> str:
         path = self.workdir / "zookeeper.log"
@@ -64,7 +65,7 @@ class ZooKeeperServer:
     def restart(self) -> None:
         """Start again on the same port and dataDir (the data survives)."""
         self.stop()
-        again = start_zookeeper(self.workdir, fixed_port=self.port)
+        again = start_zookeeper(self.workdir, fixed_port=self.port, address=self.address)
         self.proc, self.started_in = again.proc, again.started_in
 
     def stop(self) -> None:
@@ -83,7 +84,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serving(port: int) -> bool:
+def _serving(port: int, address: str = "127.0.0.1") -> bool:
     """Does the server serve clients?  ``srvr`` says so only once its database is loaded.
 
     Not ``ruok``: ZooKeeper 3.8 answers ``imok`` while still starting, and a client
@@ -91,7 +92,7 @@ def _serving(port: int) -> bool:
     running, and the server fails to close the connection).
     """
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+        with socket.create_connection((address, port), timeout=0.5) as s:
             s.sendall(b"srvr")
             reply = b""
             while chunk := s.recv(4096):
@@ -119,10 +120,14 @@ def _java() -> str:
     return java
 
 
-def start_zookeeper(workdir: Path, fixed_port: int = 0, attempts: int = 3) -> ZooKeeperServer:
+def start_zookeeper(
+    workdir: Path, fixed_port: int = 0, attempts: int = 3, address: str = "127.0.0.1"
+) -> ZooKeeperServer:
     """Start a standalone server in ``workdir`` and wait until it serves clients.
 
     ``fixed_port`` 0 picks a free one; a given port (a restart) is tried once.
+    ``address`` is where it listens (another network namespace's hosts need
+    an address of theirs, not loopback).
     """
     java = _java()
     classpath = [str(ZK_JAR)]  # its manifest's Class-Path names the dependencies
@@ -134,7 +139,7 @@ def start_zookeeper(workdir: Path, fixed_port: int = 0, attempts: int = 3) -> Zo
         data = workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = workdir / "zoo.cfg"
-        cfg.write_text(ZOO_CFG.format(data=data, port=port))
+        cfg.write_text(ZOO_CFG.format(data=data, port=port, address=address))
         cmd = [
             java,
             "-Xmx256m",
@@ -152,10 +157,10 @@ def start_zookeeper(workdir: Path, fixed_port: int = 0, attempts: int = 3) -> Zo
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
             )
-        server = ZooKeeperServer(port, workdir, proc, 0.0)
+        server = ZooKeeperServer(port, workdir, proc, 0.0, address)
         deadline = t0 + START_TIMEOUT
         while proc.poll() is None and time.monotonic() < deadline:
-            if _serving(port):
+            if _serving(port, address):
                 server.started_in = time.monotonic() - t0
                 return server
             time.sleep(0.05)

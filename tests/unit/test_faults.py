@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.fault_detector import Heartbeats, failover, held_up_by_receivers, rejoin, without
+from controller.fault_detector import (
+    Heartbeats,
+    failover,
+    held_up_by_receivers,
+    rejoin,
+    silent_host,
+    without,
+)
 from typhoon.topology import load_topology, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,3 +215,29 @@ def test_a_hung_receiver_explains_its_senders_silence_not_the_other_way_round(wc
     assert held_up_by_receivers(topology, physical, {*splits, counts[1]}) == set(splits)
     # a worker the physical topology no longer has is nobody's business here
     assert held_up_by_receivers(topology, physical, {9999, source}, suspect={splits[1]}) == {source}
+
+
+def test_a_host_whose_agent_is_silent_gets_no_replacement_but_keeps_its_workers(wc):
+    """A machine died: its workers' ports went down and its agent reported no exit."""
+    topology, physical = wc
+    dead = physical.by_id(ids(physical, "count")[3])
+    assert [w.host for w in physical.workers].count(dead.host) == 1  # its host: now the emptiest
+    assert failover(topology, physical, dead.worker_id, HOSTS, 10).physical.by_id(
+        failover(topology, physical, dead.worker_id, HOSTS, 10).replacement
+    ).host == dead.host  # fmt: skip
+    closed = silent_host(f"port {dead.host}/{dead.port} link_down", None, dead.host)
+    assert closed == [dead.host]
+    f = failover(topology, physical, dead.worker_id, HOSTS, 10, closed=closed)
+    assert f.physical.by_id(f.replacement).host != dead.host
+    # a closed host keeps its workers (each is replaced by its own incident)
+    f = failover(topology, physical, dead.worker_id, HOSTS, 10, closed=["h1", dead.host])
+    assert {w for w in physical.workers if w.host == "h1"} <= set(f.physical.workers)
+    assert f.physical.by_id(f.replacement).host == "h2"
+    # every host closed: the replacement still goes somewhere
+    f = failover(topology, physical, dead.worker_id, HOSTS, 10, closed=HOSTS)
+    assert f.physical.by_id(f.replacement).host in HOSTS
+
+
+def test_an_exit_status_or_a_heartbeat_timeout_leaves_the_host_open():
+    assert silent_host("port h1/101 deleted", -9, "h1") == []  # the agent reported the kill
+    assert silent_host("no METRIC_RESP for 5.0 s", None, "h1") == []  # may be hung, not gone

@@ -18,11 +18,11 @@ from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 
 from .base import CoordinatorError, Watch, check_key
+from .zk_handler import session_handler, timeouts
 
 log = logging.getLogger("typhoon.coordinator.zookeeper")
 
@@ -45,7 +45,7 @@ def guarded(method: Callable[P, R]) -> Callable[P, R]:
             return method(*args, **kwargs)
         except CoordinatorError:
             raise
-        except KazooTimeoutError as e:
+        except timeouts() as e:
             raise CoordinatorError(
                 f"ZooKeeper at {self.hosts} did not answer within {self.timeout:g}s "
                 f"({self._state()})"
@@ -94,11 +94,16 @@ class ZooKeeperSession:
         self._listing_cache: tuple[int, int, int, list[int]] | None = None
         self._entry_cache: dict[tuple[int, int], list[str]] = {}
         # reconnect attempts at most a second apart: an ensemble back up is used at once
-        retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
-        client = KazooClient(hosts=self.hosts, timeout=self.timeout, connection_retry=retry)
+        handler = session_handler()
+        retry = KazooRetry(
+            max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, sleep_func=handler.sleep_func
+        )
+        client = KazooClient(
+            hosts=self.hosts, timeout=self.timeout, connection_retry=retry, handler=handler
+        )
         try:
             client.start(timeout=self.timeout)
-        except KazooTimeoutError as e:
+        except timeouts() as e:
             end_session(client)
             raise CoordinatorError(
                 f"cannot reach ZooKeeper at {self.hosts} within {self.timeout:g}s"

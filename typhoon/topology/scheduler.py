@@ -102,6 +102,7 @@ def reschedule(
     replace: Collection[str] = (),
     avoid: Collection[tuple[str, int]] = (),
     min_id: int = 1,
+    closed: Collection[str] = (),
 ) -> PhysicalTopology:
     """Adapt ``old`` to a changed ``topology`` (parallelism, nodes) or host list.
 
@@ -115,6 +116,8 @@ def reschedule(
     while its replacement starts, and that is not in ``avoid`` (ports of other
     applications).  New IDs are at least ``min_id``: an application never
     reuses the ID of a worker that ran before (its status and report remain).
+    Hosts in ``closed`` keep their workers but get no new ones (a host whose
+    agent went silent), unless every host is closed.
     The result holds only the kept and new workers.
     """
     _check_hosts(hosts)
@@ -136,6 +139,7 @@ def reschedule(
     used = {(w.host, w.port) for w in old.workers} | set(avoid)
     next_id = max(max((w.worker_id for w in old.workers), default=0) + 1, min_id)
     workers = list(kept)
+    open_hosts = [h for h in hosts if h not in closed] or hosts
     for name in topological_order(topology):
         for index in range(topology.nodes[name].parallelism):
             if (name, index) in have:
@@ -143,7 +147,7 @@ def reschedule(
             if next_id > MAX_ID:
                 raise ValueError("no 16-bit worker IDs left for new workers")
             home = {w.host for w in workers if w.node == name}
-            host = min(hosts, key=lambda h: (load[h], h not in home, hosts.index(h)))
+            host = min(open_hosts, key=lambda h: (load[h], h not in home, hosts.index(h)))
             port = first_port
             while (host, port) in used:
                 port += 1
