@@ -43,7 +43,7 @@ def read_worker_reports(report_dir: Path) -> list[dict[str, Any]]:
 
 
 def _sequence_sources(topology: Topology, node: str) -> tuple[list[str] | None, bool]:
-    """Sequence sources feeding ``node`` through pass-through (identity) nodes, and
+    """Sequence sources feeding ``node`` through pass-through (identity, emitting busy) nodes, and
     whether every last hop is an ``all`` grouping (each worker then expects every
     tuple).  None when a path filters, transforms or merges, so that the number of
     tuples to expect is not known."""
@@ -54,7 +54,9 @@ def _sequence_sources(topology: Topology, node: str) -> tuple[list[str] | None, 
         src = topology.nodes[s.src]
         if _is(src, SequenceSource):
             sources.append(src.name)
-        elif src.operator == "identity":
+        elif src.operator == "identity" or (
+            src.operator == "busy" and (src.args or {}).get("emit", True) is not False
+        ):  # pass-through nodes: every tuple goes on as it came
             upstream = _sequence_sources(topology, src.name)[0]
             if upstream is None:
                 return None, broadcast
