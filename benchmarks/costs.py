@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("link protocol (seq, credits)", "typhoon/runtime/sdn_credit.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/sdn_send.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/sdn_balanced.py", None),
-    ("link protocol (seq, credits)", "typhoon/runtime/links.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/links/", None),
     ("link protocol (seq, credits)", "typhoon/runtime/lb_credits.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/truesize.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/tcp.py", None),
