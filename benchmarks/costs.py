@@ -26,22 +26,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
+_READABLE = ("SdnTransport._readable", "SdnReceiving._readable")
+_ENTRIES = ("Framework._entries", "OutputBatching._entries")
 # (layer, file suffix, function names or None for every function of the file), first match
 LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("msgpack encode", "typhoon/wire/rows.py", ("encode_rows",)),
-    ("msgpack encode", "typhoon/runtime/framework.py", ("Framework._entries",)),
+    # py-spy names a method after the class of ``self`` or the one that defines it
+    ("msgpack encode", "typhoon/runtime/output.py", _ENTRIES),
     ("msgpack decode", "typhoon/wire/rows.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
     ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
-    ("wait for input", "typhoon/runtime/sdn.py", ("SdnTransport._readable",)),
+    ("wait for input", "typhoon/runtime/sdn_receive.py", _READABLE),
     ("wait for input", "selectors.py", None),
     ("device / socket I/O", "typhoon/runtime/tap.py", None),
     ("device / socket I/O", "socket.py", None),
     ("operator", "typhoon/operators/", None),
     ("framework routing + batching", "typhoon/runtime/framework.py", None),
+    ("framework routing + batching", "typhoon/runtime/output.py", None),
+    ("framework routing + batching", "typhoon/runtime/control.py", None),
+    ("framework routing + batching", "typhoon/runtime/guarantee.py", None),
+    ("framework routing + batching", "typhoon/runtime/hooks.py", None),
     ("framework routing + batching", "typhoon/runtime/policies.py", None),
     ("frames (build, parse)", "typhoon/wire/", None),
     ("link protocol (seq, credits)", "typhoon/runtime/sdn.py", None),
-    ("link protocol (seq, credits)", "typhoon/runtime/links.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/sdn_receive.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/sdn_credit.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/sdn_send.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/sdn_balanced.py", None),
+    ("link protocol (seq, credits)", "typhoon/runtime/links/", None),
     ("link protocol (seq, credits)", "typhoon/runtime/lb_credits.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/truesize.py", None),
     ("link protocol (seq, credits)", "typhoon/runtime/tcp.py", None),

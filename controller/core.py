@@ -17,7 +17,6 @@ API over it (the REST API, ``controller/rest.py``, and the metrics collector,
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,6 +39,7 @@ from controller.meters import MeterSpec
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
 from controller.options import read_settings, register_settings
+from controller.progress import WorkerProgress
 from controller.reconfigure import Executor, Reconfiguration, Registry
 from controller.rest import TyphoonRest
 from controller.ryu_compat import (
@@ -59,7 +59,7 @@ from controller.ryu_compat import (
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync
 from controller.view import ClusterView
-from typhoon.checkpoint.progress import JobProgress, guaranteed
+from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
 from typhoon.reconfig import Request
@@ -86,7 +86,7 @@ def core_app() -> TyphoonController:
     return app
 
 
-class TyphoonController(RyuApp):
+class TyphoonController(WorkerProgress, RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
     _EVENTS = [
@@ -396,46 +396,6 @@ class TyphoonController(RyuApp):
         spark = metrics.get("spark")
         if isinstance(spark, dict):
             self._spark_progress(app, worker_id, spark, now)
-
-    def _guarantee_progress(self, app: str, worker_id: int, metrics: dict) -> None:
-        """Record each new global checkpoint; COMPLETE once every worker finished."""
-        view = self.view.apps.get(app)
-        if view is None or not guaranteed(view.topology):
-            return
-        progress = self.progress.setdefault(app, JobProgress())
-        progress.heard(worker_id, metrics)
-        physical = view.physical
-        behind = progress.behind(worker_id, metrics, physical, time.monotonic())
-        if behind is not None and view.all_attached():
-            # a recovery this worker has not heard of (a ROLLBACK lost, or a controller
-            # restarted in the middle of one): level-triggered, like the rules
-            self.send_control(app, [worker_id], ControlTuple(Control.ROLLBACK, behind))
-        epoch = progress.global_epoch(physical)
-        if epoch is not None and (progress.recorded is None or epoch > progress.recorded):
-            progress.recorded = epoch
-            state = self.coordinator.get_app_state(app) or {}
-            self.coordinator.put_app_state(
-                app, {**state, "checkpoint": {"epoch": epoch, "time": time.time()}}
-            )
-        first = progress.completed_generation != physical.generation
-        workers = progress.to_complete(worker_id, metrics, physical)
-        if workers:
-            if first:
-                self.logger.info("app %s: every worker finished; COMPLETE", app)
-            self.send_control(app, workers, ControlTuple(Control.COMPLETE, {}))
-
-    def _spark_progress(self, app: str, worker_id: int, spark: dict, now: float) -> None:
-        """Spark StreamingQueryListener progress carried in a spark node's METRIC_RESP."""
-        try:
-            events = json.loads(spark.get("events") or "[]")
-            node = str(spark["node"])
-        except (ValueError, KeyError, TypeError):
-            self.channel.drop("malformed_spark_metrics")
-            return
-        for progress in events if isinstance(events, list) else []:
-            if isinstance(progress, dict):
-                self.spark_totals.add(app, node, progress)
-                self.send_event_to_observers(EventSparkMetrics(app, node, progress, now))
 
     # ----- port status: workers coming and going -------------------------------------------
 

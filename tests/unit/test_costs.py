@@ -6,8 +6,8 @@ LOOP = "Worker.run (typhoon/runtime/worker.py:88)"
 
 
 def test_innermost_frame_with_a_layer_wins():
-    enc = [LOOP, "Framework.push (typhoon/runtime/framework.py:330)",
-           "Framework._entries (typhoon/runtime/framework.py:280)",
+    enc = [LOOP, "Framework.push (typhoon/runtime/output.py:330)",
+           "OutputBatching._entries (typhoon/runtime/output.py:280)",
            "encode_rows (typhoon/wire/rows.py:50)"]  # fmt: skip
     assert layer_of(enc) == "msgpack encode"
     dec = [LOOP, "Framework.deliver (typhoon/runtime/framework.py:370)",

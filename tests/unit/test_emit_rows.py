@@ -9,7 +9,8 @@ from test_framework import Recorder
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Spout
 from typhoon.operators.sources import SequenceSource
-from typhoon.runtime.framework import Framework, batch_hook
+from typhoon.runtime.framework import Framework
+from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_rows

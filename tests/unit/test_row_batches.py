@@ -14,7 +14,8 @@ from typhoon.operators.base import Bolt, Context
 from typhoon.operators.keyed import Digest
 from typhoon.operators.sinks import CountByKey, SequenceCheck
 from typhoon.operators.transforms import Identity
-from typhoon.runtime.framework import Framework, batch_hook
+from typhoon.runtime.framework import Framework
+from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule

@@ -16,7 +16,7 @@ import pytest
 
 from typhoon import wire
 from typhoon.operators.base import Bolt
-from typhoon.runtime import sdn
+from typhoon.runtime import sdn_receive
 from typhoon.runtime.framework import SLICE_S, Framework
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.spec import WorkerSpec
@@ -177,7 +177,7 @@ def test_without_priority_every_control_tuple_keeps_its_place(pair):
 def test_urgent_control_read_after_a_poll_goes_ahead_of_what_is_still_queued(pair, monkeypatch):
     _, sw, transport = pair
     io = transport()
-    monkeypatch.setattr(sdn, "HAND_OUT_FRAMES", 8)  # a bound on what one poll hands out
+    monkeypatch.setattr(sdn_receive, "HAND_OUT_FRAMES", 8)  # a bound on what one poll hands out
     for i in range(20):
         sw.data([[i]])
     assert kinds(io.poll(0)) == list(range(8))
@@ -185,7 +185,7 @@ def test_urgent_control_read_after_a_poll_goes_ahead_of_what_is_still_queued(pai
     sw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 1}))
     sw.data([[20]])
     assert kinds(io.poll(0)) == [Control.METRIC_REQ, *range(8, 16)]
-    monkeypatch.setattr(sdn, "HAND_OUT_FRAMES", None)
+    monkeypatch.setattr(sdn_receive, "HAND_OUT_FRAMES", None)
     assert kinds(io.poll(0)) == list(range(16, 21))
 
 

@@ -1,0 +1,147 @@
+"""Control tuples a worker applies (paper Table 2 plus DRAIN and UPSTREAM), and the
+metrics that answer METRIC_REQ and fill the run report.
+
+One code path for every transport.  A mixin of
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from typhoon.topology.routing import Route
+from typhoon.wire import Control, ControlTuple
+
+
+class ControlHandling:
+    """Control tuples from the controller (or the tcp runner), acks and metrics."""
+
+    def control(self, ct: ControlTuple) -> None:
+        """Apply one control tuple from the controller (or the tcp runner)."""
+        t, body = ct.type, ct.body
+        if t == Control.ROUTING:
+            self.flush(force=True)
+            self.install_route(Route.from_body(body))
+            self.release(body.get("release", ()))
+            self._ack("ROUTING", body["version"])
+        elif t == Control.UPSTREAM:
+            # a sender that released us earlier and now routes to us again starts over,
+            # unless the body says it is only a reminder of who sends (reopen false)
+            add = set(body["add"])
+            if body.get("reopen", True):
+                self.finished_upstream.difference_update(add)
+            self.pending_upstream.update(add - self.finished_upstream)
+            self.pending_upstream.difference_update(body["remove"])
+            self._ack("UPSTREAM", body["version"])
+            if self.ckpt is not None:
+                self._align()  # a removed sender's anchor is no longer awaited
+            if body["remove"] and not self.pending_upstream and not self.is_spout:
+                # the senders we still waited for left without end of stream: input is done
+                if not self.done and not self.input_done:
+                    self.end_of_input()
+        elif t == Control.SIGNAL:
+            self.op.on_signal(self.emit)
+            self.flush(force=True)
+            self._ack("SIGNAL", body["version"])
+        elif t == Control.METRIC_REQ:
+            self.io.reply(
+                ControlTuple(
+                    Control.METRIC_RESP,
+                    {
+                        "request_id": body["request_id"],
+                        "worker": self.worker_id,
+                        "metrics": self.metrics(),
+                    },
+                )
+            )
+        elif t == Control.INPUT_RATE:
+            self.rate = float(body["rate"])
+            self.tokens = 0.0
+            self.last_refill = self.now
+        elif t == Control.ACTIVATE:
+            self.active = True
+            self.last_refill = self.now
+        elif t == Control.DEACTIVATE:
+            self.active = False
+        elif t == Control.FLOW_CONTROL:
+            self.io.set_budget(int(body["budget"]))
+        elif t == Control.BATCH_SIZE:
+            self.batch_size = int(body["size"])
+            self.max_delay = float(body["max_delay_ms"]) / 1000.0
+        elif t == Control.ROLLBACK:
+            epoch = body["epoch"]
+            self.rollback(body["generation"], None if epoch < 0 else epoch)
+            self._ack("ROLLBACK", body["generation"])
+        elif t == Control.COMPLETE:
+            self.may_exit = True
+        elif t == Control.DRAIN:
+            self.draining = True
+            self.drain_version = body["version"]
+            self.last_input = self.now
+            if self.is_spout:
+                self.exhausted = True
+                self.finish()
+        else:
+            self.io.stats.drop("unexpected_control")
+
+    def _ack(self, what: str, version: int) -> None:
+        self.io.reply(
+            ControlTuple(
+                Control.METRIC_RESP,
+                {
+                    "request_id": version,
+                    "worker": self.worker_id,
+                    "metrics": {"ack": what, "version": version},
+                },
+            )
+        )
+
+    def link_counts(self) -> dict[str, Any]:
+        """Tuples per link on both ends, and what the transport's links did (run report)."""
+        return {
+            "out": {f"{d}:{s}": n for (d, s), n in sorted(self.sent_to.items())},
+            "in": {f"{src}:{s}": n for (src, s), n in sorted(self.received_from.items())},
+            "balanced_out": {str(s): n for s, n in sorted(self.sent_balanced.items())},
+            "transport": self.io.link_stats(),
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """Worker statistics for METRIC_RESP and the run report."""
+        st = self.io.stats
+        qbytes = self.io.queue_bytes()
+        avg = self.in_bytes / max(1, sum(self.tuples_in.values()))
+        return {
+            "node": self.node.name,
+            "in": {str(k): v for k, v in self.tuples_in.items()},
+            "out": {str(k): r.emitted for k, r in self.routers.items() if r.emitted},
+            "queue_bytes": qbytes,
+            "queue": int(qbytes / avg) if avg else 0,
+            "proc_us": (self.proc_ns / self.proc_count / 1000.0) if self.proc_count else 0.0,
+            "proc_s": self.proc_ns / 1e9,  # operator time in all (busy time)
+            "serializations": self.serializations,
+            "unrouted": self.unrouted,
+            "frames_in": st.frames_in,
+            "frames_out": st.frames_out,
+            "bytes_in": st.bytes_in,
+            "bytes_out": st.bytes_out,
+            "seq_gaps": st.seq_gaps,
+            "retransmitted": st.retransmitted,
+            "credit_stalls": st.credit_stalls,
+            # sdn streams sent to the load-balancer address (the LB app checks its switch took)
+            "balanced": {
+                str(sid): 1
+                for sid, r in self.routers.items()
+                if r.route.policy == "sdn" and r.route.balanced
+            },
+            "lb": self.io.balanced_stats(),
+            "drops": dict(st.drops),
+            "active": int(self.active),
+            "done": int(self.done),
+            "rate": self.rate,
+            "batch_size": self.batch_size,
+            "time": time.time(),
+            **(self._guarantee_metrics() if self.ckpt is not None else {}),
+            **(self._op_metrics() if self._op_metrics is not None else {}),
+            **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),
+        }

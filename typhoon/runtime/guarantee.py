@@ -1,0 +1,265 @@
+"""Guaranteed processing in the framework layer (docs/guarantees.md).
+
+Sources start an epoch every ``checkpoint_interval_ms`` with an anchor
+punctuation; a worker aligns the anchors of its inputs (exactly once: holding a
+sender's data past its anchor), writes its operator's state through
+:mod:`typhoon.runtime.checkpoints` and passes the anchor on behind its output.
+``ROLLBACK`` (or a mark punctuation of a newer generation) takes the worker back
+to a global checkpoint.  A mixin of :class:`typhoon.runtime.framework.Framework`,
+which holds the state it uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from typhoon.checkpoint import checkpoint_settings
+from typhoon.operators import resolve_operator
+from typhoon.runtime import checkpoints as ck
+from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.output import rows_in
+from typhoon.runtime.transport import EOS_STREAM, Inbound
+
+log = logging.getLogger(__name__)
+
+
+class GuaranteedProcessing:
+    """Checkpoint anchors, alignment, checkpoints, marks and rollback of one worker."""
+
+    def _init_guarantee(self, store: Any = None) -> None:
+        """Checkpoint state; a worker started by a recovery restores its epoch here."""
+        settings = checkpoint_settings(self.spec.topology)
+        self.guarantee = settings.guarantee
+        self.ckpt: ck.Checkpointer | None = None
+        self.may_exit = True  # False while a finished worker may still have to roll back
+        self.on_finish: Callable[[], None] | None = None
+        self.gen = 0
+        self.epoch: int | None = None  # newest epoch this worker checkpointed or restored
+        self.discarded = 0  # rows of older generations dropped after a rollback
+        self.rollbacks = 0
+        self.started = False
+        self.deferred: list[int] = []  # checkpointed epochs whose anchor the operator holds
+        if self.guarantee == "none":
+            return
+        me = self.spec.assignment
+        self.ckpt = ck.Checkpointer(
+            settings.store_url, self.spec.topology.name, f"{me.node}-{me.index}", store
+        )
+        self.may_exit = False
+        self.aligned = self.guarantee == "exactly_once"
+        self.interval = settings.interval_ms / 1000.0
+        self.next_anchor_at = self.now + self.interval
+        self.link_gen: dict[int, int] = {}  # sender -> generation its link is in
+        self.anchors: dict[int, set[int]] = {}  # epoch -> senders whose anchor arrived
+        self.blocked: set[int] = set()  # senders past an anchor we are aligning (held)
+        self.held: list[Inbound] = []
+        self.marked: set[int] = set()  # receivers told our generation
+        phys = self.spec.physical
+        if phys.generation > 0:
+            # a replacement written by a recovery: start in its generation, from its epoch
+            self.gen = phys.generation
+            self._restore(phys.restore_epoch)
+
+    def start(self) -> None:
+        """The I/O layer is up: a worker started by a recovery tells its receivers."""
+        self.started = True
+        if self.ckpt is not None and self.gen > 0:
+            self._mark(self._targets())
+
+    def _targets(self) -> list[int]:
+        return sorted(set().union(*self.eos_targets.values())) if self.eos_targets else []
+
+    def _admit(self, item: Inbound) -> bool:
+        """Data of the current generation, not behind an anchor being aligned."""
+        src = item.src
+        if self.link_gen.get(src, 0) != self.gen:
+            self.discarded += sum(map(rows_in, item.payloads))
+            return False
+        if src in self.blocked:
+            self.held.append(item)
+            return False
+        return True
+
+    def _punctuation(self, item: Inbound) -> None:
+        src = item.src
+        for p in item.payloads:
+            kind, a, b = ck.punctuation(p)
+            if self.ckpt is None:
+                if kind in ("eos", ""):  # without a guarantee stream 0 carries only EOS
+                    self._eos_from(src)
+                continue
+            if kind == "mark":
+                self._mark_from(src, a, None if b < 0 else b)
+                continue
+            if self.link_gen.get(src, 0) != self.gen:
+                continue  # an older generation's punctuation: rolled back
+            if src in self.blocked:
+                self.held.append(Inbound(src, EOS_STREAM, [p]))
+            elif kind == "anchor":
+                self._anchor_from(src, a)
+            elif kind == "eos":
+                self._eos_from(src)
+                self._align()
+            else:
+                self.io.stats.drop("malformed_punctuation")
+
+    def _anchor_from(self, src: int, epoch: int) -> None:
+        if self.epoch is not None and epoch <= self.epoch:
+            return
+        self.anchors.setdefault(epoch, set()).add(src)
+        if self.aligned:
+            self.blocked.add(src)
+        self._align()
+
+    def _align(self) -> None:
+        """Checkpoint each epoch whose anchor came from every input still sending."""
+        while self.anchors:
+            epoch = min(self.anchors)
+            if self.pending_upstream - self.anchors[epoch]:
+                return
+            del self.anchors[epoch]
+            self._checkpoint(epoch)
+            self.blocked.clear()
+            held, self.held = self.held, []
+            for it in held:
+                self.deliver(it)
+
+    def _checkpoint(self, epoch: int) -> None:
+        """Write the state of ``epoch`` and pass the anchor on behind our output."""
+        assert self.ckpt is not None
+        self.flush(force=True)
+        state: dict[str, Any] = {
+            "epoch": epoch,
+            "generation": self.gen,
+            "worker": self.worker_id,
+            "state": self.op.snapshot(),
+        }
+        if self.is_spout:
+            state["offset"] = self.op.offset()
+            state["exhausted"] = self.exhausted
+        self.ckpt.save(epoch, state)
+        self.epoch = epoch
+        if self._anchor_ready is None:
+            self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
+            return
+        self.deferred.append(epoch)
+        self._anchor_ready(epoch)  # the operator learns the epoch of the snapshot just taken
+        self._release_anchors()
+
+    def _release_anchors(self) -> None:
+        """Pass on each held anchor, oldest first, once the operator emitted what precedes it."""
+        assert self._anchor_ready is not None
+        while self.deferred and self._anchor_ready(self.deferred[0]):
+            epoch = self.deferred.pop(0)
+            self.flush(force=True)
+            self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
+
+    def _broadcast_punctuation(self, payload: bytes, targets: list[int]) -> None:
+        """One punctuation to each receiver, after and before every data path to it.
+
+        Frames of one-to-many and balanced streams take other paths than a unicast
+        punctuation: settling before means none of ours sent earlier comes after it,
+        settling after means none sent later comes before it."""
+        if not targets:
+            return
+        # unicast links deliver in order: only other paths need the (blocking) settles
+        other_paths = any(not r.plain for r in self.routers.values())
+        if other_paths:
+            self.io.drain_balanced()
+            self.io.settle(targets)
+        for dst in targets:
+            self.io.send(dst, EOS_STREAM, [payload])
+        if other_paths:
+            self.io.settle(targets)
+
+    def maybe_anchor(self) -> None:
+        """A source starts the next epoch every ``checkpoint_interval_ms``."""
+        if self.now < self.next_anchor_at:
+            return
+        self.next_anchor_at = self.now + self.interval
+        base = self.gen * ck.EPOCHS_PER_GENERATION
+        self._checkpoint(max(base, self.epoch or 0) + 1)
+
+    def _mark(self, targets: list[int]) -> None:
+        self.marked.update(targets)
+        self._broadcast_punctuation(ck.mark_payload(self.gen, self.epoch), targets)
+
+    def _mark_from(self, src: int, gen: int, epoch: int | None) -> None:
+        if gen > self.gen:
+            self.rollback(gen, epoch)
+        if gen >= self.link_gen.get(src, 0):
+            self.link_gen[src] = gen
+
+    def rollback(self, gen: int, epoch: int | None) -> None:
+        """Go back to the global checkpoint ``epoch`` (None: the start) as generation ``gen``.
+
+        Everything since is redone: output not sent yet is dropped, the operator is
+        built again from its checkpointed state, a source seeks back, every sender
+        is waited for again, and each receiver is told (mark) so that it drops what
+        is still in flight from before.
+        """
+        if self.ckpt is None or gen <= self.gen:
+            return
+        log.info("worker %d: rollback to epoch %s as generation %d", self.worker_id, epoch, gen)
+        self.rollbacks += 1
+        self.gen = gen
+        self.out.clear()
+        self.out_since.clear()
+        self.ready.clear()
+        self.anchors.clear()
+        self.blocked.clear()
+        self.held = []
+        self.deferred.clear()
+        self.pending_upstream |= self.finished_upstream
+        self.finished_upstream.clear()
+        # end of stream goes to today's receivers: dead ones were routed around
+        self.eos_targets = {sid: set(r.hops) for sid, r in self.routers.items()}
+        self.done = self.input_done = self.exhausted = False
+        self.may_exit = False
+        # per-link counts start over (the run report compares this generation's links);
+        # tuples in and out keep counting: rates include what is replayed
+        self.sent_to.clear()
+        self.received_from.clear()
+        self.sent_balanced.clear()
+        old = self.op
+        try:  # before the new instance opens: it may take over what the old one held
+            getattr(old, "abandon", old.close)()
+        except Exception:  # the old instance is gone either way
+            log.exception("worker %d: closing the rolled-back operator", self.worker_id)
+        node = self.node
+        self.op = resolve_operator(node.operator, node.engine)(**node.args)
+        self.op.open(self.context)
+        self._process_batch = batch_hook(self.op)
+        self._next_rows = batch_hook(self.op, "next_rows", "next_batch")
+        self._pump = getattr(self.op, "pump", None)
+        self._op_metrics = getattr(self.op, "metrics", None)
+        self._anchor_ready = getattr(self.op, "anchor_ready", None)
+        self._restore(epoch)
+        self.next_anchor_at = self.now + self.interval
+        if self.started:
+            self._mark(self._targets())
+
+    def _restore(self, epoch: int | None) -> None:
+        self.epoch = epoch
+        if epoch is not None:
+            assert self.ckpt is not None
+            saved = self.ckpt.load(epoch)
+            self.op.restore(saved.get("state"))
+            if self.is_spout:
+                self.op.seek(saved.get("offset"))
+        rewind = getattr(self.op, "rewind", None)
+        if rewind is not None:
+            rewind(self.gen, epoch)
+
+    def _guarantee_metrics(self) -> dict[str, Any]:
+        assert self.ckpt is not None
+        return {
+            **self.ckpt.metrics(),
+            "generation": self.gen,
+            "discarded": self.discarded,
+            "rollbacks": self.rollbacks,
+            "held": len(self.held),
+            "anchors_held": len(self.deferred),
+        }

@@ -1,0 +1,49 @@
+"""The link protocol's vocabulary: credit frame kinds, windows and timers, and the
+arithmetic of 32-bit sequence numbers (overview in :mod:`typhoon.runtime.links`)."""
+
+from __future__ import annotations
+
+U32 = 1 << 32
+MASK = U32 - 1
+
+# credit frame kinds (the ``stream`` field of a CREDIT frame); entries are u32 values
+GRANT = 0  # receiver -> sender [link, consumed, received]
+SYNC = 1  # sender -> receiver [link, next] or [link, next, base]
+LB_GRANT = 2  # load-balanced streams, typhoon.runtime.lb_credits
+LB_SYNC = 3
+NACK = 4  # receiver -> sender [link, from, to): send these frames again
+RESYNC = 5  # receiver -> sender [link]: I hold no state for this link, send me its base
+
+# frames per link beyond a receiver's consumed count; the byte budget binds first for
+# large frames.  32 stalled forward.yaml's source on every ~32nd frame of 9,000 bytes (496
+# waits for credit in 16,133 frames); 128 cut that to 55-90, but then a slow operator
+# (300 us per tuple) held the controller's METRIC_REQ behind tens of seconds of queued data.
+# With 64 KB frames 32 ran forward.yaml about as fast.  128 again since urgent control
+# tuples overtake queued data (docs/flow_control.md, "The 128-frame window again"); a
+# topology may ask for another with config: {sdn: {window: N}}.  Receivers' TAP queues hold
+# DEFAULT_TXQUEUELEN frames (runtime/tap.py).
+DEFAULT_WINDOW = 128
+MAX_WINDOW = 1 << 20  # frames kept for retransmission per link, far below 2**31
+PROBE_S = 0.02  # unconfirmed frames this old make the sender probe with a SYNC
+REFRESH_S = 0.1  # a receiver refreshes its grant this often while a link is in use
+LINGER_S = 1.0  # ... and for this long after its last frame
+NACK_S = 0.01  # a gap still open after this long is NACKed again
+RETX_GUARD_S = 0.002  # the same frames are not sent again within this
+ACK_SHARE = 4  # the sender asks for a grant every window // ACK_SHARE frames
+
+
+def diff32(a: int, b: int) -> int:
+    """``a - b`` for counters modulo 2**32, as a signed value in [-2**31, 2**31)."""
+    d = (a - b) & MASK
+    return d - U32 if d >= 1 << 31 else d
+
+
+def check_window(window: int) -> int:
+    if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= MAX_WINDOW:
+        raise ValueError(f"window must be an int in 1..{MAX_WINDOW}, got {window!r}")
+    return window
+
+
+def unwrap(value: int, ref: int) -> int:
+    """The integer ``<= ref`` nearest to ``ref`` that equals ``value`` modulo 2**32."""
+    return ref - ((ref - value) & MASK)

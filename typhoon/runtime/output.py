@@ -1,0 +1,253 @@
+"""Output side of the framework layer: what the operator emits, routed and batched.
+
+``emit`` picks each tuple's receiver with its stream's policy
+(:mod:`typhoon.runtime.policies`) and appends it to the open batch of
+(receiver, stream); a finished batch is serialized at ``push`` as row-batch
+entries (``typhoon.wire.encode_rows``), one msgpack call per entry, each sized to
+fit one frame of the transport.  A mixin of
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from typhoon.runtime.policies import Router
+from typhoon.topology.model import DEFAULT_STREAM
+from typhoon.wire import encode_rows
+
+ENTRY_FILL = 0.94  # aim a row batch at this share of an entry's room (rows vary in size)
+
+
+def rows_in(entry: bytes) -> int:
+    """Rows of a row-batch entry, without decoding them (0 if it is not one)."""
+    try:
+        head = msgpack.Unpacker()
+        head.feed(entry[:5])
+        return head.read_array_header()
+    except Exception:
+        return 0
+
+
+class OutputBatching:
+    """Routing of emitted tuples and their batches per (receiver, stream)."""
+
+    def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
+        """Route one tuple from the operator (called on the hot path)."""
+        routers = self.routes.get(stream)
+        if not routers:
+            self.unrouted += 1
+            return
+        for r in routers:
+            sid = r.route.stream
+            r.emitted += 1
+            if r.plain:  # unicast, receiver chosen here: the common case, _buffer inlined
+                dst = r.select(values)
+                if dst < 0:
+                    self.unrouted += 1
+                    continue
+                self.serializations += 1
+                key = (dst, sid)
+                buf = self.out.get(key)
+                if buf is None:
+                    buf = self.out[key] = []
+                    self.out_since[key] = self.now
+                buf.append(values)
+                if len(buf) >= self.batch_size:
+                    self._send(key, buf)
+                    del self.out[key]
+                    del self.out_since[key]
+                continue
+            if r.broadcast:
+                self._broadcast(r, values, sid)
+                continue
+            # r.switched: one serialization; the switch's select group picks the worker
+            self.serializations += 1
+            self._buffer((-1 - r.route.lb_node, sid), values)
+
+    def emit_rows(self, rows: list[list], stream: str = DEFAULT_STREAM) -> None:
+        """Route several tuples at once: the same effect as :meth:`emit` on each row in
+        order, with the per-tuple work of the common policies done per list.
+
+        Round-robin and single-receiver policies deal the rows out by slices (row i
+        goes where the i-th call of ``emit`` would have sent it); the others route
+        row by row.
+        """
+        n = len(rows)
+        if not n:
+            return
+        routers = self.routes.get(stream)
+        if not routers:
+            self.unrouted += n
+            return
+        for r in routers:
+            sid = r.route.stream
+            if r.plain:
+                hops = r.dealt(n)
+                if hops is None:  # a policy that looks at the values
+                    emit = self.emit_one
+                    for values in rows:
+                        emit(r, values)
+                    continue
+                r.emitted += n
+                if not hops:
+                    self.unrouted += n
+                    continue
+                self.serializations += n
+                k = len(hops)
+                for j, dst in enumerate(hops):
+                    self._buffer_rows((dst, sid), rows if k == 1 else rows[j::k])
+                continue
+            r.emitted += n
+            if r.broadcast:
+                if self.io.multicast:
+                    self.serializations += n
+                    self._buffer_rows((0, sid), rows)
+                else:
+                    for dst in r.hops:
+                        self.serializations += n
+                        self._buffer_rows((dst, sid), rows)
+                continue
+            self.serializations += n
+            self._buffer_rows((-1 - r.route.lb_node, sid), rows)
+
+    def emit_one(self, r: Router, values: list) -> None:
+        """:meth:`emit` for one router of a stream (a unicast policy)."""
+        r.emitted += 1
+        dst = r.select(values)
+        if dst < 0:
+            self.unrouted += 1
+            return
+        self.serializations += 1
+        self._buffer((dst, r.route.stream), values)
+
+    def _buffer_rows(self, key: tuple[int, int], rows: list[list]) -> None:
+        """:meth:`_buffer` for several rows: the open batch is filled first, then every
+        whole batch is finished in one :meth:`_send` (it only counts rows and queues
+        them for :meth:`push`), and what is left opens the next batch."""
+        size = self.batch_size
+        n = len(rows)
+        i = 0
+        buf = self.out.get(key)
+        if buf is not None:
+            i = max(1, size - len(buf))  # (a BATCH control may have shrunk the size)
+            buf.extend(rows[:i])
+            if len(buf) < size:
+                return
+            self._send(key, buf)
+            del self.out[key]
+            del self.out_since[key]
+            if i >= n:
+                return
+        rest = n - i
+        full = rest - rest % size
+        if full:
+            self._send(key, rows[i : i + full])
+            i += full
+        if i < n:
+            self.out[key] = rows[i:]
+            self.out_since[key] = self.now
+
+    def _broadcast(self, r: Router, values: list, sid: int) -> None:
+        if self.io.multicast:
+            # one serialization; the switch copies the frame to every receiver
+            self.serializations += 1
+            self._buffer((0, sid), values)
+            return
+        for dst in r.hops:
+            # Storm-like baseline: one serialization per destination
+            self.serializations += 1
+            self._buffer((dst, sid), values)
+
+    def _buffer(self, key: tuple[int, int], values: list) -> None:
+        buf = self.out.get(key)
+        if buf is None:
+            buf = self.out[key] = []
+            self.out_since[key] = self.now
+        buf.append(values)
+        if len(buf) >= self.batch_size:
+            self._send(key, buf)
+            del self.out[key]
+            del self.out_since[key]
+
+    def _entries(self, rows: list[list]) -> list[bytes]:
+        """Serialize ``rows`` as row-batch entries that each fit one frame.
+
+        One msgpack call per entry.  How many rows fit is learnt from the sizes
+        the entries came to; an entry that came out too big is cut and packed
+        again (rare), and a single row too big for a frame travels segmented.
+        """
+        pack, cap = encode_rows, self.entry_cap
+        n = len(rows)
+        if n <= self.rows_per_entry:
+            data = pack(rows)
+            if len(data) <= cap or n == 1:
+                if n > 8:
+                    self._learn(len(data), n)
+                return [data]
+        out: list[bytes] = []
+        i = 0
+        while i < n:
+            k = min(n - i, self.rows_per_entry)
+            data = pack(rows[i : i + k])
+            while len(data) > cap and k > 1:
+                k = max(1, min(k - 1, int(k * cap * ENTRY_FILL / len(data))))
+                data = pack(rows[i : i + k])
+            if k > 8 or i + k < n:
+                self._learn(len(data), k)
+            out.append(data)
+            i += k
+        return out
+
+    def _learn(self, size: int, rows: int) -> None:
+        self.rows_per_entry = max(1, int(self.entry_cap * ENTRY_FILL * rows / max(1, size)))
+
+    def _send(self, key: tuple[int, int], rows: list[list]) -> None:
+        """A batch is finished: it leaves at :meth:`push`, with the turn's others."""
+        dst, sid = key
+        n = len(rows)
+        sent = self.sent_to
+        if dst > 0:
+            sent[key] = sent.get(key, 0) + n
+        elif dst == 0:
+            for h in self.routers[sid].hops:
+                sent[(h, sid)] = sent.get((h, sid), 0) + n
+        else:
+            self.sent_balanced[sid] = self.sent_balanced.get(sid, 0) + n
+        ready = self.ready.get(key)
+        if ready is None:
+            self.ready[key] = rows
+        else:
+            ready.extend(rows)
+
+    def push(self) -> None:
+        """Hand the I/O layer every batch finished since the last push, one call per
+        (receiver, stream): small batches of one event-loop turn share entries, frames
+        and writes instead of taking one each, without waiting for anything."""
+        if not self.ready:
+            return
+        ready, self.ready = self.ready, {}
+        io = self.io
+        for (dst, sid), rows in ready.items():
+            entries = self._entries(rows)
+            if dst > 0:
+                io.send(dst, sid, entries)
+            elif dst == 0:
+                io.send_group(sid, self.routers[sid].hops, entries)
+            else:
+                io.send_balanced(sid, -1 - dst, self.routers[sid].lb_slot(), entries)
+
+    def flush(self, force: bool = False) -> None:
+        """Send every batch older than the max delay (or all of them), and what is ready."""
+        if self.out:
+            limit = self.now - self.max_delay
+            for key in [k for k, t in self.out_since.items() if force or t <= limit]:
+                self._send(key, self.out.pop(key))
+                del self.out_since[key]
+        self.push()
+
+    def next_deadline(self) -> float:
+        """Seconds until the oldest batch must go out (for the poll timeout)."""
+        if not self.out_since:
+            return 0.05
+        return max(0.0, min(self.out_since.values()) + self.max_delay - self.now)
