@@ -283,6 +283,20 @@ class Locality(Scenario):
                 "tuples/s (median)",
             )
         )
+        res.plots.append(
+            grouped_bars(
+                bench.out_dir / f"{self.name.replace('-', '_')}_gain.png",
+                f"{self.name}: b's input rate, locality/hash",
+                labels,
+                {
+                    "locality/hash": [
+                        ratio(rate[Point(hs, sz, "locality", lf)], rate[Point(hs, sz, "hash", lf)])
+                        for hs, sz, lf in cells
+                    ]
+                },
+                "throughput ratio (medians)",
+            )
+        )
 
     def note(self) -> str:
         """What the table's runs had in common."""
