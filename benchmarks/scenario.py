@@ -110,9 +110,12 @@ class Bench:
     def mode(self) -> str:
         return "quick" if self.quick else "full"
 
-    def run(self, spec: RunSpec) -> RunResult:
-        """One run, its record kept for ``results.json`` and a progress line printed."""
+    def run(self, spec: RunSpec, check: Callable[[RunResult], None] | None = None) -> RunResult:
+        """One run, its record kept for ``results.json`` and a progress line printed;
+        ``check`` may fail an ok run (e.g. counts that differ) before it is recorded."""
         result = self.testbed.run(spec)
+        if check is not None and result.ok:
+            check(result)
         self.records.append(result.to_dict())
         if not result.ok:
             self.failures += 1

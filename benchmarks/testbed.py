@@ -50,12 +50,15 @@ class RunSpec:
     duration: float | None = None  # seconds; then sources are drained
     timeout: float = 120.0
     label: str = ""
+    bw_mbit: float | None = None  # sdn only: every fabric link shaped to this rate
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
         if not 1 <= self.hosts <= MAX_HOSTS:
             raise ValueError(f"hosts must be in 1..{MAX_HOSTS}")
+        if self.bw_mbit is not None and self.transport != "sdn":
+            raise ValueError("only the sdn transport's emulated fabric can be shaped")
 
 
 @dataclass
@@ -123,6 +126,7 @@ class Testbed:
         self.out = out
         self.sdn: EmulatedCluster | None = None
         self.sdn_hosts = 0
+        self.sdn_bw_mbit: float | None = None
         self.tcp: TcpFabric | None = None
         self.names = itertools.count(1)
         self.started_s: dict[str, float] = {}  # how long bringing each cluster up took
@@ -134,20 +138,22 @@ class Testbed:
 
     # ----- clusters ------------------------------------------------------------------------
 
-    def sdn_cluster(self, hosts: int) -> EmulatedCluster:
-        """The sdn cluster with exactly ``hosts`` hosts (replacing one of another size)."""
-        if self.sdn is not None and self.sdn_hosts == hosts:
+    def sdn_cluster(self, hosts: int, bw_mbit: float | None = None) -> EmulatedCluster:
+        """The sdn cluster with exactly ``hosts`` hosts and fabric links shaped to
+        ``bw_mbit`` (None: unshaped), replacing one of another size or shaping."""
+        if self.sdn is not None and (self.sdn_hosts, self.sdn_bw_mbit) == (hosts, bw_mbit):
             return self.sdn
         self.close_sdn()
         t0 = time.monotonic()
+        tag = f"sdn-{hosts}h" + ("" if bw_mbit is None else f"-{bw_mbit:g}mbit")
         options = SdnRunOptions(
-            plan=FabricPlan(hosts=hosts, prefix=self.sdn_prefix),
+            plan=FabricPlan(hosts=hosts, prefix=self.sdn_prefix, bw_mbit=bw_mbit),
             live=False,
-            workdir=self.workdir / f"sdn-{hosts}h",
+            workdir=self.workdir / tag,
         )
         cluster = start_cluster(options, self.out)
-        self.sdn, self.sdn_hosts = cluster, hosts
-        self.started_s[f"sdn-{hosts}h"] = round(time.monotonic() - t0, 2)
+        self.sdn, self.sdn_hosts, self.sdn_bw_mbit = cluster, hosts, bw_mbit
+        self.started_s[tag] = round(time.monotonic() - t0, 2)
         return cluster
 
     def app_cluster(self, tag: str, apps: list[str], controller_config: str) -> EmulatedCluster:
@@ -187,7 +193,7 @@ class Testbed:
     def close_sdn(self) -> None:
         if self.sdn is not None:
             self.sdn.close()
-            self.sdn, self.sdn_hosts = None, 0
+            self.sdn, self.sdn_hosts, self.sdn_bw_mbit = None, 0, None
 
     def close(self) -> None:
         try:
@@ -241,7 +247,7 @@ class Testbed:
         return result
 
     def _run_sdn(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        cluster = self.sdn_cluster(spec.hosts)
+        cluster = self.sdn_cluster(spec.hosts, spec.bw_mbit)
         cluster.options.duration = spec.duration
         cluster.options.timeout = spec.timeout
         name = spec.topology.name

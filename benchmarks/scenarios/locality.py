@@ -15,11 +15,18 @@ Measured per run: the fraction of ``a`` -> ``b`` tuples that crossed hosts
 (each ``a`` worker's per-receiver counts in its exit report, hosts from the
 physical topology) and the rate at which ``b`` took them in (tuples over the
 run's time).  Counts are checked against the generator in every run.
+
+``locality-shaped`` (:class:`LocalityShaped`) is the same comparison on a
+network-bound fabric, as the paper measured: every inter-host link shaped to
+``BW_MBIT`` (Mininet's htb), one source per host (as the paper's spouts), so
+that a tuple crossing hosts costs link time; fewer tuples for the big sizes
+keep the runs short, and one extra point compares 50% with 80% locality.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,22 +51,28 @@ class Point:
     hosts: int
     size: int
     routing: str  # "hash" | "locality"
+    locality: float = LOCALITY  # share of correlated (a, b) pairs
 
     @property
     def label(self) -> str:
-        return f"locality {self.routing} h={self.hosts} {self.size}B"
+        loc = "" if self.locality == LOCALITY else f" loc={self.locality:g}"
+        return f"locality {self.routing} h={self.hosts} {self.size}B{loc}"
 
 
-def workload(p: Point, count: int, rate: float) -> Topology:
-    """The chain with ``p.hosts`` workers per node; locality: both streams ``direct``."""
+def workload(p: Point, count: int, rate: float, sources: int = 1) -> Topology:
+    """The chain with ``p.hosts`` workers per node (and ``sources`` sources, each
+    emitting ``count``); locality: both streams ``direct``."""
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "locality.yaml"))
     t.name = f"loc{p.hosts}{p.routing[0]}"
-    t.nodes["source"].args.update(count=count, rate=rate, keys_a=KEYS, keys_b=KEYS, size=p.size)
+    t.nodes["source"].args.update(
+        count=count, rate=rate, keys_a=KEYS, keys_b=KEYS, size=p.size, locality=p.locality
+    )
+    t.nodes["source"].parallelism = sources
     for node in ("a", "b"):
         t.nodes[node].parallelism = p.hosts
     if p.routing == "locality":
         pairs = Counter(
-            tuple(pair_tuple(1, s, KEYS, KEYS, LOCALITY, "")[:2]) for s in range(PLAN_TUPLES)
+            tuple(pair_tuple(1, s, KEYS, KEYS, p.locality, "")[:2]) for s in range(PLAN_TUPLES)
         )
         # spread placement: worker i of every node on host i mod H
         slots = [Slot(i, f"h{i}") for i in range(p.hosts)]
@@ -98,9 +111,25 @@ class Locality(Scenario):
     title = "Locality-aware key routing: hash vs computed tables"
     figure = "issue 17 (seed paper 003, Fig. 7-9)"
     order = 20
+    BW_MBIT: float | None = None  # fabric links unshaped
+    SOURCES_PER_HOST = False  # one source in all (on the first host)
 
-    FULL = {"hosts": (2, 3), "sizes": (100, 1000, 12000), "count": 60_000, "rate": 0.0}
-    QUICK = {"hosts": (3,), "sizes": (100,), "count": 20_000, "rate": 0.0}
+    # count: tuples per source, per tuple size; extra: (hosts, size, locality) points
+    # run beside the grid (hash and locality each)
+    FULL: dict = {
+        "hosts": (2, 3),
+        "sizes": (100, 1000, 12000),
+        "count": {100: 60_000, 1000: 60_000, 12000: 60_000},
+        "rate": 0.0,
+        "extra": (),
+    }
+    QUICK: dict = {
+        "hosts": (3,),
+        "sizes": (100,),
+        "count": {100: 20_000},
+        "rate": 0.0,
+        "extra": (),
+    }
 
     def run(self, bench: Bench) -> ScenarioResult:
         params = self.QUICK if bench.quick else self.FULL
@@ -111,25 +140,40 @@ class Locality(Scenario):
                 Point(hosts, size, routing)
                 for size in params["sizes"]
                 for routing in ("hash", "locality")
+            ] + [
+                Point(h, size, routing, loc)
+                for h, size, loc in params["extra"]
+                if h == hosts
+                for routing in ("hash", "locality")
             ]
+            sources = hosts if self.SOURCES_PER_HOST else 1
             for rnd in range(bench.repeats):
                 order = points if rnd % 2 == 0 else points[::-1]
                 for p in order:
+                    count = params["count"][p.size]
                     spec = RunSpec(
-                        "sdn", hosts, workload(p, params["count"], params["rate"]), label=p.label
+                        "sdn",
+                        hosts,
+                        workload(p, count, params["rate"], sources),
+                        label=p.label,
+                        bw_mbit=self.BW_MBIT,
                     )
-                    run = bench.run(spec)
-                    self._check(run, params["count"])
+                    run = bench.run(
+                        spec,
+                        functools.partial(
+                            self._check, count=count, sources=sources, locality=p.locality
+                        ),
+                    )
                     measured.setdefault(p, []).append(run)
         self.describe(res, bench, measured)
         return res
 
     @staticmethod
-    def _check(run: RunResult, count: int) -> None:
+    def _check(run: RunResult, count: int, sources: int, locality: float) -> None:
         """Exact counts, or the run counts as failed (loudly: it is in the records)."""
         if not run.ok:
             return
-        want_a, want_b = expected_counts(count, 1, KEYS, KEYS, LOCALITY, 1)
+        want_a, want_b = expected_counts(count, sources, KEYS, KEYS, locality, 1)
         got_a = run.node_result("a").get("counts")
         got_b = run.node_result("b").get("counts")
         if got_a != want_a or got_b != want_b:
@@ -141,58 +185,61 @@ class Locality(Scenario):
     ) -> None:
         cross = {p: median(crossing_fraction(r) for r in runs) for p, runs in measured.items()}
         rate = {p: median(b_rate(r) for r in runs) for p, runs in measured.items()}
-        cells = sorted({(p.hosts, p.size) for p in measured})
+        cells = sorted({(p.hosts, p.size, p.locality) for p in measured})
         rows, summary = [], []
-        for hosts, size in cells:
-            h, loc = Point(hosts, size, "hash"), Point(hosts, size, "locality")
+        for hosts, size, lf in cells:
+            h, loc = Point(hosts, size, "hash", lf), Point(hosts, size, "locality", lf)
             rows.append(
                 [
                     str(hosts),
                     str(size),
+                    f"{lf:g}",
                     f"{cross[h]:.3f}" if cross[h] is not None else "-",
                     f"{cross[loc]:.3f}" if cross[loc] is not None else "-",
                     fmt_ratio(ratio(cross[loc], cross[h])),
                     fmt_rate(rate[h]),
                     fmt_rate(rate[loc]),
                     fmt_ratio(ratio(rate[loc], rate[h])),
-                    str(len(measured[h])),
+                    f"{sum(r.ok for r in measured[h])}+{sum(r.ok for r in measured[loc])}",
                 ]
             )
             summary.append(
                 {
                     "hosts": hosts,
                     "size": size,
+                    "locality": lf,
                     "crossing_hash": cross[h],
                     "crossing_locality": cross[loc],
                     "b_tuples_s_hash": rate[h],
                     "b_tuples_s_locality": rate[loc],
                 }
             )
-        res.summary = {"points": summary}
+        res.summary = {"points": summary, "bw_mbit": self.BW_MBIT}
         res.tables.append(
             Table(
                 f"{self.title}: a -> b tuples crossing hosts and b's input rate (medians)",
                 [
                     "hosts",
                     "tuple B",
+                    "locality",
                     "crossing hash",
                     "crossing locality",
                     "locality/hash",
                     "b tuples/s hash",
                     "b tuples/s locality",
                     "locality/hash",
-                    "runs",
+                    "ok runs hash+locality",
                 ],
                 rows,
-                note=f"{int(LOCALITY * 100)}% correlated pairs over {KEYS} keys of each field; "
-                "one worker of a and one of b per emulated host.",
+                note=self.note(),
             )  # fmt: skip
         )
-        for hosts, size in cells:
-            h, loc = Point(hosts, size, "hash"), Point(hosts, size, "locality")
+        for hosts, size, lf in cells:
+            h, loc = Point(hosts, size, "hash", lf), Point(hosts, size, "locality", lf)
             res.ratios.append(
                 Ratio(
-                    f"locality: crossing fraction locality/hash, {hosts} hosts, {size} B",
+                    f"{self.name}: crossing fraction locality/hash, {hosts} hosts, {size} B, "
+                    f"{lf:g} locality",
                     ratio(cross[loc], cross[h]),
                     "<= 0.5",
                     None
@@ -202,27 +249,87 @@ class Locality(Scenario):
             )
             res.ratios.append(
                 Ratio.against(
-                    f"locality: b throughput locality/hash, {hosts} hosts, {size} B",
+                    f"{self.name}: b throughput locality/hash, {hosts} hosts, {size} B, "
+                    f"{lf:g} locality",
                     ratio(rate[loc], rate[h]),
                     at_least=1.0,
                 )
             )
-        labels = [f"{hosts}h-{size}B" for hosts, size in cells]
+        labels = [
+            f"{hosts}h-{size}B" + ("" if lf == LOCALITY else f"-{lf:g}")
+            for hosts, size, lf in cells
+        ]
         res.plots.append(
             grouped_bars(
-                bench.out_dir / "locality_crossing.png",
-                "Locality: fraction of a -> b tuples crossing hosts",
+                bench.out_dir / f"{self.name.replace('-', '_')}_crossing.png",
+                f"{self.name}: fraction of a -> b tuples crossing hosts",
                 labels,
-                {r: [cross[Point(hs, sz, r)] for hs, sz in cells] for r in ("hash", "locality")},
+                {
+                    r: [cross[Point(hs, sz, r, lf)] for hs, sz, lf in cells]
+                    for r in ("hash", "locality")
+                },
                 "fraction crossing hosts (median)",
             )
         )
         res.plots.append(
             grouped_bars(
-                bench.out_dir / "locality_throughput.png",
-                "Locality: tuples/s into b",
+                bench.out_dir / f"{self.name.replace('-', '_')}_throughput.png",
+                f"{self.name}: tuples/s into b",
                 labels,
-                {r: [rate[Point(hs, sz, r)] for hs, sz in cells] for r in ("hash", "locality")},
+                {
+                    r: [rate[Point(hs, sz, r, lf)] for hs, sz, lf in cells]
+                    for r in ("hash", "locality")
+                },
                 "tuples/s (median)",
             )
         )
+        res.plots.append(
+            grouped_bars(
+                bench.out_dir / f"{self.name.replace('-', '_')}_gain.png",
+                f"{self.name}: b's input rate, locality/hash",
+                labels,
+                {
+                    "locality/hash": [
+                        ratio(rate[Point(hs, sz, "locality", lf)], rate[Point(hs, sz, "hash", lf)])
+                        for hs, sz, lf in cells
+                    ]
+                },
+                "throughput ratio (medians)",
+            )
+        )
+
+    def note(self) -> str:
+        """What the table's runs had in common."""
+        sources = "one source per host" if self.SOURCES_PER_HOST else "one source"
+        fabric = "unshaped" if self.BW_MBIT is None else f"shaped to {self.BW_MBIT:g} Mbit/s"
+        return (
+            f"correlated pairs (the locality column) over {KEYS} keys of each field; "
+            f"one worker of a and one of b per emulated host, {sources}; "
+            f"inter-host links {fabric}."
+        )
+
+
+@register
+class LocalityShaped(Locality):
+    """The same comparison with a network-bound fabric (the paper's setting)."""
+
+    name = "locality-shaped"
+    title = "Locality-aware key routing on shaped inter-host links"
+    order = 20
+    BW_MBIT = 20.0
+    SOURCES_PER_HOST = True
+
+    FULL: dict = {
+        "hosts": (3, 2),
+        "sizes": (100, 1000, 12000),
+        "count": {100: 20_000, 1000: 10_000, 12000: 1_000},
+        "rate": 0.0,
+        "extra": ((3, 1000, 0.5),),
+    }
+    QUICK: dict = {
+        "hosts": (3,),
+        "sizes": (1000,),
+        "count": {1000: 5_000},
+        "rate": 0.0,
+        "extra": (),
+    }

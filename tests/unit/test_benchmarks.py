@@ -171,3 +171,38 @@ def test_one_to_many_reports_the_ceiling_reached_and_a_cheap_sink_series(tmp_pat
     ratios = {r.name: r.value for r in res.ratios}
     assert ratios["one-to-many, cheap sinks: sdn/tcp at 4 sinks"] == pytest.approx(4.0)
     assert res.summary["cheap_sinks"][1]["sdn_ceiling_reached"] == pytest.approx(0.3)
+
+
+def test_a_failed_check_is_recorded_as_a_failed_run(tmp_path) -> None:  # noqa: ANN001
+    """Bench.run applies the scenario's check (e.g. locality's exact counts) before
+    the run is recorded, so results.json and the failure count show it."""
+    import copy
+    import functools
+
+    from benchmarks.scenario import Bench
+    from benchmarks.scenarios.locality import KEYS, Locality, Point, workload
+    from benchmarks.testbed import RunSpec
+    from typhoon.operators.pairs import expected_counts
+
+    want_a, want_b = expected_counts(30, 2, KEYS, KEYS, 0.5, 1)
+    right = {"ok": True, "results": {"a": {"counts": want_a}, "b": {"counts": want_b}}}
+    wrong = copy.deepcopy(right)
+    wrong["results"]["b"]["counts"]["b0"] = wrong["results"]["b"]["counts"].get("b0", 0) + 1
+
+    class Stub:
+        reports = [right, wrong]
+
+        def run(self, spec):  # noqa: ANN001, ANN202 - the Testbed signature
+            return RunResult("sdn", spec.hosts, spec.label, True, 1.0, report=self.reports.pop(0))
+
+    bench = Bench(Stub(), tmp_path, quick=True, repeats=1)  # type: ignore[arg-type]
+    check = functools.partial(Locality._check, count=30, sources=2, locality=0.5)
+    spec = RunSpec("sdn", 2, workload(Point(2, 100, "hash", 0.5), 30, 0.0, 2), bw_mbit=20)
+    assert spec.topology.nodes["source"].parallelism == 2
+    assert bench.run(spec, check).ok
+    bad = bench.run(spec, check)
+    assert not bad.ok and bad.error == "counts differ from the generator's"
+    records, failures = bench.take_records()
+    assert [r["ok"] for r in records] == [True, False] and failures == 1
+    with pytest.raises(ValueError, match="only the sdn transport"):
+        RunSpec("tcp", 2, spec.topology, bw_mbit=20)
