@@ -119,6 +119,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         self.manager = Manager(self.coordinator)
         self.told_budgets: dict[tuple[str, int], int] = {}  # (app, worker) -> FLOW_CONTROL sent
         self.progress: dict[str, JobProgress] = {}  # guaranteed apps: checkpoints, the end
+        self.activated: dict[str, tuple[float, frozenset[int]]] = {}  # app -> when, spouts
         self.spark_totals = SparkTotals()  # GET /metrics: Spark progress summed per node
         self.metrics_registry = metrics_registry(self, lookup_service_brick)
         self.refresh_desired()
@@ -287,6 +288,7 @@ class TyphoonController(WorkerProgress, RyuApp):
                 if not hosts <= self.connected_hosts():
                     continue
                 self.send_control(name, app.spout_workers(), ControlTuple(Control.ACTIVATE, {}))
+                self.activated[name] = (time.monotonic(), frozenset(app.spout_workers()))
                 fresh = self.coordinator.get_app_state(name)  # others write keys too
                 self.coordinator.put_app_state(
                     name, {**fresh, "active": True, "activated_at": time.time()}
@@ -392,6 +394,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         metrics = self.channel.record_metrics(reply)
         self.coordinator.put_metrics(app, worker_id, metrics)
         self._guarantee_progress(app, worker_id, metrics)
+        self._activation_progress(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
         spark = metrics.get("spark")
         if isinstance(spark, dict):
