@@ -317,6 +317,11 @@ class TyphoonController(WorkerProgress, RyuApp):
         if view is None:
             raise KeyError(f"no application named {app!r}")
         app_id = view.physical.app_id
+        worker_ids = list(worker_ids)
+        if ct.type == Control.DEACTIVATE and app in self.activated:
+            # a spout stopped on purpose is not one whose ACTIVATE was lost
+            at, spouts = self.activated[app]
+            self.activated[app] = (at, spouts - set(worker_ids))
         mtu = self.view.cluster.mtu or DEFAULT_MTU  # control tuples fit the fabric too
         sent = 0
         for wid in worker_ids:

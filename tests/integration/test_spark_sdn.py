@@ -128,6 +128,8 @@ def test_ad_analytics_on_emulated_hosts_counts_equal_reference(cluster):
     assert report["results"]["campaign_counts"]["replays_dropped"] == 0
 
 
+# the same kill over tcp runs in `make test` (tests/spark/test_spark_ad_analytics.py)
+@pytest.mark.long
 def test_driver_killed_mid_run_is_restarted_and_counts_stay_exact(cluster):
     """SIGKILL the Spark driver after its first published batch: the agent restarts it from
     its checkpoint and offset logs; every window's final count equals the reference."""
