@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from socketport import Port
 
 from typhoon import wire
 from typhoon.runtime.sdn import SdnTransport
@@ -25,29 +26,6 @@ from typhoon.runtime.transport import Inbound
 APP, SENDER, NODE, STREAM = 0x77, 1, 1, 1
 RECEIVERS = (2, 3, 4)
 WINDOW = 8
-
-
-class Port:
-    """The worker's end of its "TAP": non-blocking, one frame per read."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        sock.setblocking(False)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def read(self, size: int | None = None) -> bytes | None:
-        try:
-            return self.sock.recv(size or 65536)
-        except BlockingIOError:
-            return None
-
-    def write(self, frame: bytes) -> int:
-        return self.sock.send(frame)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class Switch(threading.Thread):

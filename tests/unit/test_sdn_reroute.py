@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+from socketport import Port
 
 from typhoon import wire
 from typhoon.operators import resolve_operator
@@ -49,29 +50,6 @@ WINDOW = 4
 CREDIT_TIMEOUT_S = 10.0
 SILENCE_S = 0.3
 ROUTING_AT_S = 0.6  # after the start of sending
-
-
-class Port:
-    """The worker's end of its "TAP": non-blocking, one frame per read."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        sock.setblocking(False)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def read(self, size: int | None = None) -> bytes | None:
-        try:
-            return self.sock.recv(size or 65536)
-        except BlockingIOError:
-            return None
-
-    def write(self, frame: bytes) -> int:
-        return self.sock.send(frame)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @dataclass
