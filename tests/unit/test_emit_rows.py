@@ -99,7 +99,7 @@ def test_emit_rows_sends_what_emit_row_by_row_sends(
 def test_a_batch_size_shrunk_below_what_is_buffered_sends_at_once() -> None:
     fw, io = framework("shuffle", 1, 10, False)
     fw.emit_rows([[1, s, 0.0, b""] for s in range(6)])
-    fw.batch_size = 4  # a BATCH control tuple came meanwhile
+    fw.set_batch_size(4)  # a BATCH control tuple came meanwhile
     fw.emit_rows([[1, 6, 0.0, b""]])
     fw.push()
     (_, _, _, rows), *_ = sent(io)
@@ -131,3 +131,16 @@ def test_a_spout_with_next_rows_emits_what_next_batch_emits() -> None:
     assert outs[0] == outs[1]
     data = [r for k, v in outs[0].items() if k[2] in (1, 2) for rows in v for r in rows]
     assert sorted(data) == sorted([[1, s] for s in range(10)] * 2)
+
+
+def test_a_batch_larger_than_a_frame_leaves_when_a_frame_is_full() -> None:
+    fw, io = framework("shuffle", 1, 5000, False)
+    fw.rows_per_entry = 100  # as if learnt: a frame holds 100 of these rows
+    fw.set_batch_size(5000)
+    fw.emit_rows([[1, s, 0.0, b""] for s in range(350)])
+    fw.push()
+    sent_rows = {link: sum(map(len, entries)) for link, entries in per_link(io).items()}
+    assert len(sent_rows) == 3  # sink, and other's two workers
+    assert all(n and n % 100 == 0 for n in sent_rows.values()), sent_rows
+    assert all(len(rows) < 100 for rows in fw.out.values())  # the rest waits
+    assert sum(sent_rows.values()) + sum(map(len, fw.out.values())) == 2 * 350

@@ -67,7 +67,7 @@ class ControlHandling:
         elif t == Control.FLOW_CONTROL:
             self.io.set_budget(int(body["budget"]))
         elif t == Control.BATCH_SIZE:
-            self.batch_size = int(body["size"])
+            self.set_batch_size(int(body["size"]))
             self.max_delay = float(body["max_delay_ms"]) / 1000.0
         elif t == Control.ROLLBACK:
             epoch = body["epoch"]

@@ -2,7 +2,10 @@
 
 ``emit`` picks each tuple's receiver with its stream's policy
 (:mod:`typhoon.runtime.policies`) and appends it to the open batch of
-(receiver, stream); a finished batch is serialized at ``push`` as row-batch
+(receiver, stream).  A batch is finished at the batch size or when it holds
+what fits one frame, whichever comes first (a full frame does not wait for the
+rest of a large batch: it would only delay the receiver), or after the maximum
+delay; a finished batch is serialized at ``push`` as row-batch
 entries (``typhoon.wire.encode_rows``), one msgpack call per entry, each sized to
 fit one frame of the transport.  A mixin of
 :class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
@@ -53,7 +56,7 @@ class OutputBatching:
                     buf = self.out[key] = []
                     self.out_since[key] = self.now
                 buf.append(values)
-                if len(buf) >= self.batch_size:
+                if len(buf) >= self.send_at:
                     self._send(key, buf)
                     del self.out[key]
                     del self.out_since[key]
@@ -125,7 +128,7 @@ class OutputBatching:
         """:meth:`_buffer` for several rows: the open batch is filled first, then every
         whole batch is finished in one :meth:`_send` (it only counts rows and queues
         them for :meth:`push`), and what is left opens the next batch."""
-        size = self.batch_size
+        size = self.send_at
         n = len(rows)
         i = 0
         buf = self.out.get(key)
@@ -165,7 +168,7 @@ class OutputBatching:
             buf = self.out[key] = []
             self.out_since[key] = self.now
         buf.append(values)
-        if len(buf) >= self.batch_size:
+        if len(buf) >= self.send_at:
             self._send(key, buf)
             del self.out[key]
             del self.out_since[key]
@@ -199,8 +202,14 @@ class OutputBatching:
             i += k
         return out
 
+    def set_batch_size(self, size: int) -> None:
+        """A new batch size (a BATCH_SIZE control tuple); batches open keep their rows."""
+        self.batch_size = size
+        self.send_at = min(size, self.rows_per_entry)
+
     def _learn(self, size: int, rows: int) -> None:
         self.rows_per_entry = max(1, int(self.entry_cap * ENTRY_FILL * rows / max(1, size)))
+        self.send_at = min(self.batch_size, self.rows_per_entry)
 
     def _send(self, key: tuple[int, int], rows: list[list]) -> None:
         """A batch is finished: it leaves at :meth:`push`, with the turn's others."""
