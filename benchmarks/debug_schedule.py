@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from benchmarks.cpu_sampler import pin_nodes
 from benchmarks.debug_watcher import Watcher
 from mininet_env.run import EmulatedCluster
 from typhoon.client import ApiCallError, Client
@@ -37,6 +38,9 @@ FULL = Timing(duration=28.0, attach_at=18.0, warmup=2.0)
 QUICK = Timing(duration=9.0, attach_at=3.0, warmup=1.0)
 
 
+PINNED = {"source": 0, "sink": 1}  # the observed pair gets a core each (pin_nodes)
+
+
 @dataclass
 class Timeline:
     """The on_tick hook of one run: the schedule, and the source's counters polled."""
@@ -54,6 +58,7 @@ class Timeline:
     attach_requested: float = 0.0
     detach_requested: float = 0.0
     error: str = ""
+    pinned: dict[str, list[int]] = field(default_factory=dict)  # node -> pids
 
     def __call__(self, elapsed: float) -> None:
         if not self.t0:
@@ -63,6 +68,7 @@ class Timeline:
             topo = self.cluster.coordinator.get_topology(self.name)
             sid = next(s.id for s in topo.outputs_of("source") if s.dst == "sink")
             self.data_stream = str(sid)
+            self.pinned = pin_nodes(self.name, PINNED)
         m = self.cluster.coordinator.get_metrics(self.name).get(self.source)
         if m and (not self.polled or m["time"] > self.polled[-1][0]):
             # tuples out on the data stream only: the event-log copies count as "out" too

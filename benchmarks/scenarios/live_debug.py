@@ -30,9 +30,13 @@ median while attached; the source process's own CPU per 1000 tuples in both
 stretches (the worker reads its CPU clock every 0.5 s); the framework's
 serialization counter per tuple (polled from the controller's metrics); what
 the debug consumer saw and the CPU it used; lost and duplicated tuples at the
-sink.  On this shared two-core machine the sink's rate moves with everything
-else that runs, so the source's CPU per tuple is the cleaner measure of what
-watching costs the observed worker; the throughput ratio is the paper's.
+sink; and every process's CPU in both stretches (``benchmarks/cpu_sampler.py``).
+On this two-core machine source, sink and ovs-vswitchd switch between a fast
+and a slow schedule on their own (one-second rates of ~1.3M and ~1.0M
+tuples/s with nothing changed), so source and sink are pinned to a core each
+(``PINNED`` in ``benchmarks/debug_schedule.py``) and everything else floats;
+the source's CPU per tuple and the CPU table say what watching costs, the
+throughput ratio is the paper's.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any
 import yaml
 
 from benchmarks import measure
+from benchmarks.cpu_sampler import CpuSampler
 from benchmarks.debug_schedule import FULL, QUICK, SAMPLE_PERCENT, Timeline, Timing
 from benchmarks.operators import EVENT_LOG_STREAM
 from benchmarks.plots import time_series
@@ -109,6 +114,7 @@ def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timin
     hook = Timeline(cluster, name, variant, timing, api)
     label = f"live debug {variant}"
     cpu0, t0 = ovs_cpu_seconds(), time.monotonic()
+    sampler = CpuSampler().start()
     try:
         report = cluster.run(topo, hook)
         workers = read_worker_reports(cluster.report_dir(name))
@@ -129,10 +135,11 @@ def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timin
                 pass
         detail = traceback.format_exception_only(e)[-1].strip()
         result = RunResult("sdn", HOSTS, label, False, time.monotonic() - t0, detail)
+    sampler.stop()
     cpu1 = ovs_cpu_seconds()
     if cpu0 is not None and cpu1 is not None:
         result.ovs_cpu_s = round(cpu1 - cpu0, 3)
-    result.report["live_debug"] = describe_run(result, hook, timing)
+    result.report["live_debug"] = describe_run(result, hook, timing, sampler)
     record = result.to_dict()
     record["live_debug"] = result.report["live_debug"]
     bench.records.append(record)
@@ -143,7 +150,9 @@ def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timin
     return result
 
 
-def describe_run(run: RunResult, hook: Timeline, timing: Timing) -> dict[str, Any]:
+def describe_run(
+    run: RunResult, hook: Timeline, timing: Timing, sampler: CpuSampler
+) -> dict[str, Any]:
     """This run's timelines and per-stretch numbers (seconds since activation)."""
     out: dict[str, Any] = {"variant": hook.variant}
     if not run.report or not hook.t0:
@@ -201,6 +210,9 @@ def describe_run(run: RunResult, hook: Timeline, timing: Timing) -> dict[str, An
             else None,
             "lost": measure.lost(run, acker=""),
             "duplicates": measure.duplicates(run),
+            # every process's CPU over the two stretches: what watching costs elsewhere
+            "cpu_cores_before": sampler.cores(*before),
+            "cpu_cores_attached": sampler.cores(*attached) if attached else None,
         }
     )
     if hook.watcher is not None:
@@ -341,6 +353,7 @@ class LiveDebug(Scenario):
                 ),
             )
         )
+        res.tables.append(cpu_table(per))
         mirror_ser = med("mirror", "serializations_per_tuple_attached")
         copy_ser = med("app copy", "serializations_per_tuple_attached")
         res.tables.append(
@@ -428,6 +441,47 @@ class LiveDebug(Scenario):
             markers,
             xlabel="seconds since the topology became active",
         )
+
+
+def total(cores: dict[str, float]) -> float:
+    """Busy cores: every group but what the hypervisor took."""
+    return sum(c for g, c in cores.items() if g != "stolen by the hypervisor")
+
+
+def cpu_table(per: dict[str, list[dict[str, Any]]]) -> Table:
+    """Cores each process group used before and while attached (medians over the runs)."""
+    groups = sorted(
+        {g for v in VARIANTS for d in per[v] for k in ("cpu_cores_before", "cpu_cores_attached")
+         for g in (d.get(k) or {})}
+    )  # fmt: skip
+    rows = []
+    for g in [*groups, "total"]:
+        row = [g]
+        for v in VARIANTS:
+            vals = []
+            for key in ("cpu_cores_before", "cpu_cores_attached"):
+                cores = [d.get(key) for d in per[v] if d.get(key)]
+                vals.append(
+                    median(sum(c.values()) if g == "total" else c.get(g, 0.0) for c in cores)
+                )
+            b, a = vals
+            row += [
+                fmt_num(b),
+                fmt_num(a),
+                fmt_num(a - b if a is not None and b is not None else None),
+            ]
+        rows.append(row)
+    return Table(
+        "CPU by process, cores (median over the runs): before the attach and while attached",
+        ["process", *(f"{v} {c}" for v in VARIANTS for c in ("before", "attached", "added"))],
+        rows,
+        note=(
+            "Sampled from /proc every 0.5 s (`benchmarks/cpu_sampler.py`) over the same "
+            "stretches as the throughput; a process started inside a stretch (the debug "
+            "worker) is charged from its start. The machine has 2 cores: what watching adds "
+            "anywhere comes out of what source, sink and switch get."
+        ),
+    )
 
 
 def med_of(rows: list[dict[str, Any]], key: str) -> float | None:
