@@ -208,6 +208,7 @@ class GuaranteedProcessing:
         self.out.clear()
         self.out_since.clear()
         self.ready.clear()
+        self.ready_since.clear()
         self.anchors.clear()
         self.blocked.clear()
         self.held = []
