@@ -95,8 +95,6 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
         self.out_since: dict[tuple[int, int], float] = {}
         # rows of finished batches, serialized and sent at the end of the turn (push)
         self.ready: dict[tuple[int, int], list[list]] = {}
-        self.ready_since: dict[tuple[int, int], float] = {}  # when each got its oldest rows
-        self.flat_out = False  # the spout emitted a whole chunk this turn, unthrottled
         self.now = clock()
         # spouts wait for ACTIVATE (paper Table 2): the topology starts when its flows exist
         self.active = not self.is_spout
@@ -325,7 +323,6 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
 
     def step_spout(self) -> None:
         """Let the spout emit a chunk, within its input rate."""
-        self.flat_out = False
         if not self.spout_ready():
             return
         if self.ckpt is not None:
@@ -346,7 +343,6 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             more = self.op.next_batch(self.emit, n)
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += n
-        self.flat_out = bool(more) and self.rate <= 0
         if not more:
             self.exhausted = True
             log.info("worker %d: source exhausted", self.worker_id)

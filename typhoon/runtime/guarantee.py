@@ -208,7 +208,6 @@ class GuaranteedProcessing:
         self.out.clear()
         self.out_since.clear()
         self.ready.clear()
-        self.ready_since.clear()
         self.anchors.clear()
         self.blocked.clear()
         self.held = []
