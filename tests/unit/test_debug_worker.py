@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from socketport import Port
 
 from typhoon import wire
 from typhoon.debug import worker as dw
@@ -14,26 +15,6 @@ from typhoon.debug.spec import DebugSpec
 from typhoon.wire import Kind, encode_rows, worker_mac
 
 APP = 9
-
-
-class SocketDevice:
-    """One end of a SOCK_SEQPACKET pair: one frame per read, like a TAP."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        sock.setblocking(False)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def read(self, size: int | None = None) -> bytes | None:
-        try:
-            return self.sock.recv(size or 65536)
-        except BlockingIOError:
-            return None
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def spec(**kw) -> DebugSpec:
@@ -64,7 +45,7 @@ def frame(words: list[str], seq: int) -> bytes:
 def test_frames_in_records_out_then_final_statistics():
     posted: list[dict] = []
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    worker = dw.DebugWorker(spec(), SocketDevice(ours), posted.append)
+    worker = dw.DebugWorker(spec(), Port(ours), posted.append)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -99,7 +80,7 @@ def test_a_slow_decoder_loses_copies_in_the_ring_not_in_the_switch():
     counted apart from the sequence gaps they cause."""
     posted: list[dict] = []
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    worker = dw.DebugWorker(spec(filter=""), SocketDevice(ours), posted.append, ring_frames=4)
+    worker = dw.DebugWorker(spec(filter=""), Port(ours), posted.append, ring_frames=4)
     feed = worker.decoder.feed
 
     def slow_feed(data, now):
