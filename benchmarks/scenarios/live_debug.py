@@ -461,9 +461,7 @@ def cpu_table(per: dict[str, list[dict[str, Any]]]) -> Table:
             vals = []
             for key in ("cpu_cores_before", "cpu_cores_attached"):
                 cores = [d.get(key) for d in per[v] if d.get(key)]
-                vals.append(
-                    median(sum(c.values()) if g == "total" else c.get(g, 0.0) for c in cores)
-                )
+                vals.append(median(total(c) if g == "total" else c.get(g, 0.0) for c in cores))
             b, a = vals
             row += [
                 fmt_num(b),

@@ -53,3 +53,14 @@ def test_cores_charge_each_group_over_the_stretch_only() -> None:
     assert attached["debug worker"] == 0.15  # started inside: charged from zero (0.6 s / 4 s)
     assert attached["stolen by the hypervisor"] == 0.05
     assert s.cores(200.0, 300.0) == {}  # no samples there
+
+
+def test_the_cpu_tables_total_leaves_out_what_the_hypervisor_took() -> None:
+    from benchmarks.scenarios.live_debug import cpu_table
+
+    run = {"worker source": 0.8, "ovs-vswitchd": 0.3, "stolen by the hypervisor": 0.5}
+    per = {
+        v: [{"cpu_cores_before": run, "cpu_cores_attached": run}] for v in ("mirror", "app copy")
+    }
+    rows = {r[0]: r for r in cpu_table(per).rows}
+    assert rows["total"][1:3] == ["1.10", "1.10"]
