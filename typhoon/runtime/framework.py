@@ -137,7 +137,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
         transport.on_urgent = self.control
         self.entry_cap = entry_capacity(transport.mtu)
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
-        self.send_at = min(self.batch_size, self.rows_per_entry)  # rows that finish a batch
+        self.set_batch_size(spec.batch_size)  # and the rows that finish a batch (send_at)
         self._process_batch = batch_hook(operator)
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")

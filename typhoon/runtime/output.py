@@ -209,7 +209,7 @@ class OutputBatching:
 
     def _learn(self, size: int, rows: int) -> None:
         self.rows_per_entry = max(1, int(self.entry_cap * ENTRY_FILL * rows / max(1, size)))
-        self.send_at = min(self.batch_size, self.rows_per_entry)
+        self.set_batch_size(self.batch_size)  # send_at follows what a frame holds
 
     def _send(self, key: tuple[int, int], rows: list[list]) -> None:
         """A batch is finished: it leaves at :meth:`push`, with the turn's others."""
