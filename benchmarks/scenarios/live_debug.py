@@ -210,6 +210,7 @@ def describe_run(
             else None,
             "lost": measure.lost(run, acker=""),
             "duplicates": measure.duplicates(run),
+            "pinned": sorted(hook.pinned),  # the nodes that got a core of their own
             # every process's CPU over the two stretches: what watching costs elsewhere
             "cpu_cores_before": sampler.cores(*before),
             "cpu_cores_attached": sampler.cores(*attached) if attached else None,
