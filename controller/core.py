@@ -35,6 +35,7 @@ from controller.events import (
 )
 from controller.flows import RuleSpec
 from controller.groups import GroupSpec
+from controller.job_end import finish_jobs
 from controller.meters import MeterSpec
 from controller.metrics import SparkTotals
 from controller.metrics import registry as metrics_registry
@@ -58,7 +59,7 @@ from controller.ryu_compat import (
 )
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync
-from controller.view import ClusterView
+from controller.view import ClusterView, view_reads
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
@@ -257,8 +258,10 @@ class TyphoonController(WorkerProgress, RyuApp):
 
     def _poll_coordinator(self) -> None:
         version, keys = self.coordinator.changes_since(self.version)
-        if version != self.version:
-            self.version = version
+        # metrics, reports and debugger records leave the view as it is
+        changed = version != self.version and any(map(view_reads, keys))
+        self.version = version
+        if changed:
             problems = dict(self.view.problems)
             self.view = ClusterView.read(self.coordinator)
             self.refresh_desired()
@@ -269,6 +272,7 @@ class TyphoonController(WorkerProgress, RyuApp):
             self._announce_changes()
             self._push_budgets()
         self._start_or_drain()
+        finish_jobs(self.view, self.coordinator, self.manager, self.logger)
 
     def _announce_changes(self) -> None:
         current = {n: a.physical.version for n, a in self.view.apps.items()}

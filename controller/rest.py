@@ -7,7 +7,8 @@ handler validates everything before it calls a service (a reconfiguration is
 planned in full before its first step runs).
 
     GET    /typhoon/apps                       applications
-    POST   /typhoon/apps                       submit {"topology": "<YAML text>"} (or YAML body)
+    POST   /typhoon/apps                       submit {"topology": "<YAML text>",
+                                               "remove_when_done": false} (or YAML body)
     GET    /typhoon/apps/NAME                  workers, hosts, ports, states, rates
     DELETE /typhoon/apps/NAME                  kill
     POST   /typhoon/apps/NAME/scale            {"node": N, "parallelism": P}
@@ -17,6 +18,7 @@ planned in full before its first step runs).
     POST   /typhoon/apps/NAME/remove           {"node": N}
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
     POST   /typhoon/apps/NAME/control          one control tuple to workers
+    GET    /typhoon/apps/NAME/report           the merged run report (also of a removed job)
     GET    /typhoon/apps/NAME/metrics|acks     raw worker metrics, recent acks
     GET    /typhoon/dashboard                  what the dashboard shows (controller/dashboard.py)
     GET    /metrics                            Prometheus text format (controller/metrics.py)
@@ -39,6 +41,7 @@ from typing import Any
 from controller.dashboard import gather, snapshot
 from controller.metrics import CONTENT_TYPE, exposition
 from controller.ryu_compat import ControllerBase, Response, lookup_service_brick, route
+from typhoon.job_report import read_job_report
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request
 from typhoon.topology import TopologyError, load_topology_text
@@ -184,6 +187,7 @@ class TyphoonRest(ControllerBase):
         if req.content_length is not None and req.content_length > MAX_BODY:
             raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
         ctype = (req.content_type or "").lower()
+        remove_when_done = False
         if "yaml" in ctype or ctype.startswith("text/"):
             try:
                 text = req.body.decode("utf-8")
@@ -191,9 +195,12 @@ class TyphoonRest(ControllerBase):
                 raise ApiError(400, "topology text is not UTF-8") from None
         else:
             body = read_json(req)
-            unknown = sorted(str(k) for k in set(body) - {"topology"})
+            unknown = sorted(str(k) for k in set(body) - {"topology", "remove_when_done"})
             if unknown:
                 raise ApiError(400, f"unknown field(s): {', '.join(unknown)}")
+            remove_when_done = body.get("remove_when_done", False)
+            if not isinstance(remove_when_done, bool):
+                raise ApiError(400, "'remove_when_done' must be true or false")
             text = body.get("topology")
             if not isinstance(text, str) or not text.strip():
                 raise ApiError(400, "'topology' must be the topology file's YAML text")
@@ -202,7 +209,7 @@ class TyphoonRest(ControllerBase):
         except TopologyError as e:
             raise ApiError(400, str(e)) from None
         try:
-            physical = self.core.manager.submit(topology)
+            physical = self.core.manager.submit(topology, remove_when_done)
         except ManagerError as e:
             raise ApiError(409, str(e)) from None
         return 201, {
@@ -307,6 +314,20 @@ class TyphoonRest(ControllerBase):
                 raise ApiError(404, f"no application named '{name}'")
             raise ApiError(404, f"'{name}' has not been reconfigured by this controller")
         return 200, record.to_dict()
+
+    @route(API, PREFIX + "/apps/{name}/report", methods=["GET"])
+    @handler()
+    def app_report(self, req, name, **_):
+        """The merged run report (typhoon/job_report.py): stored once finished, else as
+        it stands; a finished job's report outlives the job."""
+        app = self.core.view.apps.get(name)
+        stored = self.core.coordinator.get_result(name)
+        if stored is not None and (app is None or app.state.get("finished")):
+            return 200, stored
+        report = read_job_report(self.core.coordinator, name) if app is not None else None
+        if report is None:
+            raise ApiError(404, f"no application named '{name}' and no stored report of one")
+        return 200, report
 
     @route(API, PREFIX + "/apps/{name}/metrics", methods=["GET"])
     @handler()

@@ -48,6 +48,11 @@ class AppView:
         return [w.worker_id for w in self.physical.workers if w.node in spouts]
 
 
+def view_reads(key: str) -> bool:
+    """Is ``key`` one that :meth:`ClusterView.read` reads (else its change leaves the view)?"""
+    return key == "cluster" or key.startswith(("topology/", "physical/", "status/", "state/"))
+
+
 @dataclass
 class ClusterView:
     cluster: Cluster

@@ -53,6 +53,7 @@ from typhoon.coordinator import (
 )
 from typhoon.debug.supervisor import DebugWorkers
 from typhoon.engine_services import EngineServices
+from typhoon.job_report import publish_worker_report
 from typhoon.ovs_bridge import Bridge, OvsError
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
@@ -194,12 +195,8 @@ class Agent:
                 self._warned_no_host = True
             return
         if self.bridge is None or self.bridge.name != info.bridge:
-            log.info(
-                "host %s: bridge %s, worker ports from %d",
-                self.host,
-                info.bridge,
-                info.first_worker_port,
-            )
+            log.info("host %s: bridge %s, worker ports from %d",
+                     self.host, info.bridge, info.first_worker_port)  # fmt: skip
         self.bridge = Bridge(info.bridge)
         self.cluster = cluster
         self.port_range = (info.first_worker_port, MAX_OFPORT)
@@ -305,13 +302,8 @@ class Agent:
         else:
             if got == port:
                 wk.phase = "attached"
-                log.info(
-                    "attached %s worker %d: %s is port %d of %s",
-                    *wk.key,
-                    wk.tap,
-                    port,
-                    wk.bridge.name,
-                )
+                log.info("attached %s worker %d: %s is port %d of %s",
+                         *wk.key, wk.tap, port, wk.bridge.name)  # fmt: skip
                 self.c.put_worker_status(wk.app, self._status(wk, "attached"))
                 return
             wk.error = f"OVS gave TAP {wk.tap} port {got}, not the scheduled {port}"
@@ -343,7 +335,9 @@ class Agent:
                 log.error("cannot remove port %s: %s", wk.tap, e)
         if wk.remove:
             self.c.delete_worker_status(wk.app, wk.assignment.worker_id)
-        else:
+        else:  # the report first: whoever sees "exited" finds it (typhoon/job_report.py)
+            wid = wk.assignment.worker_id
+            publish_worker_report(self.c, wk.app, wid, self.host, self.workdir / wk.app, code)
             status = self._status(wk, "exited")
             status.exit_code = code
             self.c.put_worker_status(wk.app, status)

@@ -1,6 +1,7 @@
 """CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
 
-``typhoon submit FILE``, ``list``, ``status NAME [--watch S]``, ``scale NAME
+``typhoon submit FILE [--remove-when-done]``, ``list``, ``status NAME [--watch S]``,
+``report NAME [--wait]`` (the merged run report of a submitted job), ``scale NAME
 NODE N``, ``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE
 OPERATOR [--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``,
 ``remove NAME NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill
@@ -31,6 +32,7 @@ from typing import Any, TextIO
 import yaml
 
 from typhoon.client import ApiCallError, Client, resolve
+from typhoon.report import summary_lines
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -144,7 +146,8 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read {args.file}: {e}") from None
-    reply = _client(args).call("POST", "/apps", {"topology": text})
+    body = {"topology": text, **({"remove_when_done": True} if args.remove_when_done else {})}
+    reply = _client(args).call("POST", "/apps", body)
     if args.json:
         return _json_result(args, out, reply, 0)
     print(f"submitted {reply['name']}: {len(reply['workers'])} workers", file=out)
@@ -158,10 +161,44 @@ def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     apps = _client(args).call("GET", "/apps")
     if args.json:
         return _json_result(args, out, apps, 0)
+    if not apps:
+        print("no applications (typhoon submit FILE starts one; typhoon report NAME reads "
+              "the report of one that finished)", file=out)  # fmt: skip
     for name, a in sorted(apps.items()):
-        state = "active" if a.get("active") else "starting"
-        print(f"{name}  app {a['app_id']:#06x}  version {a['version']}  {state}", file=out)
+        print(f"{name}  app {a['app_id']:#06x}  version {a['version']}  {_state(a)}", file=out)
     return 0
+
+
+def _state(state: dict[str, Any]) -> str:
+    if state.get("finished"):
+        return f"finished ({'ok' if state.get('ok') else 'not ok'}: typhoon report)"
+    return "active" if state.get("active") else "starting"
+
+
+def cmd_run_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The merged run report of a submitted job (``--wait``: once it has finished)."""
+    client = _client(args)
+    deadline = time.monotonic() + args.timeout
+    report = client.call("GET", f"/apps/{args.name}/report")
+    while args.wait and not report.get("finished"):
+        if time.monotonic() > deadline:
+            raise _Failed(f"{args.name} has not finished after {args.timeout:g} s")
+        time.sleep(0.5)
+        report = client.call("GET", f"/apps/{args.name}/report")
+    code = 0 if report["ok"] else EXIT_FAILED
+    if args.json:
+        return _json_result(args, out, report, code)
+    verdict = "ok" if report["ok"] else "NOT OK"
+    print(f"{args.name}: {'finished' if report.get('finished') else 'running'}, {verdict}",
+          file=out)  # fmt: skip
+    for w in report.get("worker_states", []):
+        code_text = "" if w["exit_code"] is None else f" (exit code {w['exit_code']})"
+        error = f": {w['error']}" if w["error"] else ""
+        print(f"  worker {w['worker']:>3}  {w['node']}[{w['index']}] on {w['host']}  "
+              f"{w['state']}{code_text}{error}", file=out)  # fmt: skip
+    for line in summary_lines(report):
+        print(line, file=out)
+    return code
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -222,7 +259,8 @@ def watch(
 def _show_status(args: argparse.Namespace, s: dict[str, Any], out: TextIO) -> int:
     if args.json:
         return _json_result(args, out, s, 0)
-    print(f"{s['name']}  app {s['app_id']:#06x}  physical version {s['version']}", file=out)
+    print(f"{s['name']}  app {s['app_id']:#06x}  physical version {s['version']}  "
+          f"{_state(s.get('state') or {})}", file=out)  # fmt: skip
     for name, n in s["nodes"].items():
         print(f"  node {name}: {n['operator']} {json.dumps(n['args'])} x{n['parallelism']}",
               file=out)  # fmt: skip
@@ -371,8 +409,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--no-wait", action="store_true", help="return once accepted")
         p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait")
 
-    verb("submit", cmd_submit, "submit a topology file to the controller").add_argument("file")
+    p = verb("submit", cmd_submit, "submit a topology file to the controller")
+    p.add_argument("file")
+    p.add_argument("--remove-when-done", action="store_true",
+                   help="remove the job once it has finished and its report is stored")  # fmt: skip
     verb("list", cmd_list, "list running applications")
+    p = verb("report", cmd_run_report, "the merged run report of a submitted job")
+    p.add_argument("name")
+    p.add_argument("--wait", action="store_true", help="until the job has finished")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits")
     p = verb("status", cmd_status, "workers, hosts, ports and rates of an application")
     p.add_argument("name")
     p.add_argument("--watch", type=float, metavar="S", help="show it again every S seconds")

@@ -83,8 +83,11 @@ class Manager:
 
     # ----- submit and kill -----------------------------------------------------------------
 
-    def submit(self, topology: Topology) -> PhysicalTopology:
-        """Schedule ``topology`` and write it (logical, state, then physical)."""
+    def submit(self, topology: Topology, remove_when_done: bool = False) -> PhysicalTopology:
+        """Schedule ``topology`` and write it (logical, state, then physical).
+
+        ``remove_when_done``: the controller removes the job once it has finished and
+        its report is stored (``typhoon/job_report.py``)."""
         c = self.coordinator
         name = topology.name
         if name in c.topology_names() or name in c.physical_names():
@@ -108,8 +111,12 @@ class Manager:
         physical = self._place(topology, cluster, app_id)
         if not c.create(f"topology/{name}", topology.to_dict()):
             raise ManagerError(f"application '{name}' is already running; kill it first")
+        # a previous job of this name: its stored report and published worker reports go
+        c.delete(f"result/{name}")
+        c.delete(f"report/{name}")
         # fresh state: "active" is the controller's to set, once it has ACTIVATEd the spouts
-        c.put_app_state(name, {"submitted": time.time()})
+        extra = {"remove_when_done": True} if remove_when_done else {}
+        c.put_app_state(name, {"submitted": time.time(), **extra})
         c.put_physical(physical)
         return physical
 

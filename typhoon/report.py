@@ -207,10 +207,12 @@ def worker_failures(
     exit_codes: dict[int, int | None],
     worker_reports: list[dict[str, Any]],
     log_of: Any = None,
+    tracebacks: dict[int, list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every worker that exited non-zero or reported an error: who (worker, node, index,
     host), how (exit code, error) and the last lines of its traceback, from its report or
-    else from its log (``log_of(worker_id)`` -> path)."""
+    else from ``tracebacks`` (read on the worker's host by its agent) or else from its log
+    (``log_of(worker_id)`` -> path; with ``tracebacks`` the log is on another host)."""
     reports = {r["worker"]: r for r in worker_reports}
     out = []
     for w in sorted(assignments, key=lambda w: w.worker_id):
@@ -219,9 +221,9 @@ def worker_failures(
         r = reports.get(wid, {})
         if not code and not r.get("error"):
             continue
-        tb = list(r.get("traceback") or [])
+        tb = list(r.get("traceback") or []) or list((tracebacks or {}).get(wid) or [])
         log = str(log_of(wid)) if log_of is not None else None
-        if not tb and log:
+        if not tb and log and tracebacks is None:
             tb = log_traceback(Path(log))
         error = r.get("error") or (tb[-1] if tb else None)
         out.append(
@@ -334,7 +336,7 @@ def build_report(
     failures = extra.pop("failures", [])
     problems = failure_problems(failures)
     problems += link_problems(worker_reports, recovered) + result_problems(results)
-    problems += extra.pop("switch_problems", [])
+    problems += extra.pop("switch_problems", []) + extra.pop("problems", [])
     ok = bool(extra.pop("ok", True)) and not problems
     return {
         "topology": topology.name,
@@ -346,3 +348,21 @@ def build_report(
         "nodes": nodes,
         "results": results,
     }
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """Problems, the failed workers' tracebacks, and one line per node's result."""
+    lines = [f"  problem: {problem}" for problem in report.get("problems", [])]
+    for f in report.get("failures", []):
+        if not f["traceback"]:
+            continue
+        where = f" (log: {f['log']})" if f.get("log") else ""
+        lines.append(f"  worker {f['worker']} ({f['node']}[{f['index']}]) on {f['host']}{where}:")
+        lines += [f"    | {line}" for line in f["traceback"]]
+    for node, result in report["results"].items():
+        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
+        if "counts" in result:
+            brief["keys"] = len(result["counts"])
+            brief["total"] = sum(result["counts"].values())
+        lines.append(f"  {node}: {json.dumps(brief)}")
+    return lines

@@ -27,6 +27,7 @@ from typhoon.coordinator import CoordinatorError
 from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
 from typhoon.operators import OperatorError, resolve_operator
+from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
 from typhoon.topology.scheduler import app_id_for
@@ -154,22 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def print_summary(report: dict[str, Any], out: Any) -> None:
     """Problems, the failed workers' tracebacks, and one line per node's result."""
-    for problem in report.get("problems", []):
-        print(f"  problem: {problem}", file=out)
-    for f in report.get("failures", []):
-        if not f["traceback"]:
-            continue
-        where = f" (log: {f['log']})" if f.get("log") else ""
-        print(f"  worker {f['worker']} ({f['node']}[{f['index']}]) on {f['host']}{where}:",
-              file=out)  # fmt: skip
-        for line in f["traceback"]:
-            print(f"    | {line}", file=out)
-    for node, result in report["results"].items():
-        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
-        if "counts" in result:
-            brief["keys"] = len(result["counts"])
-            brief["total"] = sum(result["counts"].values())
-        print(f"  {node}: {json.dumps(brief)}", file=out)
+    for line in summary_lines(report):
+        print(line, file=out)
 
 
 def build_parser() -> argparse.ArgumentParser:

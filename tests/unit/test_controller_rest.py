@@ -306,3 +306,45 @@ def test_cli_without_token_or_controller(server, capsys):
     assert code == 2 and err == "error: missing X-Typhoon-Token header\n"
     code, _, err = typhoon(capsys, "list", "--controller", "http://127.0.0.1:9")
     assert code == 1 and err.startswith("error: cannot reach the controller")
+
+
+def test_report_of_a_job_running_then_finished_and_removed(app, core, server, capsys):
+    """GET /apps/NAME/report and ``typhoon report``: not ok while running, merged once all
+    workers exited, and still there after the job was removed."""
+    from controller.job_end import finish_jobs
+    from typhoon.coordinator import WorkerStatus
+
+    flags = ["--controller", server, "--token", TOKEN]
+    code, out, _ = typhoon(capsys, "report", "fwd", *flags)
+    assert code == 1 and out.startswith("fwd: running, NOT OK\n")
+    assert "not started" in out and "problem: not finished: 2 of 2 workers" in out
+    code, out, err = typhoon(capsys, "report", "fwd", "--wait", "--timeout", "0.2", *flags)
+    assert code == 1 and err == "error: fwd has not finished after 0.2 s\n"
+    c = core.coordinator
+    c.put_app_state("fwd", {"active": True, "remove_when_done": True})
+    for w in c.get_physical("fwd").workers:
+        c.put_worker_status("fwd", WorkerStatus(w.worker_id, w.host, "exited", exit_code=0))
+    assert finish_jobs(core.view, c, core.manager, core.logger) == ["fwd"]
+    status, body = call(app, "GET", "/apps/fwd/report")
+    assert status == 200 and body["finished"] and body["topology"] == "fwd"
+    code, out, _ = typhoon(capsys, "report", "fwd", "--wait", "--json", *flags)
+    assert json.loads(out)["result"]["worker_states"][0]["exit_code"] == 0
+    code, out, _ = typhoon(capsys, "list", *flags)
+    assert code == 0 and out.startswith("no applications (typhoon submit FILE")
+    status, body = call(app, "GET", "/apps/nope/report")
+    assert status == 404 and "no application named 'nope'" in body["error"]
+
+
+def test_submit_remove_when_done_reaches_the_app_state(app, core, server, capsys, tmp_path):
+    topo = tmp_path / "t.yaml"
+    topo.write_text(FORWARD.replace("name: fwd", "name: once"))
+    code, out, _ = typhoon(
+        capsys, "submit", str(topo), "--remove-when-done", "--controller", server, "--token", TOKEN
+    )
+    assert code == 0, out
+    assert core.coordinator.get_app_state("once")["remove_when_done"] is True
+    status, body = call(app, "POST", "/apps", {"topology": FORWARD, "remove_when_done": "yes"})
+    assert status == 400 and body == {"error": "'remove_when_done' must be true or false"}
+    core.coordinator.put_app_state("fwd", {"active": True, "finished": True, "ok": True})
+    code, out, _ = typhoon(capsys, "status", "fwd", "--controller", server)
+    assert out.splitlines()[0].endswith("finished (ok: typhoon report)")

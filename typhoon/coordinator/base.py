@@ -11,6 +11,9 @@ Key layout (segments are ``[A-Za-z0-9_.:-]+``, joined by ``/``)::
     state/NAME           application state         e.g. {"active": true} (controller)
     status/NAME/WID      runtime status of worker  WorkerStatus.to_dict()
     metrics/NAME/WID     last metrics of worker    free-form dict
+    report/NAME/WID      an ended worker's report  {"report": ..., "exit_code": ...} (agent)
+    result/NAME          a finished job's report   typhoon/job_report.py (controller; kept
+                         after the job is removed, until a job of that name is submitted)
     cluster              hosts, bridges, links     Cluster.to_dict()
     agents/HOST          worker agent of HOST      AgentState.to_dict()
     debug/HOST/SID       live debugger session     DebugSpec.to_dict() (typhoon/debug/spec.py)
@@ -251,7 +254,7 @@ class Coordinator(ABC):
 
     def delete_application(self, name: str) -> None:
         """Physical first: readers that see it vanish stop workers and remove flows."""
-        for kind in ("physical", "topology", "state", "status", "metrics"):
+        for kind in ("physical", "topology", "state", "status", "metrics", "report"):
             self.delete(f"{kind}/{name}")
 
     # ----- cluster and agents --------------------------------------------------------------
@@ -302,6 +305,28 @@ class Coordinator(ABC):
                 raise CoordinatorError(f"key 'metrics/{name}/{wid}' holds malformed metrics")
             out[int(wid)] = value
         return dict(sorted(out.items()))
+
+    def put_worker_report(self, name: str, worker_id: int, doc: dict[str, Any]) -> None:
+        self.put(f"report/{name}/{worker_id}", doc)
+
+    def worker_reports(self, name: str) -> dict[int, dict[str, Any]]:
+        """What the agents published of the app's ended workers (``report/NAME/WID``)."""
+        out = {}
+        for wid, value in self._children(f"report/{name}").items():
+            if not wid.isdigit() or not isinstance(value, dict):
+                raise CoordinatorError(f"key 'report/{name}/{wid}' holds a malformed report")
+            out[int(wid)] = value
+        return dict(sorted(out.items()))
+
+    def put_result(self, name: str, report: dict[str, Any]) -> None:
+        self.put(f"result/{name}", report)
+
+    def get_result(self, name: str) -> dict[str, Any] | None:
+        """The stored report of a finished job (also after it was removed)."""
+        value = self.get(f"result/{name}")
+        if value is not None and not isinstance(value, dict):
+            raise CoordinatorError(f"key 'result/{name}' holds malformed data: not a mapping")
+        return value
 
     def put_app_state(self, name: str, state: dict[str, Any]) -> None:
         self.put(f"state/{name}", state)
