@@ -19,7 +19,6 @@ Settings: section ``[live_debugger]`` of the Ryu config file, declared once by
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import secrets
 import time
@@ -35,7 +34,6 @@ from controller.mirror import apply_mirrors, mirrored
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import (
     MAIN_DISPATCHER,
-    cfg,
     ofp_event,
     require_app,
     set_ev_cls,
@@ -53,10 +51,9 @@ SWITCH_STATS_S = 1.0  # how often the meters' and debug ports' counters are read
 
 
 def limits_from_conf() -> Limits:
-    """The ``[live_debugger]`` settings; debug workers post here unless ``report_url`` says."""
-    limits = read_settings(Limits)
-    url = limits.report_url or f"http://127.0.0.1:{cfg.CONF.wsapi_port}/typhoon/debug"
-    return dataclasses.replace(limits, report_url=url)
+    """The ``[live_debugger]`` settings (an empty ``report_url``: records come through the
+    coordinator, ``typhoon/debug/transport.py``)."""
+    return read_settings(Limits)
 
 
 class LiveDebugger(TyphoonApp):
@@ -133,17 +130,36 @@ class LiveDebugger(TyphoonApp):
             raise DebugError(404, f"no debug session '{sid}'")
         if not hmac.compare_digest(key.encode(), session.spec.key.encode()):
             raise DebugError(403, "wrong session key")
+        self._ingest(session, body)
+        if session.state == "ended":
+            raise DebugError(410, f"session {sid} ended: {session.reason}")
+        return {"ok": True}
+
+    def _ingest(self, session: Session, body: dict[str, Any]) -> None:
+        """One batch (records, statistics, error) from the session's debug worker."""
         records = body.get("records", [])
         if not isinstance(records, list) or not isinstance(body.get("stats", {}), dict):
             raise DebugError(400, "'records' must be a list and 'stats' an object")
+        session.heard = time.monotonic()
         session.ingest([r for r in records if isinstance(r, dict)])
         session.stats = body.get("stats") or session.stats
         if body.get("error"):
             session.error = str(body["error"])
             self.end(session, f"debug worker failed: {session.error}")
-        if session.state == "ended":
-            raise DebugError(410, f"session {sid} ended: {session.reason}")
-        return {"ok": True}
+
+    def _collect(self, session: Session) -> None:
+        """Batches the debug worker wrote to the coordinator, and a failure it reported."""
+        batches, session.next_batch, error = self.core().take_debug_batches(
+            session.id, session.next_batch
+        )
+        for body in batches:
+            try:
+                self._ingest(session, body)
+            except DebugError as e:
+                self.logger.warning("session %s: bad batch skipped: %s", session.id, e.message)
+        if error and session.state != "ended":
+            session.error = error
+            self.end(session, error)
 
     # ----- events --------------------------------------------------------------------------
 
@@ -191,6 +207,8 @@ class LiveDebugger(TyphoonApp):
         now = time.monotonic()
         if not self.cleaned:
             self._remove_leftovers()
+        for session in self.sessions.active():
+            self._collect(session)
         for session, reason in self.sessions.expired(now):
             self.end(session, reason)
         for session in self.sessions.active():
@@ -207,6 +225,7 @@ class LiveDebugger(TyphoonApp):
                 self.core().request_meter_stats(host)
                 self.core().request_stats(host, groups=False)
         for session in self.sessions.purge(now):
+            self.core().delete_debug_batches(session.id)  # a last batch written after the end
             self.logger.info("session %s: forgotten (%s)", session.id, session.reason)
 
     @set_ev_cls(ofp_event.EventOFPMeterStatsReply, MAIN_DISPATCHER)
@@ -237,6 +256,7 @@ class LiveDebugger(TyphoonApp):
         if was in ("mirroring", "live"):
             self.refresh_mirrors()
         self.core().delete_debug_session(session.spec.host, session.id)
+        self.core().delete_debug_batches(session.id)
         self.logger.info(
             "session %s: ended (%s): mirrors removed, debug worker on %s released; stats %s",
             session.id, reason, session.spec.host, session.stats or "none",
@@ -293,5 +313,6 @@ class LiveDebugger(TyphoonApp):
     def _remove_leftovers(self) -> None:
         """Sessions do not outlive the controller: delete keys an earlier run left behind."""
         self.cleaned = True
+        self.core().forget_debug_batches(set(self.sessions.sessions))
         for key in self.core().forget_debug_sessions(set(self.sessions.sessions)):
             self.logger.info("removed %s: a debug session of an earlier controller run", key)

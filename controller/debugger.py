@@ -65,11 +65,15 @@ class Limits:
         200, "frames/s the switch copies to a debug worker unless the attach says (`--rate`)"
     )
     max_mirror_rate: int = setting(10_000, "largest `--rate` accepted")
-    # empty: the app fills in its own REST address
+    # empty: through the coordinator, which every agent host reaches
     report_url: str = setting(
         "",
-        "where debug workers post (set it when agents run on other machines)",
-        shown="`http://127.0.0.1:<wsapi-port>/typhoon/debug`",
+        "where debug workers POST their records; empty: they write them to the coordinator, "
+        "which works from every agent host",
+        shown="empty (the coordinator)",
+    )
+    silent_timeout: float = setting(
+        10.0, "end a session whose debug worker sent nothing (not even statistics) this long"
     )
 
 
@@ -131,6 +135,8 @@ class Session:
     switch: dict[str, int] = field(default_factory=dict)
     ring: deque[dict[str, Any]] = field(default_factory=deque)
     received: int = 0  # records ever received; the n of the newest one
+    heard: float | None = None  # when the debug worker last sent a batch (records or stats)
+    next_batch: int = 0  # the next batch to read from the coordinator (debug/transport.py)
 
     @property
     def id(self) -> str:
@@ -329,6 +335,14 @@ class DebugSessions:
         for s in self.active():
             if s.state == "starting" and now - s.created > lim.start_timeout:
                 out.append((s, f"debug worker did not come up within {lim.start_timeout:g} s"))
+            elif (
+                s.state in MIRRORED_STATES
+                and lim.silent_timeout > 0
+                and now - (s.heard or s.created) > lim.silent_timeout
+            ):
+                out.append((s, f"the debug worker on {s.spec.host} sent nothing for "
+                               f"{lim.silent_timeout:g} s: see its log on {s.spec.host} "
+                               f"(WORKDIR/debug/{s.id}.log of the agent)"))  # fmt: skip
             elif lim.idle_timeout > 0 and now - s.last_read > lim.idle_timeout:
                 out.append((s, f"no client read the session for {lim.idle_timeout:g} s"))
         return out

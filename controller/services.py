@@ -28,6 +28,7 @@ from controller.reconfigure import Reconfiguration
 from controller.view import ClusterView
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.debug.spec import DebugSpec, all_session_keys, delete_session, put_session
+from typhoon.debug.transport import delete_batches, forget_batches, take_batches
 from typhoon.reconfig import Request
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import ControlTuple
@@ -162,6 +163,18 @@ class Services:
     def delete_debug_session(self, host: str, session: str) -> None:
         """Release the session's debug worker."""
         delete_session(self._core.coordinator, host, session)
+
+    def take_debug_batches(self, session: str, next_n: int) -> tuple[list[Any], int, str | None]:
+        """A session's batches sent through the coordinator, and any failure reported."""
+        return take_batches(self._core.coordinator, session, next_n)
+
+    def delete_debug_batches(self, session: str) -> None:
+        """Drop what a session left in the coordinator."""
+        delete_batches(self._core.coordinator, session)
+
+    def forget_debug_batches(self, keep: set[str]) -> list[str]:
+        """Drop what sessions not in ``keep`` left in the coordinator; their ids."""
+        return forget_batches(self._core.coordinator, keep)
 
     def forget_debug_sessions(self, keep: set[str]) -> list[str]:
         """Delete the session keys of sessions not in ``keep``; returns the keys deleted."""

@@ -49,6 +49,7 @@ from typhoon.coordinator import (
     Coordinator,
     CoordinatorError,
     WorkerStatus,
+    coordinator_url,
     open_coordinator,
 )
 from typhoon.debug.supervisor import DebugWorkers
@@ -109,6 +110,7 @@ class Agent:
         heartbeat: float = 1.0,
         interval: float = 0.05,
         resync: float = 5.0,
+        coordinator_url: str | None = None,
     ) -> None:
         self.c = coordinator
         self.host = host
@@ -123,7 +125,7 @@ class Agent:
         # the live debugger's workers (debug/HOST/* keys): separate from the topologies'
         self.debug = DebugWorkers(
             coordinator, host, self.workdir / "debug", tap_timeout=tap_timeout,
-            stop_timeout=stop_timeout,
+            stop_timeout=stop_timeout, coordinator_url=coordinator_url,
         )  # fmt: skip
         # engine processes (a Spark driver per host) of applications with spark nodes
         self.engines = EngineServices(host, self.workdir)
@@ -465,8 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.DEBUG if args.verbose else logging.INFO,
         text_format=f"%(asctime)s agent[{args.host}] %(levelname)s %(message)s",
     )
+    url = coordinator_url(args.coordinator)
     try:
-        coordinator = open_coordinator(args.coordinator)
+        coordinator = open_coordinator(url)
     except CoordinatorError as e:
         log.error("%s", e)
         return 1
@@ -479,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_timeout=args.stop_timeout,
         heartbeat=args.heartbeat,
         interval=args.interval,
+        coordinator_url=url,
     )
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)

@@ -27,7 +27,7 @@ def test_sample_config_generates_what_ryu_reads(tmp_path):
     s = load_settings(
         DEPLOY / "controller.conf", build_parser().parse_args(["--api-token-file", str(token)])
     )
-    assert s.apps == ["fault_detector", "load_balancer"]
+    assert s.apps == ["fault_detector", "live_debugger", "load_balancer"]
     ryu = configparser.ConfigParser(interpolation=None)
     ryu.read_string(s.ryu_config())
     assert ryu["DEFAULT"]["ofp_tcp_listen_port"] == "6653"
@@ -37,7 +37,7 @@ def test_sample_config_generates_what_ryu_reads(tmp_path):
     assert not ryu.has_section("controller")  # ours, not Ryu's
     argv = s.ryu_argv(tmp_path / "ryu.conf")
     assert argv == ["--config-file", str(tmp_path / "ryu.conf"), "controller.core",
-                    "apps.fault_detector", "apps.load_balancer"]  # fmt: skip
+                    "apps.fault_detector", "apps.live_debugger", "apps.load_balancer"]  # fmt: skip
 
 
 def test_command_line_overrides_the_file(tmp_path):

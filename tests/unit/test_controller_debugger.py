@@ -156,7 +156,7 @@ def test_ring_keeps_the_last_n_and_says_what_was_skipped(wc):
 
 
 def test_timeouts_and_purge(wc):
-    lim = Limits(start_timeout=10, idle_timeout=30, keep_ended=5)
+    lim = Limits(start_timeout=10, idle_timeout=30, keep_ended=5, silent_timeout=0)
     sessions = DebugSessions(lim)
     slow = attach(sessions, wc, {"worker": "split[0]"}, "s1", now=0)
     idle = attach(sessions, wc, {"worker": "split[1]"}, "s2", now=0)
@@ -173,6 +173,21 @@ def test_timeouts_and_purge(wc):
     with pytest.raises(DebugError, match="no debug session") as e:
         sessions.get("other", "s2")
     assert e.value.status == 404
+
+
+def test_a_live_session_whose_debug_worker_is_silent_ends_saying_where_to_look(wc):
+    sessions = DebugSessions(Limits(silent_timeout=10, idle_timeout=0))
+    s = attach(sessions, wc, {"worker": "split[0]"}, "s1", now=0)
+    assert sessions.expired(50) == [(s, "debug worker did not come up within 20 s")]
+    s.state = "live"
+    assert sessions.expired(9) == []
+    [(ended, why)] = sessions.expired(11)
+    assert ended is s and why == (
+        f"the debug worker on {s.spec.host} sent nothing for 10 s: see its log on "
+        f"{s.spec.host} (WORKDIR/debug/s1.log of the agent)"
+    )
+    s.heard = 8  # a batch (statistics at least) every HEARTBEAT seconds keeps it
+    assert sessions.expired(17) == [] and sessions.expired(19) != []
 
 
 def test_mirrors_only_for_sessions_whose_port_is_up_and_worker_present(wc):

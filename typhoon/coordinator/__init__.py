@@ -33,6 +33,7 @@ __all__ = [
     "SqliteCoordinator",
     "Watch",
     "WorkerStatus",
+    "coordinator_url",
     "open_coordinator",
     "parse_zk_url",
 ]
@@ -50,10 +51,14 @@ def parse_zk_url(url: str) -> tuple[str, str]:
     return hosts, prefix
 
 
+def coordinator_url(url: str | None = None) -> str:
+    """``url``, else ``TYPHOON_COORDINATOR``, else the default SQLite path."""
+    return url or os.environ.get(ENV_VAR, "").strip() or default_path()
+
+
 def open_coordinator(url: str | None = None) -> Coordinator:
     """The coordinator named by ``url`` (default: ``TYPHOON_COORDINATOR``, else SQLite)."""
-    if url is None:
-        url = os.environ.get(ENV_VAR, "").strip() or default_path()
+    url = coordinator_url(url)
     if url.startswith("zk://"):
         hosts, prefix = parse_zk_url(url)
         try:

@@ -7,8 +7,12 @@ controller (the live debugger installs its mirrors on that port-status event).
 When the key is deleted the process gets SIGTERM (SIGKILL after a timeout) and
 its port is removed.  A debug worker that ended on its own is not restarted
 while its key exists: the controller notices the port going away and ends the
-session.  Kept apart from the agent's topology workers: a debug worker belongs
-to no physical topology and has no worker id.
+session.  A debug worker that ended on its own with an error gets its last log
+line written to ``debugrec/SID/error`` (``typhoon/debug/transport.py``), so the
+controller ends the session with that reason.  Each debug worker is given the
+agent's coordinator URL (its records go through the coordinator by default).
+Kept apart from the agent's topology workers: a debug worker belongs to no
+physical topology and has no worker id.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from typhoon.coordinator import Coordinator
+from typhoon.coordinator import Coordinator, CoordinatorError
 from typhoon.debug.spec import DebugSpec, sessions_on
+from typhoon.debug.transport import report_failure
 from typhoon.supervised import Supervised
 
 log = logging.getLogger("typhoon.agent.debug")
@@ -61,8 +66,10 @@ class DebugWorkers:
         tap_timeout: float = 15.0,
         stop_timeout: float = 5.0,
         sys_net: Path = SYS_NET,
+        coordinator_url: str | None = None,
     ) -> None:
         self.c = coordinator
+        self.coordinator_url = coordinator_url  # handed to each debug worker
         self.host = host
         self.workdir = Path(workdir)
         self.cmd = list(cmd or DEBUG_WORKER_CMD)
@@ -97,8 +104,9 @@ class DebugWorkers:
         try:
             spec.save(path)
             bridge.detach(spec.tap)  # a port left by an earlier run would hold the name
+            url = ["--coordinator", self.coordinator_url] if self.coordinator_url else []
             proc = Supervised.start(
-                f"debug-{spec.session}", [*self.cmd, str(path)],
+                f"debug-{spec.session}", [*self.cmd, str(path), *url],
                 path.with_name(f"{spec.session}.log"),
             )  # fmt: skip
         except (OSError, RuntimeError) as e:
@@ -148,7 +156,15 @@ class DebugWorkers:
         p.proc.signal_group(signal.SIGTERM)
 
     def _finish(self, p: _DebugProc) -> None:
-        log.info("debug session %s: worker exited with %s", p.spec.session, p.proc.returncode)
+        code = p.proc.returncode
+        log.info("debug session %s: worker exited with %s", p.spec.session, code)
+        if code and p.phase != "stopping":  # it ended on its own: tell the controller why
+            log_path = self.workdir / f"{p.spec.session}.log"
+            why = f"the debug worker on {self.host} exited with {code}: {last_line(log_path)}"
+            try:
+                report_failure(self.c, p.spec.session, why)
+            except CoordinatorError as e:
+                log.error("debug session %s: cannot report its end: %s", p.spec.session, e)
         try:
             p.bridge.detach(p.spec.tap)
         except (OSError, RuntimeError) as e:
@@ -164,3 +180,12 @@ class DebugWorkers:
         while self.procs and time.monotonic() < deadline:
             self.supervise()
             time.sleep(0.05)
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (what a failed process said last)."""
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError as e:
+        return f"(no log: {e})"
+    return lines[-1].strip() if lines else "(its log is empty)"

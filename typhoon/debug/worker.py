@@ -14,10 +14,14 @@ frames off the TAP into a bounded ring that drops its oldest frame when the
 decoder falls behind (``ring_dropped``), so the TAP's queue never fills because
 of decoding, and the switch never has to hold copies for us.
 
-What passes the filter and the sampling goes to the controller in batches
-(HTTP POST to ``report_url``, authenticated by the session key); the
-controller keeps the ring buffer the CLI reads.  The worker stops on SIGTERM
-(the agent, on detach) or when the controller says the session is gone.
+What passes the filter and the sampling goes to the controller in batches,
+through the coordinator (``typhoon/debug/transport.py``: it works from any
+host an agent runs on) or, when ``[live_debugger] report_url`` is set, by HTTP
+POST to it, authenticated by the session key; the controller keeps the ring
+buffer the CLI reads.  A worker that cannot deliver says so to the controller
+through the coordinator (the CLI prints it) and logs it once, not per batch.
+The worker stops on SIGTERM (the agent, on detach) or when the controller says
+the session is gone.
 """
 
 from __future__ import annotations
@@ -35,9 +39,18 @@ from typing import Any, Protocol
 
 from typhoon import logs
 from typhoon.client import ApiCallError, Client, Endpoint
+from typhoon.coordinator import Coordinator, CoordinatorError, open_coordinator
 from typhoon.debug.filter import parse
 from typhoon.debug.records import MirrorDecoder
 from typhoon.debug.spec import KEY_HEADER, DebugSpec
+from typhoon.debug.transport import (
+    MAX_BATCH_BYTES,
+    SessionEnded,
+    Undelivered,
+    coordinator_post,
+    record_size,
+    report_failure,
+)
 
 log = logging.getLogger("typhoon.debug.worker")
 
@@ -47,6 +60,8 @@ HEARTBEAT = 2.0  # seconds between POSTs of statistics alone
 SHIP_BATCH = 2000  # records per POST at most
 TXQUEUELEN = 16384  # frames the switch may queue toward us before copies are dropped
 RING_FRAMES = 256  # frames read but not decoded yet; the oldest go when a new one comes
+FAILURES_REPORTED = 3  # failed deliveries in a row before the controller is told why
+WARN_EVERY = 30.0  # seconds between two log lines about the same delivery failure
 
 
 class FrameRing:
@@ -111,9 +126,18 @@ class Shipper:
     bound: ``throttled`` (over the rate) and ``overflow`` (backlog full).
     """
 
-    def __init__(self, post: Post, stats: Callable[[], dict[str, Any]], max_rate: int) -> None:
+    def __init__(
+        self,
+        post: Post,
+        stats: Callable[[], dict[str, Any]],
+        max_rate: int,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
         self.post = post
         self.stats = stats
+        self.on_failure = on_failure  # told once why deliveries keep failing
+        self.failures = 0  # failed deliveries in a row
+        self.warned_at = -WARN_EVERY
         self.max_rate = max(1, int(max_rate))
         self.backlog: deque[dict[str, Any]] = deque(maxlen=2 * self.max_rate)
         self.shipped = self.throttled = self.overflow = 0
@@ -143,7 +167,17 @@ class Shipper:
             self.backlog.append(r)
 
     def body(self, final: bool = False) -> dict[str, Any]:
-        batch = [self.backlog.popleft() for _ in range(min(SHIP_BATCH, len(self.backlog)))]
+        batch: list[dict[str, Any]] = []
+        size = 0
+        while self.backlog and len(batch) < SHIP_BATCH:
+            n = record_size(self.backlog[0])
+            if batch and size + n > MAX_BATCH_BYTES:
+                break
+            record = self.backlog.popleft()
+            if n > MAX_BATCH_BYTES:  # shown as what it was, not shipped whole
+                record = {"time": record.get("time", 0), "raw": f"a record of {n} bytes"}
+            batch.append(record)
+            size += n
         self.shipped += len(batch)
         stats = {
             **self.stats(),
@@ -163,13 +197,29 @@ class Shipper:
         try:
             self.post(body)
             self.sent_stats, self.sent_at = counts, time.monotonic()
-        except SessionGone:
+            self.failures = 0
+        except (SessionGone, SessionEnded):
             self.gone.set()
-        except (OSError, ValueError, ApiCallError) as e:
-            log.warning("cannot reach the controller: %s", e)
+        except (OSError, ValueError, ApiCallError, Undelivered) as e:
             for r in reversed(body["records"]):  # try these again next time
                 self.backlog.appendleft(r)
             self.shipped -= len(body["records"])
+            self._failed(e)
+
+    def _failed(self, e: Exception) -> None:
+        """Log the first failure (then one line per ``WARN_EVERY``); tell the controller why
+        once deliveries keep failing (a full slot ring is only the controller behind)."""
+        self.failures += 1
+        now = time.monotonic()
+        if now - self.warned_at >= WARN_EVERY:
+            self.warned_at = now
+            log.warning("cannot deliver to the controller (%d in a row): %s", self.failures, e)
+        if (
+            self.failures == FAILURES_REPORTED
+            and self.on_failure
+            and not isinstance(e, Undelivered)
+        ):
+            self.on_failure(str(e))
 
     def _run(self) -> None:
         while not self._stop.wait(SHIP_INTERVAL) and not self.gone.is_set():
@@ -189,7 +239,12 @@ class DebugWorker:
     """Reads mirror copies off the TAP, decodes them, hands records to the shipper."""
 
     def __init__(
-        self, spec: DebugSpec, device: Device, post: Post, ring_frames: int = RING_FRAMES
+        self,
+        spec: DebugSpec,
+        device: Device,
+        post: Post,
+        ring_frames: int = RING_FRAMES,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.dev = device
@@ -202,7 +257,7 @@ class DebugWorker:
             ethertype=spec.ethertype,
         )
         self.lock = threading.Lock()  # the shipper reads the stats while we count
-        self.shipper = Shipper(post, self._stats, spec.max_rate)
+        self.shipper = Shipper(post, self._stats, spec.max_rate, on_failure)
         self.stopping = False
         self.ring = FrameRing(ring_frames)
         self._reader = threading.Thread(target=self._read, name="debug-reader", daemon=True)
@@ -251,14 +306,48 @@ class DebugWorker:
         log.info("session %s: %s; %s", self.spec.session, why, self._stats())
 
 
+def delivery(spec: DebugSpec, c: Coordinator | None) -> tuple[Post, Callable[[str], None]]:
+    """(post, on_failure): the coordinator road by default, HTTP with a ``report_url``;
+    a failure goes to the controller through the coordinator, with what to do about it."""
+    if not spec.report_url:
+        if c is None:
+            raise ValueError("no report_url and no coordinator: give --coordinator URL")
+        post = coordinator_post(c, spec)
+    else:
+        post = http_post(spec)
+
+    def on_failure(error: str) -> None:
+        where = f"at {spec.report_url}" if spec.report_url else "through the coordinator"
+        message = f"the debug worker on {spec.host} cannot deliver {where}: {error}"
+        if spec.report_url:
+            message += (
+                " (set [live_debugger] report_url to an address this host reaches, or leave "
+                "it empty so records go through the coordinator)"
+            )
+        if c is None:
+            return
+        try:
+            report_failure(c, spec.session, message)
+        except CoordinatorError as e:
+            log.error("session %s: cannot report the failure either: %s", spec.session, e)
+
+    return post, on_failure
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m typhoon.debug.worker SPEC.json", file=sys.stderr)
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--coordinator"):
+        print("usage: python -m typhoon.debug.worker SPEC.json [--coordinator URL]",
+              file=sys.stderr)  # fmt: skip
         return 2
     logs.setup(logging.INFO)
     spec = DebugSpec.load(Path(argv[0]))
-    post = http_post(spec)
+    try:
+        c = open_coordinator(argv[2]) if len(argv) == 3 else None
+        post, on_failure = delivery(spec, c)
+    except (CoordinatorError, ValueError) as e:
+        log.error("session %s: %s", spec.session, e)
+        return 2
     from typhoon.runtime.tap import Tap
 
     try:
@@ -267,17 +356,22 @@ def main(argv: list[str] | None = None) -> int:
         log.error("session %s: cannot create TAP %s: %s", spec.session, spec.tap, e)
         try:  # tell the controller why, so the CLI can say it
             post({"records": [], "stats": {}, "error": f"cannot create TAP: {e}", "final": True})
-        except (OSError, ValueError, ApiCallError, SessionGone):
-            pass
+        except (OSError, ValueError, ApiCallError, SessionGone, SessionEnded, Undelivered):
+            on_failure(f"cannot create TAP {spec.tap}: {e}")
         return 1
-    worker = DebugWorker(spec, device, post)
+    worker = DebugWorker(spec, device, post, on_failure=on_failure)
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
     log.info(
-        "session %s: observing %s worker %d (%s) on TAP %s",
+        "session %s: observing %s worker %d (%s) on TAP %s, records %s",
         spec.session, spec.app, spec.worker, spec.direction, spec.tap,
+        f"to {spec.report_url}" if spec.report_url else "through the coordinator",
     )  # fmt: skip
-    worker.run()
+    try:
+        worker.run()
+    finally:
+        if c is not None:
+            c.close()
     return 0
 
 

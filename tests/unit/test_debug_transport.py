@@ -1,0 +1,148 @@
+"""Debug records through the coordinator, and delivery failures that reach the controller."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import pytest
+
+from typhoon.client import ApiCallError
+from typhoon.coordinator import open_coordinator
+from typhoon.debug import transport
+from typhoon.debug.spec import DebugSpec, put_session
+from typhoon.debug.supervisor import DebugWorkers
+from typhoon.debug.transport import (
+    SLOTS,
+    Undelivered,
+    coordinator_post,
+    forget_batches,
+    take_batches,
+)
+from typhoon.debug.worker import FAILURES_REPORTED, Shipper, delivery
+
+
+def spec(url: str = "", session: str = "abc123") -> DebugSpec:
+    return DebugSpec(session, "wc", 7, 2, "out", "h2", 65000, f"tdbg{session}", url, "key")
+
+
+@pytest.fixture
+def c(tmp_path):
+    coordinator = open_coordinator(str(tmp_path / "c.db"))
+    yield coordinator
+    coordinator.close()
+
+
+def test_batches_arrive_in_order_and_a_full_ring_is_backpressure(c):
+    s = spec()
+    put_session(c, s)
+    post = coordinator_post(c, s)
+    for n in range(SLOTS):
+        post({"records": [{"n": n}], "stats": {}})
+    with pytest.raises(Undelivered, match=f"has not read the last {SLOTS} batches"):
+        post({"records": [{"n": "late"}]})
+    got, next_n, error = take_batches(c, s.session, 0)
+    assert [b["records"][0]["n"] for b in got] == list(range(SLOTS)) and next_n == SLOTS
+    assert error is None and c.list("debugrec") == []
+    post({"records": [{"n": SLOTS}]})  # the ring goes round: slot 0 again
+    got, next_n, _ = take_batches(c, s.session, next_n)
+    assert [b["records"][0]["n"] for b in got] == [SLOTS] and next_n == SLOTS + 1
+
+
+def test_the_worker_stops_once_the_session_key_is_gone(c):
+    s = spec()
+    post = coordinator_post(c, s)
+    with pytest.raises(transport.SessionEnded):
+        post({"records": []})
+    put_session(c, s)
+    shipper = Shipper(post, lambda: {}, 100)
+    shipper.ship_once()
+    assert not shipper.gone.is_set()
+    c.delete(s.key_path)
+    shipper.ship_once(final=True)
+    assert shipper.gone.is_set()
+
+
+def test_a_refused_report_url_reaches_the_controller_with_what_to_do(c, caplog):
+    s = spec(url="http://127.0.0.1:9/typhoon/debug")  # nothing listens on port 9
+    post, on_failure = delivery(s, c)
+    shipper = Shipper(post, lambda: {}, 100, on_failure)
+    shipper.add([{"time": 1.0, "values": [1]}])
+    with caplog.at_level(logging.WARNING, logger="typhoon.debug.worker"):
+        for _ in range(FAILURES_REPORTED + 2):
+            shipper.ship_once(final=True)
+    assert len(caplog.records) == 1  # logged once, not per batch
+    assert len(shipper.backlog) == 1  # the record waits, it is not lost
+    _, _, error = take_batches(c, s.session, 0)
+    assert error.startswith(
+        "the debug worker on h2 cannot deliver at http://127.0.0.1:9/typhoon/debug: "
+        "cannot reach the controller"
+    )
+    assert "set [live_debugger] report_url to an address this host reaches" in error
+
+
+def test_a_full_ring_is_not_reported_as_a_failure(c):
+    s = spec()
+    put_session(c, s)
+    told = []
+    shipper = Shipper(coordinator_post(c, s), lambda: {}, 100, told.append)
+    for n in range(SLOTS + FAILURES_REPORTED + 1):
+        shipper.add([{"time": 1.0, "values": [n]}])
+        shipper.ship_once(final=True)
+    assert told == [] and shipper.failures == FAILURES_REPORTED + 1
+
+
+def test_http_failures_are_reported_once_after_some_in_a_row():
+    told = []
+
+    def refuse(body):
+        raise ApiCallError(0, "cannot reach the controller (connection refused)")
+
+    shipper = Shipper(refuse, lambda: {}, 100, told.append)
+    for _ in range(FAILURES_REPORTED * 3):
+        shipper.ship_once(final=True)
+    assert told == ["cannot reach the controller (connection refused)"]
+
+
+def test_batches_are_cut_to_what_the_coordinator_takes(monkeypatch):
+    monkeypatch.setattr("typhoon.debug.worker.MAX_BATCH_BYTES", 130)
+    sent = []
+    shipper = Shipper(sent.append, lambda: {}, 1000)
+    small = {"time": 1.0, "values": ["x" * 30]}  # 58 bytes of JSON: two fit in 130
+    big = {"time": 2, "v": "y" * 200}
+    shipper.add([small] * 5 + [big])
+    for _ in range(4):
+        shipper.ship_once()
+    assert [len(b["records"]) for b in sent] == [2, 2, 1, 1]
+    n = len(json.dumps(big))
+    assert sent[-1]["records"] == [{"time": 2, "raw": f"a record of {n} bytes"}]
+
+
+class Bridge:
+    def attach(self, tap: str, ofport: int) -> int:
+        return ofport
+
+    def detach(self, tap: str) -> None:
+        pass
+
+
+def test_a_debug_worker_that_dies_leaves_its_last_log_line_for_the_controller(c, tmp_path):
+    net = tmp_path / "net"
+    net.mkdir()
+    die = "import sys; print('error: cannot open the coordinator: nope'); sys.exit(2)"
+    workers = DebugWorkers(c, "h2", tmp_path / "debug", [sys.executable, "-c", die],
+                           tap_timeout=5, stop_timeout=2, sys_net=net)  # fmt: skip
+    s = spec()
+    put_session(c, s)
+    workers.reconcile(Bridge())
+    deadline = time.monotonic() + 10
+    while workers.procs and time.monotonic() < deadline:
+        workers.supervise()
+        time.sleep(0.05)
+    _, _, error = take_batches(c, s.session, 0)
+    assert error == (
+        "the debug worker on h2 exited with 2: error: cannot open the coordinator: nope"
+    )
+    assert forget_batches(c, keep=set()) == [s.session] and c.list("debugrec") == []
