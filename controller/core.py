@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from controller.absent_switches import AbsentSwitches
 from controller.app_support import start_timer
 from controller.budgets import budget_updates
 from controller.composer import DEFAULT_RULES, RuleComposer, Source
@@ -109,6 +110,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         self.composer = RuleComposer(self.logger)
         self.sync = SwitchSync(self.logger)
         self.channel = ControlChannel()
+        self.absent = AbsentSwitches()  # hosts without a switch yet: said once each
         self.desired_rules: dict[str, frozenset[RuleSpec]] = {}
         self.desired_groups: dict[str, frozenset[GroupSpec]] = {}  # host -> groups
         self.desired_meters: dict[str, frozenset[MeterSpec]] = {}  # host -> meters
@@ -150,6 +152,7 @@ class TyphoonController(WorkerProgress, RyuApp):
     def _switch_features(self, ev):
         dp = ev.msg.datapath
         msgs = self.sync.connected(dp)
+        self.absent.connected(self.view.host_of_dpid(dp.id))
         self.logger.info(
             "switch connected: dpid=%016x host=%s", dp.id, self.view.host_of_dpid(dp.id)
         )
@@ -332,7 +335,8 @@ class TyphoonController(WorkerProgress, RyuApp):
             w = view.physical.by_id(wid)
             dp = self._dp_of_host(w.host)
             if dp is None:
-                self.logger.warning("app %s: no switch for host %s (worker %d)", app, w.host, wid)
+                if note := self.absent.note(w.host):
+                    self.logger.info("app %s: %s", app, note)
                 continue
             parser, ofp_ = dp.ofproto_parser, dp.ofproto
             self._send(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ CORE = "controller.core"
 OWN = "controller"  # the section this wrapper reads; the others are Ryu's
 TLS_FILES = ("ctl_privkey", "ctl_cert", "ca_certs")
 DEFAULT_CONFIG = Path("/etc/typhoon/controller.conf")
+
+
+REDACTED = "<redacted: read from api_token_file>"
 
 
 class ControllerConfigError(ValueError):
@@ -58,8 +62,9 @@ class ControllerSettings:
     tls: dict[str, str] = field(default_factory=dict)
     sections: dict[str, dict[str, str]] = field(default_factory=dict)  # passed to Ryu
 
-    def ryu_config(self) -> str:
-        """The text of the config file ``ryu-manager --config-file`` reads."""
+    def ryu_config(self, redact: bool = False) -> str:
+        """The text of the config file ``ryu-manager --config-file`` reads (``redact``: the
+        API token replaced by a mark, for showing it)."""
         port_key = "ofp_ssl_listen_port" if self.tls else "ofp_tcp_listen_port"
         sections: dict[str, dict[str, str]] = {
             "DEFAULT": {
@@ -73,7 +78,7 @@ class ControllerSettings:
         }
         typhoon = sections.setdefault("typhoon", {})
         if self.api_token:
-            typhoon["api_token"] = self.api_token
+            typhoon["api_token"] = REDACTED if redact else self.api_token
         if not typhoon.get("coordinator"):
             raise ControllerConfigError(
                 "no coordinator: set [typhoon] coordinator or --coordinator"
@@ -197,14 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     except ControllerConfigError as e:
         print(f"typhoon-controller: error: {e}", file=sys.stderr)
         return 2
-    runtime = args.runtime_dir or os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    directory = Path(runtime) if runtime else Path(tempfile.mkdtemp(prefix="typhoon-controller-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    conf = directory / "ryu.conf"
-    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    ryu_args = settings.ryu_argv(conf)
     if args.backend:
         os.environ[backend.ENV] = args.backend  # ryu_compat reads it, in this process
     try:
@@ -212,14 +209,27 @@ def main(argv: list[str] | None = None) -> int:
     except backend.BackendError as e:
         print(f"typhoon-controller: error: {e}", file=sys.stderr)
         return 2
-    if args.print_config:
-        print(text)
+    runtime = args.runtime_dir or os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if args.print_config:  # shown, never written: the token stays in its file
+        print(settings.ryu_config(redact=True))
+        conf = Path(runtime or "<a temporary directory>") / "ryu.conf"
         print(f"{'ryu-manager' if chosen == backend.RYU else 'controller.manager'} "
-              + " ".join(ryu_args) + f"  # backend: {chosen}")  # fmt: skip
+              + " ".join(settings.ryu_argv(conf)) + f"  # backend: {chosen}")  # fmt: skip
         return 0
+    temporary = not runtime
+    directory = Path(tempfile.mkdtemp(prefix="typhoon-controller-")) if temporary else Path(runtime)
+    directory.mkdir(parents=True, exist_ok=True)
+    conf = directory / "ryu.conf"
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     from controller import manager
 
-    return manager.main(ryu_args, "typhoon-controller")
+    try:
+        return manager.main(settings.ryu_argv(conf), "typhoon-controller")
+    finally:  # the token's copy goes with the controller (systemd removes its runtime dir)
+        if temporary:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -148,8 +148,10 @@ class Client:
         status, doc = self._send(method, path, body, text, content_type, {})
         if status < 400:
             return doc
-        message = doc.get("error") if isinstance(doc, dict) else None
-        error = ApiCallError(status, str(message or f"HTTP {status}"))
+        message = str((doc.get("error") if isinstance(doc, dict) else None) or f"HTTP {status}")
+        if status == 401 and not self.token:
+            message += f" ({NO_TOKEN})"
+        error = ApiCallError(status, message)
         if status in RETRY_STATUS:
             raise _Transient(error, unsent=False)
         raise error
@@ -204,6 +206,12 @@ class _Transient(Exception):
         self.unsent = unsent
 
 
+NO_TOKEN = (
+    "this request needs the API token: give it with --token, $TYPHOON_TOKEN or token = in "
+    f"{DEFAULT_CONFIG}; the controller reads it from its api_token_file"
+)
+
+
 def unreachable(url: str, e: Exception) -> str:
     """One sentence for a controller that did not answer: where, why, and the likely cause."""
     reason = e.reason if isinstance(e, urllib.error.URLError) else e
@@ -211,8 +219,13 @@ def unreachable(url: str, e: Exception) -> str:
         why = reason.strerror.lower()
     else:
         why = str(reason) or type(reason).__name__
-    return (
-        f"cannot reach the controller at {url} ({why}): is the controller running? "
-        "(set it with --controller URL, $TYPHOON_CONTROLLER or controller = in "
-        f"{DEFAULT_CONFIG})"
-    )
+    where = f"set it with --controller URL, $TYPHOON_CONTROLLER or controller = in {DEFAULT_CONFIG}"
+    if isinstance(reason, ConnectionRefusedError):
+        return (
+            f"cannot reach the controller at {url} (connection refused): is it running, and "
+            "does its REST API listen there? It listens on wsapi_host:wsapi_port of the "
+            "[controller] section of its controller.conf, 127.0.0.1:8080 by default, so from "
+            "another host go through ssh -L 8080:127.0.0.1:8080 or a TLS proxy "
+            f"(docs/deploy.md section 6); {where}"
+        )
+    return f"cannot reach the controller at {url} ({why}): is the controller running? ({where})"

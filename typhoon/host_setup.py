@@ -21,6 +21,7 @@ from typhoon.cluster_file import ClusterFile
 from typhoon.coordinator import Coordinator
 
 SYS_NET = Path("/sys/class/net")
+KERNEL_MODULE = Path("/sys/module/openvswitch")  # loaded (or built in) kernel datapath
 TIMEOUT = 10.0
 
 
@@ -152,6 +153,29 @@ def controller_problems(cf: ClusterFile, timeout: float = 2.0) -> list[str]:
     return out
 
 
+def without_datapath(state: BridgeState, found: list[str]) -> list[str]:
+    """A bridge Open vSwitch gave no datapath: that one cause, said first, instead of its
+    consequences (no DPID, tunnels without an OpenFlow port)."""
+    if not state.exists or state.dpid is not None:
+        return found
+    br = state.name
+    if state.datapath_type == "system" and not KERNEL_MODULE.exists():
+        cause = (
+            f"bridge {br} has no datapath: datapath: system needs the openvswitch kernel "
+            "module, which is not loaded on this host (modprobe openvswitch); or set "
+            "datapath: netdev for this host in the cluster file (Open vSwitch's userspace "
+            "datapath: tunnels then need the underlay address on a bridge of its own, "
+            "br-phy, docs/deploy.md section 2)"
+        )
+    else:
+        cause = (
+            f"bridge {br} has no datapath: Open vSwitch could not create its "
+            f"{state.datapath_type or 'system'} datapath (see ovs-vswitchd.log)"
+        )
+    rest = [p for p in found if "has DPID" not in p and "OpenFlow port None" not in p]
+    return [cause, *rest]
+
+
 @dataclass
 class ApplyResult:
     commands: list[list[str]]
@@ -163,7 +187,8 @@ def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyR
     commands = bridge_plan(cf, host, read_state(cf, host))
     for argv in commands:
         _run(argv)
-    left = problems(cf, host, read_state(cf, host))
+    state = read_state(cf, host)
+    left = without_datapath(state, problems(cf, host, state))
     left = [p for p in left if "not connected" not in p]  # the controller may start later
     if coordinator is not None:
         coordinator.put_cluster(cf.cluster())
@@ -177,7 +202,8 @@ def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyR
 
 def check(cf: ClusterFile, host: str, coordinator: Coordinator | None = None) -> list[str]:
     """Everything wrong on this host, one sentence each."""
-    out = problems(cf, host, read_state(cf, host)) + controller_problems(cf)
+    state = read_state(cf, host)
+    out = without_datapath(state, problems(cf, host, state)) + controller_problems(cf)
     if coordinator is not None:
         cluster = coordinator.get_cluster()
         if cluster is None or cluster.to_dict() != cf.cluster().to_dict():

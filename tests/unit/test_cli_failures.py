@@ -161,9 +161,12 @@ def test_no_controller_is_one_sentence_and_exit_1(capsys, argv):
     out, err = capsys.readouterr()
     assert code == 1
     assert err == (
-        f"error: cannot reach the controller at {url}/typhoon (connection refused): "
-        "is the controller running? (set it with --controller URL, $TYPHOON_CONTROLLER or "
-        "controller = in ~/.config/typhoon/client.ini)\n"
+        f"error: cannot reach the controller at {url}/typhoon (connection refused): is it "
+        "running, and does its REST API listen there? It listens on wsapi_host:wsapi_port of "
+        "the [controller] section of its controller.conf, 127.0.0.1:8080 by default, so from "
+        "another host go through ssh -L 8080:127.0.0.1:8080 or a TLS proxy (docs/deploy.md "
+        "section 6); set it with --controller URL, $TYPHOON_CONTROLLER or controller = in "
+        "~/.config/typhoon/client.ini\n"
     )
     assert "Traceback" not in out + err
 

@@ -87,3 +87,21 @@ def test_sample_cluster_file_is_valid():
     cf = load_cluster_file(DEPLOY / "cluster.yaml")
     assert cf.cluster().mtu == 1450
     assert list(cf.hosts) == ["h1", "h2"]
+
+
+def test_print_config_redacts_the_token_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from controller import daemon
+
+    token = tmp_path / "token"
+    token.write_text("s3cret-t0ken\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(daemon.tempfile, "tempdir", str(scratch))
+    monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
+    argv = ["--config", str(DEPLOY / "controller.conf"), "--api-token-file", str(token)]
+    assert daemon.main([*argv, "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret-t0ken" not in out
+    assert f"api_token = {daemon.REDACTED}" in out
+    assert "--config-file <a temporary directory>/ryu.conf controller.core" in out
+    assert list(scratch.iterdir()) == []  # no ryu.conf holding the token left behind

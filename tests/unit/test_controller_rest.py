@@ -303,7 +303,11 @@ def test_cli_bad_requests_exit_2_with_one_line(server, capsys, argv, message):
 
 def test_cli_without_token_or_controller(server, capsys):
     code, _, err = typhoon(capsys, "kill", "fwd", "--controller", server)
-    assert code == 2 and err == "error: missing X-Typhoon-Token header\n"
+    assert code == 2 and err == (
+        "error: missing X-Typhoon-Token header (this request needs the API token: give it "
+        "with --token, $TYPHOON_TOKEN or token = in ~/.config/typhoon/client.ini; the "
+        "controller reads it from its api_token_file)\n"
+    )
     code, _, err = typhoon(capsys, "list", "--controller", "http://127.0.0.1:9")
     assert code == 1 and err.startswith("error: cannot reach the controller")
 
@@ -348,3 +352,14 @@ def test_submit_remove_when_done_reaches_the_app_state(app, core, server, capsys
     core.coordinator.put_app_state("fwd", {"active": True, "finished": True, "ok": True})
     code, out, _ = typhoon(capsys, "status", "fwd", "--controller", server)
     assert out.splitlines()[0].endswith("finished (ok: typhoon report)")
+
+
+def test_debug_attach_without_the_debugger_loaded_says_so(server, capsys):
+    """This controller serves the core's routes only (no apps/live_debugger.py)."""
+    code, _, err = typhoon(capsys, "debug", "attach", "fwd", "0", "--controller", server,
+                           "--token", TOKEN)  # fmt: skip
+    assert code == 2 and err == (
+        "error: the controller has no live debugger: the live_debugger app is not loaded "
+        "(add it to apps = in the [controller] section of controller.conf, or --app "
+        "live_debugger, and restart the controller)\n"
+    )

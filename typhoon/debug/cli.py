@@ -36,6 +36,19 @@ def _exit_code(e: ApiCallError) -> int:
     return EXIT_USAGE if e.bad_request else EXIT_FAILED
 
 
+NOT_LOADED = (
+    "the controller has no live debugger: the live_debugger app is not loaded (add it to "
+    "apps = in the [controller] section of controller.conf, or --app live_debugger, and "
+    "restart the controller)"
+)
+
+
+def _explain(e: ApiCallError) -> str:
+    """The error to print; a 404 that is not ours (no JSON error of the debugger's routes)
+    means the app that serves them is not loaded."""
+    return NOT_LOADED if e.status == 404 and e.message == "Not Found" else str(e)
+
+
 def format_record(record: dict[str, Any], fmt: str) -> str:
     """One line per tuple: JSON, or a table row (time, sender -> receiver, stream, fields)."""
     if fmt == "json":
@@ -81,7 +94,7 @@ def cmd_attach(
         api = client(args)
         session = api.call("POST", f"/apps/{args.name}/debug", body)
     except ApiCallError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     sid = session["session"]
     path = f"/apps/{args.name}/debug/{sid}"
@@ -92,7 +105,7 @@ def cmd_attach(
     except KeyboardInterrupt:
         pass
     except ApiCallError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_explain(e)}", file=err)
         outcome, code = "error", EXIT_FAILED
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -151,7 +164,7 @@ def cmd_detach(args: argparse.Namespace, err: TextIO | None = None) -> int:
     try:
         final = client(args).call("DELETE", f"/apps/{args.name}/debug/{args.session}")
     except ApiCallError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     print(f"detached session {args.session}: {_summary(final['stats'])}", file=err)
     return 0
@@ -163,7 +176,7 @@ def cmd_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     try:
         sessions = client(args).call("GET", f"/apps/{args.name}/debug")
     except ApiCallError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     for s in sessions:
         print(
@@ -188,7 +201,7 @@ def cmd_tuples(
         after = max(0, received - args.last) if args.last else 0
         page = api.call("GET", f"{path}?after={after}&limit=10000")
     except ApiCallError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     for record in page["records"]:
         print(format_record(record, args.format), file=out)
