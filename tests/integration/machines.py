@@ -52,6 +52,7 @@ class Machine:
     netns: str
     address: str
     rundir: Path
+    nic: str = ""  # the underlay interface inside the namespace (a veth end)
     ovs_pids: list[int] = field(default_factory=list)
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -111,7 +112,9 @@ class Underlay:
         ]
         self._made_lan = False
 
-    def start(self) -> None:
+    def start(self, phy: bool = True) -> None:
+        """The LAN and the machines; ``phy=False`` leaves each ``nic`` without an address and
+        without ``br-phy`` (docs/deploy.md's commands make them)."""
         run("ip", "link", "add", self.lan, "type", "bridge")
         self._made_lan = True
         run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.lan)
@@ -129,7 +132,10 @@ class Underlay:
             run("ip", "link", "set", outer, "master", self.lan, "up")
             m.run("ip", "link", "set", "lo", "up")
             m.run("ip", "link", "set", inner, "up")
+            m.nic = inner
             m.start_ovs()
+            if not phy:
+                continue
             m.run("ovs-vsctl", "add-br", UNDERLAY_BRIDGE, "--", "set", "Bridge", UNDERLAY_BRIDGE,
                   "datapath_type=netdev", "--", "add-port", UNDERLAY_BRIDGE, inner)  # fmt: skip
             m.run("ip", "addr", "add", f"{m.address}/24", "dev", UNDERLAY_BRIDGE)

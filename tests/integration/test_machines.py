@@ -88,7 +88,8 @@ class Deployment:
         self.ofp, self.wsapi = free_port(), free_port()
         (w / "api-token").write_text(TOKEN + "\n")
         conf = w / "controller.conf"  # the sample; a slow shared machine: a long heartbeat
-        conf.write_text((REPO / "deploy/controller.conf").read_text() + "heartbeat_timeout = 15\n")
+        conf.write_text((REPO / "deploy/controller.conf").read_text().replace(
+            "[fault_detector]\n", "[fault_detector]\nheartbeat_timeout = 15\n"))  # fmt: skip
         self.controller = self.spawn(
             "controller",
             [*command("typhoon-controller", "controller.daemon"), "--config", str(conf),

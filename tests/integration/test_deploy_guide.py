@@ -1,0 +1,208 @@
+"""docs/deploy.md, executed: its marked shell blocks run as written on two namespace hosts.
+
+A block preceded by ``<!-- test: HOSTS [LABEL] -->`` (``h1``, ``h2`` or both)
+runs with ``bash -e`` inside those hosts' network namespaces
+(``machines.py``: each its own ``ovsdb-server``/``ovs-vswitchd``, joined only by
+an IP underlay), in the order of the document, so the guide cannot drift from
+the code.  Nothing but these substitutions stands between the text and the run:
+
+* the example addresses 10.0.0.1 and 10.0.0.2 become the namespaces', and
+  ``10.0.0.1:2181`` the test's ZooKeeper (on the underlay's gateway: the
+  guide's ``apt-get install zookeeperd`` is not run here);
+* ``/etc/typhoon``, ``/var/lib/typhoon`` and ``~`` become per-host directories
+  of the test, ``/opt/typhoon-src`` this checkout and ``eth0`` the namespace's
+  underlay interface; ``HOST`` and ``ADDR`` are set as the guide says;
+* the sample files under ``deploy/`` get the same addresses; the fault
+  detector a long heartbeat (a slow shared machine); and wordcount a source
+  rate (a 15 s run, so the debugger attaches while it runs) and ``placement:
+  spread`` (so ``split[1]``, the worker the guide watches, is on h2).
+
+What is asserted beyond "every block exits 0": the debugger printed tuples of
+``split[1]`` from h2, ``typhoon report`` says finished and ok, its JSON has the
+exact word counts (also after ``typhoon kill``), the kill stopped every worker,
+and no block printed the API token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from conftest import REPO, wait_for
+from machines import Machine, Underlay
+from test_machines import check_exact, reference
+from zkserver import start_zookeeper
+
+from typhoon.coordinator import open_coordinator
+
+GUIDE = REPO / "docs/deploy.md"
+MARK = re.compile(r"<!-- test: ([^>]*?) -->\n```sh\n(.*?)```", re.S)
+HOSTS = ("h1", "h2")
+BIN = Path(sys.executable).parent
+SOURCE_RATE = 1500  # sentences/s of the test's wordcount (20,000 of them)
+
+
+@dataclass
+class Block:
+    hosts: list[str]
+    label: str | None
+    text: str
+    line: int
+
+
+def guide_blocks(text: str) -> list[Block]:
+    """The marked ``sh`` blocks, in document order."""
+    blocks = []
+    for m in MARK.finditer(text):
+        words = m.group(1).split()
+        hosts = [w for w in words if w in HOSTS]
+        labels = [w for w in words if w not in HOSTS]
+        line = text.count("\n", 0, m.start()) + 1
+        assert hosts and len(labels) <= 1, f"docs/deploy.md:{line}: bad marker {m.group(0)!r}"
+        blocks.append(Block(hosts, labels[0] if labels else None, m.group(2), line))
+    assert len(blocks) == text.count("<!-- test:"), "a test marker not followed by a sh block"
+    return blocks
+
+
+def test_the_guide_marks_blocks_for_both_hosts():
+    blocks = guide_blocks(GUIDE.read_text())
+    assert {h for b in blocks for h in b.hosts} == set(HOSTS)
+    assert {b.label for b in blocks} >= {"debug", "report"}
+
+
+class Guide:
+    """Two hosts, ZooKeeper, and the substitutions that turn the guide into their commands."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.net = Underlay(work, 2)
+        self.machines: dict[str, Machine] = dict(zip(HOSTS, self.net.machines, strict=True))
+        self.zk = None
+        self.outputs: list[subprocess.CompletedProcess[str]] = []
+
+    def start(self) -> None:
+        self.net.start(phy=False)  # br-phy and the addresses: the guide's commands
+        self.zk = start_zookeeper(self.work / "zookeeper", address=self.net.gateway)
+        src = self.work / "src"
+        (src / "deploy").mkdir(parents=True)
+        for name in ("cluster.yaml", "controller.conf", "agent.env"):
+            text = self.substitute((REPO / "deploy" / name).read_text(), "h1")
+            if name == "controller.conf":
+                text = text.replace(
+                    "[fault_detector]\n", "[fault_detector]\nheartbeat_timeout = 15\n"
+                )
+            (src / "deploy" / name).write_text(text)
+        doc = yaml.safe_load((REPO / "topologies/wordcount.yaml").read_text())
+        doc["spouts"][0]["args"]["rate"] = SOURCE_RATE
+        doc["config"] = {"placement": "spread"}
+        self.wordcount = doc
+        (src / "topologies").mkdir()
+        (src / "topologies/wordcount.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        for host in HOSTS:
+            (self.work / host / "home").mkdir(parents=True)
+
+    def substitute(self, text: str, host: str) -> str:
+        m = self.machines[host]
+        pairs = [
+            ("10.0.0.1:2181", self.zk.hosts),
+            ("10.0.0.1", self.machines["h1"].address),
+            ("10.0.0.2", self.machines["h2"].address),
+            ("/opt/typhoon-src/deploy", str(self.work / "src/deploy")),
+            ("/opt/typhoon-src/topologies", str(self.work / "src/topologies")),
+            ("/opt/typhoon-src", str(REPO)),
+            ("/etc/typhoon", str(self.work / host / "etc")),
+            ("/var/lib/typhoon", str(self.work / host / "var")),
+            ("eth0", m.nic),
+        ]
+        for old, new in pairs:
+            text = text.replace(old, new)
+        return text
+
+    def env(self, host: str) -> dict[str, str]:
+        m = self.machines[host]
+        return m.env(HOST=host, ADDR=m.address, HOME=str(self.work / host / "home"),
+                     PATH=f"{BIN}:{os.environ['PATH']}")  # fmt: skip
+
+    def run(self, host: str, argv: list[str], timeout: float = 240):
+        out = subprocess.run(
+            self.machines[host].argv(*argv),
+            env=self.env(host),
+            text=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
+        self.outputs.append(out)
+        return out
+
+    def run_block(self, block: Block, host: str) -> subprocess.CompletedProcess[str]:
+        # The block is this repository's own text (docs/deploy.md), run as written with
+        # bash -e in the host's namespace: running it unchanged is the point of the test.
+        out = self.run(host, ["bash", "-e", "-c", self.substitute(block.text, host)])
+        assert out.returncode == 0, (
+            f"docs/deploy.md:{block.line} on {host} exited {out.returncode}\n"
+            f"--- stdout\n{out.stdout}\n--- stderr\n{out.stderr}\n{self.logs()}"
+        )
+        return out
+
+    def logs(self) -> str:
+        parts = []
+        for host in HOSTS:
+            for name in ("controller.log", "agent.log"):
+                path = self.work / host / "var" / name
+                if path.exists():
+                    tail = path.read_text(errors="replace").splitlines()[-30:]
+                    parts.append(f"--- {host} {name}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        self.net.close()  # every process of both namespaces: controller, agents, workers
+        if self.zk is not None:
+            self.zk.stop()
+
+
+def test_the_deploy_guide_runs_as_written(tmp_path):
+    guide = Guide(tmp_path)
+    try:
+        guide.start()
+        labelled = {}
+        for block in guide_blocks(GUIDE.read_text()):
+            for host in block.hosts:
+                out = guide.run_block(block, host)
+                if block.label:
+                    labelled[block.label] = out
+        # the debugger, attached from h1, printed what split[1] on h2 sent
+        debug = labelled["debug"]
+        tuples = [line for line in debug.stdout.splitlines() if "split[1] -> count[" in line]
+        assert len(tuples) == 5 and "word=" in tuples[0], debug.stdout + debug.stderr
+        assert re.search(r"watching wordcount worker \d+ \(out\) .* on h2;", debug.stderr)
+        # the merged report, read from h1 while the job had its workers on both hosts
+        report = labelled["report"].stdout
+        assert report.startswith("wordcount: finished, ok\n"), report
+        assert "  count: " in report and '"total": ' in report
+        # exact counts, read after `typhoon kill` (the report outlives the job)
+        out = guide.run("h1", ["typhoon", "report", "wordcount", "--json"])
+        assert out.returncode == 0, out.stdout + out.stderr
+        doc = json.loads(out.stdout)["result"]
+        assert doc["ok"] and doc["finished"], doc["problems"]
+        assert {w["host"] for w in doc["worker_states"]} == set(HOSTS)
+        assert all(w["exit_code"] == 0 for w in doc["worker_states"])
+        check_exact(
+            doc["results"]["count"]["counts"], reference(guide.wordcount["spouts"][0]["args"])
+        )
+        # the kill stopped every worker; no block printed the token
+        url = guide.substitute("zk://10.0.0.1:2181/typhoon", "h1")
+        with open_coordinator(url) as c:
+            wait_for(lambda: not any("wordcount" in a.workers for a in c.agents().values()),
+                     30, what="the agents to stop wordcount's workers")  # fmt: skip
+            assert set(c.agents()) == set(HOSTS)
+        token = (tmp_path / "h1/etc/api-token").read_text().strip()
+        assert token and not any(token in o.stdout + o.stderr for o in guide.outputs)
+    finally:
+        guide.close()
