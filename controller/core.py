@@ -60,7 +60,7 @@ from controller.ryu_compat import (
 )
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync
-from controller.view import ClusterView, view_reads
+from controller.view import ClusterView, rereads_view
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
@@ -261,8 +261,8 @@ class TyphoonController(WorkerProgress, RyuApp):
 
     def _poll_coordinator(self) -> None:
         version, keys = self.coordinator.changes_since(self.version)
-        # metrics, reports and debugger records leave the view as it is
-        changed = version != self.version and any(map(view_reads, keys))
+        # reports and debugger records leave the view as it is (controller/view.py)
+        changed = version != self.version and any(map(rereads_view, keys))
         self.version = version
         if changed:
             problems = dict(self.view.problems)

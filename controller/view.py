@@ -48,9 +48,16 @@ class AppView:
         return [w.worker_id for w in self.physical.workers if w.node in spouts]
 
 
-def view_reads(key: str) -> bool:
-    """Is ``key`` one that :meth:`ClusterView.read` reads (else its change leaves the view)?"""
-    return key == "cluster" or key.startswith(("topology/", "physical/", "status/", "state/"))
+# Changes that leave the view and the rules as they are: the workers' published reports,
+# the finished jobs' reports and the live debugger's record batches (several per second).
+# Every other change (metrics too) keeps re-reading the view, reconciling and re-pushing
+# budgets, as the core always did.
+QUIET_PREFIXES = ("report/", "result/", "debugrec/")
+
+
+def rereads_view(key: str) -> bool:
+    """Does a change of ``key`` make the core re-read the view (``QUIET_PREFIXES`` do not)?"""
+    return not key.startswith(QUIET_PREFIXES)
 
 
 @dataclass

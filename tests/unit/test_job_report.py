@@ -148,3 +148,10 @@ def test_the_controller_stores_the_report_marks_finished_and_removes_if_asked(
         manager.kill("wc")
     manager.submit(load_topology_text(WORDCOUNT))
     assert coord.get_result("wc") is None and coord.worker_reports("wc") == {}
+
+
+def test_reports_and_debugger_batches_do_not_make_the_core_reread_its_view():
+    from controller.view import rereads_view
+
+    assert not any(map(rereads_view, ["report/wc/3", "result/wc", "debugrec/ab12/7"]))
+    assert all(map(rereads_view, ["status/wc/3", "metrics/wc/3", "physical/wc", "cluster"]))
