@@ -146,3 +146,74 @@ def test_a_debug_worker_that_dies_leaves_its_last_log_line_for_the_controller(c,
         "the debug worker on h2 exited with 2: error: cannot open the coordinator: nope"
     )
     assert forget_batches(c, keep=set()) == [s.session] and c.list("debugrec") == []
+
+
+class FakeServices:
+    """What apps/live_debugger.py asks of the core here: the coordinator's debug keys."""
+
+    def __init__(self, coordinator) -> None:
+        self.c = coordinator
+
+    def take_debug_batches(self, session, next_n):
+        return take_batches(self.c, session, next_n)
+
+    def delete_debug_session(self, host, session):
+        self.c.delete(f"debug/{host}/{session}")
+
+    def delete_debug_batches(self, session):
+        transport.delete_batches(self.c, session)
+
+
+def live_debugger(c, monkeypatch):
+    """The app without Ryu's machinery: its sessions, and the core replaced."""
+    from apps.live_debugger import LiveDebugger
+    from controller.debugger import DebugSessions, Limits
+
+    app = LiveDebugger.__new__(LiveDebugger)
+    app.sessions = DebugSessions(Limits())
+    app.logger = logging.getLogger("test-live-debugger")
+    fake = FakeServices(c)
+    monkeypatch.setattr(LiveDebugger, "core", staticmethod(lambda: fake))
+    return app
+
+
+def start_session(app, c, url: str = ""):
+    from controller.debugger import Session
+
+    s = spec(url)
+    session = Session(s, 1, 100, 0.0, 0.0)
+    session.state = "starting"
+    app.sessions.sessions[s.session] = session
+    put_session(c, s)
+    return session
+
+
+def test_records_through_the_coordinator_reach_the_session_ring(c, monkeypatch):
+    app = live_debugger(c, monkeypatch)
+    session = start_session(app, c)
+    shipper = Shipper(coordinator_post(c, session.spec), lambda: {"frames": 3}, 100)
+    shipper.add([{"time": 1.0, "values": ["ka"]}, {"time": 1.1, "values": ["lo"]}])
+    shipper.ship_once()
+    app._collect(session)
+    page = session.read(0, 10)
+    assert [r["values"] for r in page["records"]] == [["ka"], ["lo"]]
+    assert session.stats["frames"] == 3 and session.heard is not None
+    assert c.list("debugrec") == []  # read once, then gone
+
+
+def test_an_attach_that_cannot_deliver_ends_with_the_cause(c, monkeypatch):
+    """The issue's case: report_url on the controller's loopback, the worker on h2."""
+    app = live_debugger(c, monkeypatch)
+    session = start_session(app, c, url="http://127.0.0.1:9/typhoon/debug")
+    post, on_failure = delivery(session.spec, c)
+    shipper = Shipper(post, lambda: {}, 100, on_failure)
+    for _ in range(FAILURES_REPORTED):
+        shipper.ship_once(final=True)
+    app._collect(session)
+    page = session.read(0, 10)  # what `typhoon debug attach` polls
+    assert page["state"] == "ended"
+    assert page["reason"].startswith(
+        "the debug worker on h2 cannot deliver at http://127.0.0.1:9/typhoon/debug: "
+    )
+    assert c.get(session.spec.key_path) is None  # the agent stops the debug worker
+    assert c.list("debugrec") == []
