@@ -324,7 +324,7 @@ class TyphoonRest(ControllerBase):
         stored = self.core.coordinator.get_result(name)
         if stored is not None and (app is None or app.state.get("finished")):
             return 200, stored
-        report = read_job_report(self.core.coordinator, name) if app is not None else None
+        report = read_job_report(self.core.coordinator, name)  # also just submitted
         if report is None:
             raise ApiError(404, f"no application named '{name}' and no stored report of one")
         return 200, report

@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +80,9 @@ def test_the_guide_marks_blocks_for_both_hosts():
 class Guide:
     """Two hosts, ZooKeeper, and the substitutions that turn the guide into their commands."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, controller_conf: dict[str, str] | None = None) -> None:
         self.work = work
+        self.conf_edits = controller_conf or {}  # text replacements in controller.conf
         self.net = Underlay(work, 2)
         self.machines: dict[str, Machine] = dict(zip(HOSTS, self.net.machines, strict=True))
         self.zk = None
@@ -97,6 +99,9 @@ class Guide:
                 text = text.replace(
                     "[fault_detector]\n", "[fault_detector]\nheartbeat_timeout = 15\n"
                 )
+                for old, new in self.conf_edits.items():
+                    assert old in text, old
+                    text = text.replace(old, new)
             (src / "deploy" / name).write_text(text)
         doc = yaml.safe_load((REPO / "topologies/wordcount.yaml").read_text())
         doc["spouts"][0]["args"]["rate"] = SOURCE_RATE
@@ -204,5 +209,57 @@ def test_the_deploy_guide_runs_as_written(tmp_path):
             assert set(c.agents()) == set(HOSTS)
         token = (tmp_path / "h1/etc/api-token").read_text().strip()
         assert token and not any(token in o.stdout + o.stderr for o in guide.outputs)
+    finally:
+        guide.close()
+
+
+def test_an_undeliverable_debugger_says_why_and_a_job_removes_itself(tmp_path):
+    """The guide up to its debugger, with the trap the guide avoids: debug workers told to
+    POST to the controller's loopback.  An attach to a worker on h2 ends within seconds
+    with the cause; then a job submitted with --remove-when-done goes once finished, and
+    its report stays."""
+    url = "http://127.0.0.1:8080/typhoon/debug"
+    guide = Guide(tmp_path, {"# report_url =\n": f"report_url = {url}\n"})
+    try:
+        guide.start()
+        blocks = guide_blocks(GUIDE.read_text())
+        for block in blocks[: next(i for i, b in enumerate(blocks) if b.label)]:
+            for host in block.hosts:
+                guide.run_block(block, host)
+        started = time.monotonic()
+        out = guide.run("h1", ["typhoon", "debug", "attach", "wordcount", "split[1]"], 60)
+        took = time.monotonic() - started
+        assert out.returncode == 1 and out.stdout == "", out.stdout + out.stderr
+        assert (
+            f"the debug worker on h2 cannot deliver at {url}: cannot reach the controller"
+            in out.stderr
+            and "connection refused" in out.stderr
+            and "set [live_debugger] report_url to an address this host reaches" in out.stderr
+        ), out.stderr
+        assert took < 20, (took, out.stderr)  # not the silent_timeout, not an empty stream
+        # the debug worker logged its failure once, not once per batch
+        logs = list((tmp_path / "h2/var/work/debug").glob("*.log"))
+        assert len(logs) == 1
+        assert logs[0].read_text().count("cannot deliver to the controller") == 1
+        # a job that removes itself once its report is stored
+        doc = dict(guide.wordcount, name="wconce")
+        doc["spouts"] = [dict(doc["spouts"][0], args={**doc["spouts"][0]["args"], "rate": 0})]
+        path = tmp_path / "wconce.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out = guide.run("h1", ["typhoon", "submit", str(path), "--remove-when-done"])
+        assert out.returncode == 0, out.stdout + out.stderr
+        out = guide.run("h1", ["typhoon", "report", "wconce", "--wait", "--json"], 120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        counts = json.loads(out.stdout)["result"]["results"]["count"]["counts"]
+        check_exact(counts, reference(doc["spouts"][0]["args"]))
+
+        def gone():
+            listed = guide.run("h1", ["typhoon", "list"])
+            return "wconce" not in listed.stdout and listed.stdout
+
+        listing = wait_for(gone, 30, what="wconce to remove itself")
+        assert listing.startswith("wordcount "), listing
+        out = guide.run("h1", ["typhoon", "report", "wconce"])
+        assert out.returncode == 0 and out.stdout.startswith("wconce: finished, ok\n"), out.stdout
     finally:
         guide.close()
