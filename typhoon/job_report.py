@@ -95,6 +95,10 @@ def job_report(
     for wid, p in sorted(published.items()):
         if wid in current and p.get("error"):
             problems.append(f"worker {wid} on {p.get('host')}: {p['error']}")
+    for wid in sorted(current & set(exit_codes) - set(published)):  # e.g. lost with its agent
+        s = statuses[wid]
+        why = f" ({s.error})" if s.error else ""
+        problems.append(f"worker {wid} on {s.host} exited without its report{why}")
     workers = []
     for w in sorted(physical.workers, key=lambda w: w.worker_id):
         s = statuses.get(w.worker_id)

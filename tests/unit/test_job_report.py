@@ -155,3 +155,22 @@ def test_reports_and_debugger_batches_do_not_make_the_core_reread_its_view():
 
     assert not any(map(rereads_view, ["report/wc/3", "result/wc", "debugrec/ab12/7"]))
     assert all(map(rereads_view, ["status/wc/3", "metrics/wc/3", "physical/wc", "cluster"]))
+
+
+def test_a_worker_lost_with_its_agent_is_a_problem_not_a_silent_gap(coord, tmp_path):
+    physical = Manager(coord).submit(load_topology_text(WORDCOUNT))
+    for w in physical.workers:
+        status = WorkerStatus(w.worker_id, w.host, "exited", exit_code=0)
+        if w.node == "source":  # its agent restarted and found it gone
+            status = WorkerStatus(w.worker_id, w.host, "exited", error="lost: its agent stopped")
+        else:
+            report = worker_report(w.worker_id, w.node, w.index, w.host, {"counts": {}})
+            coord.put_worker_report("wc", w.worker_id, {"host": w.host, "report": report})
+        coord.put_worker_status("wc", status)
+    report = read_job_report(coord, "wc")
+    source = next(w for w in physical.workers if w.node == "source")
+    assert report["finished"] and not report["ok"]
+    assert report["problems"] == [
+        f"worker {source.worker_id} on {source.host} exited without its report "
+        "(lost: its agent stopped)"
+    ]
