@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, wait_for
 from machines import Machine, Underlay
@@ -41,6 +42,7 @@ from test_machines import check_exact, reference
 from zkserver import start_zookeeper
 
 from typhoon.coordinator import open_coordinator
+from typhoon.host_setup import KERNEL_MODULE
 
 GUIDE = REPO / "docs/deploy.md"
 MARK = re.compile(r"<!-- test: ([^>]*?) -->\n```sh\n(.*?)```", re.S)
@@ -263,3 +265,30 @@ def test_an_undeliverable_debugger_says_why_and_a_job_removes_itself(tmp_path):
         assert out.returncode == 0 and out.stdout.startswith("wconce: finished, ok\n"), out.stdout
     finally:
         guide.close()
+
+
+@pytest.mark.skipif(KERNEL_MODULE.exists(), reason="this host has the openvswitch module")
+def test_apply_with_the_kernel_datapath_but_no_module_says_so(tmp_path):
+    """The sample cluster file as it is (``datapath: system``) on a host without the
+    module: ``apply`` names the cause and the fix, not ``DPID none``."""
+    net = Underlay(tmp_path, 1)
+    try:
+        net.start()
+        (m,) = net.machines
+        cluster = yaml.safe_load((REPO / "deploy/cluster.yaml").read_text())
+        cluster["hosts"] = {"h1": {"address": m.address, "bridge": "br-typhoon", "dpid": 1}}
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(cluster))
+        argv = ["typhoon", "cluster", "apply", str(path), "--host", "h1", "--no-coordinator"]
+        env = m.env(PATH=f"{BIN}:{os.environ['PATH']}")
+        out = subprocess.run(m.argv(*argv), env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stdout + out.stderr
+        problems = [line for line in out.stdout.splitlines() if not line.startswith("ran: ")]
+        assert problems[0].startswith(
+            "h1: bridge br-typhoon has no datapath: datapath: system needs the openvswitch "
+            "kernel module, which is not loaded on this host (modprobe openvswitch); or set "
+            "datapath: netdev"
+        ), out.stdout
+        assert not any("DPID" in p or "OpenFlow port None" in p for p in problems), problems
+    finally:
+        net.close()
