@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from typhoon.job_report import finished, read_job_report
+from typhoon.job_report import finished, read_job_report, storable
 
 
 def finish_jobs(view: Any, coordinator: Any, manager: Any, logger: logging.Logger) -> list[str]:
@@ -31,6 +31,7 @@ def finish_jobs(view: Any, coordinator: Any, manager: Any, logger: logging.Logge
                       "workers": [], "nodes": {}, "results": {}}  # fmt: skip
         if report is None:  # removed meanwhile
             continue
+        report = storable(report)
         coordinator.put_result(name, report)
         fresh = coordinator.get_app_state(name)
         coordinator.put_app_state(

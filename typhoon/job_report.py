@@ -26,6 +26,7 @@ from typhoon.report import build_report, log_traceback, worker_failures
 from typhoon.topology.model import PhysicalTopology, Topology
 
 REPORT_LIMIT = 768 * 1024  # bytes of one worker's report the coordinator is given
+RESULT_LIMIT = 960 * 1024  # bytes of a finished job's merged report stored there
 
 
 def publish_worker_report(
@@ -125,6 +126,20 @@ def job_report(
         failures=failures,
         problems=problems,
     )
+
+
+def storable(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as stored under ``result/NAME``: whole when it fits ``RESULT_LIMIT``, else
+    without the nodes' results, and saying so (not ok: the counts are not all there)."""
+    size = len(json.dumps(report, default=str))
+    if size <= RESULT_LIMIT:
+        return report
+    why = (
+        f"the merged report ({size} bytes) is larger than the coordinator stores "
+        f"({RESULT_LIMIT}): the nodes' results are left out; each worker's report is on its "
+        "host (WORKDIR/NAME/reports)"
+    )
+    return {**report, "ok": False, "problems": [*report["problems"], why], "results": {}}
 
 
 def _elapsed(state: dict[str, Any], statuses: dict[int, WorkerStatus]) -> float | None:

@@ -174,3 +174,17 @@ def test_a_worker_lost_with_its_agent_is_a_problem_not_a_silent_gap(coord, tmp_p
         f"worker {source.worker_id} on {source.host} exited without its report "
         "(lost: its agent stopped)"
     ]
+
+
+def test_a_merged_report_too_large_to_store_is_stored_without_results(coord, tmp_path, monkeypatch):
+    monkeypatch.setattr(job_report, "RESULT_LIMIT", 200)
+    run_to_end(coord, tmp_path)
+    manager = Manager(coord)
+    finish_jobs(ClusterView.read(coord), coord, manager, logging.getLogger("test"))
+    stored = coord.get_result("wc")
+    assert stored["results"] == {} and not stored["ok"] and stored["finished"]
+    assert (
+        stored["problems"][-1].startswith("the merged report (")
+        and "left out" in (stored["problems"][-1])
+    )
+    assert coord.get_app_state("wc")["finished"] is True
