@@ -198,7 +198,7 @@ class TyphoonRest(ControllerBase):
             if not isinstance(text, str) or not text.strip():
                 raise ApiError(400, "'topology' must be the topology file's YAML text")
         try:
-            topology = load_topology_text(text, "topology", allow_imports=False)
+            topology = load_topology_text(text, "topology", allow_imports=False, env="refuse")
         except TopologyError as e:
             raise ApiError(400, str(e)) from None
         try:

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 import yaml
 
 from typhoon.client import ApiCallError, Client, resolve
+from typhoon.topology import TopologyError, expand_environment
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -144,6 +145,10 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read {args.file}: {e}") from None
+    try:  # ${NAME} is the submitter's environment: the controller substitutes nothing
+        text = expand_environment(text, args.file)
+    except TopologyError as e:
+        raise _Usage(str(e)) from None
     reply = _client(args).call("POST", "/apps", {"topology": text})
     if args.json:
         return _json_result(args, out, reply, 0)

@@ -306,3 +306,50 @@ def test_cli_without_token_or_controller(server, capsys):
     assert code == 2 and err == "error: missing X-Typhoon-Token header\n"
     code, _, err = typhoon(capsys, "list", "--controller", "http://127.0.0.1:9")
     assert code == 1 and err.startswith("error: cannot reach the controller")
+
+
+# ----- ${ENV} is the submitter's, never the controller's (issue 28) ---------------------------
+
+
+def test_a_rest_submission_is_not_expanded_with_the_controllers_environment(app, core, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/controller-secret")
+    text = FORWARD.replace("name: fwd", "name: env").replace(
+        "operator: sequence_check", "operator: sequence_check\n    args: {ts: '${HOME}'}"
+    )
+    for body, ctype in (({"topology": text}, "application/json"), (None, "application/yaml")):
+        raw = text.encode() if body is None else None
+        status, reply = call(app, "POST", "/apps", body, raw=raw, ctype=ctype)
+        assert status == 400, reply
+        assert reply["error"] == (
+            "topology:9: '${HOME}': the controller does not substitute environment variables "
+            "(`typhoon submit FILE` substitutes them from your environment before sending)"
+        )
+    assert core.coordinator.get_topology("env") is None
+    assert "controller-secret" not in json.dumps(call(app, "GET", "/apps")[1])
+
+
+def test_a_reconfiguration_keeps_dollar_braces_as_text(app, core, monkeypatch):
+    monkeypatch.delenv("TYPHOON_SURELY_UNSET", raising=False)
+    swap = {"node": "sink", "operator": "sequence_check", "args": {"ts": "${TYPHOON_SURELY_UNSET}"}}
+    status, body = call(app, "POST", "/apps/fwd/swap", swap)
+    assert status == 202, body
+
+
+def test_cli_submit_expands_the_submitters_environment(server, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SINK_PAR", "3")
+    monkeypatch.setenv("TS_FIELD", "stamp")
+    topo = tmp_path / "t.yaml"
+    topo.write_text(
+        FORWARD.replace("name: fwd", "name: envy").replace(
+            "operator: sequence_check",
+            "operator: sequence_check\n    parallelism: ${SINK_PAR:-1}\n"
+            "    args: {ts: '${TS_FIELD}'}",
+        )
+    )
+    code, out, err = typhoon(capsys, "submit", str(topo), "--controller", server, "--token", TOKEN)
+    assert code == 0 and out.startswith("submitted envy: 4 workers"), (out, err)
+    code, out, _ = typhoon(capsys, "status", "envy", "--json", "--controller", server)
+    assert json.loads(out)["result"]["nodes"]["sink"]["args"] == {"ts": "stamp"}
+    monkeypatch.delenv("TS_FIELD")
+    code, _, err = typhoon(capsys, "submit", str(topo), "--controller", server, "--token", TOKEN)
+    assert code == 2 and "environment variable 'TS_FIELD' is not set" in err, err
