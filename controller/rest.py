@@ -96,11 +96,37 @@ def handler(mutating: bool = False) -> Callable:
     return wrap
 
 
-def read_json(req) -> dict[str, Any]:
-    if req.content_length is not None and req.content_length > MAX_BODY:
+def read_body(req) -> bytes:
+    """The request body, refused (413) once more than MAX_BODY bytes have been read.
+
+    Content-Length is checked before reading; a chunked body has none, so it
+    is read from the server's decoded input in pieces and the count decides.
+    Without either there is no body (reading on would wait for the client).
+    """
+    length = req.content_length
+    if length is not None and length > MAX_BODY:
         raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
+    environ = req.environ
+    chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+    if length is None and not (chunked or environ.get("wsgi.input_terminated")):
+        return b""
+    stream, want = environ["wsgi.input"], MAX_BODY + 1 if length is None else length
+    parts: list[bytes] = []
+    got = 0
+    while got < want:
+        piece = stream.read(min(1 << 16, want - got))
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    if got > MAX_BODY:
+        raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
+    return b"".join(parts)
+
+
+def read_json(req) -> dict[str, Any]:
     try:
-        body = json.loads(req.body or b"{}")
+        body = json.loads(read_body(req) or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"request body is not valid JSON ({e})") from None
     if not isinstance(body, dict):
@@ -181,12 +207,10 @@ class TyphoonRest(ControllerBase):
     @handler(mutating=True)
     def api_submit(self, req, **_):
         """Submit a topology: {"topology": "<YAML>"} or the YAML text itself as the body."""
-        if req.content_length is not None and req.content_length > MAX_BODY:
-            raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
         ctype = (req.content_type or "").lower()
         if "yaml" in ctype or ctype.startswith("text/"):
             try:
-                text = req.body.decode("utf-8")
+                text = read_body(req).decode("utf-8")
             except UnicodeDecodeError:
                 raise ApiError(400, "topology text is not UTF-8") from None
         else:

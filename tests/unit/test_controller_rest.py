@@ -7,8 +7,10 @@ run against the same app served by wsgiref on a local port.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ from webob import Request
 
 import typhoon_cli as cli
 from controller.reconfigure import Registry
-from controller.rest import TyphoonRest
+from controller.rest import MAX_BODY, TyphoonRest
 from controller.ryu_compat import WSGIApplication
 from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
@@ -353,3 +355,52 @@ def test_cli_submit_expands_the_submitters_environment(server, capsys, monkeypat
     monkeypatch.delenv("TS_FIELD")
     code, _, err = typhoon(capsys, "submit", str(topo), "--controller", server, "--token", TOKEN)
     assert code == 2 and "environment variable 'TS_FIELD' is not set" in err, err
+
+
+# ----- the body limit holds whatever the framing (issue 28) -----------------------------------
+
+
+@pytest.fixture(params=["ryu_compat", "osken_wsgi"])
+def eventlet_server(request, core):
+    """The REST app on the controller's own server (eventlet.wsgi, which decodes chunked bodies)."""
+    from controller.ryu_compat import hub
+
+    if request.param == "osken_wsgi":
+        os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")
+        from controller.osken_wsgi import WSGIApplication as App
+    else:
+        App = WSGIApplication
+    wsgi = App()
+    wsgi.register(TyphoonRest, {"core": core, "token": TOKEN})
+    server = hub.WSGIServer(("127.0.0.1", 0), wsgi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server.getsockname()[1]
+
+
+def chunked_post(port: int, body: bytes, ctype: str = "application/json") -> tuple[int, dict]:
+    """POST ``body`` in 64 KiB chunks with Transfer-Encoding: chunked (no Content-Length)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    pieces = (body[i : i + 65536] for i in range(0, len(body), 65536))
+    conn.request(
+        "POST",
+        "/typhoon/apps",
+        body=pieces,
+        headers={"X-Typhoon-Token": TOKEN, "Content-Type": ctype},
+        encode_chunked=True,
+    )
+    resp = conn.getresponse()
+    status, reply = resp.status, json.loads(resp.read())
+    conn.close()
+    return status, reply
+
+
+def test_a_chunked_body_over_the_limit_is_refused_and_one_under_it_is_read(eventlet_server, core):
+    text = FORWARD.replace("name: fwd", "name: chunky")
+    big = json.dumps({"topology": text + "#" + "x" * MAX_BODY + "\n"}).encode()
+    status, reply = chunked_post(eventlet_server, big)
+    assert status == 413 and reply == {"error": f"request body is larger than {MAX_BODY} bytes"}
+    status, reply = chunked_post(eventlet_server, big, ctype="application/yaml")
+    assert status == 413, reply
+    assert core.coordinator.get_topology("chunky") is None
+    status, reply = chunked_post(eventlet_server, json.dumps({"topology": text}).encode())
+    assert status == 201 and reply["name"] == "chunky", reply
