@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller import backend
+from typhoon.private_files import write_private
 
 APPS = ("fault_detector", "live_debugger", "load_balancer", "autoscaler")
 CORE = "controller.core"
@@ -201,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(runtime) if runtime else Path(tempfile.mkdtemp(prefix="typhoon-controller-"))
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "ryu.conf"
-    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    write_private(conf, text)  # holds api_token: 0600 even over an older, looser file
     ryu_args = settings.ryu_argv(conf)
     if args.backend:
         os.environ[backend.ENV] = args.backend  # ryu_compat reads it, in this process
