@@ -1,7 +1,10 @@
 """REST API of the controller (JSON), a thin layer over the core's services.
 
 Every request that changes anything needs the token from the ``[typhoon]
-api_token`` config option in an ``X-Typhoon-Token`` header.  Errors are 4xx
+api_token`` config option in an ``X-Typhoon-Token`` header.  Reading is open
+unless ``[typhoon] read_token`` is set: then every GET (``/metrics`` too, not
+the dashboard page's own files) needs it, or the change token, in that header
+or as ``Authorization: Bearer TOKEN`` (what Prometheus sends).  Errors are 4xx
 with ``{"error": "<one sentence>"}``; nothing is half-applied because each
 handler validates everything before it calls a service (a reconfiguration is
 planned in full before its first step runs).
@@ -72,8 +75,47 @@ def json_response(status: int, body: Any) -> Response:
     )
 
 
+READ_TOKENS = "typhoon_read_tokens"  # attribute of the WSGI app: the tokens a GET needs
+
+
+def set_read_tokens(wsgi: Any, read_token: str, api_token: str) -> None:
+    """Once ``read_token`` is set, every GET served by ``wsgi`` needs it (or ``api_token``).
+
+    Kept on the one WSGI application every app registers its views with, so a
+    view added by any app is covered without being told.
+    """
+    setattr(wsgi, READ_TOKENS, tuple(t for t in (read_token, api_token) if t) if read_token else ())
+
+
+def given_token(req) -> str:
+    """The token in ``X-Typhoon-Token``, else in ``Authorization: Bearer``."""
+    token = req.headers.get("X-Typhoon-Token", "")
+    if token:
+        return token
+    scheme, _, value = req.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def check_read(view: Any, req) -> None:
+    """Refuse a GET without a token the controller accepts for reading (if it needs one)."""
+    tokens = getattr(getattr(view, "parent", None), READ_TOKENS, ())
+    if not tokens:
+        return
+    given = given_token(req)
+    if not given:
+        raise ApiError(
+            401,
+            "missing token: this controller needs its read token on every GET "
+            "(X-Typhoon-Token or Authorization: Bearer)",
+        )
+    matches = [hmac.compare_digest(given.encode(), t.encode()) for t in tokens]
+    if not any(matches):
+        raise ApiError(403, "wrong token")
+
+
 def handler(mutating: bool = False) -> Callable:
-    """Map ApiError (and any bug) to a JSON error; check the token when ``mutating``."""
+    """Map ApiError (and any bug) to a JSON error; check the token when ``mutating``,
+    the read token (if one is set) on a GET."""
 
     def wrap(fn: Callable) -> Callable:
         @wraps(fn)
@@ -81,6 +123,8 @@ def handler(mutating: bool = False) -> Callable:
             try:
                 if mutating:
                     self.check_token(req)
+                elif req.method in ("GET", "HEAD"):
+                    check_read(self, req)
                 status, body = fn(self, req, **kwargs)
                 return json_response(status, body)
             except ApiError as e:
@@ -143,7 +187,7 @@ class TyphoonRest(ControllerBase):
         self.lookup: Callable[[str], Any] = data.get("lookup", lookup_service_brick)
 
     def check_token(self, req) -> None:
-        given = req.headers.get("X-Typhoon-Token", "")
+        given = given_token(req)
         if not self.token:
             raise ApiError(403, "changes are disabled: no api_token is configured")
         if not given:
@@ -159,7 +203,12 @@ class TyphoonRest(ControllerBase):
 
     @route(API, "/metrics", methods=["GET"])
     def prometheus_metrics(self, req, **_):
-        """Prometheus scrapes this; reading needs no token (as every GET here)."""
+        """Prometheus scrapes this (with ``authorization: {credentials: READ_TOKEN}`` when a
+        read token is set)."""
+        try:
+            check_read(self, req)
+        except ApiError as e:
+            return json_response(e.status, {"error": e.message})
         try:
             body = exposition(self.core.metrics_registry)
         except Exception as e:  # never let a scrape crash the controller
@@ -181,6 +230,8 @@ class TyphoonRest(ControllerBase):
         return self._dashboard_file(asset)
 
     def _dashboard_file(self, name: str) -> Response:
+        """A file of the page: open even with a read token (no data in it; the page reads
+        the API with the token typed into it)."""
         ctype = DASHBOARD_FILES.get(name)
         if ctype is None:
             return json_response(404, {"error": f"the dashboard has no file named '{name}'"})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.daemon import ControllerConfigError, build_parser, load_settings
+from controller.daemon import ControllerConfigError, build_parser, load_settings, main
 from typhoon.cluster_file import load_cluster_file
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -87,3 +87,15 @@ def test_sample_cluster_file_is_valid():
     cf = load_cluster_file(DEPLOY / "cluster.yaml")
     assert cf.cluster().mtu == 1450
     assert list(cf.hosts) == ["h1", "h2"]
+
+
+def test_the_read_token_file_reaches_ryu_conf(tmp_path):
+    read = tmp_path / "read-token"
+    read.write_text("r3ad\n")
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[controller]\nread_token_file = {read}\n[typhoon]\ncoordinator = x.db\n")
+    assert main(["--config", str(conf), "--runtime-dir", str(tmp_path), "--print-config"]) == 0
+    text = (tmp_path / "ryu.conf").read_text()
+    assert "read_token = r3ad" in text
+    read.write_text("")
+    assert main(["--config", str(conf), "--runtime-dir", str(tmp_path)]) == 2

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
@@ -404,3 +405,84 @@ def test_a_chunked_body_over_the_limit_is_refused_and_one_under_it_is_read(event
     assert core.coordinator.get_topology("chunky") is None
     status, reply = chunked_post(eventlet_server, json.dumps({"topology": text}).encode())
     assert status == 201 and reply["name"] == "chunky", reply
+
+
+# ----- the optional read token: every GET, /metrics too (issue 28) ---------------------------
+
+READ = "r3ader"
+
+
+@pytest.fixture
+def guarded(core):
+    """Every REST view the controller serves, on one WSGI app with a read token set."""
+    from prometheus_client import CollectorRegistry
+
+    from apps.locality_router import LocalityRest
+    from controller.app_support import list_rest, report_rest
+    from controller.debug_rest import DebugRest
+    from controller.rest import set_read_tokens
+
+    wsgi = WSGIApplication()
+    core.metrics_registry = CollectorRegistry()
+    reports = SimpleNamespace(report=dict, logger=core.logger)
+    debugger = SimpleNamespace(
+        list_sessions=lambda name: [], session_status=lambda name, sid: {}, read=lambda *a: {}
+    )
+    wsgi.register(TyphoonRest, {"core": core, "token": TOKEN})
+    wsgi.register(DebugRest, {"debugger": debugger, "core": core, "token": TOKEN})
+    wsgi.register(LocalityRest, {"app": reports, "token": TOKEN})
+    wsgi.register(report_rest("lb", missing="none"), {"app": reports})
+    wsgi.register(list_rest("faults"), {"app": reports})
+    set_read_tokens(wsgi, READ, TOKEN)
+    return wsgi
+
+
+def get_routes(wsgi) -> list[str]:
+    """The path of every GET route on ``wsgi``, its variables filled in."""
+    paths = []
+    for r in wsgi.mapper.matchlist:
+        if "GET" in (r.conditions or {}).get("method", ["GET"]):
+            path = r.routepath
+            for var in r.minkeys | set(r.reqs):
+                path = path.replace("{" + var + "}", {"name": "fwd"}.get(var, "1"))
+            paths.append(path)
+    return sorted(set(paths))
+
+
+def test_with_a_read_token_every_get_needs_it(guarded):
+    paths = get_routes(guarded)
+    pages = {"/dashboard", "/dashboard/1"}  # the page's own files: no data in them
+    assert "/metrics" in paths and "/typhoon/apps/fwd" in paths and len(paths) >= 14, paths
+    for path in sorted(set(paths) - pages):
+        for headers, want in [
+            ({}, 401),
+            ({"X-Typhoon-Token": "wrong"}, 403),
+            ({"Authorization": "Bearer wrong"}, 403),
+        ]:
+            resp = Request.blank(path, headers=headers).get_response(guarded)
+            assert resp.status_int == want, (path, headers, resp.body)
+        readers = [{"X-Typhoon-Token": READ}, {"Authorization": f"Bearer {READ}"}]
+        if path.endswith("/tuples"):  # a debug session's tuples: app data, the change token
+            readers = []
+        for headers in [*readers, {"X-Typhoon-Token": TOKEN}]:  # the change token reads too
+            resp = Request.blank(path, headers=headers).get_response(guarded)
+            assert resp.status_int not in (401, 403), (path, headers, resp.body)
+    resp = Request.blank("/typhoon/apps").get_response(guarded)
+    assert json.loads(resp.body) == {
+        "error": "missing token: this controller needs its read token on every GET "
+        "(X-Typhoon-Token or Authorization: Bearer)"
+    }
+    assert Request.blank("/dashboard").get_response(guarded).status_int == 200
+
+
+def test_the_read_token_does_not_allow_changes(guarded, core):
+    req = Request.blank("/typhoon/apps/fwd", method="DELETE", headers={"X-Typhoon-Token": READ})
+    assert req.get_response(guarded).status_int == 403
+    assert core.coordinator.get_physical("fwd") is not None
+
+
+def test_without_a_read_token_reading_stays_open(app):
+    from controller.rest import set_read_tokens
+
+    set_read_tokens(app, "", TOKEN)
+    assert call(app, "GET", "/apps", token=None)[0] == 200
