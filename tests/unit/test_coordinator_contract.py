@@ -80,9 +80,12 @@ def _sqlite_store(tmp_path: Path) -> Store:
 def _zookeeper_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     server = request.getfixturevalue("zookeeper_server")  # started on first use only
     prefix = f"/typhoon-test/{uuid.uuid4().hex}"
+    auth = tmp_path / "zk-auth"  # the contract holds with ACLs on (typhoon/coordinator/zk_auth.py)
+    auth.write_text("typhoon:contract-s3cret\n")
+    auth.chmod(0o600)
 
     def corrupt(key: str, raw: bytes) -> None:
-        zk = KazooClient(server.hosts)
+        zk = KazooClient(server.hosts, auth_data=[("digest", "typhoon:contract-s3cret")])
         zk.start(timeout=10)
         try:
             path = f"{prefix}/{KV}/{key}"
@@ -94,7 +97,7 @@ def _zookeeper_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
             zk.stop()
             zk.close()
 
-    return Store(f"zk://{server.hosts}{prefix}", corrupt)
+    return Store(f"zk://{server.hosts}{prefix}?auth_file={auth}", corrupt)
 
 
 @pytest.fixture(params=["sqlite", "zookeeper"])
