@@ -78,3 +78,33 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
             )
         os.chmod(target, DIR_MODE)
     return target
+
+
+class SecretFileError(ValueError):
+    """A secret file that is missing, open to others or empty; one sentence."""
+
+
+def read_secret(path: str | os.PathLike[str], what: str) -> str:
+    """The stripped text of the secret file ``path``: refused if group or others may read it."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise SecretFileError(f"{what} {name}: {e.strerror or e}") from e
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SecretFileError(f"{what} {name} is not a regular file")
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            raise SecretFileError(
+                f"{what} {name} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"chmod 0600 {name}"
+            )
+        raw = f.read(4096)
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if not text:
+        raise SecretFileError(f"{what} {name} is empty or not text")
+    return text

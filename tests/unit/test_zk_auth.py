@@ -35,10 +35,13 @@ def test_the_credentials_file_is_private_and_one_line(tmp_path) -> None:
     with pytest.raises(CoordinatorError, match=r"readable by others \(mode 0640\); chmod 0600"):
         read_credentials(str(f))
     f.chmod(0o600)
-    for bad in ("no-colon\n", ":nouser\n", "user:\n", "a:b\nc:d\n", ""):
+    for bad in ("no-colon\n", ":nouser\n", "user:\n", "a:b\nc:d\n"):
         f.write_text(bad)
         with pytest.raises(CoordinatorError, match="must hold one line 'user:password'"):
             read_credentials(str(f))
+    f.write_text("\n")
+    with pytest.raises(CoordinatorError, match="is empty"):
+        read_credentials(str(f))
     with pytest.raises(CoordinatorError, match="No such file"):
         read_credentials(str(tmp_path / "missing"))
     link = tmp_path / "link"

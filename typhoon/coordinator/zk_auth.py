@@ -17,10 +17,10 @@ connection with credentials (``secure_tree`` in ``zk_session.py``).
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from urllib.parse import parse_qs
+
+from typhoon.private_files import SecretFileError, read_secret
 
 from .base import CoordinatorError
 
@@ -59,25 +59,10 @@ def split_query(url: str) -> tuple[str, dict[str, str]]:
 def read_credentials(path: str) -> str:
     """``user:password`` from ``path``; CoordinatorError if it is missing, open or malformed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise CoordinatorError(
-            f"ZooKeeper credentials file {path}: {e.strerror or e}".rstrip()
-        ) from e
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CoordinatorError(f"ZooKeeper credentials file {path} is not a regular file")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            raise CoordinatorError(
-                f"ZooKeeper credentials file {path} is readable by others (mode "
-                f"{stat.S_IMODE(info.st_mode):04o}); chmod 0600 {path}"
-            )
-        raw = f.read(4096)
-    try:
-        lines = [line.strip() for line in raw.decode("utf-8").splitlines() if line.strip()]
-    except UnicodeDecodeError:
-        lines = []
+        text = read_secret(path, "ZooKeeper credentials file")
+    except SecretFileError as e:
+        raise CoordinatorError(str(e)) from e
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     user, sep, password = (lines[0] if len(lines) == 1 else "").partition(":")
     if not (user and sep and password):
         raise CoordinatorError(
