@@ -171,7 +171,8 @@ def test_without_the_credentials_physical_keys_are_refused(zookeeper_server, tmp
 
     from typhoon.coordinator import open_coordinator
 
-    prefix = _prefix()
+    parent = _prefix()  # not the store's: it stays open to others
+    prefix = f"{parent}/ty"
     url = f"zk://{zookeeper_server.hosts}{prefix}"
     with open_coordinator(f"{url}?auth_file={_credentials(tmp_path)}") as c:
         c.put("physical/wc", {"workers": []})
@@ -190,6 +191,7 @@ def test_without_the_credentials_physical_keys_are_refused(zookeeper_server, tmp
             stranger.delete(node)
         with pytest.raises(NoAuthError):
             stranger.get_children(f"{prefix}/kv/physical")
+        stranger.create(f"{parent}/someone-else", b"")  # the parent is not ours to close
     finally:
         stranger.stop()
         stranger.close()

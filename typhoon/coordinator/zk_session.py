@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
-from kazoo.security import CREATOR_ALL_ACL
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from .base import CoordinatorError, Watch, check_key
 from .zk_handler import session_handler, timeouts
@@ -127,6 +127,11 @@ class ZooKeeperSession:
             ) from e
         self._client, self._pid = client, os.getpid()
         try:
+            parent = self.prefix.rsplit("/", 1)[0]
+            if self._auth is not None and parent:
+                # ancestors are not ours (/apps of /apps/typhoon): made open, as without
+                # credentials; the prefix and everything under it are creator-only
+                self._wait(client.ensure_path_async(parent, acl=OPEN_ACL_UNSAFE))
             self._wait(client.ensure_path_async(self._kv))
             self._wait(client.ensure_path_async(self._changes))
             if self._auth is not None:
