@@ -43,7 +43,7 @@ from controller.metrics import registry as metrics_registry
 from controller.options import read_settings, register_settings
 from controller.progress import WorkerProgress
 from controller.reconfigure import Executor, Reconfiguration, Registry
-from controller.rest import TyphoonRest
+from controller.rest import TyphoonRest, set_read_tokens
 from controller.ryu_compat import (
     CONFIG_DISPATCHER,
     DEAD_DISPATCHER,
@@ -127,6 +127,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         self.metrics_registry = metrics_registry(self, lookup_service_brick)
         self.refresh_desired()
         kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": self.settings.api_token})
+        set_read_tokens(kwargs["wsgi"], self.settings.read_token, self.settings.api_token)
         start_timer(self, self.settings.poll_interval, EventPollCoordinator)
         start_timer(self, self.settings.metrics_interval, EventMetricsRound)
 

@@ -1,7 +1,7 @@
 """``typhoon-controller``: the Ryu controller with the Typhoon core, as a daemon.
 
 It reads the operator's INI file (sample: deploy/controller.conf), writes the
-config file Ryu reads (mode 0600: it holds the API token), and runs
+config file Ryu reads (mode 0600: it holds the API tokens), and runs
 ``ryu-manager`` in this process with the core and the chosen apps::
 
     [controller]                # read here, not by Ryu
@@ -11,6 +11,7 @@ config file Ryu reads (mode 0600: it holds the API token), and runs
     wsapi_host = 127.0.0.1
     wsapi_port = 8080
     api_token_file = /etc/typhoon/api-token
+    read_token_file = /etc/typhoon/read-token   # optional: then every GET needs it
     ctl_privkey = ...           # OpenFlow over TLS: all three, or none
     ctl_cert = ...
     ca_certs = ...
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller import backend
+from typhoon.private_files import write_private
 
 APPS = ("fault_detector", "live_debugger", "load_balancer", "autoscaler")
 CORE = "controller.core"
@@ -59,6 +61,7 @@ class ControllerSettings:
     wsapi_host: str = "127.0.0.1"
     wsapi_port: int = 8080
     api_token: str = ""
+    read_token: str = ""
     tls: dict[str, str] = field(default_factory=dict)
     sections: dict[str, dict[str, str]] = field(default_factory=dict)  # passed to Ryu
 
@@ -79,6 +82,8 @@ class ControllerSettings:
         typhoon = sections.setdefault("typhoon", {})
         if self.api_token:
             typhoon["api_token"] = REDACTED if redact else self.api_token
+        if self.read_token:
+            typhoon["read_token"] = REDACTED if redact else self.read_token
         if not typhoon.get("coordinator"):
             raise ControllerConfigError(
                 "no coordinator: set [typhoon] coordinator or --coordinator"
@@ -115,6 +120,19 @@ def _port(where: str, text: str) -> int:
     return port
 
 
+def _token(option: str, path: str | None) -> str:
+    """The token in the file ``path`` (one line); "" without a path."""
+    if not path:
+        return ""
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as e:
+        raise ControllerConfigError(f"{option} {path}: {e.strerror or e}") from e
+    if not token:
+        raise ControllerConfigError(f"{option} {path} is empty")
+    return token
+
+
 def load_settings(path: Path | None, args: argparse.Namespace) -> ControllerSettings:
     """The operator's file (optional) with the command line's overrides on top."""
     parser = configparser.ConfigParser(interpolation=None)
@@ -128,7 +146,7 @@ def load_settings(path: Path | None, args: argparse.Namespace) -> ControllerSett
             raise ControllerConfigError(f"{path}: not an INI file: {e}") from e
     own = dict(parser[OWN]) if parser.has_section(OWN) else {}
     known = {"apps", "ofp_listen_host", "ofp_port", "wsapi_host", "wsapi_port",
-             "api_token_file", *TLS_FILES}  # fmt: skip
+             "api_token_file", "read_token_file", *TLS_FILES}  # fmt: skip
     for key in own:
         if key not in known:
             raise ControllerConfigError(
@@ -140,14 +158,8 @@ def load_settings(path: Path | None, args: argparse.Namespace) -> ControllerSett
     s.ofp_port = _port("ofp_port", str(args.ofp_port or own.get("ofp_port", s.ofp_port)))
     s.wsapi_host = args.wsapi_host or own.get("wsapi_host", s.wsapi_host)
     s.wsapi_port = _port("wsapi_port", str(args.wsapi_port or own.get("wsapi_port", s.wsapi_port)))
-    token_file = args.api_token_file or own.get("api_token_file")
-    if token_file:
-        try:
-            s.api_token = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise ControllerConfigError(f"api_token_file {token_file}: {e.strerror or e}") from e
-        if not s.api_token:
-            raise ControllerConfigError(f"api_token_file {token_file} is empty")
+    s.api_token = _token("api_token_file", args.api_token_file or own.get("api_token_file"))
+    s.read_token = _token("read_token_file", args.read_token_file or own.get("read_token_file"))
     tls = {k: own[k] for k in TLS_FILES if own.get(k)}
     if tls and len(tls) != len(TLS_FILES):
         raise ControllerConfigError(f"OpenFlow TLS needs all of {', '.join(TLS_FILES)}")
@@ -178,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wsapi-host")
     p.add_argument("--wsapi-port", type=int)
     p.add_argument("--api-token-file")
+    p.add_argument("--read-token-file", help="token every GET then needs (reading is open without)")
     p.add_argument(
         "--backend",
         help=f"ryu or os-ken (default: ${backend.ENV}, else Ryu if installed, else os-ken)",
@@ -220,9 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="typhoon-controller-")) if temporary else Path(runtime)
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "ryu.conf"
-    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    write_private(conf, text)  # holds the tokens: 0600 even over an older, looser file
     from controller import manager
 
     try:

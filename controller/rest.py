@@ -1,7 +1,10 @@
 """REST API of the controller (JSON), a thin layer over the core's services.
 
 Every request that changes anything needs the token from the ``[typhoon]
-api_token`` config option in an ``X-Typhoon-Token`` header.  Errors are 4xx
+api_token`` config option in an ``X-Typhoon-Token`` header.  Reading is open
+unless ``[typhoon] read_token`` is set: then every GET (``/metrics`` too, not
+the dashboard page's own files) needs it, or the change token, in that header
+or as ``Authorization: Bearer TOKEN`` (what Prometheus sends).  Errors are 4xx
 with ``{"error": "<one sentence>"}``; nothing is half-applied because each
 handler validates everything before it calls a service (a reconfiguration is
 planned in full before its first step runs).
@@ -75,8 +78,47 @@ def json_response(status: int, body: Any) -> Response:
     )
 
 
+READ_TOKENS = "typhoon_read_tokens"  # attribute of the WSGI app: the tokens a GET needs
+
+
+def set_read_tokens(wsgi: Any, read_token: str, api_token: str) -> None:
+    """Once ``read_token`` is set, every GET served by ``wsgi`` needs it (or ``api_token``).
+
+    Kept on the one WSGI application every app registers its views with, so a
+    view added by any app is covered without being told.
+    """
+    setattr(wsgi, READ_TOKENS, tuple(t for t in (read_token, api_token) if t) if read_token else ())
+
+
+def given_token(req) -> str:
+    """The token in ``X-Typhoon-Token``, else in ``Authorization: Bearer``."""
+    token = req.headers.get("X-Typhoon-Token", "")
+    if token:
+        return token
+    scheme, _, value = req.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def check_read(view: Any, req) -> None:
+    """Refuse a GET without a token the controller accepts for reading (if it needs one)."""
+    tokens = getattr(getattr(view, "parent", None), READ_TOKENS, ())
+    if not tokens:
+        return
+    given = given_token(req)
+    if not given:
+        raise ApiError(
+            401,
+            "missing token: this controller needs its read token on every GET "
+            "(X-Typhoon-Token or Authorization: Bearer)",
+        )
+    matches = [hmac.compare_digest(given.encode(), t.encode()) for t in tokens]
+    if not any(matches):
+        raise ApiError(403, "wrong token")
+
+
 def handler(mutating: bool = False) -> Callable:
-    """Map ApiError (and any bug) to a JSON error; check the token when ``mutating``."""
+    """Map ApiError (and any bug) to a JSON error; check the token when ``mutating``,
+    the read token (if one is set) on a GET."""
 
     def wrap(fn: Callable) -> Callable:
         @wraps(fn)
@@ -84,6 +126,8 @@ def handler(mutating: bool = False) -> Callable:
             try:
                 if mutating:
                     self.check_token(req)
+                elif req.method in ("GET", "HEAD"):
+                    check_read(self, req)
                 status, body = fn(self, req, **kwargs)
                 return json_response(status, body)
             except ApiError as e:
@@ -99,11 +143,37 @@ def handler(mutating: bool = False) -> Callable:
     return wrap
 
 
-def read_json(req) -> dict[str, Any]:
-    if req.content_length is not None and req.content_length > MAX_BODY:
+def read_body(req) -> bytes:
+    """The request body, refused (413) once more than MAX_BODY bytes have been read.
+
+    Content-Length is checked before reading; a chunked body has none, so it
+    is read from the server's decoded input in pieces and the count decides.
+    Without either there is no body (reading on would wait for the client).
+    """
+    length = req.content_length
+    if length is not None and length > MAX_BODY:
         raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
+    environ = req.environ
+    chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+    if length is None and not (chunked or environ.get("wsgi.input_terminated")):
+        return b""
+    stream, want = environ["wsgi.input"], MAX_BODY + 1 if length is None else length
+    parts: list[bytes] = []
+    got = 0
+    while got < want:
+        piece = stream.read(min(1 << 16, want - got))
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    if got > MAX_BODY:
+        raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
+    return b"".join(parts)
+
+
+def read_json(req) -> dict[str, Any]:
     try:
-        body = json.loads(req.body or b"{}")
+        body = json.loads(read_body(req) or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(400, f"request body is not valid JSON ({e})") from None
     if not isinstance(body, dict):
@@ -120,7 +190,7 @@ class TyphoonRest(ControllerBase):
         self.lookup: Callable[[str], Any] = data.get("lookup", lookup_service_brick)
 
     def check_token(self, req) -> None:
-        given = req.headers.get("X-Typhoon-Token", "")
+        given = given_token(req)
         if not self.token:
             raise ApiError(403, "changes are disabled: no api_token is configured")
         if not given:
@@ -136,7 +206,12 @@ class TyphoonRest(ControllerBase):
 
     @route(API, "/metrics", methods=["GET"])
     def prometheus_metrics(self, req, **_):
-        """Prometheus scrapes this; reading needs no token (as every GET here)."""
+        """Prometheus scrapes this (with ``authorization: {credentials: READ_TOKEN}`` when a
+        read token is set)."""
+        try:
+            check_read(self, req)
+        except ApiError as e:
+            return json_response(e.status, {"error": e.message})
         try:
             body = exposition(self.core.metrics_registry)
         except Exception as e:  # never let a scrape crash the controller
@@ -158,6 +233,8 @@ class TyphoonRest(ControllerBase):
         return self._dashboard_file(asset)
 
     def _dashboard_file(self, name: str) -> Response:
+        """A file of the page: open even with a read token (no data in it; the page reads
+        the API with the token typed into it)."""
         ctype = DASHBOARD_FILES.get(name)
         if ctype is None:
             return json_response(404, {"error": f"the dashboard has no file named '{name}'"})
@@ -184,13 +261,11 @@ class TyphoonRest(ControllerBase):
     @handler(mutating=True)
     def api_submit(self, req, **_):
         """Submit a topology: {"topology": "<YAML>"} or the YAML text itself as the body."""
-        if req.content_length is not None and req.content_length > MAX_BODY:
-            raise ApiError(413, f"request body is larger than {MAX_BODY} bytes")
         ctype = (req.content_type or "").lower()
         remove_when_done = False
         if "yaml" in ctype or ctype.startswith("text/"):
             try:
-                text = req.body.decode("utf-8")
+                text = read_body(req).decode("utf-8")
             except UnicodeDecodeError:
                 raise ApiError(400, "topology text is not UTF-8") from None
         else:
@@ -205,7 +280,7 @@ class TyphoonRest(ControllerBase):
             if not isinstance(text, str) or not text.strip():
                 raise ApiError(400, "'topology' must be the topology file's YAML text")
         try:
-            topology = load_topology_text(text, "topology", allow_imports=False)
+            topology = load_topology_text(text, "topology", allow_imports=False, env="refuse")
         except TopologyError as e:
             raise ApiError(400, str(e)) from None
         try:

@@ -104,4 +104,10 @@ class CoreSettings:
     api_token: str = setting(
         "", "token required by REST requests that change something", shown="(none)"
     )
+    read_token: str = setting(
+        "",
+        "token every GET (and /metrics) needs, as X-Typhoon-Token or Authorization: Bearer; "
+        "empty: reading is open",
+        shown="(none)",
+    )
     reconfig_step_timeout: float = setting(30.0, "seconds a reconfiguration step may take")

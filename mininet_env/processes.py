@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from controller import backend
+from typhoon.private_files import write_private
 from typhoon.supervised import Supervised
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def ryu_manager() -> list[str]:
 
 def write_controller_config(path: Path, coordinator: str, extra: str = "") -> Path:
     """The Ryu config file: the ``[typhoon]`` section the controller core reads."""
-    path.write_text(f"[typhoon]\ncoordinator = {coordinator}\n{extra}")
+    write_private(path, f"[typhoon]\ncoordinator = {coordinator}\n{extra}")  # api_token
     return path
 
 

@@ -33,6 +33,7 @@ from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.coordinator import open_coordinator
 from typhoon.live import LiveRates
 from typhoon.manager import Manager
+from typhoon.private_files import write_private
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.supervised import Supervised
 from typhoon.topology.model import Topology
@@ -108,8 +109,8 @@ class EmulatedCluster:
         """``WORKDIR/client.ini``: this cluster's controller for the REST verbs, e.g.
         ``typhoon debug attach NAME WORKER --config WORKDIR/client.ini`` (typhoon.client)."""
         path = self.workdir / "client.ini"
-        path.write_text(f"[typhoon]\ncontroller = {self.rest_url}\ntoken = {self.token}\n")
-        path.chmod(0o600)  # the token allows changes
+        # the token allows changes: 0600 from the first byte
+        write_private(path, f"[typhoon]\ncontroller = {self.rest_url}\ntoken = {self.token}\n")
         return path
 
     def _launch_controller(self) -> None:

@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"debug session {session['session']} on split[0]")
         url = endpoint.controller.removesuffix("/typhoon").rstrip("/")
         with headless_chromium(args.width, 1000) as driver:
-            driver.get(f"{url}/dashboard#token={endpoint.token}")
+            driver.get(f"{url}/dashboard")  # the page takes the token typed in, never a link's
+            driver.find_element("id", "token").send_keys(endpoint.token)
+            driver.find_element("css selector", "#token-form button").click()
             wait(lambda: page_moving(driver), 60, "a rate on every node of the page", run)
             wait(lambda: debug_tuples(driver), 60, "debugged tuples on the page", run)
             time.sleep(args.settle)

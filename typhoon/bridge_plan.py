@@ -8,7 +8,9 @@ the commands is :mod:`typhoon.host_setup`'s job.
 
 Every command is idempotent (``--may-exist``, ``set``), so applying the same
 file twice changes nothing; a tunnel port of ours (``tyt*``) that the file no
-longer names is removed.
+longer names is removed.  With ``fabric.ipsec`` every tunnel also gets
+``options:psk`` (Open vSwitch's ``ovs-monitor-ipsec`` then encrypts it); the
+key appears in printed commands only as :data:`HIDDEN` (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ from typhoon.cluster_file import TUNNEL_PREFIX, ClusterFile, HostEntry
 
 OPENFLOW = "OpenFlow13"
 VSCTL = "ovs-vsctl"
+PSK_OPTION = "options:psk="
+HIDDEN = "(the key of fabric.ipsec.psk_file)"
+
+
+def shown(argv: list[str]) -> list[str]:
+    """``argv`` as it may be printed: a pre-shared key replaced by :data:`HIDDEN`."""
+    return [PSK_OPTION + HIDDEN if a.startswith(PSK_OPTION) else a for a in argv]
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,11 @@ def _datapath_type(h: HostEntry) -> str:
     return "netdev" if h.datapath == "netdev" else "system"
 
 
-def bridge_plan(cf: ClusterFile, host: str, state: BridgeState | None = None) -> list[list[str]]:
-    """``ovs-vsctl`` argument vectors that give ``host`` the bridge the file describes."""
+def bridge_plan(
+    cf: ClusterFile, host: str, state: BridgeState | None = None, psk: str | None = None
+) -> list[list[str]]:
+    """``ovs-vsctl`` argument vectors that give ``host`` the bridge the file describes
+    (``psk``: the key of ``fabric.ipsec``, read by the caller; None: no IPsec)."""
     h = cf.hosts[host]
     br = h.bridge
     cmds: list[list[str]] = [
@@ -78,8 +90,12 @@ def bridge_plan(cf: ClusterFile, host: str, state: BridgeState | None = None) ->
              f"options:remote_ip={t.remote_ip}",
              f"options:local_ip={t.local_ip}",
              f"options:key={cf.key}",
-             f"ofport_request={t.port}"]
+             f"ofport_request={t.port}",
+             *([PSK_OPTION + psk] if psk is not None else [])]
         )  # fmt: skip
+        old = state.ports.get(t.name) if state is not None else None
+        if psk is None and old is not None and "psk" in old.options:  # IPsec turned off
+            cmds.append([VSCTL, "remove", "Interface", t.name, "options", "psk"])
     for p in cf.fabric_ports(host):
         wanted.add(p.interface)
         cmds.append(
@@ -93,8 +109,9 @@ def bridge_plan(cf: ClusterFile, host: str, state: BridgeState | None = None) ->
     return cmds
 
 
-def problems(cf: ClusterFile, host: str, state: BridgeState) -> list[str]:
-    """What differs between ``state`` and the file, one sentence each (empty: all good)."""
+def problems(cf: ClusterFile, host: str, state: BridgeState, psk: str | None = None) -> list[str]:
+    """What differs between ``state`` and the file, one sentence each (empty: all good);
+    ``psk``: the key every tunnel must have with ``fabric.ipsec``."""
     h = cf.hosts[host]
     br = h.bridge
     if not state.exists:
@@ -130,6 +147,10 @@ def problems(cf: ClusterFile, host: str, state: BridgeState) -> list[str]:
             out.append(f"{where} is OpenFlow port {p.ofport}, not {t.port}")
         if p.error:
             out.append(f"{where}: {p.error}")
+        if psk is not None and p.options.get("psk") != psk:
+            out.append(f"{where} is not IPsec with the key of {cf.ipsec_psk_file} (run apply)")
+        elif psk is None and "psk" in p.options:
+            out.append(f"{where} has an IPsec key the file does not set (run apply)")
         mtu = state.underlay_mtu.get(t.remote_ip)
         if mtu is not None and mtu < cf.mtu:
             out.append(f"MTU too small: the path to {t.peer} ({t.remote_ip}) has MTU {mtu}, "

@@ -11,7 +11,8 @@ Where the controller is and which token to send, first found wins:
        controller = http://127.0.0.1:8080
        token = 5f2c...        # or api_token, so the controller's own file works too
 
-4. ``http://127.0.0.1:8080`` and no token (reads work, changes are refused).
+4. ``http://127.0.0.1:8080`` and no token (reads work unless the controller has a
+   ``read_token``; changes are refused).
 
 The URL may be given with or without the ``/typhoon`` prefix of the API.
 

@@ -11,6 +11,8 @@ host of a deployment, so each host can configure its own bridge from it
       type: vxlan                         # vxlan | geneve | ports
       mtu: 1500                           # IP MTU of the underlay (ports: of the links)
       key: 4242                           # tunnel VNI (optional, default 0)
+      firewall: true                      # nftables: tunnel UDP from these hosts only
+      ipsec: {psk_file: /etc/typhoon/fabric-psk}   # optional: OVS IPsec on every tunnel
     hosts:
       h1: {address: 10.0.0.1, bridge: br-typhoon, dpid: 0x1}
       h2: {address: 10.0.0.2, bridge: br-typhoon, dpid: 0x2, datapath: netdev}
@@ -53,7 +55,8 @@ _CONTROLLER = re.compile(r"^(tcp|ssl):(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1
 _ZK = re.compile(r"^zk://[^/\s]+(/\S*)?$")
 
 _TOP_KEYS = ("controller", "coordinator", "fabric", "hosts", "links")
-_FABRIC_KEYS = ("type", "mtu", "key")
+_FABRIC_KEYS = ("type", "mtu", "key", "firewall", "ipsec")
+_IPSEC_KEYS = ("psk_file",)
 _HOST_KEYS = ("address", "bridge", "dpid", "datapath")
 
 
@@ -110,10 +113,18 @@ class ClusterFile:
     hosts: dict[str, HostEntry]
     links: list[PhysicalLink] = field(default_factory=list)
     source: str = "<cluster file>"
+    # protection of the tunnels (typhoon/fabric_guard.py): the nftables filter, opt-out;
+    # Open vSwitch IPsec with the pre-shared key in this file (mode 0600), opt-in
+    firewall: bool = True
+    ipsec_psk_file: str | None = None
 
     @property
     def tunneled(self) -> bool:
         return self.fabric_type != "ports"
+
+    @property
+    def ipsec(self) -> bool:
+        return self.ipsec_psk_file is not None
 
     def frame_mtu(self) -> int:
         """Bytes after a worker frame's Ethernet header that cross the fabric whole.
@@ -236,7 +247,12 @@ class _Reader:
         key = self.integer("fabric.key", fabric.get("key", 0), 0, (1 << 24) - 1)
         hosts = self.hosts(top["hosts"])
         links = self.links(top.get("links"), ftype, hosts)
-        cf = ClusterFile(controllers, coordinator, ftype, mtu, key, hosts, links, self.source)
+        firewall = fabric.get("firewall", True)
+        if not isinstance(firewall, bool):
+            raise self.fail("fabric.firewall", f"must be true or false, not {_show(firewall)}")
+        psk_file = self.ipsec(fabric.get("ipsec"), ftype, hosts)
+        cf = ClusterFile(controllers, coordinator, ftype, mtu, key, hosts, links, self.source,
+                         firewall, psk_file)  # fmt: skip
         if cf.tunneled:
             families = {ipaddress.ip_address(h.address).version for h in hosts.values()}
             if len(families) > 1:
@@ -249,6 +265,25 @@ class _Reader:
         if frame < MIN_MTU + 64:
             raise self.fail("fabric.mtu", f"{mtu} leaves {frame} bytes per worker frame: too small")
         return cf
+
+    def ipsec(self, value: Any, ftype: str, hosts: dict[str, HostEntry]) -> str | None:
+        """The pre-shared key file of ``fabric.ipsec`` (None: no IPsec)."""
+        if value is None:
+            return None
+        self.keys("fabric.ipsec", value, _IPSEC_KEYS, ("psk_file",))
+        if ftype == "ports":
+            raise self.fail("fabric.ipsec", "a ports fabric has no tunnels to encrypt")
+        path = value["psk_file"]
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise self.fail("fabric.ipsec.psk_file", f"must be an absolute path, not {_show(path)}")
+        netdev = [h.name for h in hosts.values() if h.datapath == "netdev"]
+        if netdev:
+            raise self.fail(
+                "fabric.ipsec",
+                f"Open vSwitch's IPsec needs the kernel datapath; {', '.join(netdev)} "
+                "use datapath netdev",
+            )
+        return path
 
     def controllers(self, value: Any) -> list[str]:
         items = value if isinstance(value, list) else [value]

@@ -33,6 +33,7 @@ import yaml
 
 from typhoon.client import ApiCallError, Client, resolve
 from typhoon.report import summary_lines
+from typhoon.topology import TopologyError, expand_environment
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -146,6 +147,10 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise _Usage(f"cannot read {args.file}: {e}") from None
+    try:  # ${NAME} is the submitter's environment: the controller substitutes nothing
+        text = expand_environment(text, args.file)
+    except TopologyError as e:
+        raise _Usage(str(e)) from None
     body = {"topology": text, **({"remove_when_done": True} if args.remove_when_done else {})}
     reply = _client(args).call("POST", "/apps", body)
     if args.json:

@@ -1,14 +1,16 @@
 """The acting side of a cluster file on one host: read OVS, run the plan, record it.
 
-:mod:`typhoon.bridge_plan` decides; this module only runs ``ovs-vsctl`` and
-``ip`` with argument vectors (never a shell), opens a TCP connection to the
-controller, and writes the coordinator.
+:mod:`typhoon.bridge_plan` and :mod:`typhoon.fabric_guard` decide; this
+module only runs ``ovs-vsctl``, ``ip`` and ``nft`` with argument vectors (never
+a shell; nft scripts go in on stdin), reads the IPsec key file, opens a TCP
+connection to the controller, and writes the coordinator.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -16,26 +18,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typhoon.bridge_plan import BridgeState, PortState, bridge_plan, problems
+from typhoon import fabric_guard
+from typhoon.bridge_plan import VSCTL, BridgeState, PortState, bridge_plan, problems, shown
 from typhoon.cluster_file import ClusterFile
 from typhoon.coordinator import Coordinator
+from typhoon.private_files import SecretFileError, read_secret
 
 SYS_NET = Path("/sys/class/net")
 KERNEL_MODULE = Path("/sys/module/openvswitch")  # loaded (or built in) kernel datapath
 TIMEOUT = 10.0
+# where Debian's openvswitch-ipsec puts the daemon that turns options:psk into IPsec
+IPSEC_MONITOR = ("ovs-monitor-ipsec", "/usr/share/openvswitch/scripts/ovs-monitor-ipsec")
 
 
 class HostSetupError(RuntimeError):
     """A command that configures or inspects the host failed."""
 
 
-def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, input=stdin)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise HostSetupError(f"{' '.join(argv)}: {e}") from e
+        raise HostSetupError(f"{' '.join(shown(argv))}: {e}") from e
     if check and proc.returncode != 0:
-        raise HostSetupError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+        raise HostSetupError(
+            f"{' '.join(shown(argv))} exited {proc.returncode}: {proc.stderr.strip()}"
+        )
     return proc
 
 
@@ -176,6 +186,89 @@ def without_datapath(state: BridgeState, found: list[str]) -> list[str]:
     return [cause, *rest]
 
 
+# ----- the fabric's protection (typhoon/fabric_guard.py) -----------------------------------
+
+
+def nft_found() -> bool:
+    return shutil.which(fabric_guard.NFT) is not None
+
+
+def ipsec_found() -> bool:
+    return any(shutil.which(p) or Path(p).is_file() for p in IPSEC_MONITOR)
+
+
+def ipsec_key(cf: ClusterFile) -> str | None:
+    """The pre-shared key of ``fabric.ipsec`` (None without it); HostSetupError if unusable."""
+    if not cf.ipsec:
+        return None
+    try:
+        return read_secret(cf.ipsec_psk_file, "fabric.ipsec.psk_file")  # type: ignore[arg-type]
+    except SecretFileError as e:
+        raise HostSetupError(str(e)) from e
+
+
+def read_firewall() -> fabric_guard.FirewallState | None:
+    """The fabric table as nft shows it (None: nft missing); ``exists=False``: no table."""
+    if not nft_found():
+        return None
+    argv = [fabric_guard.NFT, "-j", "list", "table", fabric_guard.FAMILY, fabric_guard.TABLE]
+    proc = _run(argv, check=False)
+    if proc.returncode != 0:
+        return fabric_guard.FirewallState()
+    return fabric_guard.parse_listing(proc.stdout)
+
+
+def guard_refusal(cf: ClusterFile) -> str | None:
+    """Why this host cannot have the protection the file asks for, else None."""
+    if not cf.tunneled:
+        return None
+    if cf.firewall and not nft_found():
+        return fabric_guard.nft_missing(cf)
+    if cf.ipsec and not ipsec_found():
+        return (
+            "fabric.ipsec needs Open vSwitch's IPsec support (ovs-monitor-ipsec, Debian "
+            "package openvswitch-ipsec), which this host lacks: install it, or remove "
+            f"fabric.ipsec from {cf.source}"
+        )
+    return None
+
+
+def protection(cf: ClusterFile, host: str, state: BridgeState | None = None) -> str:
+    """One sentence: the protection active on this host's fabric now."""
+    fw = read_firewall() if cf.tunneled else None
+    firewall_ok = (
+        fw is not None and fw.exists and not fabric_guard.firewall_problems(cf, host, fw, True)
+    )
+    tunnels = cf.tunnels(host)
+    state = state or read_state(cf, host)
+    keyed = bool(tunnels) and all(
+        t.name in state.ports and state.ports[t.name].options.get("psk") for t in tunnels
+    )
+    dropped = fw.dropped if fw is not None else 0
+    return fabric_guard.protection(cf, host, firewall_ok, keyed and ipsec_found(), dropped)
+
+
+def install_guard(cf: ClusterFile, host: str) -> list[list[str]]:
+    """The fabric filter the file asks for, in one nft transaction (the commands run).
+
+    Opted out (``fabric.firewall: false``): a table left by an earlier apply goes."""
+    if not cf.tunneled or not (cf.firewall or nft_found()):
+        return []
+    script = fabric_guard.ruleset(cf, host) if cf.firewall else fabric_guard.removal()
+    argv = [fabric_guard.NFT, "-f", "-"]
+    _run(argv, stdin=script)
+    return [argv]
+
+
+def remove_guard() -> list[list[str]]:
+    """Remove the fabric filter (nothing to remove is fine)."""
+    if not nft_found():
+        return []
+    argv = [fabric_guard.NFT, "-f", "-"]
+    _run(argv, stdin=fabric_guard.removal())
+    return [argv]
+
+
 @dataclass
 class ApplyResult:
     commands: list[list[str]]
@@ -183,12 +276,20 @@ class ApplyResult:
 
 
 def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyResult:
-    """Make the host's bridge what the file says, then record the cluster and the host."""
-    commands = bridge_plan(cf, host, read_state(cf, host))
+    """Make the host's bridge and fabric filter what the file says, then record the cluster
+    and the host.  Refused (HostSetupError) before any change if the host cannot have the
+    protection the file asks for."""
+    refusal = guard_refusal(cf)
+    if refusal is not None:
+        raise HostSetupError(refusal)
+    psk = ipsec_key(cf)
+    commands = bridge_plan(cf, host, read_state(cf, host), psk)
     for argv in commands:
         _run(argv)
+    commands += install_guard(cf, host)
     state = read_state(cf, host)
-    left = without_datapath(state, problems(cf, host, state))
+    left = without_datapath(state, problems(cf, host, state, psk))
+    left += fabric_guard.firewall_problems(cf, host, read_firewall(), nft_found())
     left = [p for p in left if "not connected" not in p]  # the controller may start later
     if coordinator is not None:
         coordinator.put_cluster(cf.cluster())
@@ -200,10 +301,31 @@ def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyR
     return ApplyResult(commands, left)
 
 
+def teardown(cf: ClusterFile, host: str) -> list[list[str]]:
+    """Undo apply on this host: the bridge (with its tunnels) and the fabric filter."""
+    done = [[VSCTL, f"--timeout={int(TIMEOUT)}", "--if-exists", "del-br", cf.hosts[host].bridge]]
+    _run(done[0])
+    return done + remove_guard()
+
+
 def check(cf: ClusterFile, host: str, coordinator: Coordinator | None = None) -> list[str]:
     """Everything wrong on this host, one sentence each."""
+    try:
+        psk = ipsec_key(cf)
+    except HostSetupError as e:
+        psk, unreadable = None, [str(e)]
+    else:
+        unreadable = []
+    refusal = guard_refusal(cf)
     state = read_state(cf, host)
-    out = without_datapath(state, problems(cf, host, state)) + controller_problems(cf)
+    found = without_datapath(state, problems(cf, host, state, psk))
+    if unreadable:  # the key cannot be compared: say why once, not per tunnel
+        found = [p for p in found if "IPsec key the file does not set" not in p]
+    out = found + controller_problems(cf) + unreadable
+    if refusal is not None:
+        out.append(refusal)
+    elif cf.tunneled:
+        out += fabric_guard.firewall_problems(cf, host, read_firewall(), nft_found())
     if coordinator is not None:
         cluster = coordinator.get_cluster()
         if cluster is None or cluster.to_dict() != cf.cluster().to_dict():

@@ -111,6 +111,13 @@ class Manager:
         physical = self._place(topology, cluster, app_id)
         if not c.create(f"topology/{name}", topology.to_dict()):
             raise ManagerError(f"application '{name}' is already running; kill it first")
+        holder = c.claim_app_id(app_id, name)  # the check above raced with other submissions
+        if holder is not None:
+            c.delete(f"topology/{name}")
+            raise ManagerError(
+                f"application ID {app_id:#06x} of '{name}' is already used by '{holder}'; "
+                "rename the topology"
+            )
         # a previous job of this name: its stored report and published worker reports go
         c.delete(f"result/{name}")
         c.delete(f"report/{name}")
@@ -123,7 +130,8 @@ class Manager:
     def kill(self, name: str) -> None:
         """Remove ``name``: physical topology first (workers, flows), then the rest."""
         c = self.coordinator
-        if name not in c.topology_names() and name not in c.physical_names():
+        known = c.topology_names() + c.physical_names()
+        if name not in known and not c.app_ids_of(name):  # a claim left by a failed kill
             raise ManagerError(f"no application named '{name}'")
         c.delete_application(name)  # deletes physical/NAME first
 

@@ -1,4 +1,5 @@
-"""``typhoon cluster apply|check|show FILE``: a host's bridge from the operator's cluster file."""
+"""``typhoon cluster apply|check|show|teardown FILE``: a host's bridge and fabric filter from
+the operator's cluster file (typhoon/host_setup.py, typhoon/fabric_guard.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import argparse
 import json
 import shlex
 
-from typhoon import host_setup
-from typhoon.bridge_plan import bridge_plan
+from typhoon import fabric_guard, host_setup
+from typhoon.bridge_plan import bridge_plan, shown
 from typhoon.cluster_file import load_cluster_file
 from typhoon.coordinator import CoordinatorError, open_coordinator
 
@@ -38,8 +39,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     cf = load_cluster_file(args.file)
     host = _host(cf, args)
     if args.dry_run:
-        for argv in bridge_plan(cf, host, host_setup.read_state(cf, host)):
-            print(shlex.join(argv))
+        psk = host_setup.ipsec_key(cf)
+        for argv in bridge_plan(cf, host, host_setup.read_state(cf, host), psk):
+            print(shlex.join(shown(argv)))
+        if cf.tunneled and cf.firewall:
+            print(f"{fabric_guard.NFT} -f - <<'EOF'\n{fabric_guard.ruleset(cf, host)}EOF")
         return 0
     coordinator = (
         None if args.no_coordinator else open_coordinator(args.coordinator or cf.coordinator)
@@ -50,9 +54,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if coordinator is not None:
             coordinator.close()
     for argv in result.commands:
-        print(f"ran: {shlex.join(argv)}")
+        print(f"ran: {shlex.join(shown(argv))}")
     for p in result.problems:
         print(f"{host}: {p}")
+    print(f"{host}: {host_setup.protection(cf, host)}")
     if not result.problems:
         print(f"{host}: bridge {cf.hosts[host].bridge} configured")
     return EXIT_PROBLEMS if result.problems else 0
@@ -75,11 +80,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         if coordinator is not None:
             coordinator.close()
+    print(f"{host}: {host_setup.protection(cf, host)}")
     for p in found:
         print(f"{host}: {p}")
     if not found:
         print(f"{host}: ok")
     return EXIT_PROBLEMS if found else 0
+
+
+def cmd_teardown(args: argparse.Namespace) -> int:
+    """Undo apply: this host's bridge (its tunnels) and the fabric filter."""
+    cf = load_cluster_file(args.file)
+    host = _host(cf, args)
+    for argv in host_setup.teardown(cf, host):
+        print(f"ran: {shlex.join(argv)}")
+    print(f"{host}: bridge {cf.hosts[host].bridge} and the fabric filter removed")
+    return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -89,11 +105,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ("apply", cmd_apply, "configure this host's bridge and record it (idempotent)"),
         ("check", cmd_check, "report what is wrong on this host, one line each"),
         ("show", cmd_show, "check the file, print the cluster (and --host's plan)"),
+        ("teardown", cmd_teardown, "remove this host's bridge and fabric filter"),
     ):
         v = verbs.add_parser(name, help=text)
         v.add_argument("file")
         v.add_argument("--host", help="which host of the file this is (default: by address)")
-        if name != "show":
+        if name in ("apply", "check"):
             v.add_argument("--coordinator", help="override the file's coordinator URL")
             v.add_argument("--no-coordinator", action="store_true",
                            help="do not read or write the coordinator")  # fmt: skip

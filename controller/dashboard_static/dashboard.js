@@ -443,7 +443,15 @@ function render() {
 async function poll() {
   const status = document.getElementById("status");
   try {
-    const resp = await fetch("/typhoon/dashboard", { cache: "no-store" });
+    const headers = token() ? { "X-Typhoon-Token": token() } : {};
+    const resp = await fetch("/typhoon/dashboard", { cache: "no-store", headers });
+    if (resp.status === 401 || resp.status === 403) { // a read token is set (controller/rest.py)
+      status.textContent = token() ? "the token is wrong"
+        : "this controller needs its read token: enter it above";
+      status.classList.add("bad");
+      setTimeout(poll, POLL_MS);
+      return;
+    }
     if (!resp.ok) throw new Error(`GET /typhoon/dashboard: ${resp.status}`);
     const data = await resp.json();
     state.data = data;
@@ -466,13 +474,9 @@ function setToken(value) {
 }
 
 function start() {
-  const m = location.hash.match(/token=([^&]+)/);
-  if (m) {
-    setToken(decodeURIComponent(m[1]));
-    history.replaceState(null, "", location.pathname); // keep it out of the address bar
-  } else {
-    setToken(token());
-  }
+  // The token is only ever typed in: a link's #token=... would let whoever wrote the link
+  // choose the token (and so the controller) the page acts with.
+  setToken(token());
   document.getElementById("token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const input = document.getElementById("token");

@@ -2,16 +2,21 @@
 
 The bridge is the test's own (net_names prefix), the controller a real
 ryu-manager, the coordinator a real ZooKeeper server; the two peers are
-TEST-NET addresses that only appear as tunnel endpoints.
+TEST-NET addresses that only appear as tunnel endpoints.  apply also installs
+the fabric firewall (an nftables table of its own, here in the root namespace:
+the test removes it with ``typhoon cluster teardown``, and in any case at its
+end); what the filter lets through is tests/integration/test_fabric_firewall.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO, run
 
@@ -47,7 +52,20 @@ def vsctl(*args: str) -> str:
     return run("ovs-vsctl", *args).strip().strip('"')
 
 
-def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ovs):
+NETDEV = (
+    "t1: fabric protection: nftables filter installed, but datapath netdev tunnels bypass it "
+    "(userspace tunneling reads the underlay NIC itself)"
+)
+
+
+@pytest.fixture
+def fabric_table():
+    """The root namespace's fabric table is this test's while it runs: gone afterwards."""
+    yield
+    run("nft", "delete", "table", "inet", "typhoon_fabric", check=False)
+
+
+def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ovs, fabric_table):
     bridge = net_names.switch("c")
     dpid = int(net_names.dpid(1), 16)
     # the underlay: the peers are routed through a veth of the test, MTU 1500
@@ -86,8 +104,13 @@ def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ov
     assert cluster.hosts["t1"].bridge == bridge and cluster.hosts["t3"].address == "198.51.100.3"
     assert record["bridge"] == bridge and record["dpid"] == dpid
 
+    # the fabric filter: tunnel UDP from the two peers only (a table of its own)
+    table = json.loads(run("nft", "-j", "list", "table", "inet", "typhoon_fabric"))
+    peers = [i["set"].get("elem", []) for i in table["nftables"] if "set" in i]
+    assert sorted(sum(peers, [])) == ["198.51.100.2", "198.51.100.3"]
+
     ok = typhoon("cluster", "check", str(cfile), "--host", "t1")
-    assert (ok.returncode, ok.stdout) == (0, "t1: ok\n"), ok.stdout + ok.stderr
+    assert (ok.returncode, ok.stdout) == (0, f"{NETDEV}\nt1: ok\n"), ok.stdout + ok.stderr
 
     # idempotent: a second apply leaves every port where it was
     uuid = vsctl("get", "Interface", "tyt2", "_uuid")
@@ -105,6 +128,7 @@ def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ov
     bad = typhoon("cluster", "check", str(cfile), "--host", "t1")
     assert bad.returncode == 1
     assert bad.stdout.splitlines() == [
+        NETDEV,
         f"t1: bridge {bridge} has DPID 0xff, the file says {dpid:#x}",
         f"t1: bridge {bridge} fail_mode is standalone, not secure",
         "t1: tunnel tyt2 to t2 missing",
@@ -121,12 +145,28 @@ def test_apply_then_check(tmp_path, net_names, ryu_manager, zookeeper_server, ov
     assert vsctl("list-ports", bridge).split() == ["tyt2"]
     assert vsctl("get", "Bridge", bridge, "fail_mode") == "secure"
 
+    run("nft", "delete", "table", "inet", "typhoon_fabric")
+    unguarded = typhoon("cluster", "check", str(small), "--host", "t1").stdout.splitlines()
+    assert unguarded[0] == "t1: fabric protection: none: the underlay is trusted"
+    assert "t1: fabric firewall missing: nftables table inet typhoon_fabric (run apply)" in (
+        unguarded
+    )
+
     ryu.stop()
     gone = typhoon("cluster", "check", str(small), "--host", "t1")
     assert gone.returncode == 1
     assert f"t1: controller tcp:127.0.0.1:{ryu.ofp_port} unreachable: Connection refused" in (
         gone.stdout.splitlines()
     ), gone.stdout
+
+    # teardown undoes apply: the bridge with its tunnels, and the fabric filter
+    again = typhoon("cluster", "apply", str(small), "--host", "t1")  # the controller is gone
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert run("nft", "list", "tables").count("typhoon_fabric") == 1
+    down = typhoon("cluster", "teardown", str(small), "--host", "t1")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert bridge not in run("ovs-vsctl", "list-br").split()
+    assert "typhoon_fabric" not in run("nft", "list", "tables")
 
 
 def test_bad_file_is_a_usage_error(tmp_path):

@@ -2,13 +2,15 @@
 
 ``typhoon-controller`` writes a Ryu config from the sample deploy/controller.conf
 and runs ryu-manager with the core and an app; a real userspace bridge connects
-to it and gets the core's rules, and the REST API holds the token from the token
-file.  ``typhoon-agent`` is started with the command line of
+to it and gets the core's rules, and the REST API holds the tokens from the token
+files (a read token: every GET needs it, /metrics as a bearer token) and refuses
+a chunked body over its limit.  ``typhoon-agent`` is started with the command line of
 deploy/systemd/typhoon-agent.service.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import shlex
 import signal
@@ -34,6 +36,18 @@ def command(script: str, module: str) -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", module]
 
 
+def http_status(port: int, method: str, path: str, headers: dict, chunks=None) -> int:
+    """The status of one request (``chunks``: a body sent with Transfer-Encoding: chunked)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=chunks, headers=headers, encode_chunked=chunks is not None)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
 def listening(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -50,6 +64,8 @@ def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs, fr
     ofp, wsapi = free_port(), free_port()
     token = tmp_path / "api-token"
     token.write_text("t0ken\n")
+    read_token = tmp_path / "read-token"
+    read_token.write_text("r3ad\n")
     runtime = tmp_path / "run"
     argv = [
         *command("typhoon-controller", "controller.daemon"),
@@ -57,6 +73,7 @@ def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs, fr
         "--coordinator", str(tmp_path / "c.db"),
         "--ofp-listen-host", "127.0.0.1", "--ofp-port", str(ofp),
         "--wsapi-port", str(wsapi), "--api-token-file", str(token),
+        "--read-token-file", str(read_token),
         "--app", "fault_detector", "--runtime-dir", str(runtime), "--backend", framework,
     ]  # fmt: skip
     log = tmp_path / "controller.log"
@@ -80,9 +97,16 @@ def test_controller_daemon_serves_switches_and_rest(tmp_path, net_names, ovs, fr
         framework_module = framework.replace("-", "_")
         assert f"{framework_module}.controller.ofp_handler" in log.read_text()  # the one asked
         url = f"http://127.0.0.1:{wsapi}"
-        assert rest_call(url, "GET", "/apps")[0] == 200
+        assert rest_call(url, "GET", "/apps")[0] == 401  # a read token is set
+        assert rest_call(url, "GET", "/apps", token="r3ad")[0] == 200
+        assert rest_call(url, "DELETE", "/apps/none", token="r3ad")[0] == 403
         assert rest_call(url, "DELETE", "/apps/none")[0] == 401
         assert rest_call(url, "DELETE", "/apps/none", token="t0ken")[0] == 404
+        assert http_status(wsapi, "GET", "/metrics", {}) == 401
+        assert http_status(wsapi, "GET", "/metrics", {"Authorization": "Bearer r3ad"}) == 200
+        big = (b"x" * 65536 for _ in range(20))  # 1.25 MiB, chunked: no Content-Length
+        headers = {"X-Typhoon-Token": "t0ken", "Content-Type": "application/yaml"}
+        assert http_status(wsapi, "POST", "/typhoon/apps", headers, big) == 413
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

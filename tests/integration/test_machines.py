@@ -43,6 +43,7 @@ from typhoon.topology import load_topology_text
 
 BIN = Path(sys.executable).parent
 TOKEN = "netns-t0ken"
+ZK_SECRET = "netns-zk-s3cret"
 
 
 def command(script: str, module: str) -> list[str]:
@@ -84,7 +85,11 @@ class Deployment:
         net, w = self.net, self.workdir
         net.start()
         self.zk = start_zookeeper(w / "zookeeper", address=net.gateway)
-        self.coordinator = f"zk://{self.zk.hosts}/typhoon-{net.prefix}"
+        auth = w / "zk-auth"  # ACLs on, as docs/deploy.md says to run it
+        auth.write_text(f"typhoon:{ZK_SECRET}\n")
+        auth.chmod(0o600)
+        self.zk_prefix = f"/typhoon-{net.prefix}"
+        self.coordinator = f"zk://{self.zk.hosts}{self.zk_prefix}?auth_file={auth}"
         self.ofp, self.wsapi = free_port(), free_port()
         (w / "api-token").write_text(TOKEN + "\n")
         conf = w / "controller.conf"  # the sample; a slow shared machine: a long heartbeat
@@ -130,10 +135,11 @@ class Deployment:
         deadline = time.monotonic() + timeout
         while True:
             out = subprocess.run(argv, capture_output=True, text=True, env=m.env(), timeout=60)
-            if out.stdout == f"{m.name}: ok\n" or time.monotonic() > deadline:
+            # the first line says which fabric protection is active (typhoon/fabric_guard.py)
+            if out.stdout.endswith(f"\n{m.name}: ok\n") or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert out.stdout == f"{m.name}: ok\n", out.stdout + out.stderr
+        assert out.stdout.splitlines()[1:] == [f"{m.name}: ok"], out.stdout + out.stderr
 
     @staticmethod
     def typhoon(*args: str) -> list[str]:
@@ -257,6 +263,37 @@ def test_three_machines_come_up_joined_only_by_vxlan(deployment):
         for o in others:
             remote = m.run("ovs-vsctl", "get", "Interface", f"tyt{o.name[1:]}", "options:remote_ip")
             assert remote.strip().strip('"') == o.address
+
+
+def test_zookeeper_refuses_a_client_without_the_credentials(deployment):
+    """Every znode the deployment made is creator-only: the world cannot read or rewrite
+    ``physical/*`` (agents start what it says) nor the cluster."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    d = deployment
+    name = d.submit(
+        {"name": "acl", "spouts": [{"id": "s", "operator": "sequence_source",
+                                    "args": {"count": 10}}],
+         "bolts": [{"id": "k", "operator": "sequence_check"}],
+         "streams": [{"from": "s", "to": "k", "grouping": "shuffle"}]}
+    )  # fmt: skip
+    d.finish(name)
+    stranger = KazooClient(d.zk.hosts)
+    stranger.start(timeout=10)
+    try:
+        kv = f"{d.zk_prefix}/kv"
+        for call in (
+            lambda: stranger.get_children(f"{kv}/physical"),
+            lambda: stranger.get(f"{kv}/cluster"),
+            lambda: stranger.set(f"{kv}/cluster", b"{}"),
+            lambda: stranger.create(f"{kv}/physical/evil", b'{"workers": []}'),
+        ):
+            with pytest.raises(NoAuthError):
+                call()
+    finally:
+        stranger.stop()
+        stranger.close()
 
 
 def test_fan_in_counts_exact_across_three_machines(deployment):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.daemon import ControllerConfigError, build_parser, load_settings
+from controller.daemon import ControllerConfigError, build_parser, load_settings, main
 from typhoon.cluster_file import load_cluster_file
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -105,3 +105,17 @@ def test_print_config_redacts_the_token_and_writes_nothing(tmp_path, monkeypatch
     assert f"api_token = {daemon.REDACTED}" in out
     assert "--config-file <a temporary directory>/ryu.conf controller.core" in out
     assert list(scratch.iterdir()) == []  # no ryu.conf holding the token left behind
+
+
+def test_the_read_token_file_reaches_ryu_conf(tmp_path, capsys):
+    read = tmp_path / "read-token"
+    read.write_text("r3ad\n")
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"[controller]\nread_token_file = {read}\n[typhoon]\ncoordinator = x.db\n")
+    assert main(["--config", str(conf), "--runtime-dir", str(tmp_path), "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "r3ad" not in out and "read_token = " in out  # shown redacted, never written
+    settings = load_settings(conf, build_parser().parse_args(["--config", str(conf)]))
+    assert "read_token = r3ad" in settings.ryu_config()
+    read.write_text("")
+    assert main(["--config", str(conf), "--runtime-dir", str(tmp_path)]) == 2

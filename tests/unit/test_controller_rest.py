@@ -7,11 +7,14 @@ run against the same app served by wsgiref on a local port.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
@@ -21,7 +24,7 @@ from webob import Request
 
 import typhoon_cli as cli
 from controller.reconfigure import Registry
-from controller.rest import TyphoonRest
+from controller.rest import MAX_BODY, TyphoonRest
 from controller.ryu_compat import WSGIApplication
 from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
@@ -363,3 +366,180 @@ def test_debug_attach_without_the_debugger_loaded_says_so(server, capsys):
         "(add it to apps = in the [controller] section of controller.conf, or --app "
         "live_debugger, and restart the controller)\n"
     )
+
+
+# ----- ${ENV} is the submitter's, never the controller's (issue 28) ---------------------------
+
+
+def test_a_rest_submission_is_not_expanded_with_the_controllers_environment(app, core, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/controller-secret")
+    text = FORWARD.replace("name: fwd", "name: env").replace(
+        "operator: sequence_check", "operator: sequence_check\n    args: {ts: '${HOME}'}"
+    )
+    for body, ctype in (({"topology": text}, "application/json"), (None, "application/yaml")):
+        raw = text.encode() if body is None else None
+        status, reply = call(app, "POST", "/apps", body, raw=raw, ctype=ctype)
+        assert status == 400, reply
+        assert reply["error"] == (
+            "topology:9: '${HOME}': the controller does not substitute environment variables "
+            "(`typhoon submit FILE` substitutes them from your environment before sending)"
+        )
+    assert core.coordinator.get_topology("env") is None
+    assert "controller-secret" not in json.dumps(call(app, "GET", "/apps")[1])
+
+
+def test_a_reconfiguration_keeps_dollar_braces_as_text(app, core, monkeypatch):
+    monkeypatch.delenv("TYPHOON_SURELY_UNSET", raising=False)
+    swap = {"node": "sink", "operator": "sequence_check", "args": {"ts": "${TYPHOON_SURELY_UNSET}"}}
+    status, body = call(app, "POST", "/apps/fwd/swap", swap)
+    assert status == 202, body
+
+
+def test_cli_submit_expands_the_submitters_environment(server, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SINK_PAR", "3")
+    monkeypatch.setenv("TS_FIELD", "stamp")
+    topo = tmp_path / "t.yaml"
+    topo.write_text(
+        FORWARD.replace("name: fwd", "name: envy").replace(
+            "operator: sequence_check",
+            "operator: sequence_check\n    parallelism: ${SINK_PAR:-1}\n"
+            "    args: {ts: '${TS_FIELD}'}",
+        )
+    )
+    code, out, err = typhoon(capsys, "submit", str(topo), "--controller", server, "--token", TOKEN)
+    assert code == 0 and out.startswith("submitted envy: 4 workers"), (out, err)
+    code, out, _ = typhoon(capsys, "status", "envy", "--json", "--controller", server)
+    assert json.loads(out)["result"]["nodes"]["sink"]["args"] == {"ts": "stamp"}
+    monkeypatch.delenv("TS_FIELD")
+    code, _, err = typhoon(capsys, "submit", str(topo), "--controller", server, "--token", TOKEN)
+    assert code == 2 and "environment variable 'TS_FIELD' is not set" in err, err
+
+
+# ----- the body limit holds whatever the framing (issue 28) -----------------------------------
+
+
+@pytest.fixture(params=["ryu_compat", "osken_wsgi"])
+def eventlet_server(request, core):
+    """The REST app on the controller's own server (eventlet.wsgi, which decodes chunked bodies)."""
+    from controller.ryu_compat import hub
+
+    if request.param == "osken_wsgi":
+        os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")
+        from controller.osken_wsgi import WSGIApplication as App
+    else:
+        App = WSGIApplication
+    wsgi = App()
+    wsgi.register(TyphoonRest, {"core": core, "token": TOKEN})
+    server = hub.WSGIServer(("127.0.0.1", 0), wsgi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server.getsockname()[1]
+
+
+def chunked_post(port: int, body: bytes, ctype: str = "application/json") -> tuple[int, dict]:
+    """POST ``body`` in 64 KiB chunks with Transfer-Encoding: chunked (no Content-Length)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    pieces = (body[i : i + 65536] for i in range(0, len(body), 65536))
+    conn.request(
+        "POST",
+        "/typhoon/apps",
+        body=pieces,
+        headers={"X-Typhoon-Token": TOKEN, "Content-Type": ctype},
+        encode_chunked=True,
+    )
+    resp = conn.getresponse()
+    status, reply = resp.status, json.loads(resp.read())
+    conn.close()
+    return status, reply
+
+
+def test_a_chunked_body_over_the_limit_is_refused_and_one_under_it_is_read(eventlet_server, core):
+    text = FORWARD.replace("name: fwd", "name: chunky")
+    big = json.dumps({"topology": text + "#" + "x" * MAX_BODY + "\n"}).encode()
+    status, reply = chunked_post(eventlet_server, big)
+    assert status == 413 and reply == {"error": f"request body is larger than {MAX_BODY} bytes"}
+    status, reply = chunked_post(eventlet_server, big, ctype="application/yaml")
+    assert status == 413, reply
+    assert core.coordinator.get_topology("chunky") is None
+    status, reply = chunked_post(eventlet_server, json.dumps({"topology": text}).encode())
+    assert status == 201 and reply["name"] == "chunky", reply
+
+
+# ----- the optional read token: every GET, /metrics too (issue 28) ---------------------------
+
+READ = "r3ader"
+
+
+@pytest.fixture
+def guarded(core):
+    """Every REST view the controller serves, on one WSGI app with a read token set."""
+    from prometheus_client import CollectorRegistry
+
+    from apps.locality_router import LocalityRest
+    from controller.app_support import list_rest, report_rest
+    from controller.debug_rest import DebugRest
+    from controller.rest import set_read_tokens
+
+    wsgi = WSGIApplication()
+    core.metrics_registry = CollectorRegistry()
+    reports = SimpleNamespace(report=dict, logger=core.logger)
+    debugger = SimpleNamespace(
+        list_sessions=lambda name: [], session_status=lambda name, sid: {}, read=lambda *a: {}
+    )
+    wsgi.register(TyphoonRest, {"core": core, "token": TOKEN})
+    wsgi.register(DebugRest, {"debugger": debugger, "core": core, "token": TOKEN})
+    wsgi.register(LocalityRest, {"app": reports, "token": TOKEN})
+    wsgi.register(report_rest("lb", missing="none"), {"app": reports})
+    wsgi.register(list_rest("faults"), {"app": reports})
+    set_read_tokens(wsgi, READ, TOKEN)
+    return wsgi
+
+
+def get_routes(wsgi) -> list[str]:
+    """The path of every GET route on ``wsgi``, its variables filled in."""
+    paths = []
+    for r in wsgi.mapper.matchlist:
+        if "GET" in (r.conditions or {}).get("method", ["GET"]):
+            path = r.routepath
+            for var in r.minkeys | set(r.reqs):
+                path = path.replace("{" + var + "}", {"name": "fwd"}.get(var, "1"))
+            paths.append(path)
+    return sorted(set(paths))
+
+
+def test_with_a_read_token_every_get_needs_it(guarded):
+    paths = get_routes(guarded)
+    pages = {"/dashboard", "/dashboard/1"}  # the page's own files: no data in them
+    assert "/metrics" in paths and "/typhoon/apps/fwd" in paths and len(paths) >= 14, paths
+    for path in sorted(set(paths) - pages):
+        for headers, want in [
+            ({}, 401),
+            ({"X-Typhoon-Token": "wrong"}, 403),
+            ({"Authorization": "Bearer wrong"}, 403),
+        ]:
+            resp = Request.blank(path, headers=headers).get_response(guarded)
+            assert resp.status_int == want, (path, headers, resp.body)
+        readers = [{"X-Typhoon-Token": READ}, {"Authorization": f"Bearer {READ}"}]
+        if path.endswith("/tuples"):  # a debug session's tuples: app data, the change token
+            readers = []
+        for headers in [*readers, {"X-Typhoon-Token": TOKEN}]:  # the change token reads too
+            resp = Request.blank(path, headers=headers).get_response(guarded)
+            assert resp.status_int not in (401, 403), (path, headers, resp.body)
+    resp = Request.blank("/typhoon/apps").get_response(guarded)
+    assert json.loads(resp.body) == {
+        "error": "missing token: this controller needs its read token on every GET "
+        "(X-Typhoon-Token or Authorization: Bearer)"
+    }
+    assert Request.blank("/dashboard").get_response(guarded).status_int == 200
+
+
+def test_the_read_token_does_not_allow_changes(guarded, core):
+    req = Request.blank("/typhoon/apps/fwd", method="DELETE", headers={"X-Typhoon-Token": READ})
+    assert req.get_response(guarded).status_int == 403
+    assert core.coordinator.get_physical("fwd") is not None
+
+
+def test_without_a_read_token_reading_stays_open(app):
+    from controller.rest import set_read_tokens
+
+    set_read_tokens(app, "", TOKEN)
+    assert call(app, "GET", "/apps", token=None)[0] == 200

@@ -9,9 +9,11 @@ never see each other's keys.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import queue
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,7 +34,8 @@ from typhoon.coordinator import (
     parse_zk_url,
 )
 from typhoon.coordinator.zookeeper import KV, ZooKeeperCoordinator
-from typhoon.topology import load_topology_text, schedule
+from typhoon.manager import Manager, ManagerError
+from typhoon.topology import app_id_for, load_topology_text, schedule
 
 WORDCOUNT = """
 name: wc
@@ -77,9 +80,12 @@ def _sqlite_store(tmp_path: Path) -> Store:
 def _zookeeper_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     server = request.getfixturevalue("zookeeper_server")  # started on first use only
     prefix = f"/typhoon-test/{uuid.uuid4().hex}"
+    auth = tmp_path / "zk-auth"  # the contract holds with ACLs on (typhoon/coordinator/zk_auth.py)
+    auth.write_text("typhoon:contract-s3cret\n")
+    auth.chmod(0o600)
 
     def corrupt(key: str, raw: bytes) -> None:
-        zk = KazooClient(server.hosts)
+        zk = KazooClient(server.hosts, auth_data=[("digest", "typhoon:contract-s3cret")])
         zk.start(timeout=10)
         try:
             path = f"{prefix}/{KV}/{key}"
@@ -91,7 +97,7 @@ def _zookeeper_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
             zk.stop()
             zk.close()
 
-    return Store(f"zk://{server.hosts}{prefix}", corrupt)
+    return Store(f"zk://{server.hosts}{prefix}?auth_file={auth}", corrupt)
 
 
 @pytest.fixture(params=["sqlite", "zookeeper"])
@@ -447,3 +453,81 @@ def test_open_coordinator_picks_zookeeper(zookeeper_server) -> None:
         assert (c.hosts, c.prefix) == (zookeeper_server.hosts, "/typhoon-test/url")
     finally:
         c.close()
+
+
+# ----- application IDs are claimed atomically (issue 28) -------------------------------------
+
+
+def colliding_names() -> tuple[str, str]:
+    """Two topology names with the same 16-bit application ID (found by counting)."""
+    seen: dict[int, str] = {}
+    for i in itertools.count():
+        name = f"race-{i}"
+        other = seen.setdefault(app_id_for(name), name)
+        if other != name:
+            return other, name
+    raise AssertionError("unreachable")
+
+
+def test_an_app_id_is_claimed_once(coordinator: Coordinator) -> None:
+    assert coordinator.claim_app_id(0x42, "a") is None
+    assert coordinator.claim_app_id(0x42, "a") is None  # its own claim again
+    assert coordinator.claim_app_id(0x42, "b") == "a"
+    coordinator.delete_application("a")
+    assert coordinator.claim_app_id(0x42, "b") is None
+
+
+class _MeetAtCreate:
+    """A coordinator whose submissions wait for each other where each claims its name."""
+
+    def __init__(self, inner: Coordinator, barrier: threading.Barrier) -> None:
+        self._inner, self._barrier = inner, barrier
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def create(self, key: str, value: object) -> bool:
+        if key.startswith("topology/"):
+            try:
+                self._barrier.wait()  # both have passed every check before this point
+            except threading.BrokenBarrierError:
+                pass
+        return self._inner.create(key, value)
+
+
+def test_two_submissions_with_one_app_id_cannot_both_pass(store: Store) -> None:
+    first, second = colliding_names()
+    with open_coordinator(store.url) as c:
+        c.put_cluster(
+            Cluster({h: HostInfo(h, f"br{h}", i + 1) for i, h in enumerate(["h1", "h2"])})
+        )
+    barrier = threading.Barrier(2, timeout=10)
+    outcome: dict[str, object] = {}
+
+    def submit(name: str) -> None:
+        with open_coordinator(store.url) as c:
+            topo = load_topology_text(WORDCOUNT.replace("name: wc", f"name: {name}"))
+            try:
+                outcome[name] = Manager(_MeetAtCreate(c, barrier)).submit(topo)  # type: ignore[arg-type]
+            except ManagerError as e:
+                outcome[name] = e
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    errors = [v for v in outcome.values() if isinstance(v, ManagerError)]
+    assert len(outcome) == 2 and len(errors) == 1, outcome
+    [winner] = [n for n, v in outcome.items() if not isinstance(v, ManagerError)]
+    loser = second if winner == first else first
+    assert str(errors[0]) == (
+        f"application ID {app_id_for(first):#06x} of '{loser}' is already used by '{winner}'; "
+        "rename the topology"
+    )
+    with open_coordinator(store.url) as c:
+        assert c.physical_names() == [winner] and c.topology_names() == [winner]
+        Manager(c).kill(winner)
+        assert Manager(c).submit(
+            load_topology_text(WORDCOUNT.replace("name: wc", f"name: {loser}"))
+        ).app_id == app_id_for(first)

@@ -153,3 +153,76 @@ def test_lost_connection_is_a_clear_error_and_heals(
         c.close()
     with pytest.raises(CoordinatorError, match="closed"):
         c.get("k")
+
+
+# ----- digest authentication and creator-only ACLs (issue 28) --------------------------------
+
+
+def _credentials(tmp_path, text: str = "typhoon:s3cret") -> str:
+    path = tmp_path / f"zk-auth-{uuid.uuid4().hex[:6]}"
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_without_the_credentials_physical_keys_are_refused(zookeeper_server, tmp_path) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    from typhoon.coordinator import open_coordinator
+
+    parent = _prefix()  # not the store's: it stays open to others
+    prefix = f"{parent}/ty"
+    url = f"zk://{zookeeper_server.hosts}{prefix}"
+    with open_coordinator(f"{url}?auth_file={_credentials(tmp_path)}") as c:
+        c.put("physical/wc", {"workers": []})
+        assert c.get("physical/wc") == {"workers": []}
+    stranger = KazooClient(zookeeper_server.hosts)  # no credentials: the world
+    stranger.start(timeout=10)
+    try:
+        node = f"{prefix}/kv/physical/wc"
+        with pytest.raises(NoAuthError):
+            stranger.get(node)
+        with pytest.raises(NoAuthError):
+            stranger.set(node, b'{"workers": [{"operator": "evil:Op"}]}')
+        with pytest.raises(NoAuthError):
+            stranger.create(f"{prefix}/kv/physical/evil", b"{}")
+        with pytest.raises(NoAuthError):
+            stranger.delete(node)
+        with pytest.raises(NoAuthError):
+            stranger.get_children(f"{prefix}/kv/physical")
+        stranger.create(f"{parent}/someone-else", b"")  # the parent is not ours to close
+    finally:
+        stranger.stop()
+        stranger.close()
+    with pytest.raises(CoordinatorError, match=r"refused access .*add \?auth_file=FILE"):
+        open_coordinator(url)
+    wrong = _credentials(tmp_path, "typhoon:not-it")
+    with pytest.raises(CoordinatorError, match="credentials are not the ones"):
+        open_coordinator(f"{url}?auth_file={wrong}")
+
+
+def test_an_open_store_is_secured_once_credentials_are_configured(
+    zookeeper_server, tmp_path
+) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    from typhoon.coordinator import open_coordinator
+
+    prefix = _prefix()
+    url = f"zk://{zookeeper_server.hosts}{prefix}"
+    with open_coordinator(url) as c:  # made before ACLs were turned on
+        c.put("physical/wc", 1)
+    with open_coordinator(f"{url}?auth_file={_credentials(tmp_path)}") as c:
+        assert c.get("physical/wc") == 1
+        c.put("physical/two", 2)
+    stranger = KazooClient(zookeeper_server.hosts)
+    stranger.start(timeout=10)
+    try:
+        for key in ("physical/wc", "physical/two"):
+            with pytest.raises(NoAuthError):
+                stranger.get(f"{prefix}/kv/{key}")
+    finally:
+        stranger.stop()
+        stranger.close()

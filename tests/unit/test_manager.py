@@ -65,7 +65,8 @@ def ports(physical) -> dict[str, list[int]]:
 def test_submit_writes_logical_state_then_physical(manager: Manager, coord) -> None:
     v = coord.version()
     physical = manager.submit(pipeline())
-    assert coord.changes_since(v)[1] == ["topology/wc", "state/wc", "physical/wc"]
+    claim = f"appid/{app_id_for('wc'):04x}"  # between the name and the rest (issue 28)
+    assert coord.changes_since(v)[1] == ["topology/wc", claim, "state/wc", "physical/wc"]
     assert coord.get_topology("wc") == pipeline()
     assert coord.get_physical("wc") == physical
     assert "active" not in coord.get_app_state("wc")  # the controller activates

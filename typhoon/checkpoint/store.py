@@ -28,6 +28,8 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+from typhoon.private_files import FILE_MODE, private_dir
+
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "file:///var/tmp/typhoon/checkpoints"
@@ -104,14 +106,15 @@ class _LocalFS:
     join = staticmethod(os.path.join)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        private_dir(path)  # operators' state: 0700, this user's
 
     def write_atomic(self, path: str, data: bytes) -> None:
         folder, name = os.path.split(path)
         tmp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             try:
+                os.fchmod(fd, FILE_MODE)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]

@@ -7,7 +7,8 @@ variable ``TYPHOON_COORDINATOR``):
 * ``sqlite:///var/lib/typhoon/coordinator.db`` or a plain path: SQLite file
   (one machine, the default);
 * ``zk://host1:2181,host2:2181/typhoon``: ZooKeeper ensemble, keys under the
-  path prefix (default ``/typhoon``).
+  path prefix (default ``/typhoon``); ``?auth_file=/etc/typhoon/zk-auth`` turns
+  on digest authentication and creator-only ACLs (``zk_auth.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .base import (
     WorkerStatus,
 )
 from .sqlite import ENV_VAR, SqliteCoordinator, default_path
+from .zk_auth import ZkUrl, split_query
 
 __all__ = [
     "ENV_VAR",
@@ -36,6 +38,7 @@ __all__ = [
     "coordinator_url",
     "open_coordinator",
     "parse_zk_url",
+    "zk_url",
 ]
 
 DEFAULT_ZK_PREFIX = "/typhoon"
@@ -43,12 +46,19 @@ DEFAULT_ZK_PREFIX = "/typhoon"
 
 def parse_zk_url(url: str) -> tuple[str, str]:
     """``zk://h1:2181,h2:2181/prefix`` -> (kazoo hosts string, znode prefix)."""
+    parsed = zk_url(url)
+    return parsed.hosts, parsed.prefix
+
+
+def zk_url(url: str) -> ZkUrl:
+    """``zk://h1:2181,h2:2181/prefix?auth_file=FILE`` taken apart (the file is not read)."""
+    url, params = split_query(url)
     rest = url[len("zk://") :]
     hosts, slash, path = rest.partition("/")
     if not hosts:
         raise CoordinatorError(f"coordinator URL {url!r} names no ZooKeeper host")
     prefix = "/" + path.strip("/") if slash and path.strip("/") else DEFAULT_ZK_PREFIX
-    return hosts, prefix
+    return ZkUrl(hosts, prefix, params.get("auth_file"))
 
 
 def coordinator_url(url: str | None = None) -> str:
@@ -60,7 +70,7 @@ def open_coordinator(url: str | None = None) -> Coordinator:
     """The coordinator named by ``url`` (default: ``TYPHOON_COORDINATOR``, else SQLite)."""
     url = coordinator_url(url)
     if url.startswith("zk://"):
-        hosts, prefix = parse_zk_url(url)
+        parsed = zk_url(url)
         try:
             from .zookeeper import ZooKeeperCoordinator  # type: ignore[import-not-found]
         except ModuleNotFoundError as e:
@@ -72,7 +82,7 @@ def open_coordinator(url: str | None = None) -> Coordinator:
             raise CoordinatorError(
                 f"ZooKeeper coordinator needs {e.name}: pip install kazoo"
             ) from e
-        return ZooKeeperCoordinator(hosts, prefix)
+        return ZooKeeperCoordinator(parsed.hosts, parsed.prefix, auth=parsed.credentials())
     if url.startswith("sqlite://"):
         return SqliteCoordinator(url[len("sqlite://") :])
     if "://" in url:

@@ -17,6 +17,7 @@ Key layout (segments are ``[A-Za-z0-9_.:-]+``, joined by ``/``)::
     cluster              hosts, bridges, links     Cluster.to_dict()
     agents/HOST          worker agent of HOST      AgentState.to_dict()
     debug/HOST/SID       live debugger session     DebugSpec.to_dict() (typhoon/debug/spec.py)
+    appid/ID             application ID claim      the name that holds ID (4 hex digits)
 
 Change log: every write or delete of a key gets a new, larger version.
 ``changes_since(v)`` lists each key changed after ``v`` once, in the order of
@@ -256,6 +257,27 @@ class Coordinator(ABC):
         """Physical first: readers that see it vanish stop workers and remove flows."""
         for kind in ("physical", "topology", "state", "status", "metrics", "report"):
             self.delete(f"{kind}/{name}")
+        for app_id in self.app_ids_of(name):  # last: the ID is free once all else is gone
+            self.delete(f"appid/{app_id:04x}")
+
+    def claim_app_id(self, app_id: int, name: str) -> str | None:
+        """Claim ``app_id`` for ``name`` (atomic); None if it is ours, else its holder's name.
+
+        Two submissions whose names hash to one ID both pass any check made
+        before they write; only one ``create`` of the claim succeeds.
+        """
+        key = f"appid/{app_id:04x}"
+        for _ in range(10):
+            if self.create(key, name):
+                return None
+            holder = self.get(key)
+            if holder is not None:
+                return None if holder == name else str(holder)
+        raise CoordinatorError(f"cannot claim {key!r}: it keeps changing under us")
+
+    def app_ids_of(self, name: str) -> list[int]:
+        """The application IDs ``name`` holds a claim on (one, or none)."""
+        return [int(k, 16) for k, holder in self._children("appid").items() if holder == name]
 
     # ----- cluster and agents --------------------------------------------------------------
 

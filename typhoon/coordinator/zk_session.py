@@ -17,9 +17,16 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+)
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
 
 from .base import CoordinatorError, Watch, check_key
 from .zk_handler import session_handler, timeouts
@@ -45,6 +52,8 @@ def guarded(method: Callable[P, R]) -> Callable[P, R]:
             return method(*args, **kwargs)
         except CoordinatorError:
             raise
+        except NoAuthError as e:
+            raise CoordinatorError(self._refused()) from e
         except timeouts() as e:
             raise CoordinatorError(
                 f"ZooKeeper at {self.hosts} did not answer within {self.timeout:g}s "
@@ -70,10 +79,11 @@ def end_session(client: KazooClient) -> None:
 class ZooKeeperSession:
     """This process's kazoo client for the store under ``prefix``."""
 
-    def __init__(self, hosts: str, prefix: str, timeout: float) -> None:
+    def __init__(self, hosts: str, prefix: str, timeout: float, auth: str | None = None) -> None:
         if not prefix.startswith("/"):
             raise CoordinatorError(f"ZooKeeper prefix must be an absolute path, not {prefix!r}")
         self.hosts = hosts
+        self._auth = auth  # "user:password" (typhoon/coordinator/zk_auth.py), never logged
         self.prefix = prefix.rstrip("/")
         self.timeout = timeout
         self._kv = f"{self.prefix}/{KV}"
@@ -98,8 +108,15 @@ class ZooKeeperSession:
         retry = KazooRetry(
             max_tries=-1, delay=0.1, backoff=2, max_delay=1.0, sleep_func=handler.sleep_func
         )
+        secured: dict[str, Any] = {}
+        if self._auth is not None:  # digest identity; every znode made: creator-only
+            secured = {"auth_data": [("digest", self._auth)], "default_acl": CREATOR_ALL_ACL}
         client = KazooClient(
-            hosts=self.hosts, timeout=self.timeout, connection_retry=retry, handler=handler
+            hosts=self.hosts,
+            timeout=self.timeout,
+            connection_retry=retry,
+            handler=handler,
+            **secured,
         )
         try:
             client.start(timeout=self.timeout)
@@ -110,8 +127,15 @@ class ZooKeeperSession:
             ) from e
         self._client, self._pid = client, os.getpid()
         try:
+            parent = self.prefix.rsplit("/", 1)[0]
+            if self._auth is not None and parent:
+                # ancestors are not ours (/apps of /apps/typhoon): made open, as without
+                # credentials; the prefix and everything under it are creator-only
+                self._wait(client.ensure_path_async(parent, acl=OPEN_ACL_UNSAFE))
             self._wait(client.ensure_path_async(self._kv))
             self._wait(client.ensure_path_async(self._changes))
+            if self._auth is not None:
+                self._secure_tree(client)
             if not self._wait(client.get_children_async(self._changes)):
                 try:
                     self._wait(client.create_async(f"{self._changes}/{GEN}{0:010d}"))
@@ -123,9 +147,34 @@ class ZooKeeperSession:
             end_session(client)
             if isinstance(e, CoordinatorError):
                 raise
+            if isinstance(e, NoAuthError):
+                raise CoordinatorError(self._refused()) from e
             raise CoordinatorError(
                 f"cannot set up {self.prefix} on ZooKeeper at {self.hosts}: {e!r}"
             ) from e
+
+    def _refused(self) -> str:
+        how = (
+            "its credentials are not the ones the store was made with"
+            if self._auth is not None
+            else "the store has ACLs: add ?auth_file=FILE to the coordinator URL"
+        )
+        return f"ZooKeeper at {self.hosts} refused access to {self.prefix}: {how}"
+
+    def _secure_tree(self, client: KazooClient) -> None:
+        """Give every znode under the prefix the creator-only ACL if the store was made
+        open (before credentials were configured); a store made with them is left alone."""
+        acls, _ = self._wait(client.get_acls_async(self.prefix))
+        if not any(acl.id.scheme == "world" for acl in acls):
+            return
+        nodes = [path for path, _ in self._walk(self.prefix)]
+        log.warning("ZooKeeper store %s had open ACLs: securing its %d znodes", self.prefix,
+                    len(nodes))  # fmt: skip
+        for path in nodes:
+            try:
+                self._wait(client.set_acls_async(path, CREATOR_ALL_ACL))
+            except NoNodeError:
+                continue  # deleted meanwhile
 
     def _zk(self) -> KazooClient:
         """This process's client; a forked child opens its own session first."""

@@ -47,6 +47,10 @@ are retried once the session reconnects within that time (a repeated ``put``
 may log its key twice, which readers cannot tell apart); ``create`` is not,
 since a lost reply leaves it unknown whether the key was ours.
 
+Access: with credentials (``?auth_file=`` in the URL, ``zk_auth.py``) the
+session authenticates with ZooKeeper's digest scheme and every znode it makes
+is creator-only; without them znodes are open to anyone who reaches ZooKeeper.
+
 This module holds the key writes and reads; the change log and watches are in
 ``typhoon/coordinator/zk_changelog.py``, the session in ``zk_session.py``.
 """
@@ -91,8 +95,10 @@ class ZooKeeperCoordinator(ChangeLog, Coordinator):
         log_size: int = 1000,
         trim_every: int = 100,
         rollover: int = 1 << 30,
+        auth: str | None = None,
     ) -> None:
-        super().__init__(hosts, prefix, timeout)  # checks the prefix; connects below
+        # auth: "user:password" for digest authentication and creator-only ACLs (zk_auth.py)
+        super().__init__(hosts, prefix, timeout, auth)  # checks the prefix; connects below
         if log_size < 1 or trim_every < 1 or not 1 <= rollover < 1 << 31:
             raise CoordinatorError("log_size, trim_every and rollover must be positive")
         self.log_size = log_size

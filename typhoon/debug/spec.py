@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from typhoon.coordinator import Coordinator
+from typhoon.private_files import write_private
 from typhoon.wire import ETHERTYPE
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class DebugSpec:
         return cls(**d)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict()))
+        write_private(path, json.dumps(self.to_dict()))  # holds the session's key
 
     @classmethod
     def load(cls, path: Path) -> DebugSpec:

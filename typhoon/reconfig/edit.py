@@ -205,7 +205,7 @@ def check_topology(t: Topology, old: Topology, allow_imports: bool = False) -> T
     imports = allow_imports or any(":" in op for op in known)
     text = yaml.safe_dump(topology_document(t), sort_keys=False)
     try:
-        loaded = load_topology_text(text, "<reconfiguration>", allow_imports=imports)
+        loaded = load_topology_text(text, "<reconfiguration>", allow_imports=imports, env="keep")
     except TopologyError as e:
         raise ReconfigError(f"the new topology is not valid: {e.message}") from None
     for n in fresh:

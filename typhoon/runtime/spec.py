@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typhoon.private_files import write_private
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 
@@ -49,7 +50,7 @@ class WorkerSpec:
         )
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict()))
+        write_private(path, json.dumps(self.to_dict()))  # node args; transport secrets
 
     @classmethod
     def load(cls, path: Path) -> WorkerSpec:

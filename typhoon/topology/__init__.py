@@ -13,6 +13,7 @@ from .model import (
     WorkerAssignment,
 )
 from .scheduler import app_id_for, reschedule, schedule, topological_order
+from .schema import expand_environment
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -26,6 +27,7 @@ __all__ = [
     "TopologyError",
     "WorkerAssignment",
     "app_id_for",
+    "expand_environment",
     "load_topology",
     "load_topology_text",
     "reschedule",

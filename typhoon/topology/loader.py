@@ -26,7 +26,7 @@ from typhoon.operators import BUILTINS, OperatorError, replayable, resolve_opera
 
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
 from .scheduler import topological_order
-from .schema import Document, Path, TopologyError, describe, read_document, show
+from .schema import Document, EnvMode, Path, TopologyError, describe, read_document, show
 
 _KEYED = ("fields", "direct")  # groupings that route by key fields
 
@@ -42,10 +42,14 @@ def load_topology(path: str | os.PathLike[str], *, allow_imports: bool = True) -
 
 
 def load_topology_text(
-    text: str, filename: str = "<string>", *, allow_imports: bool = True
+    text: str, filename: str = "<string>", *, allow_imports: bool = True, env: EnvMode = "expand"
 ) -> Topology:
-    """Load and check a topology given as YAML text; ``filename`` is used in errors."""
-    return _Builder(read_document(text, filename), allow_imports).build()
+    """Load and check a topology given as YAML text; ``filename`` is used in errors.
+
+    ``env``: what ``${NAME}`` does (see :func:`~typhoon.topology.schema.read_document`);
+    text that did not come from a local file must not use ``expand``.
+    """
+    return _Builder(read_document(text, filename, env), allow_imports).build()
 
 
 class _Builder:

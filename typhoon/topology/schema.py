@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from jsonschema import Draft202012Validator, validators
@@ -56,10 +56,20 @@ class Document:
         return TopologyError(self.filename, self.line(path), message)
 
 
-def read_document(text: str, filename: str) -> Document:
-    """Parse YAML text and check it against :data:`SCHEMA`; the first problem raises."""
-    data, lines = _parse(text, filename)
-    document = Document(filename, data, lines)
+EnvMode = Literal["expand", "keep", "refuse"]
+
+
+def read_document(text: str, filename: str, env: EnvMode = "expand") -> Document:
+    """Parse YAML text and check it against :data:`SCHEMA`; the first problem raises.
+
+    ``env`` says what ``${NAME}`` does: ``expand`` from this process's
+    environment (a local file), ``refuse`` (a file sent to the controller: its
+    environment is not the submitter's, and node args are shown to readers) or
+    ``keep`` the text as it is (a document that is data, such as a running
+    topology being reconfigured).
+    """
+    data, marks = _parse_marked(text, filename, env)
+    document = Document(filename, data, marks.lines)
     problem = first_problem(data, document.line)
     if problem:
         raise TopologyError(filename, *problem)
@@ -302,8 +312,19 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 _NULL_TAG = "tag:yaml.org,2002:null"
 
 
-def _parse(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
-    """YAML text -> (plain data, line of every key and list item)."""
+def expand_environment(text: str, filename: str) -> str:
+    """The file with every ``${NAME}`` substituted from this process's environment.
+
+    ``typhoon submit`` sends this to the controller, which substitutes nothing.
+    A file without substitutions comes back unchanged (so the controller's
+    error lines match the file); otherwise as the YAML of the expanded data.
+    """
+    data, marks = _parse_marked(text, filename, "expand")
+    return yaml.safe_dump(data, sort_keys=False) if marks.substituted else text
+
+
+def _parse_marked(text: str, filename: str, env: EnvMode) -> tuple[Any, _Marks]:
+    """YAML text -> (plain data, the walk that knows every key's and list item's line)."""
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -311,7 +332,8 @@ def _parse(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
             raise TopologyError(
                 filename, 1, "the file is empty; a topology needs 'name' and 'spouts'"
             )
-        lines = _Marks(filename, loader).walk(root)
+        marks = _Marks(filename, loader, env)
+        marks.walk(root)
         doc = loader.construct_document(root)
     except yaml.MarkedYAMLError as e:
         raise TopologyError(filename, *_yaml_problem(e)) from e
@@ -324,7 +346,7 @@ def _parse(text: str, filename: str) -> tuple[Any, dict[Path, int]]:
         raise TopologyError(
             filename, 1, f"a topology file must be a mapping with 'name' and 'spouts', not {kind}"
         )
-    return doc, lines
+    return doc, marks
 
 
 def _yaml_problem(e: yaml.MarkedYAMLError) -> tuple[int, str]:
@@ -343,8 +365,9 @@ def _yaml_problem(e: yaml.MarkedYAMLError) -> tuple[int, str]:
 class _Marks:
     """One pass over the composed YAML: lines, duplicate keys, ${ENV} substitution."""
 
-    def __init__(self, filename: str, loader: yaml.SafeLoader) -> None:
-        self.filename, self.loader = filename, loader
+    def __init__(self, filename: str, loader: yaml.SafeLoader, env: EnvMode) -> None:
+        self.filename, self.loader, self.env = filename, loader, env
+        self.substituted = False  # some ${NAME} was expanded
         self.lines: dict[Path, int] = {}
         self.open: set[int] = set()  # nodes on the current path: an alias back to one loops
         self.done: set[int] = set()  # nodes already visited through another alias
@@ -366,7 +389,7 @@ class _Marks:
             for i, item in enumerate(node.value):
                 self.lines[path + (i,)] = item.start_mark.line + 1
                 self._visit(item, path + (i,))
-        elif node.tag == _STR_TAG and "${" in node.value:
+        elif node.tag == _STR_TAG and "${" in node.value and self.env != "keep":
             self._substitute(node)
         self.open.discard(id(node))
         self.done.add(id(node))
@@ -410,6 +433,17 @@ class _Marks:
                 f"(write ${{{name}:-default}} to give a default)",
             )
 
+        found = _ENV.search(node.value)
+        if found is None:
+            return
+        if self.env == "refuse":
+            raise TopologyError(
+                self.filename,
+                node.start_mark.line + 1,
+                f"'{found.group(0)}': the controller does not substitute environment variables "
+                "(`typhoon submit FILE` substitutes them from your environment before sending)",
+            )
+        self.substituted = True
         whole = _ENV.fullmatch(node.value) is not None
         node.value = _ENV.sub(expand, node.value)
         if whole and node.style is None:
