@@ -13,6 +13,7 @@ input can end in a RecursionError (docs/security-notes-wire.md).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
@@ -32,6 +33,7 @@ MAX_DEPTH = 100
 # array 16/32, map 16/32); other bytes of the encoding may be among them as well.
 _CONTAINER_HEADS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
 _CONTAINERS = (list, dict)
+_CONTAINER_SET = frozenset(_CONTAINERS)
 
 
 def _reject_ext(code: int, data: bytes) -> Any:
@@ -58,28 +60,34 @@ def _heads(data: bytes) -> int:
     return len(data) - len(data.translate(None, _CONTAINER_HEADS))
 
 
+def _children(level: list, kinds: set[type]) -> Iterator[Any]:
+    """The values inside the containers of ``level`` (lists and dicts), lazily, in C."""
+    if dict not in kinds:
+        return chain.from_iterable(level)
+    lists = [v for v in level if type(v) is list] if list in kinds else []
+    maps = [v for v in level if type(v) is dict]
+    return chain(chain.from_iterable(lists), *map(dict.values, maps))
+
+
 def _check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
     """WireError if ``value`` nests deeper than ``limit``; never recursive.
 
-    Level by level, the common cases in C (``map``, ``chain``): a batch of flat
-    rows costs two passes over its values, not a Python step per value.
+    Level by level, each level's values looked at in C (``map``, ``chain``, ``set``):
+    a batch of flat rows costs one pass over its values, not a Python step per value.
     """
-    level = [value]
+    level = [value]  # the containers at one depth
+    kinds = {type(value)}
     for _ in range(limit):
-        types = set(map(type, level))
+        types = set(map(type, _children(level, kinds)))
         if list not in types and dict not in types:
             return
-        if dict in types:
-            lists = [v for v in level if type(v) is list] if list in types else []
-            maps = [v for v in level if type(v) is dict]
-            level = list(chain(chain.from_iterable(lists), *map(dict.values, maps)))
-        elif len(types) == 1:  # only arrays (a batch of rows)
-            level = list(chain.from_iterable(level))
+        if types <= _CONTAINER_SET:  # nothing else in there (a batch of rows)
+            level = list(_children(level, kinds))
+            kinds = types
         else:
-            level = list(chain.from_iterable([v for v in level if type(v) is list]))
-    types = set(map(type, level))  # the values at depth limit + 1
-    if list in types or dict in types:
-        raise WireError(f"value nested deeper than {limit} levels")
+            level = [v for v in _children(level, kinds) if type(v) in _CONTAINER_SET]
+            kinds = types & _CONTAINER_SET
+    raise WireError(f"value nested deeper than {limit} levels")
 
 
 def decode_value(data: bytes) -> Any:
