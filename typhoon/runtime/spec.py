@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,13 @@ class WorkerSpec:
         )
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict()))
+        """Write the spec readable by its owner only (0600, also over an older file): it
+        may hold secrets (the tcp engine's run secret, operator arguments)."""
+        data = json.dumps(self.to_dict())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o600)
+            f.write(data)
 
     @classmethod
     def load(cls, path: Path) -> WorkerSpec:
