@@ -12,6 +12,8 @@ import time
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from typhoon.runtime import tcp_auth as auth
 from typhoon.runtime.spec import WorkerSpec
@@ -142,3 +144,45 @@ def test_spec_file_is_readable_by_its_owner_only(tmp_path):
     fresh = tmp_path / "new.spec.json"
     spec.save(fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+# ----- the coordinator's and the workers' parsers of what a connection sends ------------
+
+
+def boot_messages() -> st.SearchStrategy[bytes]:
+    """Boot messages, valid hellos mutated, and plain garbage (the gate's input)."""
+    fields = st.dictionaries(
+        st.sampled_from(["hello", "host", "port", "proof", "peer", "peers", "challenge"]),
+        st.none()
+        | st.integers(-(2**63), 2**64 - 1)
+        | st.text(max_size=5)
+        | st.binary(max_size=40)
+        | st.lists(st.integers(0, 2**32), max_size=3),
+    )
+    boot = fields.map(encode_boot)
+    deep = st.integers(1, 1100).map(
+        lambda n: struct.pack(">I", n + 3) + b"\x01" + b"\x91" * n + b"\xc0\xc0"
+    )
+    return st.one_of(boot, deep, st.binary(max_size=64), boot.flatmap(mutations))
+
+
+def mutations(data: bytes) -> st.SearchStrategy[bytes]:
+    return st.tuples(st.integers(0, max(0, len(data) - 1)), st.integers(0, 255)).map(
+        lambda iv: data[: iv[0]] + bytes([iv[1]]) + data[iv[0] + 1 :]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=boot_messages(), cut=st.integers(1, 16))
+def test_boot_parsers_raise_only_wire_errors(data: bytes, cut: int):
+    reader = MessageReader(MAX_BOOT)
+    try:
+        messages = [m for i in range(0, len(data), cut) for m in reader.feed(data[i : i + cut])]
+    except WireError:
+        return
+    for m in messages:
+        try:
+            body = auth.boot_body(m)
+            auth.hello_claims(body)
+        except WireError:
+            continue

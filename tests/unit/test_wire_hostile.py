@@ -24,6 +24,7 @@ from controller.control_channel import ControlChannel
 from typhoon import wire
 from typhoon.debug.records import MirrorDecoder
 from typhoon.operators.base import Bolt
+from typhoon.runtime.checkpoints import punctuation
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.spec import WorkerSpec
@@ -127,6 +128,8 @@ def sink() -> Framework:
 
 
 def check_framework(fw: Framework, data: bytes) -> None:
+    kind, a, b = punctuation(data)  # stream 0: end of stream, anchors, marks
+    assert kind in ("", "eos", "anchor", "mark") and type(a) is int and type(b) is int
     before = sum(fw.io.stats.drops.values())
     rows = fw._decode_entry(data)
     if rows is None:
