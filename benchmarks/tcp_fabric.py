@@ -24,6 +24,7 @@ every TCP segment arrives with a bad checksum and is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -228,6 +229,8 @@ class FabricTcpCluster(TcpCluster):
         workdir: Path | None = None,
         **kwargs: Any,
     ) -> None:
+        # the coordinator listens only where the namespaces reach it
+        options = dataclasses.replace(options, control_bind=fabric.control_ip)
         super().__init__(topology, options, workdir=workdir, launcher=fabric.launcher(), **kwargs)
         self.fabric = fabric
 

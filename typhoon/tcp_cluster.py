@@ -19,12 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-import msgpack
 
 from typhoon.checkpoint import CheckpointError, checkpoint_settings, guarantee_of, open_store
 from typhoon.checkpoint.progress import JobProgress, recovery_point
@@ -34,7 +32,9 @@ from typhoon.manager import fresh_checkpoints
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
+from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
+from typhoon.tcp_gate import HelloGate
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -54,6 +54,9 @@ def local_launcher(host: str, argv: list[str], logfile: Path) -> Supervised:
 class RunOptions:
     hosts: list[str] = field(default_factory=lambda: ["h1"])
     bind: dict[str, str] = field(default_factory=dict)  # host -> address workers listen on
+    # the address the coordinator listens on; None: the one address every host's workers
+    # reach it at (127.0.0.1 for local runs), 0.0.0.0 only when they differ
+    control_bind: str | None = None
     duration: float | None = None  # seconds; then sources are drained
     batch_size: int = 100
     max_delay_ms: float = 2.0
@@ -120,8 +123,20 @@ class TcpCluster:
         self.live = LiveRates(list(topology.nodes))
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.server.bind(("0.0.0.0", 0))
+        self.server.bind((self.listen_address(), 0))
         self.server.listen(256)
+        # only workers that know the run's secret (in their spec file) get a control connection
+        self.secret = new_secret()
+        self.gate = HelloGate(self.server, self.secret)
+        self.rejected = self.gate.rejected  # refused connections and streams, by reason
+
+    def listen_address(self) -> str:
+        if self.options.control_bind:
+            return self.options.control_bind
+        hosts = self.options.hosts
+        addrs = {self.options.bind.get(h, "127.0.0.1") for h in hosts} or {"127.0.0.1"}
+        addrs = {"127.0.0.1" if a == "0.0.0.0" else a for a in addrs}
+        return addrs.pop() if len(addrs) == 1 else "0.0.0.0"
 
     # ----- start ---------------------------------------------------------------------------
 
@@ -157,6 +172,7 @@ class TcpCluster:
                 "kind": "tcp",
                 "control": list(self.control_address(w.host)),
                 "bind": o.bind.get(w.host, "127.0.0.1"),
+                "secret": self.secret,  # the spec file is created 0600 (WorkerSpec.save)
             },
         )
         gen = f".g{self.physical.generation}" if self.physical.generation else ""
@@ -168,45 +184,27 @@ class TcpCluster:
         )
 
     def _accept_hellos(self, expected: int | None = None) -> dict[int, tuple[str, int]]:
-        """Hellos of starting workers: every worker (start), or ``expected`` of them."""
-        want = len(self.procs) if expected is None else expected
+        """Authenticated hellos of starting workers: every worker (start), or ``expected``."""
+        want = set(self.procs) if expected is None else {expected}
         deadline = time.monotonic() + self.options.start_timeout
-        peers: dict[int, tuple[str, int]] = {}
-        self.server.settimeout(0.2)
-        pending: list[_WorkerConn] = []
-        while len(peers) < want:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"only {len(peers)} of {want} workers started in "
-                    f"{self.options.start_timeout:.0f} s; see logs in {self.workdir}"
-                )
-            if expected is None:
-                self._check_alive(peers)
-            try:
-                sock, _ = self.server.accept()
-                sock.settimeout(None)
-                pending.append(_WorkerConn(0, sock))
-            except TimeoutError:
-                pass
-            for c in list(pending):
-                c.sock.settimeout(0.05)
-                try:
-                    data = c.sock.recv(4096)
-                except TimeoutError:
-                    continue
-                finally:
-                    c.sock.settimeout(None)
-                for m in c.reader.feed(data):
-                    if m and m[0] == MSG_BOOT:
-                        hello = msgpack.unpackb(m[1:], raw=False)
-                        c.worker_id = int(hello["hello"])
-                        peers[c.worker_id] = (str(hello["host"]), int(hello["port"]))
-                        self.conns[c.worker_id] = c
-                        self.sel.register(c.sock, selectors.EVENT_READ, c)
-                        pending.remove(c)
-        return peers
 
-    def _check_alive(self, started: dict[int, Any]) -> None:
+        def check(arrived: set[int]) -> None:
+            if expected is None:
+                self._check_alive(arrived)
+
+        try:
+            hellos = self.gate.collect(want, deadline, check)
+        except TimeoutError as e:
+            raise RuntimeError(
+                f"{e}: not all of {len(want)} workers started in "
+                f"{self.options.start_timeout:.0f} s; see logs in {self.workdir}"
+            ) from None
+        for wid, h in hellos.items():
+            c = self.conns[wid] = _WorkerConn(wid, h.sock, h.reader)
+            self.sel.register(c.sock, selectors.EVENT_READ, c)
+        return {wid: (h.host, h.port) for wid, h in hellos.items()}
+
+    def _check_alive(self, started: Container[int]) -> None:
         for wid, p in self.procs.items():
             if p.poll() is not None and wid not in started:
                 logtext = (self.workdir / f"worker-{wid}.log").read_text(errors="replace")
@@ -278,7 +276,16 @@ class TcpCluster:
                 c.sock.close()
                 self.conns.pop(c.worker_id, None)
                 continue
-            for m in c.reader.feed(data):
+            try:
+                messages = c.reader.feed(data)
+            except WireError as e:  # an oversize length: the stream cannot be resynchronized
+                log.warning("worker %d: control stream refused: %s", c.worker_id, e)
+                self.rejected["malformed_stream"] = self.rejected.get("malformed_stream", 0) + 1
+                self.sel.unregister(c.sock)
+                c.sock.close()
+                self.conns.pop(c.worker_id, None)
+                continue
+            for m in messages:
                 if not m or m[0] == MSG_BOOT:
                     continue
                 try:
@@ -379,7 +386,7 @@ class TcpCluster:
             old.sock.close()
         w = self.physical.by_id(wid)
         self._launch_worker(w)
-        self.peers.update(self._accept_hellos(expected=1))
+        self.peers.update(self._accept_hellos(expected=wid))
         boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
         body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
         for other, c in list(self.conns.items()):
@@ -449,6 +456,7 @@ class TcpCluster:
                 for s in self.services
             },
             spark_progress=self.spark_progress,
+            rejected_connections=dict(self.rejected),
         )
 
 

@@ -325,6 +325,75 @@ def test_malformed_frames_are_counted_and_dropped(cluster, endless):
     assert rate(cluster, endless.name, mid.worker_id, key="in") > 0  # it keeps working
 
 
+INJECT = """
+name: inject
+spouts:
+  - id: source
+    operator: sequence_source
+    args: {count: 40000, size: 100, rate: 8000}
+bolts:
+  - id: mid
+    operator: identity
+    parallelism: 2
+  - id: sink
+    operator: sequence_check
+streams:
+  - from: source
+    to: mid
+    grouping: shuffle
+  - from: mid
+    to: sink
+    grouping: global
+"""
+
+
+def test_data_a_sink_sends_upstream_is_dropped_and_counted(cluster):
+    """The switch's reverse path (credits, NACKs: receiver -> sender) matches addresses,
+    not the frame kind, so a sink can put DATA frames on it towards its upstream.  Each
+    mid worker drops them (``not_upstream``), the run completes and stays exact."""
+    t = topo("inject", INJECT)
+    injected: dict[int, int] = {}
+
+    def inject_once(elapsed: float) -> None:
+        if injected or elapsed < 1.0:
+            return
+        physical = cluster.coordinator.get_physical(t.name)
+        sink = physical.of_node("sink")[0]
+        stream = t.inputs_of("mid")[0].id
+        source = physical.of_node("source")[0].worker_id
+        rows = [[source, seq, 0.0, b"x" * 100] for seq in range(10)]  # the source's tuples
+        for mid in physical.of_node("mid"):
+            frame = wire.pack_frames(
+                wire.worker_mac(physical.app_id, mid.worker_id),
+                wire.worker_mac(physical.app_id, sink.worker_id),  # the sink's own address
+                wire.Kind.DATA,
+                stream,
+                0,
+                [wire.encode_rows(rows)],
+            )[0]
+            inject(bridge_of(cluster, sink.host), sink.port, frame)
+            injected[mid.worker_id] = len(rows)
+
+        def counted():
+            metrics = cluster.coordinator.get_metrics(t.name)
+            return all(
+                metrics.get(w, {}).get("drops", {}).get("not_upstream", 0) == n
+                for w, n in injected.items()
+            )
+
+        wait(counted, 10, "each mid worker to count the sink's data frame as not_upstream")
+
+    report = cluster.run(t, on_tick=inject_once)
+    assert injected, "the run ended before the injection"
+    assert report["ok"], report
+    sink = report["results"]["sink"]
+    assert sink["expected"] == 40000
+    assert sink["missing"] == 0 and sink["duplicates"] == 0
+    mids = {w["worker"]: w for w in report["workers"] if w["node"] == "mid"}
+    assert {w: m["drops"].get("not_upstream", 0) for w, m in mids.items()} == injected
+    assert sum(sum(m["in"].values()) for m in mids.values()) == 40000
+
+
 # ----- control tuples through the switch ---------------------------------------------------
 
 

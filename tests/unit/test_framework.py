@@ -10,7 +10,14 @@ from typhoon.runtime.framework import EOS_PAYLOAD, Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple, decode_rows, encode_rows
+from typhoon.wire import (
+    Control,
+    ControlTuple,
+    decode_control,
+    decode_rows,
+    encode_control,
+    encode_rows,
+)
 
 WORDCOUNT = """
 name: wc
@@ -265,14 +272,40 @@ def test_eos_reaches_a_receiver_removed_by_routing():
 
 
 def test_sender_added_at_run_time_is_waited_for():
+    """A new sender is announced by UPSTREAM (the reconfiguration's step before any route
+    to us changes); from then on its data counts and its end of stream is awaited."""
     fw, io, phys = make(WORDCOUNT, "count")
     splits = [w.worker_id for w in phys.of_node("split")]
+    fw.control(
+        decode_control(encode_control(ControlTuple(Control.UPSTREAM, {"add": [99], "version": 4})))
+    )
     fw.deliver(Inbound(99, 2, [encode_rows([["w"]])]))  # a new split worker
     for s in splits:
         fw.deliver(Inbound(s, EOS_STREAM, [EOS_PAYLOAD]))
     assert not fw.done
+    assert fw.received_from == {(99, 2): 1}
     fw.deliver(Inbound(99, EOS_STREAM, [EOS_PAYLOAD]))
     assert fw.done
+
+
+def test_data_from_a_worker_that_is_not_upstream_is_counted_not_processed():
+    """A downstream worker (or any other) sending data or end of stream to us: dropped
+    and counted in ``not_upstream``; the operator never sees it, nothing waits for it."""
+    fw, io, phys = make(WORDCOUNT, "split")
+    counts = [w.worker_id for w in phys.of_node("count")]
+    source = phys.of_node("source")[0].worker_id
+    fw.deliver(Inbound(counts[0], 1, [encode_rows([["a b"], ["c"]])]))
+    fw.deliver(Inbound(77, 1, [encode_rows([["d"]])]))
+    fw.deliver(Inbound(counts[1], EOS_STREAM, [EOS_PAYLOAD]))
+    assert fw.io.stats.drops == {"not_upstream": 4}
+    assert fw.received_from == {} and fw.tuples_in == {} and fw.pending_upstream == {source}
+    fw.control(
+        decode_control(
+            encode_control(ControlTuple(Control.UPSTREAM, {"remove": [source], "version": 5}))
+        )
+    )
+    fw.deliver(Inbound(source, 1, [encode_rows([["late"]])]))  # removed: no longer a sender
+    assert fw.io.stats.drops == {"not_upstream": 5} and fw.received_from == {}
 
 
 def test_frames_after_a_senders_end_of_stream_are_counted_not_processed():

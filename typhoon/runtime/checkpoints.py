@@ -27,6 +27,8 @@ from typing import Any
 
 import msgpack
 
+from typhoon.wire import decode_value
+
 log = logging.getLogger(__name__)
 
 EPOCHS_PER_GENERATION = 1_000_000  # epoch = generation * this + n: a rollback never reuses one
@@ -44,7 +46,7 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
     """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch) or ``mark``
     (generation, epoch; -1 = from the start).  Anything else is ``("", 0, 0)``."""
     try:
-        rows = msgpack.unpackb(payload, raw=False)
+        rows = decode_value(payload)  # strict, like every decoder of received bytes
         row = rows[0]
         kind = row[0]
     except Exception:

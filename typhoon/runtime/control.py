@@ -33,6 +33,8 @@ class ControlHandling:
                 self.finished_upstream.difference_update(add)
             self.pending_upstream.update(add - self.finished_upstream)
             self.pending_upstream.difference_update(body["remove"])
+            self.upstream.update(add)
+            self.upstream.difference_update(body["remove"])
             self._ack("UPSTREAM", body["version"])
             if self.ckpt is not None:
                 self._align()  # a removed sender's anchor is no longer awaited

@@ -50,7 +50,9 @@ class WorkerSpec:
         )
 
     def save(self, path: Path) -> None:
-        write_private(path, json.dumps(self.to_dict()))  # node args; transport secrets
+        """Write the spec readable by its owner only (0600, also over an older file): it
+        may hold secrets (the tcp engine's run secret, operator arguments)."""
+        write_private(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: Path) -> WorkerSpec:

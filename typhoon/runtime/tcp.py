@@ -14,70 +14,51 @@ wire-encoded control tuple, type 1 a msgpack map used only for bootstrap
 from __future__ import annotations
 
 import fcntl
+import logging
 import select
 import selectors
 import socket
-import struct
 import termios
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import msgpack
 
 from typhoon import wire
+from typhoon.runtime import tcp_auth as auth
+from typhoon.runtime.tcp_framing import (
+    MAX_BOOT,
+    MAX_MESSAGE,
+    MSG_BOOT,
+    MSG_CONTROL,
+    READ_CHUNK,
+    U32,
+    MessageReader,
+    encode_boot,
+    encode_control_message,
+    encode_message,
+)
 from typhoon.runtime.transport import Inbound, Transport
 from typhoon.wire import ControlTuple, Kind, WireError
 
-U32 = struct.Struct(">I")
-MSG_CONTROL = 0
-MSG_BOOT = 1
-READ_CHUNK = 1 << 18
-MAX_MESSAGE = 1 << 26
+__all__ = [
+    "MAX_MESSAGE",
+    "MSG_BOOT",
+    "MSG_CONTROL",
+    "MessageReader",
+    "TcpTransport",
+    "encode_boot",
+    "encode_control_message",
+    "encode_message",
+]
 
-
-def encode_message(mtype: int, body: bytes) -> bytes:
-    return U32.pack(len(body) + 1) + bytes((mtype,)) + body
-
-
-def encode_boot(msg: dict[str, Any]) -> bytes:
-    return encode_message(MSG_BOOT, msgpack.packb(msg, use_bin_type=True))
-
-
-def encode_control_message(ct: ControlTuple) -> bytes:
-    return encode_message(MSG_CONTROL, wire.encode_control(ct))
-
-
-class MessageReader:
-    """Splits a byte stream into u32-length-prefixed messages."""
-
-    def __init__(self, limit: int = MAX_MESSAGE) -> None:
-        self.buf = bytearray()
-        self.limit = limit
-
-    def feed(self, data: bytes) -> list[bytes]:
-        buf = self.buf
-        buf += data
-        out = []
-        pos = 0
-        n = len(buf)
-        while n - pos >= 4:
-            (size,) = U32.unpack_from(buf, pos)
-            if size > self.limit:
-                raise WireError(f"message of {size} bytes exceeds the limit of {self.limit}")
-            if n - pos - 4 < size:
-                break
-            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        return out
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class _Conn:
     sock: socket.socket
     reader: MessageReader = field(default_factory=MessageReader)
+    nonce: bytes = b""  # the challenge this (inbound) connection must answer
+    peer: int = 0  # the sending worker it proved to be; 0: not yet
 
 
 class TcpTransport(Transport):
@@ -90,8 +71,11 @@ class TcpTransport(Transport):
         control: tuple[str, int],
         bind_host: str = "127.0.0.1",
         mtu: int = wire.DEFAULT_MTU,
+        *,
+        secret: str,
     ) -> None:
         super().__init__()
+        self.secret = secret
         self.worker_id = worker_id
         self.app_id = app_id
         self.mac = wire.worker_mac(app_id, worker_id)
@@ -103,8 +87,11 @@ class TcpTransport(Transport):
         self.listener.listen(64)
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.control = socket.create_connection(control, timeout=30)
+        reader = MessageReader(MAX_BOOT)
+        nonce, rest = auth.read_challenge(self.control, reader, auth.AUTH_TIMEOUT_S)
+        reader.limit = MAX_MESSAGE
         self.control.settimeout(None)
-        self.control_conn = _Conn(self.control)
+        self.control_conn = _Conn(self.control, reader)
         self.sel.register(self.control, selectors.EVENT_READ, self.control_conn)
         self.inbound: list[_Conn] = []
         self.peers: dict[int, tuple[str, int]] = {}
@@ -113,11 +100,13 @@ class TcpTransport(Transport):
         self.seq_out: dict[int, int] = {}
         self.seq_in: dict[tuple[bytes, int], int] = {}
         self.reassembly: dict[tuple[bytes, int], wire.Reassembler] = {}
+        port = self.listener.getsockname()[1]
+        proof = auth.proof(secret, auth.HELLO, nonce, worker_id, bind_host, port)
         self.control.sendall(
-            encode_boot(
-                {"hello": worker_id, "host": bind_host, "port": self.listener.getsockname()[1]}
-            )
+            encode_boot({"hello": worker_id, "host": bind_host, "port": port, "proof": proof})
         )
+        if rest:
+            self._control_messages(rest, self.early)
 
     # ----- receiving -----------------------------------------------------------------------
 
@@ -126,11 +115,7 @@ class TcpTransport(Transport):
         self.early = []
         for key, _ in self.sel.select(0 if out else timeout):
             if key.data == "listen":
-                sock, _addr = self.listener.accept()
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn = _Conn(sock)
-                self.inbound.append(conn)
-                self.sel.register(sock, selectors.EVENT_READ, conn)
+                self._accept()
                 continue
             conn = key.data
             try:
@@ -148,9 +133,50 @@ class TcpTransport(Transport):
                 continue
             if conn is self.control_conn:
                 self._control_messages(messages, out)
-            else:
-                self._data_messages(messages, out)
+                continue
+            if not conn.peer and messages:
+                messages = self._authenticate(conn, messages)
+            if messages:
+                self._data_messages(conn, messages, out)
         return out
+
+    def _accept(self) -> None:
+        """A sender connects: challenge it; nothing it sends counts until it answers."""
+        try:
+            sock, _addr = self.listener.accept()
+        except OSError:
+            return
+        nonce, challenge = auth.challenge()
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(challenge)
+        except OSError:
+            sock.close()
+            return
+        conn = _Conn(sock, MessageReader(MAX_BOOT), nonce)
+        self.inbound.append(conn)
+        self.sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _authenticate(self, conn: _Conn, messages: list[bytes]) -> list[bytes]:
+        """The first message of a data connection must prove the run's secret for the
+        sender it names; otherwise the connection is counted and closed."""
+        try:
+            body = auth.boot_body(messages[0])
+            peer = body.get("peer")
+            ok = type(peer) is int and 1 <= peer <= 0xFFFE
+            ok = ok and auth.verify(
+                self.secret, body.get("proof"), auth.PEER, conn.nonce, peer, self.worker_id
+            )
+        except WireError:
+            ok = False
+        if not ok:
+            log.warning("worker %d: refused an unauthenticated data connection", self.worker_id)
+            self.stats.drop("unauthenticated")
+            self._closed(conn)
+            return []
+        conn.peer = peer
+        conn.reader.limit = MAX_MESSAGE
+        return messages[1:]
 
     def _closed(self, conn: _Conn) -> None:
         self.sel.unregister(conn.sock)
@@ -167,8 +193,7 @@ class TcpTransport(Transport):
                 continue
             if m[0] == MSG_BOOT:
                 try:
-                    msg = msgpack.unpackb(m[1:], raw=False, strict_map_key=False)
-                    peers = msg["peers"]
+                    peers = auth.boot_body(m)["peers"]
                     for k, v in peers.items():
                         addr = (str(v[0]), int(v[1]))
                         if self.peers.get(int(k), addr) != addr:  # a restarted peer
@@ -184,7 +209,7 @@ class TcpTransport(Transport):
             except WireError:
                 self.stats.drop("malformed_control")
 
-    def _data_messages(self, messages: list[bytes], out: list) -> None:
+    def _data_messages(self, conn: _Conn, messages: list[bytes], out: list) -> None:
         st = self.stats
         for m in messages:
             st.frames_in += 1
@@ -197,6 +222,9 @@ class TcpTransport(Transport):
                 continue
             if frame.kind != Kind.DATA or src.cls != wire.AddrClass.WORKER:
                 st.drop("unexpected_frame")
+                continue
+            if src.value != conn.peer or src.app_id != self.app_id or frame.dst != self.mac:
+                st.drop("spoofed_frame")  # not what the authenticated sender may send us
                 continue
             key = (frame.src, frame.stream)
             expect = self.seq_in.get(key)
@@ -238,6 +266,13 @@ class TcpTransport(Transport):
             if addr is None:
                 return None
             sock = socket.create_connection(addr, timeout=30)
+            try:  # prove to the receiver that we are a worker of this run
+                nonce, _ = auth.read_challenge(sock, MessageReader(MAX_BOOT), auth.AUTH_TIMEOUT_S)
+                proof = auth.proof(self.secret, auth.PEER, nonce, self.worker_id, dst)
+                sock.sendall(encode_boot({"peer": self.worker_id, "proof": proof}))
+            except (OSError, WireError):
+                sock.close()
+                raise ConnectionError(f"worker {dst} did not take our connection") from None
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.out[dst] = sock
@@ -246,7 +281,7 @@ class TcpTransport(Transport):
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
         try:
             sock = self._link(dst)
-        except OSError:
+        except OSError:  # refused, or the challenge never came
             sock = None
         if sock is None:
             self.stats.drop("no_peer", len(payloads))

@@ -36,8 +36,15 @@ def make_transport(spec: WorkerSpec) -> Transport:
         from typhoon.runtime.tcp import TcpTransport
 
         host, port = params["control"]
+        secret = params.get("secret")
+        if not isinstance(secret, str) or not secret:
+            raise ValueError("a tcp worker needs the run's secret (transport.secret in its spec)")
         return TcpTransport(
-            spec.worker_id, spec.physical.app_id, (host, int(port)), params.get("bind", "127.0.0.1")
+            spec.worker_id,
+            spec.physical.app_id,
+            (host, int(port)),
+            params.get("bind", "127.0.0.1"),
+            secret=secret,
         )
     if kind == "sdn":
         from typhoon.runtime.sdn import SdnTransport

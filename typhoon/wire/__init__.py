@@ -107,7 +107,15 @@ from typhoon.wire.frames import (
     pack_frames,
     with_flags,
 )
-from typhoon.wire.rows import decode_rows, decode_tuple, encode_rows, encode_tuple
+from typhoon.wire.rows import (
+    MAX_DEPTH,
+    decode_rows,
+    decode_tuple,
+    decode_value,
+    encode_rows,
+    encode_tuple,
+    unpack_rows,
+)
 
 __all__ = [
     "URGENT_CONTROL",
@@ -118,6 +126,7 @@ __all__ = [
     "ETHERTYPE",
     "HEADER_LEN",
     "LB",
+    "MAX_DEPTH",
     "LB_SLOTS",
     "MIN_MTU",
     "POLICIES",
@@ -139,6 +148,7 @@ __all__ = [
     "decode_frame",
     "decode_rows",
     "decode_tuple",
+    "decode_value",
     "encode_control",
     "encode_credit",
     "encode_frame",
@@ -150,6 +160,7 @@ __all__ = [
     "mac_str",
     "multicast_mac",
     "pack_frames",
+    "unpack_rows",
     "parse_mac",
     "with_flags",
     "worker_mac",

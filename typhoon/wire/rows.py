@@ -2,11 +2,19 @@
 
 A data frame's entry is one row batch, encoded in one call, so a frame costs one
 serialization, not one per tuple; a control tuple is one encoded ``[type, body]``.
+
+Every decoder of received bytes goes through :func:`decode_value` or
+:func:`unpack_rows`: plain msgpack types only (every extension type is refused,
+the timestamp type -1 too), nesting at most :data:`MAX_DEPTH` deep, and any
+failure is a :class:`WireError`.  Nothing here recurses on received data, so no
+input can end in a RecursionError (docs/security-notes-wire.md).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -17,19 +25,80 @@ from typhoon.wire.checks import WireError
 _local = threading.local()
 _unpackb = msgpack.unpackb
 
+# Deepest nesting a received value may have (the outer array of a tuple is level 1).
+# Far below what every consumer handles: Python's recursion limit (1000), msgpack's
+# Packer (511) when a worker sends the value on, json in the debug records.
+MAX_DEPTH = 100
+# Every msgpack array or map has exactly one header byte among these (fixmap, fixarray,
+# array 16/32, map 16/32); other bytes of the encoding may be among them as well.
+_CONTAINER_HEADS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])
+_CONTAINERS = (list, dict)
+_CONTAINER_SET = frozenset(_CONTAINERS)
+
 
 def _reject_ext(code: int, data: bytes) -> Any:
     raise WireError(f"msgpack extension type {code} is not allowed")
 
 
-def _has_timestamp(value: Any) -> bool:
-    if isinstance(value, msgpack.Timestamp):
-        return True
-    if isinstance(value, list):
-        return any(_has_timestamp(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_timestamp(k) or _has_timestamp(v) for k, v in value.items())
-    return False
+def _unpack(data: bytes) -> Any:
+    """Strict msgpack decoding: every exception becomes a WireError.
+
+    ``max_ext_len=0`` refuses every extension type with a body before it is built,
+    the timestamp type -1 included (msgpack builds that one without asking
+    ``ext_hook``); ``_reject_ext`` refuses the empty ones.
+    """
+    try:
+        return _unpackb(data, raw=False, strict_map_key=False, ext_hook=_reject_ext, max_ext_len=0)
+    except WireError:
+        raise
+    except Exception as e:  # ValueError, TypeError, StackError, ExtraData, ...
+        raise WireError(f"bad msgpack: {type(e).__name__}: {e}") from None
+
+
+def _heads(data: bytes) -> int:
+    """An upper bound on the arrays and maps in an encoding (one C pass, no parsing)."""
+    return len(data) - len(data.translate(None, _CONTAINER_HEADS))
+
+
+def _children(level: list, kinds: set[type]) -> Iterator[Any]:
+    """The values inside the containers of ``level`` (lists and dicts), lazily, in C."""
+    if dict not in kinds:
+        return chain.from_iterable(level)
+    lists = [v for v in level if type(v) is list] if list in kinds else []
+    maps = [v for v in level if type(v) is dict]
+    return chain(chain.from_iterable(lists), *map(dict.values, maps))
+
+
+def _check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """WireError if ``value`` nests deeper than ``limit``; never recursive.
+
+    Level by level, each level's values looked at in C (``map``, ``chain``, ``set``):
+    a batch of flat rows costs one pass over its values, not a Python step per value.
+    """
+    level = [value]  # the containers at one depth
+    kinds = {type(value)}
+    for _ in range(limit):
+        types = set(map(type, _children(level, kinds)))
+        if list not in types and dict not in types:
+            return
+        if types <= _CONTAINER_SET:  # nothing else in there (a batch of rows)
+            level = list(_children(level, kinds))
+            kinds = types
+        else:
+            level = [v for v in _children(level, kinds) if type(v) in _CONTAINER_SET]
+            kinds = types & _CONTAINER_SET
+    raise WireError(f"value nested deeper than {limit} levels")
+
+
+def decode_value(data: bytes) -> Any:
+    """Any strict msgpack value (plain types, at most :data:`MAX_DEPTH` deep)."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    value = _unpack(data)
+    # a chain of n nested containers needs n header bytes: few of them, no walk
+    if type(value) in _CONTAINERS and _heads(data) > MAX_DEPTH:
+        _check_depth(value)
+    return value
 
 
 def encode_tuple(values: list | tuple) -> bytes:
@@ -46,25 +115,12 @@ def encode_tuple(values: list | tuple) -> bytes:
 def decode_tuple(data: bytes) -> list:
     """Inverse of :func:`encode_tuple`; sequences come back as lists.
 
-    Strict: plain msgpack types only (no extension types), and every failure is a
-    WireError, whatever msgpack raised (ValueError, TypeError, StackError, ...).
+    Strict (:func:`decode_value`): every failure is a WireError, whatever msgpack
+    raised (ValueError, TypeError, StackError, ...).
     """
-    if type(data) is not bytes:
-        data = bytes(data)  # also makes the substring tests below meaningful
-    try:
-        value = _unpackb(data, raw=False, strict_map_key=False, ext_hook=_reject_ext)
-    except WireError:
-        raise
-    except Exception as e:
-        raise WireError(f"bad msgpack: {type(e).__name__}: {e}") from None
+    value = decode_value(data)
     if type(value) is not list:
         raise WireError(f"a tuple must be a msgpack array, got {type(value).__name__}")
-    # msgpack turns ext type -1 into a Timestamp without asking ext_hook.  Only these
-    # byte sequences can introduce one; the int test is a bare memchr (the cheapest
-    # check CPython has) that spares most tuples the other three.
-    if 0xFF in data and (b"\xd6\xff" in data or b"\xd7\xff" in data or b"\xc7\x0c\xff" in data):
-        if _has_timestamp(value):
-            raise WireError("msgpack timestamp extension is not allowed")
     return value
 
 
@@ -77,14 +133,37 @@ def encode_rows(rows: list) -> bytes:
     return pack(rows)
 
 
+def unpack_rows(data: bytes) -> tuple[list, int]:
+    """A row-batch entry as strict as :func:`decode_value`, and how many items are rows.
+
+    Returns the outer array and the count of its items that are arrays (the rows);
+    what to do with other items is the caller's choice.  The hot path of every
+    worker: the depth bound costs one C pass over the bytes, since the rows other
+    than the deepest one each take a header byte of their own; only an entry with
+    that many more header bytes is walked.
+    """
+    if type(data) is not bytes:
+        data = bytes(data)
+    value = _unpack(data)
+    if type(value) is not list:
+        raise WireError(f"a row batch must be a msgpack array, got {type(value).__name__}")
+    types = list(map(type, value))
+    rows = types.count(list)
+    # containers besides the deepest chain: every other row, every map among the items
+    others = rows + types.count(dict) - 1
+    if _heads(data) - max(0, others) > MAX_DEPTH:
+        _check_depth(value)
+    return value, rows
+
+
 def decode_rows(data: bytes) -> list[list]:
     """Inverse of :func:`encode_rows`, as strict as :func:`decode_tuple`.
 
     Every row must be a msgpack array; a batch with one bad row is rejected whole
     (it came from one sender's one serialization, so nothing in it is trusted).
     """
-    value = decode_tuple(data)
-    for row in value:
-        if type(row) is not list:
-            raise WireError(f"a row must be a msgpack array, got {type(row).__name__}")
+    value, rows = unpack_rows(data)
+    if rows != len(value):
+        bad = next(v for v in value if type(v) is not list)
+        raise WireError(f"a row must be a msgpack array, got {type(bad).__name__}")
     return value
