@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
-from typhoon.private_files import FILE_MODE, private_dir
+from typhoon.private_files import private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -109,25 +109,8 @@ class _LocalFS:
         private_dir(path)  # operators' state: 0700, this user's
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        folder, name = os.path.split(path)
-        tmp = os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-            try:
-                os.fchmod(fd, FILE_MODE)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_private(path, data, sync=True)
+        folder = os.path.dirname(path)
         dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)  # the rename itself survives a crash
