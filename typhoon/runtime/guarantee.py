@@ -39,6 +39,10 @@ class GuaranteedProcessing:
         self.epoch: int | None = None  # newest epoch this worker checkpointed or restored
         self.discarded = 0  # rows of older generations dropped after a rollback
         self.rollbacks = 0
+        # what each restore went back to (reports and tests: a recovery that found no
+        # checkpoint restarts from the start, and that must be visible, not just exact)
+        self.restored: list[int] = []  # epoch of every restore, -1: from the start
+        self.replayed_from: Any = None  # the offset a spout last seeked to on a restore
         self.started = False
         self.deferred: list[int] = []  # checkpointed epochs whose anchor the operator holds
         if self.guarantee == "none":
@@ -243,12 +247,14 @@ class GuaranteedProcessing:
 
     def _restore(self, epoch: int | None) -> None:
         self.epoch = epoch
+        self.restored.append(-1 if epoch is None else epoch)
         if epoch is not None:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
             if self.is_spout:
-                self.op.seek(saved.get("offset"))
+                self.replayed_from = saved.get("offset")
+                self.op.seek(self.replayed_from)
         rewind = getattr(self.op, "rewind", None)
         if rewind is not None:
             rewind(self.gen, epoch)
@@ -260,6 +266,8 @@ class GuaranteedProcessing:
             "generation": self.gen,
             "discarded": self.discarded,
             "rollbacks": self.rollbacks,
+            "restored_epochs": list(self.restored),
+            "replayed_from": self.replayed_from,
             "held": len(self.held),
             "anchors_held": len(self.deferred),
         }
