@@ -221,6 +221,10 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             self.io.stats.drop("after_eos", sum(map(rows_in, item.payloads)))
             return
         self.last_input = self.now
+        if getattr(
+            self.op, "sees_sender", False
+        ):  # a checking sink (key_origins) learns who sent these rows
+            self.op.sender = src
         if src not in self.pending_upstream:
             # a sender added at run time (scale-up): wait for its end of stream too
             self.pending_upstream.add(src)
