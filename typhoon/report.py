@@ -307,6 +307,13 @@ def build_report(
                 "serializations": m["serializations"],
                 "frames_out": m["frames_out"],
                 "credit_stalls": m["credit_stalls"],
+                # with a guarantee: the epoch of each restore (-1: from the start) and the
+                # offset a source replayed from, so a recovery without a checkpoint shows
+                **(
+                    {"restored_epochs": m["restored_epochs"], "replayed_from": m["replayed_from"]}
+                    if "restored_epochs" in m
+                    else {}
+                ),
                 # key-pair statistics (config: locality), for locality-aware routing
                 **(
                     {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from typhoon.operators.sources import generate_sentences
+from typhoon.report import read_worker_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGIES = ROOT / "topologies"
@@ -43,7 +44,19 @@ def run_report(tmp_path: Path, file: Path, *extra: str, env: dict | None = None)
 
 
 def test_wordcount_counts_equal_reference(tmp_path):
-    r = run_report(tmp_path, TOPOLOGIES / "wordcount.yaml", "--arg", "source.count=30000")
+    # wordcount.yaml with a key_origins sink behind count: what count_by_key emits is checked
+    text = (TOPOLOGIES / "wordcount.yaml").read_text() + (
+        "  - from: count\n    to: check\n    grouping: global\n"
+    )
+    text = text.replace(
+        "streams:\n",
+        "  - id: check\n    operator: key_origins\n    args: {key: key, count: count}\nstreams:\n",
+        1,
+    )
+    topo = tmp_path / "wordcount_checked.yaml"
+    topo.write_text(text)
+    work = tmp_path / "work"
+    r = run_report(tmp_path, topo, "--arg", "source.count=30000", "--workdir", str(work))
     ref = Counter(
         w
         for s in generate_sentences(30000, seed=7, words=8, vocabulary_size=500)
@@ -51,8 +64,20 @@ def test_wordcount_counts_equal_reference(tmp_path):
     )
     assert r["results"]["count"]["counts"] == dict(ref)
     assert r["results"]["source"]["emitted"] == 30000
-    # fields grouping: every key was counted by exactly one of the 4 count workers
     assert r["nodes"]["count"]["workers"] == 4
+    # downstream of count: the [key, count] tuples it flushed add up to the reference, and
+    # each key came from exactly one of the 4 count workers (fields grouping: one owner)
+    keys = r["results"]["check"]["keys"]
+    assert {k: v["sum"] for k, v in keys.items()} == dict(ref)
+    assert all(len(v["from"]) == 1 for v in keys.values()), keys
+    count_ids = {w["worker"] for w in r["workers"] if w["node"] == "count"}
+    owners = Counter(v["from"][0] for v in keys.values())
+    assert set(owners) == count_ids, (owners, count_ids)
+    # each worker's own state (its own report file) holds exactly the keys it sent
+    for w in read_worker_reports(work / "wordcount" / "reports"):
+        if w["node"] == "count":
+            mine = {k for k, v in keys.items() if v["from"] == [w["worker"]]}
+            assert set(w["result"]["counts"]) == mine, w["worker"]
 
 
 def test_forward_million_tuples_no_loss(tmp_path):
