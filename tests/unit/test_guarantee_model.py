@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.operators import BUILTINS, Bolt, Spout
+from typhoon.report import restored_epochs
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound, Transport
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import Control, ControlTuple, decode_control, encode_control
 
 COUNT = 120
 KEYS = 5
@@ -293,7 +294,9 @@ class Net:
         for index, offset, saved in self.replays():
             assert offset in saved, (index, offset, saved)
         # the workers' metrics (the run report's) say which epochs they restored
-        reported = {e for fw in self.fws.values() for e in fw.metrics()["restored_epochs"]}
+        reported = {
+            e for fw in self.fws.values() for e in restored_epochs(roundtrip_metrics(fw.metrics()))
+        }
         assert {e for e in self.restored if e is not None} <= reported, (self.restored, reported)
 
     def counts(self) -> dict[int, int]:
@@ -302,6 +305,12 @@ class Net:
             if isinstance(fw.op, Tally):
                 merged.update(fw.op.counts)
         return dict(merged)
+
+
+def roundtrip_metrics(metrics: dict) -> dict:
+    """The metrics as a METRIC_RESP carries them (the wire refuses what it cannot carry)."""
+    ct = ControlTuple(Control.METRIC_RESP, {"request_id": 1, "worker": 1, "metrics": metrics})
+    return decode_control(encode_control(ct)).body["metrics"]
 
 
 REFERENCE = dict(collections.Counter(n % KEYS for n in range(COUNT)))

@@ -266,8 +266,25 @@ class GuaranteedProcessing:
             "generation": self.gen,
             "discarded": self.discarded,
             "rollbacks": self.rollbacks,
-            "restored_epochs": list(self.restored),
-            "replayed_from": self.replayed_from,
+            # METRIC_RESP carries str-keyed dicts, not lists: restore number -> epoch
+            "restored_epochs": {str(i): e for i, e in enumerate(self.restored, 1)},
+            **_offset_metric(self.replayed_from),
             "held": len(self.held),
             "anchors_held": len(self.deferred),
         }
+
+
+def _offset_metric(offset: Any) -> dict[str, Any]:
+    """``replayed_from`` for the metrics: a source's offset as it is when it is a number,
+    a string or a flat dict of them (every built-in source's), else as text; none yet: {}."""
+    if offset is None:
+        return {}
+    flat = (int, float, str)
+    if isinstance(offset, flat) and not isinstance(offset, bool):
+        return {"replayed_from": offset}
+    if isinstance(offset, dict) and all(
+        isinstance(k, str) and isinstance(v, flat) and not isinstance(v, bool)
+        for k, v in offset.items()
+    ):
+        return {"replayed_from": dict(offset)}
+    return {"replayed_from": repr(offset)}
