@@ -208,13 +208,19 @@ def test_a_bolt_that_raises_fails_the_run_with_its_traceback(tmp_path):
     "victims", [["count"], ["split"], ["count", "split"], ["source"], ["source", "split", "count"]]
 )
 def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[str]) -> None:
-    """Guaranteed processing on tcp: SIGKILLed workers are relaunched from the last
-    global checkpoint and the job rolls back; the counts equal the reference."""
+    """Guaranteed processing on tcp: once a global checkpoint is complete, SIGKILLed
+    workers are relaunched from it and the job rolls back; the counts equal the
+    reference, every restore went to that checkpoint or a newer one (a rollback to
+    the start with a full replay would be exact too), and the source replayed from
+    the offset its checkpoint holds."""
     import copy
     import signal
     import threading
     import time
 
+    import msgpack
+
+    from typhoon.checkpoint.store import open_store
     from typhoon.tcp_cluster import RunOptions, TcpCluster
     from typhoon.topology import load_topology
 
@@ -230,8 +236,16 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         cluster.start()
         cluster.activate()
 
+        store = open_store(str(tmp_path / "ck"), t.name)
+        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
+        before: list[int] = []
+
         def kill() -> None:
-            time.sleep(1.5)
+            deadline = time.monotonic() + 30
+            while (done := store.latest_complete(parts)) is None:
+                assert time.monotonic() < deadline, "no global checkpoint in 30 s"
+                time.sleep(0.05)
+            before.append(done)
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)
@@ -250,6 +264,14 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
     assert counts == dict(want)
     assert report["ok"], report["problems"]
+    epochs = [e for w in report["workers"] for e in w["restored_epochs"]]
+    assert before and epochs and min(epochs) >= before[0] >= 1, (before, epochs)
+    (source,) = [w for w in report["workers"] if w["node"] == "source"]
+    saved = msgpack.unpackb(
+        store.read(source["restored_epochs"][-1], "source-0"), raw=False, strict_map_key=False
+    )
+    assert source["replayed_from"] == saved["offset"], (source["replayed_from"], saved)
+    assert 0 < source["replayed_from"]["emitted"] < args["count"], source["replayed_from"]
 
 
 def test_locality_pair_statistics_in_a_real_run(tmp_path):
