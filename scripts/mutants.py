@@ -63,7 +63,10 @@ MUTANTS = (
         "typhoon/checkpoint/progress.py",
         "    return store.latest_complete(parts_of(physical))\n",
         "    return None\n",
-        ("tests/unit/test_guarantee_model.py",),
+        (
+            "tests/unit/test_guarantee_model.py",
+            "tests/runtime/test_tcp_runs.py::test_tcp_exactly_once_survives_killed_workers[victims2]",
+        ),
     ),
     Mutant(
         "no-mirror-copy",

@@ -30,7 +30,7 @@ from harness import emulated_cluster, wait
 from mininet_env.run import EmulatedCluster
 from typhoon.checkpoint.store import open_store
 from typhoon.operators.sources import generate_sentences
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report, read_worker_reports, restored_epochs
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,11 +100,11 @@ def check_restores(reports: list[dict], name: str, store: Path, restored: list[i
     """Every worker's restores went to epochs the recoveries chose (>= 1, none to the
     start), and the source replayed from the offset its checkpoint of that epoch holds
     (read from the store here), past the start."""
-    epochs = [e for r in reports for e in r["metrics"].get("restored_epochs", [])]
+    epochs = [e for r in reports for e in restored_epochs(r["metrics"])]
     assert epochs and min(epochs) >= 1 and set(epochs) <= set(restored), (epochs, restored)
     (source,) = [r for r in reports if r["node"] == "source"]
     s = open_store(str(store), name)
-    last = source["metrics"]["restored_epochs"][-1]
+    last = restored_epochs(source["metrics"])[-1]
     saved = msgpack.unpackb(s.read(last, "source-0"), raw=False, strict_map_key=False)
     replayed = source["metrics"]["replayed_from"]
     assert replayed == saved["offset"], (replayed, saved["offset"])
@@ -185,7 +185,7 @@ def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, t
     assert victim in c.recovered, (victim, c.recovered)
     assert report["ok"]
     # the restarted controller's incident record is gone: the workers say what they restored
-    epochs = [e for r in reports for e in r["metrics"].get("restored_epochs", [])]
+    epochs = [e for r in reports for e in restored_epochs(r["metrics"])]
     assert epochs and min(epochs) >= done, (done, epochs)
     check_restores(reports, name, store, epochs)
 
