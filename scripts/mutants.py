@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ class Mutant:
     anchor: str
     replacement: str
     tests: tuple[str, ...]
+    integration: tuple[str, ...] = ()  # added with --integration (real OVS/Ryu; root)
 
 
 MUTANTS = (
@@ -56,6 +57,9 @@ MUTANTS = (
             "tests/unit/test_key_origins.py",
             "tests/runtime/test_tcp_runs.py::test_wordcount_counts_equal_reference",
         ),
+        (
+            "tests/integration/test_sdn_dataplane.py::test_wordcount_on_three_hosts_equals_reference",
+        ),
     ),
     Mutant(
         "rollback-to-start",
@@ -67,6 +71,10 @@ MUTANTS = (
             "tests/unit/test_guarantee_model.py",
             "tests/runtime/test_tcp_runs.py::test_tcp_exactly_once_survives_killed_workers[victims2]",
         ),
+        (
+            "tests/integration/test_guarantees.py::"
+            "test_exact_after_the_source_and_two_consecutive_stages_die_at_once",
+        ),
     ),
     Mutant(
         "no-mirror-copy",
@@ -75,6 +83,7 @@ MUTANTS = (
         "            out.update(mirror_rule(rule, carrying))\n",
         "            out.add(rule)\n",
         ("tests/unit/test_controller_mirror.py",),
+        ("tests/integration/test_all_apps.py::test_the_four_apps_serve_one_running_job",),
     ),
     Mutant(
         "equal-lb-weights",
@@ -83,6 +92,10 @@ MUTANTS = (
         "            weights[wid] = weight\n",
         "            weights[wid] = 1.0\n",
         ("tests/unit/test_balancer.py",),
+        (
+            "tests/integration/test_load_balancer.py::"
+            "test_each_worker_gets_its_capacity_share_and_keeps_it",
+        ),
     ),
 )
 
@@ -138,8 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", action="append", help="run only this mutant (repeatable)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run")
+    ap.add_argument(
+        "--integration",
+        action="store_true",
+        help="also run each mutant's integration test (real OVS/Ryu/Mininet, root, minutes)",
+    )
     args = ap.parse_args(argv)
-    mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+    mutants = [
+        replace(m, tests=m.tests + m.integration) if args.integration else m
+        for m in MUTANTS
+        if not args.only or m.name in args.only
+    ]
     if args.only and len(mutants) != len(set(args.only)):
         known = ", ".join(m.name for m in MUTANTS)
         print(f"unknown mutant in {args.only}; known: {known}", file=sys.stderr)
