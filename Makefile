@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test test-long lint demo dashboard-screenshot fuzz-topologies clean-net test-install test-osken
+.PHONY: setup test test-long test-mutants lint demo dashboard-screenshot fuzz-topologies clean-net test-install test-osken
 
 ## setup: Debian packages, .venv (Ryu, PySpark, the project) and a running Open vSwitch
 setup:
@@ -22,6 +22,12 @@ test-long: setup
 	@rc=0; $(PY) -m pytest tests -m long --durations=10 || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-long: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
+
+## test-mutants: break a mechanism on purpose (no SIGNAL flush, fields routed as shuffle,
+## rollback to the start, no mirror copy, equal load-balancer weights), each in a copy of
+## the tree; the named tests must fail on every mutant and pass on the unmodified copy
+test-mutants: setup
+	$(PY) scripts/mutants.py
 
 ## lint: ruff, read-only
 lint: setup

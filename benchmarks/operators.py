@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
+from operator import itemgetter
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
@@ -132,13 +133,14 @@ class BenchSink(SequenceCheck):
                 emit([values[isrc], values[iseq], values[its], edge])
 
     def _check_ends(self, rows: list[list], now: float) -> bool:
-        """Account for a batch of one source's consecutive sequence numbers by its first,
-        middle and last rows; False (check row by row) for anything else.
+        """Account for a batch of one source's consecutive sequence numbers as a whole
+        (one bitmap range, one latency sample); False (check row by row) for anything else.
 
-        Taken only when nothing at or above the batch's first number was seen yet, so
-        it cannot hide a duplicate; what it cannot see is a batch whose inner rows are
-        wrong while its first, middle and last are right (the reliable links deliver
-        a sender's frames whole and in order, so that needs a sender bug).
+        Taken only when the batch's columns are exactly one source and ``lo .. lo+n-1``
+        (compared column-wise in C, ~20 ns a row) and nothing at or above ``lo`` was seen
+        yet, so it gives the row-by-row check's received/duplicate/bitmap verdicts. (It
+        once looked at the first, middle and last rows only, and hypothesis found a
+        batch ``[2..67, 0, 1, 70]`` whose ends and middle fit.)
         """
         isrc, iseq, its = self.idx
         head, tail = rows[0], rows[-1]
@@ -152,6 +154,8 @@ class BenchSink(SequenceCheck):
             or rows[n >> 1][iseq] != lo + (n >> 1)
             or rows[n >> 1][isrc] != src
             or self.highest.get(src, -1) >= lo
+            or list(map(itemgetter(iseq), rows)) != list(range(lo, lo + n))
+            or list(map(itemgetter(isrc), rows)).count(src) != n
         ):
             return False
         bm = self.bitmaps.get(src)

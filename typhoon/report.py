@@ -271,6 +271,14 @@ def result_problems(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def restored_epochs(metrics: dict[str, Any]) -> list[int]:
+    """The epoch of each restore of a worker, in order (-1: from the start), from its
+    metrics' ``restored_epochs`` (restore number -> epoch)."""
+    return [
+        e for _, e in sorted((int(k), e) for k, e in metrics.get("restored_epochs", {}).items())
+    ]
+
+
 def build_report(
     topology: Topology, worker_reports: list[dict[str, Any]], **extra: Any
 ) -> dict[str, Any]:
@@ -309,6 +317,16 @@ def build_report(
                 "serializations": m["serializations"],
                 "frames_out": m["frames_out"],
                 "credit_stalls": m["credit_stalls"],
+                # with a guarantee: the epoch of each restore (-1: from the start) and the
+                # offset a source replayed from, so a recovery without a checkpoint shows
+                **(
+                    {
+                        "restored_epochs": restored_epochs(m),
+                        "replayed_from": m.get("replayed_from"),
+                    }
+                    if "restored_epochs" in m
+                    else {}
+                ),
                 # key-pair statistics (config: locality), for locality-aware routing
                 **(
                     {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}

@@ -1,8 +1,9 @@
 """Shared fixtures for integration tests: real Open vSwitch, Ryu and Mininet.
 
-Every test in this directory is marked `integration`. The tests need root and
-are skipped without it; a missing or stopped Open vSwitch is a failure, not a
-skip, because CI must run them (`make setup` starts OVS).
+Every test in this directory is marked `integration`. The tests need root; not
+being root, like a missing or stopped Open vSwitch, is a failure, not a skip:
+`make test` must not pass with its integration half unrun (`make setup` starts
+OVS; run it as root).
 
 Fixtures only ever remove what they created: bridges and links whose names
 carry the test's own random prefix, and the ryu-manager processes they started.
@@ -95,7 +96,10 @@ def ovs() -> Ovs:
 @pytest.fixture(autouse=True)
 def _integration_prerequisites(request):
     if os.geteuid() != 0:
-        pytest.skip("integration tests need root (Open vSwitch, Mininet, network namespaces)")
+        pytest.fail(
+            "integration tests need root (Open vSwitch, Mininet, network namespaces): "
+            "run `make test` as root; a missing prerequisite is a failure, not a skip"
+        )
     request.getfixturevalue("ovs")
 
 

@@ -265,8 +265,8 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
 
     victim = splits[0]
     pid = c.coordinator.worker_statuses(name)[victim].pid
+    killed = time.time()  # just before: nothing the kill causes can come earlier
     os.kill(pid, signal.SIGKILL)
-    killed = time.time()
 
     incident = wait(
         lambda: next(
@@ -279,7 +279,10 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
         ),
         10,
         "the fault detector to reroute around the dead split worker",
+        interval=0.02,
     )
+    # the test's own clock: from the SIGKILL to seeing the sender's ROUTING ack recorded
+    observed_s = time.time() - killed
     after = count_rate(c, name, counts)
     incident = wait_rejoined(c, victim)
     assert incident["state"] == "rejoined", incident
@@ -298,7 +301,8 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
     lost = sent - received
     detection_s = incident["detected_wall"] - killed
     print(
-        f"\nfault detector: kill -> port event {detection_s * 1000:.1f} ms, "
+        f"\nfault detector: kill -> ROUTING ack seen by the test {observed_s * 1000:.0f} ms "
+        f"(its own clock); kill -> port event {detection_s * 1000:.1f} ms, "
         f"reroute written {incident['reroute_ms']:.2f} ms and acked "
         f"{incident['reroute_acked_ms']:.1f} ms after the port event, replacement {new} "
         f"written {incident['replaced_ms']:.1f} ms, rejoined {incident['rejoined_ms']:.1f} ms; "
@@ -309,8 +313,14 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
     c.kill(name)
 
     assert incident["senders"] == [source]
+    # the detector's own clock is checked against the test's: it detected after the kill,
+    # and its detection-to-ack time fits within what the test saw from the kill on
+    assert 0 <= detection_s <= observed_s, (detection_s, observed_s)
+    assert incident["reroute_acked_ms"] / 1000 <= observed_s - detection_s + 0.05, incident
     assert incident["reroute_ms"] < 100
     assert incident["reroute_acked_ms"] < 1000
+    # the behavioural claim, with a generous bound: routed around within a few seconds
+    assert observed_s < 5.0, observed_s
     assert after >= 0.8 * before
     # only what the dead worker held: its input since its last report plus the reroute window
     assert 0 <= lost <= RATE * (METRICS_S + 0.1 + incident["reroute_acked_ms"] / 1000) + 200

@@ -7,7 +7,11 @@ every worker rolls back to the newest global checkpoint as a new generation
 and the source replays from its offset.  Pass: the merged counts equal the
 reference computed from the sentences exactly (``exactly_once``), or no word
 is under-counted (``at_least_once``); the run report is ok with the dead
-workers listed as recovered.
+workers listed as recovered.  Exact counts alone would also follow from a
+rollback to the start with a full replay, so each kill waits for a completed
+global checkpoint (read from the store) and the tests check that the recovery
+restored it or a newer one (incident records, every worker's report) and that
+the source replayed from the offset that checkpoint holds, not from the start.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ import copy
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
+import msgpack
 import pytest
 from harness import emulated_cluster, wait
 
 from mininet_env.run import EmulatedCluster
+from typhoon.checkpoint.store import open_store
 from typhoon.operators.sources import generate_sentences
-from typhoon.report import build_report, read_worker_reports
+from typhoon.report import build_report, read_worker_reports, restored_epochs
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,9 +54,26 @@ def reference(args: dict) -> dict[str, int]:
     return dict(words)
 
 
-def kill(c: EmulatedCluster, name: str, nodes: list[str]) -> list[int]:
-    """SIGKILL one worker of each node (the lowest index); wait until each is replaced
-    and the job rolled back."""
+def checkpointed(c: EmulatedCluster, name: str, store: Path, after: int) -> int:
+    """Wait for a global checkpoint newer than ``after`` (every active worker's part
+    written and verified in the store); its epoch."""
+    parts = {f"{w.node}-{w.index}" for w in c.coordinator.get_physical(name).workers if w.active}
+    s = open_store(str(store), name)
+    return wait(
+        lambda: (e := s.latest_complete(parts)) is not None and e > after and e,
+        30,
+        f"a global checkpoint of {name} after epoch {after}",
+    )
+
+
+def kill(
+    c: EmulatedCluster, name: str, nodes: list[str], store: Path, restored: list[int]
+) -> list[int]:
+    """Once a global checkpoint newer than the last restore is complete, SIGKILL one
+    worker of each node (the lowest index); wait until each is replaced and the job
+    rolled back, and check the recovery restored that checkpoint or a newer one (not
+    the start); its epoch is appended to ``restored``."""
+    done = checkpointed(c, name, store, max(restored, default=0))
     physical = c.coordinator.get_physical(name)
     statuses = c.coordinator.worker_statuses(name)
     victims = [physical.active_of_node(n)[0].worker_id for n in nodes]
@@ -69,7 +91,24 @@ def kill(c: EmulatedCluster, name: str, nodes: list[str]) -> list[int]:
     for i in incidents:
         assert i["state"] == "rejoined", i
         assert i["generation"] is not None, i
+        assert i["restore_epoch"] is not None and i["restore_epoch"] >= done, (done, i)
+        restored.append(i["restore_epoch"])
     return victims
+
+
+def check_restores(reports: list[dict], name: str, store: Path, restored: list[int]) -> None:
+    """Every worker's restores went to epochs the recoveries chose (>= 1, none to the
+    start), and the source replayed from the offset its checkpoint of that epoch holds
+    (read from the store here), past the start."""
+    epochs = [e for r in reports for e in restored_epochs(r["metrics"])]
+    assert epochs and min(epochs) >= 1 and set(epochs) <= set(restored), (epochs, restored)
+    (source,) = [r for r in reports if r["node"] == "source"]
+    s = open_store(str(store), name)
+    last = restored_epochs(source["metrics"])[-1]
+    saved = msgpack.unpackb(s.read(last, "source-0"), raw=False, strict_map_key=False)
+    replayed = source["metrics"]["replayed_from"]
+    assert replayed == saved["offset"], (replayed, saved["offset"])
+    assert 0 < replayed["emitted"] < SENTENCES, replayed  # not from the start
 
 
 def wordcount(c: EmulatedCluster, guarantee: str, store: Path):
@@ -82,8 +121,9 @@ def wordcount(c: EmulatedCluster, guarantee: str, store: Path):
     return t, t.name
 
 
-def exact(c: EmulatedCluster, t, name: str) -> dict:
-    """Wait for the end; the report, after checking every word's count."""
+def exact(c: EmulatedCluster, t, name: str) -> tuple[dict, list[dict]]:
+    """Wait for the end; the report and the worker reports, after checking every
+    word's count."""
     clean = c.wait_finished(name)
     reports = read_worker_reports(c.report_dir(name))
     c.kill(name)
@@ -93,20 +133,19 @@ def exact(c: EmulatedCluster, t, name: str) -> dict:
     diff = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
     assert not diff and set(counts) == set(want), list(diff.items())[:10]
     assert report["ok"], report["problems"]
-    return report
+    return report, reports
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guarantee, tmp_path):
     c = cluster
-    t, name = wordcount(c, guarantee, tmp_path / "ckpt")
-    time.sleep(2.0)
-    killed = kill(c, name, ["count"])
-    time.sleep(1.0)
-    killed += kill(c, name, ["split"])
-    time.sleep(1.0)
-    killed += kill(c, name, ["count", "split"])
+    store = tmp_path / "ckpt"
+    t, name = wordcount(c, guarantee, store)
+    restored: list[int] = []
+    killed = kill(c, name, ["count"], store, restored)
+    killed += kill(c, name, ["split"], store, restored)
+    killed += kill(c, name, ["count", "split"], store, restored)
     clean = c.wait_finished(name)
     reports = read_worker_reports(c.report_dir(name))
     c.kill(name)
@@ -123,6 +162,7 @@ def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guar
         assert not short, list(short.items())[:10]
     rollbacks = [r["metrics"].get("rollbacks", 0) for r in reports]
     assert max(rollbacks) >= 1, rollbacks
+    check_restores(reports, name, store, restored)
 
 
 @pytest.mark.integration
@@ -130,8 +170,9 @@ def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, t
     """The controller is SIGKILLed once the replacement is written, before the job
     rolled back; the restarted one resends the routes and rolls back whoever missed it."""
     c = cluster
-    t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
-    time.sleep(2.0)
+    store = tmp_path / "ckpt"
+    t, name = wordcount(c, "exactly_once", store)
+    done = checkpointed(c, name, store, 0)
     victim = c.coordinator.get_physical(name).active_of_node("count")[0].worker_id
     os.kill(c.coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
     wait(
@@ -140,9 +181,13 @@ def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, t
         "the replacement to be written",
     )
     c.restart_controller(down_s=0.5)
-    report = exact(c, t, name)
+    report, reports = exact(c, t, name)
     assert victim in c.recovered, (victim, c.recovered)
     assert report["ok"]
+    # the restarted controller's incident record is gone: the workers say what they restored
+    epochs = [e for r in reports for e in restored_epochs(r["metrics"])]
+    assert epochs and min(epochs) >= done, (done, epochs)
+    check_restores(reports, name, store, epochs)
 
 
 @pytest.mark.integration
@@ -150,9 +195,11 @@ def test_exact_after_the_source_and_two_consecutive_stages_die_at_once(cluster, 
     """SAND's claim: a source and the two stages after it fail together; the source's
     replacement seeks to the checkpointed offset and the counts are still exact."""
     c = cluster
-    t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
-    time.sleep(2.0)
-    killed = kill(c, name, ["source", "split", "count"])
-    report = exact(c, t, name)
+    store = tmp_path / "ckpt"
+    t, name = wordcount(c, "exactly_once", store)
+    restored: list[int] = []
+    killed = kill(c, name, ["source", "split", "count"], store, restored)
+    report, reports = exact(c, t, name)
     assert set(killed) <= set(c.recovered), (killed, c.recovered)
     assert report["ok"]
+    check_restores(reports, name, store, restored)

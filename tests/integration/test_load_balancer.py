@@ -9,10 +9,14 @@ and worker 0 on h1, workers 1 and 2 on h2, so the select group on h1 has a
 local bucket and two that leave through the fabric.
 
 The same topology runs twice in one cluster, back to back: with ``shuffle``
-(round robin: the slow worker holds everyone to its pace) and with ``sdn``
-(the app's select group, weights from the workers' metrics).  Pass: within 30 s
-of activation the slow worker's share of the tuples is 1/7 +- 5 points and
-stays there, the node's throughput beats shuffle's, and no tuple is lost.
+(the sender deals round robin among the receivers its credits allow) and with ``sdn``
+(the app's select group, weights from the workers' metrics).  Pass: with
+both groupings no tuple is lost; with sdn,
+within 30 s of activation every worker's share of the tuples is its share of
+the node's capacity (3/7, 3/7, 1/7) +- 5 points, and it stays there in every
+5 s window sampled over the 20 s after that.  How much
+faster sdn is than shuffle is a benchmark's question (``typhoon bench``), not
+this test's.
 
 A second test restarts the controller under a running balanced topology with
 a group changed behind its back and a stale one added: the restarted
@@ -40,8 +44,10 @@ from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology_text
 
 ROOT = Path(__file__).resolve().parents[2]
-FAIR_SLOW_SHARE = 1 / 7
+CAPACITY = (3, 3, 1)  # relative service rates of work[0], work[1], work[2] (slow_factor 3)
+BAND = 0.05  # +- 5 points around each worker's share
 CONVERGE_S = 30.0
+STAY_S = 20.0  # sampled after CONVERGE_S: "stays there" is checked, not assumed
 WINDOW_S = 5.0
 
 TOPOLOGY = """
@@ -147,7 +153,13 @@ def drain_and_check_lossless(c: EmulatedCluster, name: str) -> dict:
     return {"emitted": emitted, "source": source["metrics"]}
 
 
-def test_slow_worker_gets_its_share_and_sdn_beats_shuffle(cluster):
+def shares(rates: dict[int, float], work: list[int]) -> list[float]:
+    total = sum(rates.values())
+    return [rates[w] / total for w in work]
+
+
+def test_each_worker_gets_its_capacity_share_and_keeps_it(cluster):
+    windows: dict[str, list[tuple[float, list[float]]]] = {}
     results = {}
     for grouping in ("shuffle", "sdn"):
         name = f"lb-{grouping}"
@@ -157,19 +169,15 @@ def test_slow_worker_gets_its_share_and_sdn_beats_shuffle(cluster):
         activated = time.monotonic()
         physical = cluster.coordinator.get_physical(name)
         work = [w.worker_id for w in physical.of_node("work")]
-        slow = physical.of_node("work")[2].worker_id
         assert {w.host for w in physical.of_node("work")} == {"h1", "h2"}
         sampler = Sampler(cluster, name, work)
-        sampler.run(activated + (CONVERGE_S if grouping == "sdn" else 16.0))
-        windows = []
-        for i in range(len(sampler.samples)):
-            r = sampler.rates(i)
-            if r:
-                total = sum(r.values())
-                windows.append((sampler.samples[i][0] - activated, total, r[slow] / total))
-        assert len(windows) >= 5, windows
-        throughput = sum(w[1] for w in windows[-5:]) / 5
-        results[grouping] = {"throughput": throughput, "windows": windows}
+        sampler.run(activated + (CONVERGE_S + STAY_S if grouping == "sdn" else 16.0))
+        windows[grouping] = [
+            (sampler.samples[i][0] - activated, shares(r, work))
+            for i in range(len(sampler.samples))
+            if (r := sampler.rates(i))
+        ]
+        assert len(windows[grouping]) >= 5, windows[grouping]
         if grouping == "sdn":
             status, lb = cluster.rest("GET", f"/apps/{name}/lb")
             assert status == 200, lb
@@ -178,7 +186,7 @@ def test_slow_worker_gets_its_share_and_sdn_beats_shuffle(cluster):
             gid = lb_group_id(physical.app_id, 1)
             assert gid in group_ids(bridge_of(cluster, "h1"))
             assert gid not in group_ids(bridge_of(cluster, "h2"))  # no sender there
-        results[grouping]["loss"] = drain_and_check_lossless(cluster, name)
+        results[grouping] = drain_and_check_lossless(cluster, name)
         for host in ("h1", "h2"):
             wait(
                 lambda h=host, a=physical.app_id: all(
@@ -189,31 +197,33 @@ def test_slow_worker_gets_its_share_and_sdn_beats_shuffle(cluster):
                 f"the groups of {name} to leave {host}",
             )
 
-    sdn, shuffle, lb = results["sdn"], results["shuffle"], results["lb"]
-    band = [FAIR_SLOW_SHARE - 0.05, FAIR_SLOW_SHARE + 0.05]
-    # from some point within 30 s on, every window's slow share is in the band
-    settled = None
-    for at, _, share in sdn["windows"]:
-        if band[0] <= share <= band[1]:
-            settled = at if settled is None else settled
-        else:
-            settled = None
+    lb = results["lb"]
+    capacity = [c / sum(CAPACITY) for c in CAPACITY]
+
+    def fmt(ws: list[tuple[float, list[float]]]) -> str:
+        return "  ".join(f"{at:.0f}s " + "/".join(f"{x * 100:.0f}" for x in sh) for at, sh in ws)
+
     print(
-        "\nload balancer, slow worker's share of tuples per 5 s window (sdn):\n  "
-        + "  ".join(f"{at:.0f}s {share * 100:.1f}%" for at, _, share in sdn["windows"])
-        + f"\n  in the band {band[0] * 100:.1f}..{band[1] * 100:.1f}% from {settled} s"
-        + "\nshuffle windows: "
-        + "  ".join(f"{at:.0f}s {share * 100:.1f}%" for at, _, share in shuffle["windows"])
-        + f"\nthroughput: shuffle {shuffle['throughput']:,.0f} tuples/s, "
-        f"sdn {sdn['throughput']:,.0f} tuples/s "
-        f"({sdn['throughput'] / shuffle['throughput']:.2f}x)"
+        "\nshares of work[0]/work[1]/work[2] (%) per 5 s window"
+        + f"\n  shuffle: {fmt(windows['shuffle'])}\n  sdn:     {fmt(windows['sdn'])}"
         + f"\nconfigured {json.dumps(lb['configured'])} achieved {json.dumps(lb['achieved'])} "
         f"({lb['difference_points']} points, {lb['frames_counted']} frames)"
-        + f"\nemitted: shuffle {shuffle['loss']['emitted']}, sdn {sdn['loss']['emitted']}, "
-        f"source lb stats {sdn['loss']['source'].get('lb')}"
+        + f"\nemitted: shuffle {results['shuffle']['emitted']}, sdn {results['sdn']['emitted']}"
+        f", source lb stats {results['sdn']['source'].get('lb')}"
     )
-    assert settled is not None and settled <= CONVERGE_S, sdn["windows"]
-    assert sdn["throughput"] > 1.3 * shuffle["throughput"]
+
+    def in_band(sh: list[float], want: list[float]) -> bool:
+        return all(abs(x - y) <= BAND for x, y in zip(sh, want, strict=True))
+
+    # shuffle's shares are printed for comparison only: with credit-based flow control
+    # they drift with the queues (measured: 43/43/14 at 6 s, 36/36/27 at 15 s)
+    # sdn: every window that ends after the claimed convergence time is in the band, and
+    # those windows cover the STAY_S seconds after it (sampling did not stop at 30 s)
+    after = [(at, sh) for at, sh in windows["sdn"] if at >= CONVERGE_S]
+    assert after and after[-1][0] - after[0][0] >= STAY_S - 2 * WINDOW_S, windows["sdn"]
+    assert all(in_band(sh, capacity) for _, sh in after), [
+        (at, sh) for at, sh in after if not in_band(sh, capacity)
+    ]
     assert lb["difference_points"] is not None and lb["difference_points"] <= 10.0, lb
 
 
@@ -262,7 +272,6 @@ def test_restarted_controller_reconciles_groups_without_loss(cluster):
     )  # fmt: skip
     ofctl("add-group", bridge, f"group_id={stale},type=select,bucket=output:1")
     ofctl("add-group", bridge, f"group_id={foreign},type=select,bucket=output:1")
-    time.sleep(1.0)
     restart_controller(cluster)
 
     def reconciled():
@@ -272,7 +281,17 @@ def test_restarted_controller_reconciles_groups_without_loss(cluster):
         return all(m in line for m in macs) and stale not in ids and foreign in ids
 
     wait(reconciled, 30, "the groups to be reconciled")
-    time.sleep(3.0)
+    # the reconciled group delivers again to every worker, the one taken out of it too
+    sampler = Sampler(cluster, name, [w.worker_id for w in work])
+    wait(lambda: sampler.take() or sampler.samples, 10, "metrics of the workers")
+    first = sampler.samples[-1][1]
+
+    def every_worker_gets_more() -> bool:
+        sampler.take()
+        last = sampler.samples[-1][1]
+        return all(last[w][1] > first[w][1] + 100 for w in first)
+
+    wait(every_worker_gets_more, 30, "tuples to reach every worker after the reconcile")
     result = drain_and_check_lossless(cluster, name)
     ofctl("del-groups", bridge, f"group_id={foreign}")
     print(f"\nrestart under load: {result['emitted']} tuples, none lost")

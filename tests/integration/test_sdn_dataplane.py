@@ -98,8 +98,17 @@ def inject(bridge: str, in_port: int, frame: bytes) -> None:
 # ----- correctness -------------------------------------------------------------------------
 
 
+WORDCOUNT_CHECKED = (ROOT / "topologies" / "wordcount.yaml").read_text().replace(
+    "streams:\n",
+    "  - id: check\n    operator: key_origins\n    args: {key: key, count: count}\nstreams:\n",
+    1,
+) + ("  - from: count\n    to: check\n    grouping: global\n")
+
+
 def test_wordcount_on_three_hosts_equals_reference(cluster):
-    t = topo("wc-sdn", file="wordcount.yaml", source__count=30000)
+    """wordcount.yaml with a key_origins sink behind count: besides the report's merge
+    of the workers' totals, what count emitted downstream is checked, and where from."""
+    t = topo("wc-sdn", text=WORDCOUNT_CHECKED, source__count=30000)
     report = cluster.run(t)
     ref = Counter(
         w
@@ -109,6 +118,13 @@ def test_wordcount_on_three_hosts_equals_reference(cluster):
     assert report["ok"], report
     assert report["results"]["count"]["counts"] == dict(ref)
     assert {w["host"] for w in report["workers"]} == {"h1", "h2", "h3"}
+    # downstream: the flushed [key, count] tuples add up to the reference, each key from
+    # exactly one count worker, and every count worker owns some keys
+    keys = report["results"]["check"]["keys"]
+    assert {k: v["sum"] for k, v in keys.items()} == dict(ref)
+    assert all(len(v["from"]) == 1 for v in keys.values()), keys
+    count_ids = {w["worker"] for w in report["workers"] if w["node"] == "count"}
+    assert {v["from"][0] for v in keys.values()} == count_ids
 
 
 FORWARD_REMOTE = """
@@ -271,7 +287,6 @@ def test_spoofed_frames_are_dropped_by_the_switch(cluster, endless):
         and dict(f.spec.match)["in_port"] == src.port
     )
     before = spoof_rule().n_packets
-    rate_before = rate(cluster, endless.name, src.worker_id)
     # a data frame claiming to come from another worker
     data = wire.pack_frames(
         wire.worker_mac(app, mid.worker_id),
@@ -293,8 +308,32 @@ def test_spoofed_frames_are_dropped_by_the_switch(cluster, endless):
     )[0]
     inject(bridge, src.port, ctrl)
     wait(lambda: spoof_rule().n_packets >= before + 2, 5, "the anti-spoof rule to count both")
-    time.sleep(0.5)
-    assert rate(cluster, endless.name, src.worker_id) > 0.5 * rate_before  # still emitting
+    injected = time.time()
+    # the forged DEACTIVATE did not stop the spout: still active, still emitting
+    t0, out0 = counter_after(cluster, endless.name, src.worker_id, injected)
+    wait(
+        lambda: counter_after(cluster, endless.name, src.worker_id, t0)[1] > out0,
+        10,
+        "the spout to emit more after the forged DEACTIVATE",
+    )
+    assert cluster.coordinator.get_metrics(endless.name)[src.worker_id]["active"] == 1
+    # the forged DATA never reached mid: drain the job; mid's own report counts tuples
+    # per sender, and none came from the claimed sender 999; the sink saw no duplicate
+    # (the forged tuple repeats the source's tuple seq 2)
+    state = cluster.coordinator.get_app_state(endless.name) or {}
+    cluster.coordinator.put_app_state(endless.name, {**state, "drain": True})
+    assert cluster.wait_finished(endless.name)
+    reports = read_worker_reports(cluster.report_dir(endless.name))
+    cluster.kill(endless.name)
+    mids = [r for r in reports if r["node"] == "mid"]
+    assert len(mids) == len(by_node["mid"]), [r["worker"] for r in reports]
+    for r in mids:
+        senders = {int(k.split(":")[0]) for k in r["links"]["in"]}
+        assert senders == {src.worker_id}, (r["worker"], r["links"]["in"])
+    report = build_report(endless, reports)
+    sink = report["results"]["sink"]
+    assert sink["duplicates"] == 0 and sink["missing"] == 0, sink
+    assert report["ok"], report["problems"]
 
 
 def test_malformed_frames_are_counted_and_dropped(cluster, endless):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from typhoon.operators.sources import generate_sentences
+from typhoon.report import read_worker_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGIES = ROOT / "topologies"
@@ -43,7 +44,19 @@ def run_report(tmp_path: Path, file: Path, *extra: str, env: dict | None = None)
 
 
 def test_wordcount_counts_equal_reference(tmp_path):
-    r = run_report(tmp_path, TOPOLOGIES / "wordcount.yaml", "--arg", "source.count=30000")
+    # wordcount.yaml with a key_origins sink behind count: what count_by_key emits is checked
+    text = (TOPOLOGIES / "wordcount.yaml").read_text() + (
+        "  - from: count\n    to: check\n    grouping: global\n"
+    )
+    text = text.replace(
+        "streams:\n",
+        "  - id: check\n    operator: key_origins\n    args: {key: key, count: count}\nstreams:\n",
+        1,
+    )
+    topo = tmp_path / "wordcount_checked.yaml"
+    topo.write_text(text)
+    work = tmp_path / "work"
+    r = run_report(tmp_path, topo, "--arg", "source.count=30000", "--workdir", str(work))
     ref = Counter(
         w
         for s in generate_sentences(30000, seed=7, words=8, vocabulary_size=500)
@@ -51,8 +64,20 @@ def test_wordcount_counts_equal_reference(tmp_path):
     )
     assert r["results"]["count"]["counts"] == dict(ref)
     assert r["results"]["source"]["emitted"] == 30000
-    # fields grouping: every key was counted by exactly one of the 4 count workers
     assert r["nodes"]["count"]["workers"] == 4
+    # downstream of count: the [key, count] tuples it flushed add up to the reference, and
+    # each key came from exactly one of the 4 count workers (fields grouping: one owner)
+    keys = r["results"]["check"]["keys"]
+    assert {k: v["sum"] for k, v in keys.items()} == dict(ref)
+    assert all(len(v["from"]) == 1 for v in keys.values()), keys
+    count_ids = {w["worker"] for w in r["workers"] if w["node"] == "count"}
+    owners = Counter(v["from"][0] for v in keys.values())
+    assert set(owners) == count_ids, (owners, count_ids)
+    # each worker's own state (its own report file) holds exactly the keys it sent
+    for w in read_worker_reports(work / "wordcount" / "reports"):
+        if w["node"] == "count":
+            mine = {k for k, v in keys.items() if v["from"] == [w["worker"]]}
+            assert set(w["result"]["counts"]) == mine, w["worker"]
 
 
 def test_forward_million_tuples_no_loss(tmp_path):
@@ -183,13 +208,19 @@ def test_a_bolt_that_raises_fails_the_run_with_its_traceback(tmp_path):
     "victims", [["count"], ["split"], ["count", "split"], ["source"], ["source", "split", "count"]]
 )
 def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[str]) -> None:
-    """Guaranteed processing on tcp: SIGKILLed workers are relaunched from the last
-    global checkpoint and the job rolls back; the counts equal the reference."""
+    """Guaranteed processing on tcp: once a global checkpoint is complete, SIGKILLed
+    workers are relaunched from it and the job rolls back; the counts equal the
+    reference, every restore went to that checkpoint or a newer one (a rollback to
+    the start with a full replay would be exact too), and the source replayed from
+    the offset its checkpoint holds."""
     import copy
     import signal
     import threading
     import time
 
+    import msgpack
+
+    from typhoon.checkpoint.store import open_store
     from typhoon.tcp_cluster import RunOptions, TcpCluster
     from typhoon.topology import load_topology
 
@@ -205,8 +236,16 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         cluster.start()
         cluster.activate()
 
+        store = open_store(str(tmp_path / "ck"), t.name)
+        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
+        before: list[int] = []
+
         def kill() -> None:
-            time.sleep(1.5)
+            deadline = time.monotonic() + 30
+            while (done := store.latest_complete(parts)) is None:
+                assert time.monotonic() < deadline, "no global checkpoint in 30 s"
+                time.sleep(0.05)
+            before.append(done)
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)
@@ -225,6 +264,14 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
     assert counts == dict(want)
     assert report["ok"], report["problems"]
+    epochs = [e for w in report["workers"] for e in w["restored_epochs"]]
+    assert before and epochs and min(epochs) >= before[0] >= 1, (before, epochs)
+    (source,) = [w for w in report["workers"] if w["node"] == "source"]
+    saved = msgpack.unpackb(
+        store.read(source["restored_epochs"][-1], "source-0"), raw=False, strict_map_key=False
+    )
+    assert source["replayed_from"] == saved["offset"], (source["replayed_from"], saved)
+    assert 0 < source["replayed_from"]["emitted"] < args["count"], source["replayed_from"]
 
 
 def test_locality_pair_statistics_in_a_real_run(tmp_path):

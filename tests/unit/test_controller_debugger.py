@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from controller.debugger import DebugError, DebugSessions, Limits, resolve_worker
+from controller.debugger import (
+    DebugError,
+    DebugSessions,
+    Limits,
+    observed_fields,
+    resolve_worker,
+)
 from typhoon.topology.loader import load_topology
 from typhoon.topology.scheduler import schedule
 
@@ -105,9 +111,23 @@ def test_plan_refuses_bad_requests(wc, request_, status, message):
 
 
 def test_input_filters_use_the_upstream_fields(wc):
-    sessions = DebugSessions(Limits())
-    attach(sessions, wc, {"worker": "split[0]", "direction": "in", "filter": "sentence=x"})
-    attach(sessions, wc, {"worker": "split[0]", "direction": "both", "filter": "word=x"}, "d2")
+    topology, _ = wc
+    # what a session on split sees: its input is source's sentences, its output words
+    assert observed_fields(topology, "split", "in") == {"sentence"}
+    assert observed_fields(topology, "split", "out") == {"word"}
+    assert observed_fields(topology, "split", "both") == {"sentence", "word"}
+    sessions = DebugSessions(Limits(max_sessions=10))
+    s = attach(sessions, wc, {"worker": "split[0]", "direction": "in", "filter": "sentence=x"})
+    assert (s.spec.direction, s.spec.filter) == ("in", "sentence=x")
+    for sid, text in (("d2", "word=x"), ("d3", "sentence=x")):
+        both = attach(
+            sessions, wc, {"worker": "split[0]", "direction": "both", "filter": text}, sid
+        )
+        assert (both.spec.direction, both.spec.filter) == ("both", text)
+    # an input session cannot filter on split's own output field
+    with pytest.raises(DebugError, match="unknown field") as e:
+        attach(sessions, wc, {"worker": "split[0]", "direction": "in", "filter": "word=x"}, "d4")
+    assert e.value.status == 400
 
 
 def test_ports_skip_workers_and_other_sessions_and_run_out(wc):

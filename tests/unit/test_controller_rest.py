@@ -261,7 +261,7 @@ def typhoon(capsys, *argv):
     return code, out, err
 
 
-def test_cli_verbs_with_flags_env_and_config_file(server, capsys, monkeypatch, tmp_path):
+def test_cli_verbs_with_flags_env_and_config_file(server, core, capsys, monkeypatch, tmp_path):
     flags = ["--controller", server, "--token", TOKEN]
     code, out, _ = typhoon(capsys, "list", "--controller", server)
     assert code == 0 and out.startswith("fwd  app ")
@@ -271,10 +271,21 @@ def test_cli_verbs_with_flags_env_and_config_file(server, capsys, monkeypatch, t
     monkeypatch.setenv("TYPHOON_TOKEN", TOKEN)
     code, out, _ = typhoon(capsys, "route", "fwd", "source:sink", "fields", "--fields", "seq")
     assert code == 0, out
+    route = core.reconfigs.get("fwd").plan  # the verb reached the planner, as asked
+    (stream,) = route.topology.streams
+    assert (stream.grouping.type, stream.grouping.fields) == ("fields", ("seq",)), stream
     code, out, _ = typhoon(
         capsys, "swap", "fwd", "sink", "sequence_check", "--args", '{"ts": "ts"}'
     )
     assert code == 0, out
+    swap = core.reconfigs.get("fwd").plan
+    assert swap is not route
+    sink = swap.topology.nodes["sink"]
+    assert (sink.operator, sink.args) == ("sequence_check", {"ts": "ts"})
+    # every sink worker is replaced by a new one running the new operator
+    old_sinks = {w.worker_id for w in swap.old_physical.of_node("sink")}
+    assert old_sinks and set(swap.removed) == old_sinks, (swap.removed, old_sinks)
+    assert len(swap.added) == len(old_sinks) and not set(swap.added) & old_sinks
     code, out, _ = typhoon(capsys, "status", "fwd")
     assert code == 0 and "stream 1: source -> sink [shuffle]" in out and "  sink  " in out
     monkeypatch.delenv("TYPHOON_CONTROLLER")

@@ -16,16 +16,19 @@ import collections
 import dataclasses
 from typing import Any, ClassVar
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from typhoon.checkpoint.progress import recovery_point
 from typhoon.operators import BUILTINS, Bolt, Spout
+from typhoon.report import restored_epochs
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound, Transport
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import Control, ControlTuple, decode_control, encode_control
 
 COUNT = 120
 KEYS = 5
@@ -35,6 +38,7 @@ class Numbers(Spout):
     """Emits n for n in index, index + parallelism, ... < count; replayable."""
 
     fields: ClassVar[tuple[str, ...]] = ("n",)
+    seeks: ClassVar[list[tuple[int, int]]] = []  # (index, offset) of every seek; Net resets it
 
     def __init__(self, count: int = COUNT) -> None:
         super().__init__(count=count)
@@ -43,6 +47,7 @@ class Numbers(Spout):
     def open(self, context: Any) -> None:
         super().open(context)
         self.next, self.step = context.index, context.parallelism
+        self.index = context.index
 
     def next_batch(self, emit: Any, max_count: int) -> bool:
         for _ in range(min(max_count, 3)):
@@ -56,6 +61,7 @@ class Numbers(Spout):
         return self.next
 
     def seek(self, offset: Any) -> None:
+        Numbers.seeks.append((self.index, offset))
         self.next = offset
 
 
@@ -189,6 +195,8 @@ class Net:
         self.fws: dict[int, Framework] = {}
         self.controls: list[tuple[int, ControlTuple]] = []
         self.generation = 0
+        self.restored: list[int | None] = []  # the epoch each kill rolled back to
+        Numbers.seeks = []
         for w in self.phys.workers:
             self.fws[w.worker_id] = self.start(self.phys, w.worker_id)
         self.ids = sorted(self.fws)
@@ -226,9 +234,13 @@ class Net:
         self.settle_writes()
         for link in [k for k in self.links if k[1] == wid]:
             self.links[link].clear()
-        parts = {f"{w.node}-{w.index}" for w in self.phys.workers}
         self.generation += 1
-        epoch = self.store.latest_complete(parts)
+        epoch = recovery_point(self.phys, self.store)  # what the real recoveries call
+        # the reference: the newest epoch every worker's part is in (read here, not asked)
+        parts = {f"{w.node}-{w.index}" for w in self.phys.workers}
+        complete = [e for e, ps in self.store.parts.items() if parts <= set(ps)]
+        assert epoch == (max(complete) if complete else None), (epoch, complete)
+        self.restored.append(epoch)
         phys = dataclasses.replace(self.phys, generation=self.generation, restore_epoch=epoch)
         self.fws[wid] = self.start(phys, wid)
         body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
@@ -260,12 +272,45 @@ class Net:
             self.settle_writes()
         raise AssertionError("the job did not finish")
 
+    def replays(self) -> list[tuple[int, int, set[int]]]:
+        """(source index, offset it was told to replay from, the offsets its checkpoints
+        of the epochs the kills restored hold) of every seek; the checkpointed offsets are
+        read from the store here, the replay offset is what the source was told."""
+        epochs = {e for e in self.restored if e is not None}
+        out = []
+        for index, offset in Numbers.seeks:
+            saved = {
+                msgpack.unpackb(
+                    self.store.read(e, f"src-{index}"), raw=False, strict_map_key=False
+                )["offset"]
+                for e in epochs
+            }
+            out.append((index, offset, saved))
+        return out
+
+    def check_replays(self) -> None:
+        """Every restored epoch's replay is from that checkpoint's offset, never from a
+        position the checkpoints do not hold."""
+        for index, offset, saved in self.replays():
+            assert offset in saved, (index, offset, saved)
+        # the workers' metrics (the run report's) say which epochs they restored
+        reported = {
+            e for fw in self.fws.values() for e in restored_epochs(roundtrip_metrics(fw.metrics()))
+        }
+        assert {e for e in self.restored if e is not None} <= reported, (self.restored, reported)
+
     def counts(self) -> dict[int, int]:
         merged: collections.Counter = collections.Counter()
         for fw in self.fws.values():
             if isinstance(fw.op, Tally):
                 merged.update(fw.op.counts)
         return dict(merged)
+
+
+def roundtrip_metrics(metrics: dict) -> dict:
+    """The metrics as a METRIC_RESP carries them (the wire refuses what it cannot carry)."""
+    ct = ControlTuple(Control.METRIC_RESP, {"request_id": 1, "worker": 1, "metrics": metrics})
+    return decode_control(encode_control(ct)).body["metrics"]
 
 
 REFERENCE = dict(collections.Counter(n % KEYS for n in range(COUNT)))
@@ -301,6 +346,7 @@ def test_exactly_once_counts_whatever_the_interleaving_and_failures(script, kill
     net = Net("exactly_once")
     play(net, script, kills)
     assert net.counts() == REFERENCE
+    net.check_replays()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -310,12 +356,18 @@ def test_at_least_once_never_undercounts(script, kills):
     play(net, script, kills)
     counts = net.counts()
     assert all(counts.get(k, 0) >= n for k, n in REFERENCE.items()), counts
+    net.check_replays()
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_kills_at_every_point_of_a_run(guarantee):
     """A sweep: one run per kill point (scheduler steps into the run) and victim,
-    then a second kill; exact counts (exactly once) or none missing."""
+    then a second kill; exact counts (exactly once) or none missing.  Each kill's
+    restored epoch is recorded: kills after the first global checkpoint must restore
+    one (a rollback to the start with a full replay is exact too, so counts alone
+    cannot tell), and the sources replay from their checkpointed offsets."""
+    restored: list[int | None] = []
+    resumed: list[tuple[int, int]] = []  # (source index, replay offset) past its start
     for point in range(0, 700, 23):
         net = Net(guarantee)
         net.run_out(limit=point)
@@ -328,6 +380,12 @@ def test_kills_at_every_point_of_a_run(guarantee):
             assert counts == REFERENCE, (point, counts)
         else:
             assert all(counts.get(k, 0) >= n for k, n in REFERENCE.items()), (point, counts)
+        net.check_replays()
+        restored += net.restored
+        resumed += [(i, off) for i, off, _ in net.replays() if off > i]
+    epochs = [e for e in restored if e is not None]
+    assert len(epochs) > len(restored) // 2 and max(epochs) >= 1, restored
+    assert resumed, "no source replayed from a checkpointed offset past its start"
 
 
 def kill_sweep(guarantee: str, mid: str) -> list[int]:

@@ -202,6 +202,11 @@ def bolt_case(name: str, campaigns: str) -> tuple[Any, list[str], Any]:
             ),
         ),
         "collect": (lambda: BUILTINS["collect"](limit=20), ["a", "b"], st.tuples(KEYS, KEYS)),
+        "key_origins": (
+            lambda: BUILTINS["key_origins"](key="k", count="n"),
+            ["k", "n"],
+            st.tuples(st.integers(0, 5), st.integers(0, 9)).map(list),
+        ),
         "digest": (BUILTINS["digest"], ["key", "seq", "value", "pad"], keyed),
         "count_forward": (
             lambda: BUILTINS["count_forward"](key="b"),
@@ -236,6 +241,7 @@ BOLTS = [
     "sequence_check",
     "collect",
     "digest",
+    "key_origins",
     "parse_json",
     "latency_collect",
     "campaign_window_count",
@@ -325,4 +331,4 @@ def test_stateless_bolts_keep_the_default(name):
 def test_every_builtin_bolt_is_covered():
     """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
-    assert bolts == set(BOLTS[:6]) | set(STATELESS)
+    assert bolts == set(BOLTS[:7]) | set(STATELESS)

@@ -14,7 +14,7 @@ from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replaya
 from typhoon.operators.files import FileSource
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.pairs import CountForward, PairSource
-from typhoon.operators.sinks import Collect, CountByKey, SequenceCheck
+from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
 from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
 
@@ -45,6 +45,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "busy": Busy,
     "sequence_check": SequenceCheck,
     "collect": Collect,
+    "key_origins": KeyOrigins,
     "ad_event_source": AdEventSource,
     "parse_json": ParseJson,
     "project": Project,

@@ -44,6 +44,11 @@ class Context:
 class Operator:
     """Common part of spouts and bolts: argument handling and lifecycle hooks."""
 
+    # True: the framework sets ``self.sender`` (the sending worker's id) before it hands
+    # over the rows of each arriving frame; for sinks that check where tuples came from
+    sees_sender: ClassVar[bool] = False
+    sender: int = -1
+
     kind: ClassVar[str] = "bolt"
     fields: ClassVar[tuple[str, ...]] = ()
 

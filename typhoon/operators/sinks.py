@@ -83,6 +83,87 @@ class CountByKey(Bolt):
         return {"counts": counts}
 
 
+class KeyOrigins(Bolt):
+    """Sink: per key, which upstream workers sent it and the sum of a count field.
+
+    For checking a stateful node from downstream (``[key, count]`` tuples that
+    ``count_by_key`` emits on SIGNAL): a key whose state lives on exactly one
+    worker arrives from exactly one sender, and the sums equal the input's
+    counts only if every flush reached the sink.  ``key`` names the key field
+    (default: the first input field), ``count`` the field summed (default: none,
+    each tuple counts 1).  The framework tells it each frame's sender
+    (``sees_sender``).
+    """
+
+    sees_sender: ClassVar[bool] = True
+
+    def __init__(self, key: str | None = None, count: str | None = None) -> None:
+        super().__init__(key=key, count=count)
+        self.names = (key, count)
+        self.idx = (0, -1)
+        self.origins: dict[Any, set[int]] = {}
+        self.sums: dict[Any, int] = {}
+        self.tuples = 0
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        for role in ("key", "count"):
+            name = args.get(role)
+            if name is not None and name not in input_fields:
+                raise ValueError(f"{role} field '{name}' is not one of the input fields")
+        if not input_fields:
+            raise ValueError("key_origins needs an input field to group by")
+        return []
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        f = context.input_fields
+        key, count = self.names
+        self.idx = (f.index(key) if key else 0, f.index(count) if count else -1)
+
+    def process(self, values: list, emit: Emit) -> None:
+        ik, ic = self.idx
+        k = values[ik]
+        self.tuples += 1
+        self.sums[k] = self.sums.get(k, 0) + (values[ic] if ic >= 0 else 1)
+        senders = self.origins.get(k)
+        if senders is None:
+            senders = self.origins[k] = set()
+        senders.add(self.sender)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "origins": [[k, sorted(v)] for k, v in self.origins.items()],
+            "sums": [[k, n] for k, n in self.sums.items()],
+            "tuples": self.tuples,
+        }
+
+    def restore(self, state: Any) -> None:
+        self.origins = {k: set(v) for k, v in state["origins"]}
+        self.sums = {k: n for k, n in state["sums"]}
+        self.tuples = state["tuples"]
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "tuples": self.tuples,
+            "keys": {
+                str(k): {"from": sorted(self.origins[k]), "sum": n} for k, n in self.sums.items()
+            },
+        }
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        keys: dict[str, dict[str, Any]] = {}
+        tuples = 0
+        for r in results:
+            tuples += r["tuples"]
+            for k, v in r["keys"].items():
+                m = keys.setdefault(k, {"from": [], "sum": 0})
+                m["from"] = sorted(set(m["from"]) | set(v["from"]))
+                m["sum"] += v["sum"]
+        return {"tuples": tuples, "keys": keys}
+
+
 class SequenceCheck(Bolt):
     """Checks ``[src, seq, ...]`` tuples for loss, duplicates and order, per source.
 

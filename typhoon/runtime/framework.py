@@ -230,6 +230,8 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             self.io.stats.drop("after_eos", sum(map(rows_in, item.payloads)))
             return
         self.last_input = self.now
+        if getattr(self.op, "sees_sender", False):  # a checking sink (key_origins) learns who
+            self.op.sender = src  # sent these rows
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:

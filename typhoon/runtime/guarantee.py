@@ -39,6 +39,10 @@ class GuaranteedProcessing:
         self.epoch: int | None = None  # newest epoch this worker checkpointed or restored
         self.discarded = 0  # rows of older generations dropped after a rollback
         self.rollbacks = 0
+        # what each restore went back to (reports and tests: a recovery that found no
+        # checkpoint restarts from the start, and that must be visible, not just exact)
+        self.restored: list[int] = []  # epoch of every restore, -1: from the start
+        self.replayed_from: Any = None  # the offset a spout last seeked to on a restore
         self.started = False
         self.deferred: list[int] = []  # checkpointed epochs whose anchor the operator holds
         if self.guarantee == "none":
@@ -243,12 +247,14 @@ class GuaranteedProcessing:
 
     def _restore(self, epoch: int | None) -> None:
         self.epoch = epoch
+        self.restored.append(-1 if epoch is None else epoch)
         if epoch is not None:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
             if self.is_spout:
-                self.op.seek(saved.get("offset"))
+                self.replayed_from = saved.get("offset")
+                self.op.seek(self.replayed_from)
         rewind = getattr(self.op, "rewind", None)
         if rewind is not None:
             rewind(self.gen, epoch)
@@ -260,6 +266,25 @@ class GuaranteedProcessing:
             "generation": self.gen,
             "discarded": self.discarded,
             "rollbacks": self.rollbacks,
+            # METRIC_RESP carries str-keyed dicts, not lists: restore number -> epoch
+            "restored_epochs": {str(i): e for i, e in enumerate(self.restored, 1)},
+            **_offset_metric(self.replayed_from),
             "held": len(self.held),
             "anchors_held": len(self.deferred),
         }
+
+
+def _offset_metric(offset: Any) -> dict[str, Any]:
+    """``replayed_from`` for the metrics: a source's offset as it is when it is a number,
+    a string or a flat dict of them (every built-in source's), else as text; none yet: {}."""
+    if offset is None:
+        return {}
+    flat = (int, float, str)
+    if isinstance(offset, flat) and not isinstance(offset, bool):
+        return {"replayed_from": offset}
+    if isinstance(offset, dict) and all(
+        isinstance(k, str) and isinstance(v, flat) and not isinstance(v, bool)
+        for k, v in offset.items()
+    ):
+        return {"replayed_from": dict(offset)}
+    return {"replayed_from": repr(offset)}
