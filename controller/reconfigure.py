@@ -260,6 +260,7 @@ class Executor:
             physical.workers,
             max(physical.version, current.version + 1),
             max(physical.generation, current.generation),
+            key_groups={n: list(t) for n, t in physical.key_groups.items()},
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)

@@ -165,7 +165,12 @@ def print_summary(report: dict[str, Any], out: Any) -> None:
         for line in f["traceback"]:
             print(f"    | {line}", file=out)
     for node, result in report["results"].items():
-        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
+        if not isinstance(result, dict):
+            continue
+        hidden = ("counts", "tuples", "timeline", "max")
+        brief = {k: v for k, v in result.items() if k not in hidden}
+        if "max" in result:
+            brief["keys"] = len(result["max"])
         if "counts" in result:
             brief["keys"] = len(result["counts"])
             brief["total"] = sum(result["counts"].values())

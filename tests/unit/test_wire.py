@@ -728,7 +728,7 @@ bodies = {
     ),
     Control.COMPLETE: st.just({}),
 }
-ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0}
+ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0, "groups": []}
 
 
 @pytest.mark.parametrize("ctype", list(Control))

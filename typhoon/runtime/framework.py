@@ -35,6 +35,7 @@ from typhoon.operators.base import Context, Operator
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.output import OutputBatching, rows_in
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
@@ -141,6 +142,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
         self._process_batch = batch_hook(operator)
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")
+        self.keyed = keyed_states(topo, spec.physical, me.worker_id)
         self.context = Context(
             topology=topo.name,
             node=node.name,
@@ -149,6 +151,9 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             parallelism=len(spec.physical.active_of_node(node.name)),
             input_fields=self._input_fields(),
             output_fields=list(node.output_fields),
+            operator=node.operator,
+            keyed=self.keyed,
+            keyed_declared=bool(getattr(operator, "keyed", False)),
         )
         operator.open(self.context)
         self._init_guarantee(store)

@@ -136,6 +136,8 @@ class GuaranteedProcessing:
             "worker": self.worker_id,
             "state": self.op.snapshot(),
         }
+        if self.keyed is not None and self.keyed.stores:
+            state["keyed"] = self.keyed.pack()  # names the key whose state cannot be packed
         if self.is_spout:
             state["offset"] = self.op.offset()
             state["exhausted"] = self.exhausted
@@ -229,6 +231,8 @@ class GuaranteedProcessing:
         except Exception:  # the old instance is gone either way
             log.exception("worker %d: closing the rolled-back operator", self.worker_id)
         node = self.node
+        if self.keyed is not None:
+            self.keyed.reset()  # the new instance opens over empty mappings, then restores
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
@@ -247,6 +251,8 @@ class GuaranteedProcessing:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
+            if self.keyed is not None:
+                self.keyed.restore(saved.get("keyed"))
             if self.is_spout:
                 self.op.seek(saved.get("offset"))
         rewind = getattr(self.op, "rewind", None)

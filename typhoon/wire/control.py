@@ -151,6 +151,8 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         # sdn policy: true = frames go to the node's load-balancer address and the switch
         # picks the worker; absent = keep the stream's current mode (the LB app sets it)
         "balanced": (_bool, _OMITTED),
+        # fields, direct: receiving worker ID per key group (typhoon/topology/keygroups.py)
+        "groups": (_list_of(_worker_id), []),
     },
     Control.SIGNAL: {"version": (_u64, _REQUIRED)},
     Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED)},
