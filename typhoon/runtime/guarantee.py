@@ -87,7 +87,9 @@ class GuaranteedProcessing:
         for p in item.payloads:
             kind, a, b = ck.punctuation(p)
             if self.ckpt is None:
-                if kind in ("eos", ""):  # without a guarantee stream 0 carries only EOS
+                if kind == "handoff":
+                    self._handoff_from(src, a, b)
+                elif kind in ("eos", ""):  # without a guarantee stream 0 carries EOS
                     self._eos_from(src)
                 continue
             if kind == "mark":
@@ -99,6 +101,8 @@ class GuaranteedProcessing:
                 self.held.append(Inbound(src, EOS_STREAM, [p]))
             elif kind == "anchor":
                 self._anchor_from(src, a)
+            elif kind == "handoff":
+                self._handoff_from(src, a, b)
             elif kind == "eos":
                 self._eos_from(src)
                 self._align()

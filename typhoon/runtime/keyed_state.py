@@ -189,32 +189,54 @@ class KeyedStates:
             s.data.clear()
         self._ok = _NO_KEY
 
-    def entries(self, groups: set[int] | None = None, remove: bool = False) -> dict:
-        """``{name: [[key, value], ...]}`` of the keys in ``groups`` (None: all)."""
+    def key_str(self, key: Any) -> str:
+        """The key as a direct grouping's table spells it."""
+        return str(key) if self.width == 1 else str(list(key))
+
+    def _selected(self, key: Any, groups: set[int] | None, keys: set[str] | None) -> bool:
+        if groups is None and keys is None:
+            return True
+        if keys and self.key_str(key) in keys:
+            return True
+        if groups and self.group_of(key) in groups:
+            # a key a direct table pins here stays, whatever its group does
+            return not (self.pinned and self.pinned.get(self.key_str(key)))
+        return False
+
+    def entries(
+        self,
+        groups: set[int] | None = None,
+        remove: bool = False,
+        keys: set[str] | None = None,
+    ) -> dict:
+        """``{name: [[key, value], ...]}`` of the keys in ``groups`` or ``keys`` (their
+        table spelling); both None: every key."""
         out: dict[str, list] = {}
         for name, s in self.stores.items():
-            if groups is None:
-                rows = [[k, v] for k, v in s.data.items()]
-            else:
-                group_of = self.group_of
-                rows = [[k, v] for k, v in s.data.items() if group_of(k) in groups]
-                if remove:
-                    for k, _ in rows:
-                        del s.data[k]
+            rows = [[k, v] for k, v in s.data.items() if self._selected(k, groups, keys)]
+            if remove:
+                for k, _ in rows:
+                    del s.data[k]
             out[name] = rows
         self._ok = _NO_KEY
         return out
 
-    def pack(self, groups: set[int] | None = None, remove: bool = False) -> bytes:
-        """The keys of ``groups`` (None: all) as msgpack bytes; a value or key that msgpack
-        cannot carry raises :class:`KeyedStateError` naming the operator, key and type."""
-        entries = self.entries(groups)
+    def pack(
+        self,
+        groups: set[int] | None = None,
+        remove: bool = False,
+        keys: set[str] | None = None,
+    ) -> bytes:
+        """The keys of ``groups`` or ``keys`` (both None: all) as msgpack bytes; a value or
+        key msgpack cannot carry raises :class:`KeyedStateError` naming the operator, key
+        and type."""
+        entries = self.entries(groups, keys=keys)
         try:
             data = msgpack.packb(entries, use_bin_type=True)
         except (TypeError, ValueError, OverflowError):
             raise self._unpackable(entries) from None
         if remove:
-            self.entries(groups, remove=True)
+            self.entries(groups, remove=True, keys=keys)
         return data
 
     def _unpackable(self, entries: dict) -> KeyedStateError:
