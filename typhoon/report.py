@@ -307,6 +307,8 @@ def build_report(
                 "serializations": m["serializations"],
                 "frames_out": m["frames_out"],
                 "credit_stalls": m["credit_stalls"],
+                # keyed state: key groups owned, keys held, the last migration's figures
+                **({"keyed": m["keyed"]} if "keyed" in m else {}),
                 # key-pair statistics (config: locality), for locality-aware routing
                 **(
                     {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}

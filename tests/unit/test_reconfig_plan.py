@@ -126,10 +126,14 @@ def test_scale_down_routes_around_then_releases_then_drains():
     assert p.final.version == p.physical.version + 1 == up.final.version + 2
 
 
-def test_keyed_scale_moves_key_groups_instead_of_flushing():
+def test_keyed_scale_moves_key_groups_and_flushes_only_if_asked():
     t, phys = deployed(WORDCOUNT)
     p = plan(Scale("count", 6), t, phys, HOSTS, 100)
-    assert actions(p)[4:8] == ["KEYGROUPS", "ROUTING", "KEYGROUPS", "commit"]
+    # count asks for the Listing-2 flush (stateful: true); its state moves all the same
+    assert actions(p)[4:10] == ["SIGNAL", "KEYGROUPS", "ROUTING", "KEYGROUPS", "SIGNAL", "commit"]
+    t2, phys2 = deployed(WORDCOUNT.replace("    stateful: true\n", ""))
+    p2 = plan(Scale("count", 6), t2, phys2, HOSTS, 100)
+    assert actions(p2)[4:8] == ["KEYGROUPS", "ROUTING", "KEYGROUPS", "commit"]
     prepare, finish = (s for s in p.steps if s.control == "KEYGROUPS")
     old = {w.worker_id for w in phys.of_node("count")}
     # groups move only from old workers to the new ones, each old worker awaits every split

@@ -57,8 +57,14 @@ class RunningCount(Bolt):
                 n = counts[k] = counts[k] + 1  # the first tuple of a key: ownership checked
             emit([_out_key(k), n])
 
+    KEY_LIST_MAX: ClassVar[int] = 10_000
+
     def result(self) -> dict[str, Any]:
-        return {"keys": len(self.counts)}
+        """How many keys live here, and which (up to ``KEY_LIST_MAX``): where state is."""
+        out: dict[str, Any] = {"keys": len(self.counts)}
+        if len(self.counts) <= self.KEY_LIST_MAX:
+            out["key_list"] = sorted(_key_str(k) for k in self.counts)
+        return out
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:

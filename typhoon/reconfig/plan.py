@@ -377,8 +377,8 @@ def _switch_steps(
     migrating: Moving | None = None,
     mid: int = 0,
 ) -> list[Step]:
-    """ROUTING, with keyed state moving around it, or a SIGNAL flush of stateful
-    receivers before and after it (keyed nodes move their state instead)."""
+    """ROUTING, with keyed state moving around it and a SIGNAL flush of stateful
+    receivers (``stateful: true``) before and after it."""
     if not routing:
         return []
     (old_t, old_p), (new_t, _) = old, new
@@ -391,19 +391,13 @@ def _switch_steps(
             for w, b in routing
         ]
 
-    def keyed(n: str) -> bool:
-        return (n in new_t.nodes and new_t.nodes[n].keyed) or (
-            n in old_t.nodes and old_t.nodes[n].keyed
-        )
-
+    # the Listing-2 flush only for nodes that ask for it (stateful: true); keyed state
+    # needs none, it moves
     stateful = sorted(
         n
         for n in remapped
-        if not keyed(n)
-        and (
-            (n in new_t.nodes and new_t.nodes[n].stateful)
-            or (n in old_t.nodes and old_t.nodes[n].stateful)
-        )
+        if (n in new_t.nodes and new_t.nodes[n].stateful)
+        or (n in old_t.nodes and old_t.nodes[n].stateful)
     )
     flush = [w.worker_id for n in stateful for w in old_p.of_node(n) if w.worker_id not in exited]
     steps = []
