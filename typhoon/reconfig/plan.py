@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.requests import ReconfigError, Request, describe
 from typhoon.topology.keygroups import (
@@ -196,6 +197,17 @@ def _check_engine_nodes(old: Topology, new: Topology, draining: list[WorkerAssig
                 "engine service runs a fixed query per node; only scaling it up is supported",
                 409,
             )
+    guarantee = guarantee_of(old)
+    for name, a in old.nodes.items():
+        b = new.nodes.get(name)
+        if a.engine != "python" and b is not None and b.parallelism != a.parallelism:
+            if guarantee != "none":
+                raise ReconfigError(
+                    f"{a.engine} node '{name}' cannot be scaled under guarantee '{guarantee}': "
+                    "a worker added now has no offset log in the global checkpoints its "
+                    "Spark query is rewound to, so a recovery could not replay its input",
+                    409,
+                )
     shrinking = sorted({w.node for w in draining if old.nodes[w.node].engine != "python"})
     if shrinking:
         raise ReconfigError(
