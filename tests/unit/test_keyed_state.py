@@ -327,3 +327,23 @@ def test_count_by_key_reports_ownership_and_each_key_once():
     assert merged["keys_on_several_workers"] == 0
     results[1]["counts"]["a"] = 1
     assert BUILTINS["count_by_key"].merge_results(results)["keys_on_several_workers"] == 1
+
+
+def test_routing_around_a_dead_worker_moves_no_other_group():
+    """The fault detector routes around a dead worker before its replacement runs: its
+    groups go nowhere (unrouted; a guarantee replays them), every other group stays."""
+    from dataclasses import replace
+
+    topo = load_topology_text(RUNNING.format(guarantee="none"))
+    phys = schedule(topo, ["h1", "h2"], 3)
+    dead = phys.of_node("count")[0]
+    alive = replace(phys, workers=[w for w in phys.workers if w != dead])
+    before, after = owners(topo, phys, "count"), owners(topo, alive, "count")
+    assert [a for a, b in zip(before, after, strict=True) if a != b] == [dead.worker_id] * (
+        before.count(dead.worker_id)
+    )
+    assert set(after) == {-1} | {w.worker_id for w in phys.of_node("count")[1:]}
+    (route,) = routes_for(topo, alive, phys.of_node("split")[0].worker_id)
+    router = Router(route)
+    lost = [w for w in (f"w{i}" for i in range(300)) if router.select([w]) < 0]
+    assert lost and all(before[key_group([w], 16)] == dead.worker_id for w in lost)

@@ -332,7 +332,8 @@ def _key_owner(topo: Topology, phys: PhysicalTopology, node: str, key: str) -> i
         if index is not None and 0 <= index < len(active):
             return active[index].worker_id
     table = owners(topo, phys, node)
-    return table[key_group([key], len(table))] if table else None
+    owner = table[key_group([key], len(table))] if table else -1
+    return owner if owner > 0 else None
 
 
 def _migration_steps(

@@ -98,28 +98,31 @@ def moves(old: list[int], new: list[int]) -> dict[int, tuple[int, int]]:
 
 def table_of(topology: Any, physical: Any, node: str) -> list[int]:
     """Worker index per key group of ``node``: the physical topology's table if it has
-    one that fits the node's key groups, else the default for its active workers."""
+    one that fits the node's key groups, else the default for its parallelism (not for
+    the workers active now: a dead worker routed around must not move every group)."""
     groups = max_parallelism(topology, node)
     table = (getattr(physical, "key_groups", None) or {}).get(node)
     if table is not None and len(table) == groups:
         return list(table)
-    return default_table(groups, len(physical.active_of_node(node)))
+    return default_table(groups, topology.nodes[node].parallelism)
+
+
+NO_OWNER = -1  # a group whose worker is gone (a dead worker routed around): not routed
 
 
 def owners(topology: Any, physical: Any, node: str) -> list[int]:
     """Worker ID per key group of ``node`` (only active workers).
 
     A group whose index has no active worker (a dead worker routed around
-    before its replacement runs) goes to ``active[g % n]``.
+    before its replacement runs) has :data:`NO_OWNER`: its tuples are counted
+    as unrouted rather than handed to a worker that does not own their state
+    (under a guarantee the rollback replays them to the replacement).
     """
     active = physical.active_of_node(node)
     if not active:
         return []
     by_index = {w.index: w.worker_id for w in active}
-    ids = [w.worker_id for w in active]
-    return [
-        by_index.get(i, ids[g % len(ids)]) for g, i in enumerate(table_of(topology, physical, node))
-    ]
+    return [by_index.get(i, NO_OWNER) for i in table_of(topology, physical, node)]
 
 
 def owned_groups(topology: Any, physical: Any, node: str, worker_id: int) -> set[int]:

@@ -153,7 +153,7 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         # picks the worker; absent = keep the stream's current mode (the LB app sets it)
         "balanced": (_bool, _OMITTED),
         # fields, direct: receiving worker ID per key group (typhoon/topology/keygroups.py)
-        "groups": (_list_of(_worker_id), []),
+        "groups": (_list_of(_int(-1, MAX_ID)), []),  # -1: the group's worker is gone
         # the key groups of the receivers move (migration ID): after the new route is
         # installed, a handoff punctuation goes to each receiver of the old route
         "handoff": (_u64, _OMITTED),
