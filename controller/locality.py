@@ -20,7 +20,7 @@ from typing import Any
 from typhoon.locality.partition import LocalityPlan, Slot, plan_locality
 from typhoon.locality.settings import locality_settings, pair_keys
 from typhoon.reconfig import Reroute
-from typhoon.runtime.policies import stable_hash
+from typhoon.topology.keygroups import DEFAULT_MAX_PARALLELISM, default_table, stable_hash, table_of
 from typhoon.topology.model import Grouping, PhysicalTopology, Stream, Topology
 
 Link = tuple[int, int]  # (sender worker, receiver worker)
@@ -74,15 +74,19 @@ def merged_pairs(metrics: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], 
     return total
 
 
-def routed_index(grouping: Grouping, key: str, n: int) -> int:
-    """The receiver index a key goes to today: its table entry, else the hash.
+def routed_index(grouping: Grouping, key: str, n: int, table: list[int] | None = None) -> int:
+    """The receiver index a key goes to today: its table entry, else its key group's owner.
 
-    The hash is that of the key as a string (``typhoon/runtime/policies.py``
-    hashes the field values): exact for string keys, the workload's case."""
+    ``table`` is the node's worker index per key group (``typhoon.topology.keygroups``,
+    the default for ``n`` workers if None).  The hash is that of the key as a string
+    (``typhoon/runtime/policies.py`` hashes the field values): exact for string keys,
+    the workload's case."""
     index = grouping.table.get(key)
     if index is not None and index < n:
         return index
-    return stable_hash([key]) % n
+    if table is None:
+        table = default_table(DEFAULT_MAX_PARALLELISM, n)
+    return table[stable_hash([key]) % len(table)]
 
 
 def slots(physical: PhysicalTopology, node: str) -> list[Slot]:
@@ -103,8 +107,10 @@ def compute_plan(
     if not pairs:
         raise LocalityError(f"no key pairs counted yet by '{chain.node}' of '{topo.name}'")
     ga, gb = chain.stream_in.grouping, chain.stream_out.grouping
-    hashed_a = {a: routed_index(ga, a, len(a_slots)) for a, _ in pairs}
-    hashed_b = {b: routed_index(gb, b, len(b_slots)) for _, b in pairs}
+    ta = table_of(topo, physical, chain.node)
+    tb = table_of(topo, physical, chain.stream_out.dst)
+    hashed_a = {a: routed_index(ga, a, len(a_slots), ta) for a, _ in pairs}
+    hashed_b = {b: routed_index(gb, b, len(b_slots), tb) for _, b in pairs}
     return plan_locality(pairs, a_slots, b_slots, hashed_a, hashed_b, imbalance)
 
 

@@ -260,6 +260,7 @@ class Executor:
             physical.workers,
             max(physical.version, current.version + 1),
             max(physical.generation, current.generation),
+            key_groups={n: list(t) for n, t in physical.key_groups.items()},
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)
@@ -385,6 +386,10 @@ class Executor:
                     self._control("UPSTREAM", bodies)
                 elif kind == "SIGNAL":
                     rec.what = "nothing to undo for a cache flush"
+                elif kind == "KEYGROUPS":
+                    # state that moved stays with its new owner; the routes go back above
+                    # (docs/keyed_state.md, Limits)
+                    rec.what = "keyed state that moved is not moved back"
                 elif kind == "write":
                     rec.what = "write the old topology back; agents stop the new workers"
                     rec.workers = sorted(added)

@@ -327,6 +327,8 @@ def build_report(
                     if "restored_epochs" in m
                     else {}
                 ),
+                # keyed state: key groups owned, keys held, the last migration's figures
+                **({"keyed": m["keyed"]} if "keyed" in m else {}),
                 # key-pair statistics (config: locality), for locality-aware routing
                 **(
                     {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}
@@ -378,7 +380,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  worker {f['worker']} ({f['node']}[{f['index']}]) on {f['host']}{where}:")
         lines += [f"    | {line}" for line in f["traceback"]]
     for node, result in report["results"].items():
-        brief = {k: v for k, v in result.items() if k not in ("counts", "tuples", "timeline")}
+        if not isinstance(result, dict):
+            continue
+        hidden = ("counts", "tuples", "timeline", "max")
+        brief = {k: v for k, v in result.items() if k not in hidden}
+        if "max" in result:
+            brief["keys"] = len(result["max"])
         if "counts" in result:
             brief["keys"] = len(result["counts"])
             brief["total"] = sum(result["counts"].values())

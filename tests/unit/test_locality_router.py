@@ -26,6 +26,7 @@ from typhoon.operators.pairs import pair_tuple
 from typhoon.reconfig import Reroute
 from typhoon.runtime.policies import stable_hash
 from typhoon.topology import load_topology, load_topology_text, schedule
+from typhoon.topology.keygroups import DEFAULT_MAX_PARALLELISM, default_table
 from typhoon.topology.model import Grouping
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,11 +56,15 @@ def test_no_chain_without_locality_config():
         find_chain(load_topology_text(text, "t"))
 
 
-def test_routed_index_is_the_table_then_the_workers_hash():
+def test_routed_index_is_the_table_then_the_key_groups_owner():
     g = Grouping("direct", ("a",), {"a1": 2})
+    owners = default_table(DEFAULT_MAX_PARALLELISM, 3)
     assert routed_index(g, "a1", 3) == 2
-    assert routed_index(g, "a2", 3) == stable_hash(["a2"]) % 3
-    assert routed_index(Grouping("fields", ("a",)), "a1", 3) == stable_hash(["a1"]) % 3
+    assert routed_index(g, "a2", 3) == owners[stable_hash(["a2"]) % DEFAULT_MAX_PARALLELISM]
+    fields = Grouping("fields", ("a",))
+    assert routed_index(fields, "a1", 3) == owners[stable_hash(["a1"]) % DEFAULT_MAX_PARALLELISM]
+    moved = [2] * DEFAULT_MAX_PARALLELISM  # a table from a rescale: every group on index 2
+    assert routed_index(fields, "a1", 3, moved) == 2
 
 
 def test_merged_pairs_sums_the_workers():

@@ -328,7 +328,18 @@ def test_stateless_bolts_keep_the_default(name):
         bolt.restore({"x": 1})
 
 
+# bolts whose state is all keyed state: the framework checkpoints and moves it
+# (tests/unit/test_keyed_state.py); their own snapshot stays None
+KEYED_ONLY = ["running_count", "max_by_key"]
+
+
+@pytest.mark.parametrize("name", KEYED_ONLY)
+def test_keyed_only_bolts_have_no_snapshot_of_their_own(name):
+    assert BUILTINS[name].keyed
+    assert BUILTINS[name]().snapshot() is None
+
+
 def test_every_builtin_bolt_is_covered():
     """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
-    assert bolts == set(BOLTS[:7]) | set(STATELESS)
+    assert bolts == set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY)

@@ -126,8 +126,34 @@ def test_scale_down_routes_around_then_releases_then_drains():
     assert p.final.version == p.physical.version + 1 == up.final.version + 2
 
 
-def test_stateful_scale_flushes_before_and_after_the_remap():
+def test_keyed_scale_moves_key_groups_and_flushes_only_if_asked():
     t, phys = deployed(WORDCOUNT)
+    p = plan(Scale("count", 6), t, phys, HOSTS, 100)
+    # count asks for the Listing-2 flush (stateful: true); its state moves all the same
+    assert actions(p)[4:10] == ["SIGNAL", "KEYGROUPS", "ROUTING", "KEYGROUPS", "SIGNAL", "commit"]
+    t2, phys2 = deployed(WORDCOUNT.replace("    stateful: true\n", ""))
+    p2 = plan(Scale("count", 6), t2, phys2, HOSTS, 100)
+    assert actions(p2)[4:8] == ["KEYGROUPS", "ROUTING", "KEYGROUPS", "commit"]
+    prepare, finish = (s for s in p.steps if s.control == "KEYGROUPS")
+    old = {w.worker_id for w in phys.of_node("count")}
+    # groups move only from old workers to the new ones, each old worker awaits every split
+    outs = {w: b for w, b in prepare.bodies if b["out"]}
+    ins = {w: b for w, b in prepare.bodies if b["in"]}
+    assert set(outs) <= old and set(ins) == set(p.added)
+    splits = [w.worker_id for w in phys.of_node("split")]
+    assert all(sorted(s for s, _ in b["expect"]) == splits for b in outs.values())
+    assert sum(len(b["out"]) for b in outs.values()) == sum(len(b["in"]) for b in ins.values())
+    assert sorted(w for w, _ in finish.bodies) == sorted(w for w, _ in prepare.bodies)
+    routing = next(s for s in p.steps if s.control == "ROUTING")
+    assert all(b["handoff"] == p.physical.version for _, b in routing.bodies)
+    assert p.final.key_groups["count"] == p.physical.key_groups["count"]
+    assert sorted(set(p.final.key_groups["count"])) == list(range(6))
+
+
+def test_stateful_scale_flushes_before_and_after_the_remap():
+    t, phys = deployed(
+        WORDCOUNT.replace("operator: count_by_key\n    args: {key: word}", "operator: collect")
+    )
     p = plan(Scale("count", 6), t, phys, HOSTS, 100)
     assert actions(p)[4:8] == ["SIGNAL", "ROUTING", "SIGNAL", "commit"]
     old_counts = [w.worker_id for w in phys.of_node("count")]
@@ -175,8 +201,17 @@ def test_insert_and_remove_keep_the_senders_stream_id():
     assert actions(back)[3:8] == ["UPSTREAM", "ROUTING", "commit", "ROUTING", "drain"]
 
 
-def test_reroute_changes_only_the_senders_route():
+def test_a_keyed_nodes_input_cannot_lose_its_key_while_it_runs():
     t, phys = deployed(WORDCOUNT)
+    with pytest.raises(ReconfigError, match="keeps keyed state") as e:
+        plan(Reroute("split:count", "shuffle"), t, phys, HOSTS, 100)
+    assert e.value.status == 409
+
+
+def test_reroute_changes_only_the_senders_route():
+    t, phys = deployed(
+        WORDCOUNT.replace("operator: count_by_key\n    args: {key: word}", "operator: collect")
+    )
     p = plan(Reroute("split:count", "shuffle"), t, phys, HOSTS, 100)
     assert p.added == [] and p.removed == []
     assert p.topology.streams[1].grouping.type == "shuffle"

@@ -66,6 +66,20 @@ def test_the_planner_refuses_what_a_running_spark_query_cannot_follow(request_, 
         plan(Swap("enrich", FN, {"params": {"cost_ms": 2}}), t, phys, HOSTS, 100)
 
 
+def test_a_spark_node_under_a_guarantee_is_not_scaled_and_the_reason_is_one_sentence():
+    t, phys = deployed()
+    t.config["guarantee"] = "exactly_once"
+    with pytest.raises(ReconfigError) as e:
+        plan(Scale("enrich", 2), t, phys, HOSTS, 100)
+    assert e.value.status == 409
+    assert e.value.message.startswith(
+        "spark node 'enrich' cannot be scaled under guarantee 'exactly_once': "
+    )
+    assert e.value.message.count(". ") == 0 and e.value.message.endswith("input")
+    t.nodes["sink"].parallelism = 1
+    assert plan(Scale("sink", 2), t, phys, HOSTS, 100).added  # python nodes still scale
+
+
 def test_python_nodes_next_to_a_spark_node_still_scale_down():
     t, phys = deployed()
     t.nodes["sink"].parallelism = 2

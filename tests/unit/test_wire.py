@@ -91,7 +91,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 14))
+    assert [c.value for c in Control] == list(range(1, 15))
 
 
 @given(app_ids, worker_ids)
@@ -699,6 +699,8 @@ routing = st.fixed_dictionaries(
         "local": worker_lists,
         "lb_node": st.integers(0, 255),
         "release": worker_lists,
+        "groups": worker_lists,
+        "handoff": u64,
     },
 )
 bodies = {
@@ -727,8 +729,20 @@ bodies = {
         {"generation": st.integers(1, 2**32 - 1), "epoch": st.integers(-1, 2**62)}
     ),
     Control.COMPLETE: st.just({}),
+    Control.KEYGROUPS: st.fixed_dictionaries(
+        {
+            "version": u64,
+            "migration": u64,
+            "phase": st.sampled_from(["prepare", "finish"]),
+            "out": st.dictionaries(st.integers(0, 127).map(str), worker_ids, max_size=4),
+            "in": st.dictionaries(st.integers(0, 127).map(str), worker_ids, max_size=4),
+            "expect": st.lists(st.lists(st.integers(0, 65535), min_size=2, max_size=2)),
+            "keys_out": st.dictionaries(st.text(max_size=6), worker_ids, max_size=3),
+            "keys_in": st.dictionaries(st.text(max_size=6), worker_ids, max_size=3),
+        }
+    ),
 }
-ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0}
+ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0, "groups": []}
 
 
 @pytest.mark.parametrize("ctype", list(Control))

@@ -132,6 +132,9 @@ class _LocalFS:
     def rmtree(self, path: str) -> None:
         shutil.rmtree(path)
 
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
     def probe(self, folder: str) -> None:
         """Fail now, not at the first checkpoint, if ``folder`` cannot take files."""
         path = os.path.join(folder, f".probe-{uuid.uuid4().hex[:12]}")
@@ -177,6 +180,9 @@ class _ArrowFS:
 
     def rmtree(self, path: str) -> None:
         self.fs.delete_dir(path)
+
+    def remove(self, path: str) -> None:
+        self.fs.delete_file(path)
 
     def probe(self, folder: str) -> None:
         info = self.fs.get_file_info(folder)
@@ -246,6 +252,38 @@ class CheckpointStore:
         except self._io as e:
             raise CheckpointError(f"cannot read checkpoint {path}: {_cause(e)}") from e
         return unframe(blob, path)
+
+    # ----- key groups in transit (typhoon/runtime/migration.py) -----------------------------
+
+    def _blob_path(self, name: str) -> str:
+        return self._fs.join(self.root, "migrations", check_name(name, "blob") + _SUFFIX)
+
+    def put_blob(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name`` (all or nothing): keyed state on its way to a worker."""
+        path = self._blob_path(name)
+        try:
+            self._fs.makedirs(self._fs.join(self.root, "migrations"))
+            self._fs.write_atomic(path, frame(bytes(data)))
+        except self._io as e:
+            raise CheckpointError(f"cannot write {path}: {_cause(e)}") from e
+
+    def get_blob(self, name: str) -> bytes | None:
+        """The verified blob ``name``, or None while it is not there."""
+        path = self._blob_path(name)
+        folder = self._fs.join(self.root, "migrations")
+        if (check_name(name, "blob") + _SUFFIX, False) not in self._fs.listdir(folder):
+            return None
+        try:
+            blob = self._fs.read(path)
+        except self._io as e:
+            raise CheckpointError(f"cannot read {path}: {_cause(e)}") from e
+        return unframe(blob, path)
+
+    def delete_blob(self, name: str) -> None:
+        try:
+            self._fs.remove(self._blob_path(name))
+        except self._io:
+            pass  # a leftover costs disk, not correctness
 
     def epochs(self) -> list[int]:
         """Every epoch that has a directory, ascending (complete or not)."""
@@ -358,6 +396,12 @@ class CheckpointStore:
                 self._fs.rmtree(folder)
             except self._io as e:
                 raise CheckpointError(f"cannot delete checkpoint {folder}: {_cause(e)}") from e
+        folder = self._fs.join(self.root, "migrations")
+        if ("migrations", True) in self._fs.listdir(self.root):
+            try:  # keyed state a previous run left in transit must not reach this one
+                self._fs.rmtree(folder)
+            except self._io as e:
+                raise CheckpointError(f"cannot delete {folder}: {_cause(e)}") from e
 
     def prune(self, keep_from: int) -> None:
         """Delete epochs older than ``keep_from``, but never the newest completed one."""

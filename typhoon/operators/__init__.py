@@ -14,6 +14,7 @@ from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replaya
 from typhoon.operators.files import FileSource
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.pairs import CountForward, PairSource
+from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
 from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
@@ -55,6 +56,8 @@ BUILTINS: dict[str, type[Operator]] = {
     "file_source": FileSource,
     "pair_source": PairSource,
     "count_forward": CountForward,
+    "running_count": RunningCount,
+    "max_by_key": MaxByKey,
 }
 
 

@@ -13,6 +13,12 @@ routes it.  Stateful bolts keep an
 in-memory cache and flush it in ``on_signal(emit)`` (paper Listing 2), which the
 framework calls on a SIGNAL control tuple and at end of stream.
 
+State kept per key belongs in keyed state: an operator that declares ``keyed =
+True`` asks in ``open()`` for ``context.keyed_state(name, default)``, a mapping
+whose keys are the values of its input's fields grouping.  The framework owns
+it: it is checkpointed under a guarantee and moves with its keys on a rescale
+(docs/keyed_state.md).  ``snapshot``/``restore`` stay for the rest.
+
 Guaranteed processing (checkpoints and upstream backup) needs two more things:
 a bolt's state as plain data (``snapshot``/``restore``) and a spout's place in
 its source (``offset``/``seek``), so a crashed worker can be rebuilt from the
@@ -39,6 +45,38 @@ class Context:
     parallelism: int
     input_fields: list[str] = field(default_factory=list)
     output_fields: list[str] = field(default_factory=list)
+    operator: str = ""
+    # the framework's keyed state of this worker (typhoon.runtime.keyed_state.KeyedStates);
+    # None when the node's input is not key-routed
+    keyed: Any = field(default=None, repr=False, compare=False)
+    keyed_declared: bool = False  # the operator class says ``keyed = True``
+
+    def keyed_state(self, name: str, default: Any = None) -> Any:
+        """A mutable mapping of this worker's keys (see the module docstring).
+
+        Keys are the values of the input's fields grouping: the value for one
+        field, a tuple for several.  A missing key reads as ``default`` (a callable
+        default is called and its result stored, like ``defaultdict``).  A key
+        that another worker owns raises ``KeyNotOwned``.
+        """
+        if not self.keyed_declared:
+            raise TypeError(
+                f"operator '{self.operator}' of '{self.node}' calls keyed_state() but its "
+                "class does not declare keyed = True (the loader checks the input of keyed "
+                "operators, and a rescale moves their state)"
+            )
+        if self.keyed is None:
+            raise TypeError(
+                f"operator '{self.operator}' of '{self.node}' keeps keyed state, but its "
+                "input is not routed by key fields (use a fields grouping)"
+            )
+        return self.keyed.state(name, default)
+
+    def key(self, values: list) -> Any:
+        """The keyed-state key of an input tuple (its grouping fields' values)."""
+        if self.keyed is None:
+            raise TypeError(f"'{self.node}' has no key-routed input")
+        return self.keyed.key(values)
 
 
 class Operator:
@@ -51,6 +89,12 @@ class Operator:
 
     kind: ClassVar[str] = "bolt"
     fields: ClassVar[tuple[str, ...]] = ()
+    # True: the operator keeps keyed state (Context.keyed_state); its input must be
+    # fields-grouped, and a rescale moves its key groups with their state
+    keyed: ClassVar[bool] = False
+    # True: keyed only when its input is key-routed; otherwise Context.keyed is None and the
+    # operator keeps plain per-worker state (count_by_key behind a shuffle)
+    keyed_optional: ClassVar[bool] = False
 
     def __init__(self, **args: Any) -> None:
         self.args = args

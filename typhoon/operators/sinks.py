@@ -11,22 +11,28 @@ from typhoon.operators.base import Bolt, Context, Emit
 
 
 class CountByKey(Bolt):
-    """Counts tuples per key in an in-memory cache; emits ``[key, count]`` on SIGNAL.
+    """Counts tuples per key in keyed state; emits ``[key, count]`` deltas on SIGNAL.
 
-    The cache holds counts since the last flush (paper Listing 2); ``totals``
-    holds everything this worker counted, for the report.  Summing the totals
-    of all workers of the node gives the exact count per key even when the
-    key space was remapped between flushes.
+    The count of a key lives on the one worker that owns its key group
+    (``Context.keyed_state``), so a rescale moves it and the node's result is
+    the union of its workers' counts.  ``on_signal`` (SIGNAL with ``stateful:
+    true``, and end of stream) emits what each key gained since its last flush
+    (paper Listing 2); what was flushed is keyed state too, so it moves with
+    the key and nothing is emitted twice.
     """
 
     fields: ClassVar[tuple[str, ...]] = ("key", "count")
+    keyed: ClassVar[bool] = True
+    keyed_optional: ClassVar[bool] = True  # any grouping; keyed state when key-routed
 
     def __init__(self, key: str | None = None) -> None:
         super().__init__(key=key)
         self.key = key
-        self.index = 0
-        self.cache: dict[Any, int] = {}
-        self.totals: dict[Any, int] = {}
+        self.counts: Any = {}
+        self.flushed: Any = {}
+        self.data: dict[Any, int] = {}
+        self.key_of: Any = None
+        self.owned: Any = None
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -39,48 +45,102 @@ class CountByKey(Bolt):
 
     def open(self, context: Context) -> None:
         super().open(context)
-        if self.key is not None:
-            self.index = context.input_fields.index(self.key)
+        keyed = context.keyed
+        if keyed is None:
+            # input not routed by key (shuffle, ...): a key may be counted on several
+            # workers; the report adds their counts up
+            index = context.input_fields.index(self.key) if self.key is not None else 0
+            self.counts, self.flushed = {}, {}
+            self.data = self.counts
+            self.key_of = lambda values: values[index]
+            return
+        self.counts = context.keyed_state("counts", default=0)
+        self.flushed = context.keyed_state("flushed", default=0)
+        self.data = self.counts.data
+        self.key_of = context.key
+        names = [context.input_fields[i] for i in keyed.key_indexes]
+        if self.key is not None and names != [self.key]:
+            raise ValueError(
+                f"count_by_key of '{context.node}' counts by '{self.key}', but its input is "
+                f"grouped on {names}: group the stream on [{self.key}]"
+            )
+        self.owned = keyed.owned
 
     def process(self, values: list, emit: Emit) -> None:
-        k = values[self.index]
-        cache = self.cache
-        cache[k] = cache.get(k, 0) + 1
+        k = self.key_of(values)
+        data = self.data
+        if k in data:
+            data[k] += 1
+        else:
+            self.counts[k] = 1  # keyed state checks that the key is ours
 
     def process_batch(self, rows: list[list], emit: Emit) -> None:
-        i, cache = self.index, self.cache
-        get = cache.get
+        key_of, counts, data = self.key_of, self.counts, self.data
         for values in rows:
-            k = values[i]
-            cache[k] = get(k, 0) + 1
+            k = key_of(values)
+            if k in data:
+                data[k] += 1
+            else:
+                counts[k] = 1
 
-    def on_signal(self, emit: Emit) -> None:
-        totals = self.totals
-        for k, c in self.cache.items():
-            totals[k] = totals.get(k, 0) + c
-            emit([k, c])
-        self.cache = {}
-
-    def snapshot(self) -> dict[str, Any]:
-        """The unflushed cache (a restored worker flushes it later) and the totals."""
-        return {"cache": dict(self.cache), "totals": dict(self.totals)}
+    def snapshot(self) -> Any:
+        """Keyed state is checkpointed by the framework; plain counts (input not
+        key-routed) are this worker's own state."""
+        if self.owned is not None:
+            return None
+        return {
+            "counts": [[k, v] for k, v in self.counts.items()],
+            "flushed": [[k, v] for k, v in self.flushed.items()],
+        }
 
     def restore(self, state: Any) -> None:
-        self.cache, self.totals = dict(state["cache"]), dict(state["totals"])
+        if state is None:
+            return
+        self.counts.clear()
+        self.counts.update((_hashable(k), v) for k, v in state["counts"])
+        self.flushed.clear()
+        self.flushed.update((_hashable(k), v) for k, v in state["flushed"])
+
+    def on_signal(self, emit: Emit) -> None:
+        flushed = self.flushed if self.owned is None else self.flushed.data
+        for k, c in self.data.items():
+            d = c - flushed.get(k, 0)
+            if d:
+                flushed[k] = c
+                emit([list(k) if type(k) is tuple else k, d])
 
     def result(self) -> dict[str, Any]:
-        merged = dict(self.totals)
-        for k, c in self.cache.items():
-            merged[k] = merged.get(k, 0) + c
-        return {"counts": {str(k): v for k, v in merged.items()}}
+        return {
+            "counts": {_key_str(k): v for k, v in self.data.items()},
+            "keys": len(self.data),
+            "key_groups": len(self.owned) if self.owned is not None else 0,
+        }
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         counts: dict[str, int] = {}
+        workers: dict[str, int] = {}
         for r in results:
             for k, v in r["counts"].items():
                 counts[k] = counts.get(k, 0) + v
-        return {"counts": counts}
+                workers[k] = workers.get(k, 0) + 1
+        return {
+            "counts": counts,
+            # ownership: keys and key groups per worker, and keys more than one held
+            "ownership": [
+                {"keys": r.get("keys", len(r["counts"])), "key_groups": r.get("key_groups", 0)}
+                for r in results
+            ],
+            "keys_on_several_workers": sum(1 for n in workers.values() if n > 1),
+        }
+
+
+def _hashable(k: Any) -> Any:
+    return tuple(k) if type(k) is list else k
+
+
+def _key_str(k: Any) -> str:
+    return str(list(k)) if type(k) is tuple else str(k)
 
 
 class KeyOrigins(Bolt):

@@ -11,8 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.requests import ReconfigError, Request, describe
+from typhoon.topology.keygroups import (
+    KEY_ROUTED,
+    key_group,
+    max_parallelism,
+    moves,
+    owners,
+    rebalance,
+    table_of,
+)
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import receivers_of, routes_for, upstream_of
 from typhoon.topology.scheduler import reschedule
@@ -116,13 +126,21 @@ def plan(
         sorted(placed.workers + draining, key=lambda w: w.worker_id),
         physical.version + 1,
         physical.generation,  # under a guarantee, workers it adds start empty in it
+        key_groups=dict(placed.key_groups),
     )
     final = PhysicalTopology(
-        physical.name, physical.app_id, placed.workers, trans.version + 1, physical.generation
+        physical.name,
+        physical.app_id,
+        placed.workers,
+        trans.version + 1,
+        physical.generation,
+        key_groups=trans.key_groups,
     )
+    migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
     added = sorted(kept - old_ids)
     removed = [w.worker_id for w in draining]
     _check_engine_nodes(topology, new_topo, draining)
+    _check_keyed_inputs(topology, new_topo, set(replace))
     staying = sorted(kept & old_ids)
     live = [w for w in staying if w not in exited]
     old, new = (topology, physical), (new_topo, trans)
@@ -136,7 +154,9 @@ def plan(
     steps.append(Step("wait_rules", "the controller installs the new rules"))
     steps += _upstream_steps(old, new, added, live, set(exited))
     routing, release, remapped = _routes(old, new, live)
-    steps += _switch_steps(old, new, routing, remapped, staying, set(exited))
+    steps += _switch_steps(
+        old, new, routing, remapped, staying, set(exited), migrating, trans.version
+    )
     steps.append(Step("commit", "commit: from here on the update only goes forward"))
     if release:
         what = "ROUTING with release: senders end the streams of the receivers they dropped"
@@ -177,6 +197,17 @@ def _check_engine_nodes(old: Topology, new: Topology, draining: list[WorkerAssig
                 "engine service runs a fixed query per node; only scaling it up is supported",
                 409,
             )
+    guarantee = guarantee_of(old)
+    for name, a in old.nodes.items():
+        b = new.nodes.get(name)
+        if a.engine != "python" and b is not None and b.parallelism != a.parallelism:
+            if guarantee != "none":
+                raise ReconfigError(
+                    f"{a.engine} node '{name}' cannot be scaled under guarantee '{guarantee}': "
+                    "a worker added now has no offset log in the global checkpoints its "
+                    "Spark query is rewound to, so a recovery could not replay its input",
+                    409,
+                )
     shrinking = sorted({w.node for w in draining if old.nodes[w.node].engine != "python"})
     if shrinking:
         raise ReconfigError(
@@ -184,6 +215,23 @@ def _check_engine_nodes(old: Topology, new: Topology, draining: list[WorkerAssig
             "output it routes belong to the running Spark query; only scaling it up is supported",
             409,
         )
+
+
+def _check_keyed_inputs(old: Topology, new: Topology, replace: set[str]) -> None:
+    """A running keyed node keeps its key: its input stays routed by the same fields (409)."""
+    for name, a in old.nodes.items():
+        b = new.nodes.get(name)
+        if b is None or name in replace or not a.keyed:
+            continue
+        before = [(s.src, s.grouping.fields) for s in old.inputs_of(name)]
+        after = [(s.src, s.grouping.fields) for s in new.inputs_of(name)]
+        if not b.keyed or sorted(before) != sorted(after):
+            raise ReconfigError(
+                f"'{name}' keeps keyed state ({a.operator}) by its input's key fields, so its "
+                "input cannot change its key fields or stop being key-routed while it runs; "
+                "kill and submit the application again",
+                409,
+            )
 
 
 def _upstream_steps(old, new, added: list[int], live: list[int], exited: set[int]) -> list[Step]:
@@ -232,13 +280,132 @@ def _routes(old, new, live: list[int]) -> tuple[Bodies, Bodies, set[str]]:
     return routing, release, remapped
 
 
+Moving = dict[str, dict[str, dict]]  # node -> {"groups": {g: (a, b)}, "keys": {k: (a, b)}}
+
+
+def _key_groups(
+    old_t: Topology, old_p: PhysicalTopology, new_t: Topology, trans: PhysicalTopology, replace
+) -> Moving:
+    """New key-group tables of the key-routed nodes whose workers change (written into
+    ``trans``, which ``final`` shares), and what moves with keyed state: per node, the
+    groups and the keys a direct table pins whose owner changes (worker IDs)."""
+    migrating: Moving = {}
+    for name, node in new_t.nodes.items():
+        ins = new_t.inputs_of(name)
+        if name not in old_t.nodes or not ins:
+            continue
+        if any(s.grouping.type not in KEY_ROUTED for s in ins):
+            continue
+        before = old_p.active_of_node(name)
+        after = trans.active_of_node(name)
+        old_table = table_of(old_t, old_p, name)
+        if len(old_table) != max_parallelism(new_t, name):
+            continue  # a new max_parallelism: no group keeps its meaning
+        new_table = rebalance(old_table, len(after))
+        trans.key_groups[name] = new_table
+        if not node.keyed or name in replace or not old_t.nodes[name].keyed:
+            continue
+        old_ids = {w.index: w.worker_id for w in before}
+        new_ids = {w.index: w.worker_id for w in after}
+        groups = {
+            g: (old_ids[a], new_ids[b])
+            for g, (a, b) in moves(old_table, new_table).items()
+            if a in old_ids and b in new_ids
+        }
+        pinned = {k for s in old_t.inputs_of(name) + ins for k in s.grouping.table}
+        keys = {}
+        for k in sorted(pinned):
+            a, b = _key_owner(old_t, old_p, name, k), _key_owner(new_t, trans, name, k)
+            if a is not None and b is not None and a != b:
+                keys[k] = (a, b)
+        if groups or keys:
+            migrating[name] = {"groups": groups, "keys": keys}
+    return migrating
+
+
+def _key_owner(topo: Topology, phys: PhysicalTopology, node: str, key: str) -> int | None:
+    """The worker a key (as a direct table spells it) goes to: its table entry, else its
+    key group's owner (hashed as that string: exact for string keys)."""
+    active = phys.active_of_node(node)
+    for s in topo.inputs_of(node):
+        index = s.grouping.table.get(key)
+        if index is not None and 0 <= index < len(active):
+            return active[index].worker_id
+    table = owners(topo, phys, node)
+    owner = table[key_group([key], len(table))] if table else -1
+    return owner if owner > 0 else None
+
+
+def _migration_steps(
+    old, migrating: Moving, exited: set[int], mid: int
+) -> tuple[Step | None, Step | None]:
+    """KEYGROUPS prepare (before the ROUTING) and finish (after it) of what moves."""
+    bodies: dict[int, dict] = {}
+
+    def body(w: int) -> dict:
+        return bodies.setdefault(w, {"out": {}, "in": {}, "keys_out": {}, "keys_in": {}})
+
+    for moved in migrating.values():
+        for g, (a, b) in moved["groups"].items():
+            body(a)["out"][str(g)] = b
+            body(b)["in"][str(g)] = a
+        for k, (a, b) in moved["keys"].items():
+            body(a)["keys_out"][k] = b
+            body(b)["keys_in"][k] = a
+    if not bodies:
+        return None, None
+    prepare = []
+    for w, body in sorted(bodies.items()):
+        expect = []
+        if body["out"] or body["keys_out"]:
+            expect = [
+                [s, sid] for sid, ss in upstream_of(*old, w).items() for s in ss if s not in exited
+            ]
+        prepare.append((w, {"migration": mid, "phase": "prepare", **body, "expect": expect}))
+    nodes = ", ".join(sorted(migrating))
+    n = sum(len(m["groups"]) for m in migrating.values())
+    k = sum(len(m["keys"]) for m in migrating.values())
+    return (
+        _control(
+            f"KEYGROUPS: {n} key groups and {k} pinned keys of {nodes} prepare to move "
+            "(new owners hold their tuples)",
+            "KEYGROUPS",
+            prepare,
+        ),
+        _control(
+            "KEYGROUPS: the moving groups' keyed state reaches its new owners",
+            "KEYGROUPS",
+            [(w, {"migration": mid, "phase": "finish"}) for w in sorted(bodies)],
+        ),
+    )
+
+
 def _switch_steps(
-    old, new, routing: Bodies, remapped: set[str], staying: list[int], exited: set[int]
+    old,
+    new,
+    routing: Bodies,
+    remapped: set[str],
+    staying: list[int],
+    exited: set[int],
+    migrating: Moving | None = None,
+    mid: int = 0,
 ) -> list[Step]:
-    """ROUTING, with a SIGNAL flush of stateful receivers before and after it."""
+    """ROUTING, with keyed state moving around it and a SIGNAL flush of stateful
+    receivers (``stateful: true``) before and after it."""
     if not routing:
         return []
     (old_t, old_p), (new_t, _) = old, new
+    migrating = migrating or {}
+    prepare, finish = _migration_steps(old, migrating, exited, mid)
+    if migrating:
+        moving_streams = {s.id for s in new_t.streams if s.dst in migrating}
+        routing = [
+            (w, {**b, "handoff": mid}) if b["stream"] in moving_streams else (w, b)
+            for w, b in routing
+        ]
+
+    # the Listing-2 flush only for nodes that ask for it (stateful: true); keyed state
+    # needs none, it moves
     stateful = sorted(
         n
         for n in remapped
@@ -250,7 +417,11 @@ def _switch_steps(
     if flush:
         what = f"SIGNAL: stateful {', '.join(stateful)} flush their cache before the remap"
         steps.append(_control(what, "SIGNAL", [(w, {}) for w in flush]))
+    if prepare is not None:
+        steps.append(prepare)
     steps.append(_control("ROUTING: senders switch to the new routes", "ROUTING", routing))
+    if finish is not None:
+        steps.append(finish)
     after = [w for w in flush if w in staying]
     if after:
         what = "SIGNAL: flush what arrived under the old key mapping"

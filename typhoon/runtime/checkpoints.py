@@ -42,9 +42,15 @@ def mark_payload(generation: int, epoch: int | None) -> bytes:
     return msgpack.packb([["mark", generation, -1 if epoch is None else epoch]], use_bin_type=True)
 
 
+def handoff_payload(stream: int, migration: int) -> bytes:
+    """A sender's last word on ``stream`` under the key groups before ``migration``."""
+    return msgpack.packb([["handoff", stream, migration]], use_bin_type=True)
+
+
 def punctuation(payload: bytes) -> tuple[str, int, int]:
-    """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch) or ``mark``
-    (generation, epoch; -1 = from the start).  Anything else is ``("", 0, 0)``."""
+    """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch), ``mark``
+    (generation, epoch; -1 = from the start) or ``handoff`` (stream, migration).
+    Anything else is ``("", 0, 0)``."""
     try:
         rows = decode_value(payload)  # strict, like every decoder of received bytes
         row = rows[0]
@@ -55,8 +61,9 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
         return ("eos", 0, 0)
     if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
         return ("anchor", row[1], 0)
-    if kind == "mark" and len(row) == 3 and type(row[1]) is int and type(row[2]) is int:
-        return ("mark", row[1], row[2])
+    if kind in ("mark", "handoff") and len(row) == 3 and type(row[1]) is int:
+        if type(row[2]) is int:
+            return (kind, row[1], row[2])
     return ("", 0, 0)
 
 

@@ -22,7 +22,11 @@ class ControlHandling:
         t, body = ct.type, ct.body
         if t == Control.ROUTING:
             self.flush(force=True)
+            old = self.routers.get(body["stream"])
             self.install_route(Route.from_body(body))
+            if "handoff" in body and old is not None and old.hops:
+                # behind our last tuple routed with the old key-group table
+                self.send_handoffs(body["stream"], body["handoff"], old.hops)
             self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
         elif t == Control.UPSTREAM:
@@ -35,6 +39,9 @@ class ControlHandling:
             self.pending_upstream.difference_update(body["remove"])
             self.upstream.update(add)
             self.upstream.difference_update(body["remove"])
+            if self.migration is not None:
+                for src in body["remove"]:
+                    self._handoff_from(src, None, None)
             self._ack("UPSTREAM", body["version"])
             if self.ckpt is not None:
                 self._align()  # a removed sender's anchor is no longer awaited
@@ -77,6 +84,8 @@ class ControlHandling:
             self._ack("ROLLBACK", body["generation"])
         elif t == Control.COMPLETE:
             self.may_exit = True
+        elif t == Control.KEYGROUPS:
+            self.keygroups(body)
         elif t == Control.DRAIN:
             self.draining = True
             self.drain_version = body["version"]
@@ -144,6 +153,7 @@ class ControlHandling:
             "batch_size": self.batch_size,
             "time": time.time(),
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
+            **(self._migration_metrics() if self.keyed is not None else {}),
             **(self._op_metrics() if self._op_metrics is not None else {}),
             **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),
         }

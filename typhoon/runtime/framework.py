@@ -35,6 +35,8 @@ from typhoon.operators.base import Context, Operator
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.keyed_state import keyed_states
+from typhoon.runtime.migration import KeyedMigration
 from typhoon.runtime.output import OutputBatching, rows_in
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
@@ -52,12 +54,13 @@ SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 SLICE_S = 0.01
 
 
-class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
+class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigration):
     """Routing state, batching, control tuples and metrics of one worker.
 
     Output (:mod:`typhoon.runtime.output`), control tuples and metrics
-    (:mod:`typhoon.runtime.control`) and guaranteed processing
-    (:mod:`typhoon.runtime.guarantee`) are mixins, each in its own module.
+    (:mod:`typhoon.runtime.control`), guaranteed processing
+    (:mod:`typhoon.runtime.guarantee`) and key groups that move
+    (:mod:`typhoon.runtime.migration`) are mixins, each in its own module.
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
         self._process_batch = batch_hook(operator)
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")
+        self.keyed = keyed_states(topo, spec.physical, me.worker_id)
         self.context = Context(
             topology=topo.name,
             node=node.name,
@@ -153,8 +157,12 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             parallelism=len(spec.physical.active_of_node(node.name)),
             input_fields=self._input_fields(),
             output_fields=list(node.output_fields),
+            operator=node.operator,
+            keyed=self.keyed,
+            keyed_declared=bool(getattr(operator, "keyed", False)),
         )
         operator.open(self.context)
+        self._init_migration(store)
         self._init_guarantee(store)
 
     def _input_fields(self) -> list[str]:
@@ -238,6 +246,9 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
             rows = self._decode_entry(p)
             if rows is None:
                 continue
+            good += len(rows)
+            if self.holding or self.holding_keys:  # keys moving here wait for their state
+                rows = self._hold(src, rows)
             n = len(rows)
             step = self._slice_rows(n)
             if step >= n:
@@ -246,7 +257,6 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
                 for i in range(0, n, step):
                     self._run(rows[i : i + step])
                     self.between_slices()
-            good += n
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += good
         self.in_bytes += sum(map(len, item.payloads))
@@ -310,6 +320,8 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
         return rows
 
     def _eos_from(self, src: int) -> None:
+        if self.migration is not None:
+            self._handoff_from(src, None, None)  # nothing more comes from it
         self.pending_upstream.discard(src)
         self.finished_upstream.add(src)
         if not self.pending_upstream and not self.is_spout and not self.done:
@@ -319,7 +331,8 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
     def end_of_input(self) -> None:
         """No more input: finish now, or once the operator's pump has nothing in flight."""
         self.input_done = True
-        if self._pump is None:
+        if self._pump is None and not (self.holding or self.holding_keys):
+            # (else once the moving state came and the tuples held for it ran)
             self.finish()
 
     # ----- spouts --------------------------------------------------------------------------
@@ -382,6 +395,8 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing):
 
     def tick(self) -> None:
         """Periodic work of the event loop: operator pump, batches due, drain completion."""
+        if self.migration is not None:
+            self.migration_tick()
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
             if self.deferred:

@@ -91,7 +91,9 @@ class GuaranteedProcessing:
         for p in item.payloads:
             kind, a, b = ck.punctuation(p)
             if self.ckpt is None:
-                if kind in ("eos", ""):  # without a guarantee stream 0 carries only EOS
+                if kind == "handoff":
+                    self._handoff_from(src, a, b)
+                elif kind in ("eos", ""):  # without a guarantee stream 0 carries EOS
                     self._eos_from(src)
                 continue
             if kind == "mark":
@@ -103,6 +105,8 @@ class GuaranteedProcessing:
                 self.held.append(Inbound(src, EOS_STREAM, [p]))
             elif kind == "anchor":
                 self._anchor_from(src, a)
+            elif kind == "handoff":
+                self._handoff_from(src, a, b)
             elif kind == "eos":
                 self._eos_from(src)
                 self._align()
@@ -140,6 +144,8 @@ class GuaranteedProcessing:
             "worker": self.worker_id,
             "state": self.op.snapshot(),
         }
+        if self.keyed is not None and self.keyed.stores:
+            state["keyed"] = self.keyed.pack()  # names the key whose state cannot be packed
         if self.is_spout:
             state["offset"] = self.op.offset()
             state["exhausted"] = self.exhausted
@@ -233,6 +239,8 @@ class GuaranteedProcessing:
         except Exception:  # the old instance is gone either way
             log.exception("worker %d: closing the rolled-back operator", self.worker_id)
         node = self.node
+        if self.keyed is not None:
+            self.keyed.reset()  # the new instance opens over empty mappings, then restores
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
@@ -252,6 +260,8 @@ class GuaranteedProcessing:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
+            if self.keyed is not None:
+                self.keyed.restore(saved.get("keyed"))
             if self.is_spout:
                 self.replayed_from = saved.get("offset")
                 self.op.seek(self.replayed_from)

@@ -8,22 +8,14 @@ ROUTING control tuple, so a policy change is one assignment in the worker.
 from __future__ import annotations
 
 import random
-import zlib
 
-import msgpack
-
+from typhoon.topology.keygroups import stable_hash
 from typhoon.topology.routing import Route
 
 LB_SLOTS = 256
 
 
-def stable_hash(key: list) -> int:
-    """Hash of key field values that is equal in every process and run.
-
-    Python's ``hash()`` is salted per process, so two senders would disagree
-    on where a key goes; crc32 of the msgpack bytes does not.
-    """
-    return zlib.crc32(msgpack.packb(key, use_bin_type=True))
+__all__ = ["LB_SLOTS", "Router", "stable_hash"]
 
 
 class Router:
@@ -35,7 +27,7 @@ class Router:
 
     __slots__ = (
         "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
-        "emitted", "switched", "plain",
+        "emitted", "switched", "plain", "groups", "g",
     )  # fmt: skip
 
     def __init__(self, route: Route, emitted: int = 0, switch_balancing: bool = False) -> None:
@@ -45,6 +37,10 @@ class Router:
         self.counter = 0
         self.fields = list(route.fields)
         self.local = list(route.local)
+        # key-routed: the owner of each key group; without a table (an old ROUTING body)
+        # the groups are the receivers themselves
+        self.groups = list(route.groups) or list(self.hops)
+        self.g = len(self.groups)
         self.broadcast = route.policy == "all"
         # the switch's select group picks the receiver (sdn policy, load-balancer app on)
         self.switched = route.policy == "sdn" and bool(route.balanced) and switch_balancing
@@ -85,7 +81,7 @@ class Router:
         return pool[self.counter % len(pool)]
 
     def _fields(self, values: list) -> int:
-        return self.hops[stable_hash([values[i] for i in self.fields]) % self.n]
+        return self.groups[stable_hash([values[i] for i in self.fields]) % self.g]
 
     def _first(self, values: list) -> int:
         return self.hops[0]
@@ -95,7 +91,7 @@ class Router:
         dst = self.route.table.get(str(key[0]) if len(key) == 1 else str(key))
         if dst is not None:
             return dst
-        return self.hops[stable_hash(key) % self.n]
+        return self.groups[stable_hash(key) % self.g]
 
     def dealt(self, count: int) -> list[int] | None:
         """Receivers of the next ``count`` tuples dealt by slices, as ``select`` would

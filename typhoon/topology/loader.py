@@ -61,6 +61,7 @@ class _Builder:
         self.allow_imports = allow_imports
         self.classes: dict[str, type] = {}  # node id -> operator class
         self.paths: dict[str, Path] = {}  # node id -> its path in the document
+        self.optional: dict[str, bool] = {}  # node id -> keyed only when key-routed
 
     def build(self) -> Topology:
         nodes = self.nodes()
@@ -72,7 +73,35 @@ class _Builder:
         self.compute_fields(topo)
         self.check_guarantee(topo)
         self.check_locality(topo)
+        self.check_keyed(topo)
         return topo
+
+    def check_keyed(self, topo: Topology) -> None:
+        """Keyed state needs every input routed by the same number of key fields."""
+        for node in topo.nodes.values():
+            if node.keyed and self.optional.get(node.name):
+                node.keyed = all(s.grouping.type in _KEYED for s in topo.inputs_of(node.name))
+            if not node.keyed:
+                continue
+            widths = set()
+            for s in topo.inputs_of(node.name):
+                if s.grouping.type not in _KEYED:
+                    raise TopologyError(
+                        self.filename,
+                        s.line,
+                        f"stream '{s.src}' -> '{node.name}' uses {s.grouping.type} grouping, but "
+                        f"operator '{node.operator}' of '{node.name}' keeps keyed state, which "
+                        "needs a fields grouping (each key's tuples must reach the worker that "
+                        "owns its state)",
+                    )
+                widths.add(len(s.grouping.fields))
+            if len(widths) > 1:
+                raise TopologyError(
+                    self.filename,
+                    node.line,
+                    f"the inputs of '{node.name}' group on different numbers of fields; keyed "
+                    "state needs keys of one shape",
+                )
 
     def check_locality(self, topo: Topology) -> None:
         """Pair statistics need a node between two key-routed streams to count them."""
@@ -121,7 +150,10 @@ class _Builder:
                     item.get("engine", "python"),
                     item.get("stateful", False),
                     line=self.line(path),
+                    config=dict(item.get("config") or {}),
+                    keyed=bool(getattr(self.classes[name], "keyed", False)),
                 )
+                self.optional[name] = bool(getattr(self.classes[name], "keyed_optional", False))
         return nodes
 
     def operator(self, path: Path, item: dict, kind: str) -> str:

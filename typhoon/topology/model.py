@@ -47,6 +47,10 @@ class Node:
     stateful: bool = False
     output_fields: tuple[str, ...] = ()
     line: int = 0  # line in the YAML file, for error messages
+    config: dict[str, Any] = field(default_factory=dict)  # per-node settings (max_parallelism)
+    # the operator keeps keyed state (Operator.keyed): its input must be key-routed, and a
+    # rescale moves its key groups with their state instead of flushing (typhoon.topology.keygroups)
+    keyed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -183,6 +187,9 @@ class PhysicalTopology:
     # the global checkpoint ``restore_epoch`` (None: the start); 0 = no recovery yet
     generation: int = 0
     restore_epoch: int | None = None
+    # node -> worker index per key group (typhoon.topology.keygroups); a node not listed
+    # uses the default table for its active workers
+    key_groups: dict[str, list[int]] = field(default_factory=dict)
 
     def of_node(self, node: str) -> list[WorkerAssignment]:
         """Every worker of ``node`` (draining ones too: they keep their rules), by index."""
@@ -209,6 +216,7 @@ class PhysicalTopology:
             "version": self.version,
             "generation": self.generation,
             "restore_epoch": self.restore_epoch,
+            "key_groups": {n: list(t) for n, t in self.key_groups.items()},
         }
 
     @classmethod
@@ -220,4 +228,5 @@ class PhysicalTopology:
             d.get("version", 1),
             d.get("generation", 0),
             d.get("restore_epoch"),
+            {n: list(t) for n, t in (d.get("key_groups") or {}).items()},
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from typhoon.topology.keygroups import KEY_ROUTED, owners
 from typhoon.topology.model import PhysicalTopology, Topology
 
 
@@ -30,6 +31,8 @@ class Route:
     # False = pick workers like shuffle; None = keep the mode the stream has (only the
     # load-balancer app switches it, other ROUTING updates leave it alone)
     balanced: bool | None = None
+    # fields, direct: receiving worker ID per key group (typhoon.topology.keygroups)
+    groups: list[int] = field(default_factory=list)
 
     def to_body(self) -> dict[str, Any]:
         """The body of the ROUTING control tuple that installs this route."""
@@ -42,6 +45,7 @@ class Route:
             "local": list(self.local),
             "lb_node": self.lb_node,
             "version": self.version,
+            "groups": list(self.groups),
         }
         if self.balanced is not None:
             body["balanced"] = self.balanced
@@ -59,6 +63,7 @@ class Route:
             lb_node=body.get("lb_node", 0),
             version=body.get("version", 0),
             balanced=body.get("balanced"),
+            groups=list(body.get("groups", [])),
         )
 
 
@@ -93,6 +98,7 @@ def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -
                 local=[w.worker_id for w in receivers if w.host == me.host],
                 lb_node=node_index(topology, s.dst),
                 version=physical.version,
+                groups=owners(topology, physical, s.dst) if s.grouping.type in KEY_ROUTED else [],
             )
         )
     return routes

@@ -157,7 +157,13 @@ def reschedule(
             next_id += 1
     workers.sort(key=lambda w: w.worker_id)
     return PhysicalTopology(
-        old.name, old.app_id, workers, old.version + 1, old.generation, old.restore_epoch
+        old.name,
+        old.app_id,
+        workers,
+        old.version + 1,
+        old.generation,
+        old.restore_epoch,
+        {n: list(t) for n, t in old.key_groups.items() if n in topology.nodes},
     )
 
 

@@ -90,6 +90,12 @@ _NODE = {
         "parallelism": {"type": "integer", "minimum": 1},
         "engine": {"type": "string", "enum": list(ENGINES)},
         "stateful": {"type": "boolean"},
+        # per-node settings; max_parallelism: key groups of the node (typhoon/topology/keygroups.py)
+        "config": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "properties": {"max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536}},
+        },
     },
 }
 
@@ -142,6 +148,8 @@ _CONFIG = {
         # packed (default): fill hosts along the topological order; spread: worker i of
         # every node on host i mod H (typhoon/topology/scheduler.py)
         "placement": {"type": "string", "enum": ["packed", "spread"]},
+        # key groups of every key-routed node without its own (typhoon/topology/keygroups.py)
+        "max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536},
         # key-pair statistics for locality-aware routing (typhoon/locality/settings.py)
         "locality": {
             "type": "object",

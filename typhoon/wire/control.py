@@ -32,6 +32,7 @@ class Control(IntEnum):
     FLOW_CONTROL = 11  # the bytes this worker may have in flight (its share of the fabric)
     ROLLBACK = 12  # go back to a global checkpoint as a new generation (guaranteed processing)
     COMPLETE = 13  # every worker of the application finished: a finished worker may exit
+    KEYGROUPS = 14  # key groups move between workers with their keyed state (a rescale)
 
 
 # Control tuples a worker handles ahead of the data queued before them (docs/flow_control.md,
@@ -151,6 +152,11 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         # sdn policy: true = frames go to the node's load-balancer address and the switch
         # picks the worker; absent = keep the stream's current mode (the LB app sets it)
         "balanced": (_bool, _OMITTED),
+        # fields, direct: receiving worker ID per key group (typhoon/topology/keygroups.py)
+        "groups": (_list_of(_int(-1, MAX_ID)), []),  # -1: the group's worker is gone
+        # the key groups of the receivers move (migration ID): after the new route is
+        # installed, a handoff punctuation goes to each receiver of the old route
+        "handoff": (_u64, _OMITTED),
     },
     Control.SIGNAL: {"version": (_u64, _REQUIRED)},
     Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED)},
@@ -175,6 +181,21 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "epoch": (_int(-1, 2**62), _REQUIRED),
     },
     Control.COMPLETE: {},
+    # key groups move with their keyed state (typhoon/runtime/migration.py): ``prepare``
+    # tells each worker what leaves it (out: group -> new owner), what comes (in: group ->
+    # old owner; held until its state arrives) and whose handoffs to await before the state
+    # leaves ([sender, stream] pairs); ``finish`` is acked once the worker's part is done
+    Control.KEYGROUPS: {
+        "version": (_u64, _REQUIRED),
+        "migration": (_u64, _REQUIRED),
+        "phase": (_choice(frozenset({"prepare", "finish"})), _REQUIRED),
+        "out": (_str_key_dict(_worker_id), {}),
+        "in": (_str_key_dict(_worker_id), {}),
+        "expect": (_list_of(_list_of(_int(0, U16_MAX))), []),
+        # single keys a direct grouping's table moves (the table's spelling of the key)
+        "keys_out": (_str_key_dict(_worker_id), {}),
+        "keys_in": (_str_key_dict(_worker_id), {}),
+    },
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
         "add": (_list_of(_worker_id), []),

@@ -1,0 +1,133 @@
+"""Non-additive operators on keyed state: a running count per key and a max-per-key sink.
+
+``running_count`` emits ``[key, n]`` on every tuple, ``n`` being how many
+tuples of that key it has seen so far; ``max_by_key`` keeps the largest
+``n`` per key.  Chained, the sink's result is the exact count per key only if
+every key's count went on from where it was through every rescale: a key
+whose new owner started from zero leaves a maximum below the true count, and
+summing the workers' results cannot repair it (the Listing-2 flush cannot
+either).  That is what makes them the check of keyed-state migration.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from typhoon.operators.base import Bolt, Context, Emit
+
+
+def _out_key(k: Any) -> Any:
+    return list(k) if type(k) is tuple else k
+
+
+def _key_str(k: Any) -> str:
+    return str(list(k)) if type(k) is tuple else str(k)
+
+
+class RunningCount(Bolt):
+    """Emits ``[key, n]`` for every tuple: the key's running count (keyed state)."""
+
+    fields: ClassVar[tuple[str, ...]] = ("key", "count")
+    keyed: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Any = {}
+        self.key_of: Any = None
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.counts = context.keyed_state("counts", default=0)
+        self.key_of = context.key
+
+    def process(self, values: list, emit: Emit) -> None:
+        k = self.key_of(values)
+        n = self.counts[k] + 1
+        self.counts[k] = n
+        emit([_out_key(k), n])
+
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        key_of, counts = self.key_of, self.counts
+        data = counts.data
+        for values in rows:
+            k = key_of(values)
+            if k in data:
+                n = data[k] = data[k] + 1
+            else:
+                n = counts[k] = counts[k] + 1  # the first tuple of a key: ownership checked
+            emit([_out_key(k), n])
+
+    KEY_LIST_MAX: ClassVar[int] = 10_000
+
+    def result(self) -> dict[str, Any]:
+        """How many keys live here, and which (up to ``KEY_LIST_MAX``): where state is."""
+        out: dict[str, Any] = {"keys": len(self.counts)}
+        if len(self.counts) <= self.KEY_LIST_MAX:
+            out["key_list"] = sorted(_key_str(k) for k in self.counts)
+        return out
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        """Keys per worker: where the node's keyed state lives."""
+        return {"ownership": [r["keys"] for r in results], "keys": sum(r["keys"] for r in results)}
+
+
+class MaxByKey(Bolt):
+    """Sink: the largest ``value`` field seen per key (keyed state).
+
+    ``result`` holds each key's maximum; the node's merged result is their
+    union, with ``keys_on_several_workers`` counting keys that more than one
+    worker reported (0 when every key lived on exactly one worker).
+    """
+
+    keyed: ClassVar[bool] = True
+
+    def __init__(self, value: str = "count") -> None:
+        super().__init__(value=value)
+        self.value = value
+        self.index = 0
+        self.maxima: Any = {}
+        self.key_of: Any = None
+        self.owned: Any = None
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        value = args.get("value", "count")
+        if value not in input_fields:
+            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        return []
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.index = context.input_fields.index(self.value)
+        self.maxima = context.keyed_state("max")
+        self.key_of = context.key
+        self.owned = context.keyed.owned
+
+    def process(self, values: list, emit: Emit) -> None:
+        k, v = self.key_of(values), values[self.index]
+        m = self.maxima.get(k)
+        if m is None or v > m:
+            self.maxima[k] = v
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "max": {_key_str(k): v for k, v in self.maxima.items()},
+            "keys": len(self.maxima),
+            "key_groups": len(self.owned) if self.owned is not None else 0,
+        }
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        for r in results:
+            for k, v in r["max"].items():
+                seen[k] = seen.get(k, 0) + 1
+                if k not in out or v > out[k]:
+                    out[k] = v
+        return {
+            "max": out,
+            "ownership": [{"keys": r["keys"], "key_groups": r["key_groups"]} for r in results],
+            "keys_on_several_workers": sum(1 for n in seen.values() if n > 1),
+        }

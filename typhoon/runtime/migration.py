@@ -1,0 +1,245 @@
+"""Key groups that move between running workers with their keyed state (a rescale).
+
+The plan (``typhoon.reconfig.plan``) runs three steps per migration, each acked:
+
+1. ``KEYGROUPS prepare`` to every worker that gives or takes groups.  A new
+   owner starts *holding* the tuples of the groups it takes: they wait in
+   arrival order until the groups' state is here.  An old owner learns which
+   groups leave it, for whom, and which (sender, stream) handoffs to await.
+2. ``ROUTING`` with ``handoff`` to the senders: each installs the new key-group
+   table and then sends a *handoff* punctuation to every receiver of its old
+   route, behind the last tuple it routed with the old table (same link, in
+   order).
+3. ``KEYGROUPS finish``: acked by a worker once its part is done.  An old
+   owner that has every handoff (a sender that finished counts) has processed
+   every tuple of the leaving groups: it takes their keys out of its keyed
+   state and writes them, per new owner, to the checkpoint store
+   (``migrations/<id>-<from>-<to>``).  A new owner polls for them, loads the
+   keys and runs the held tuples, oldest first.
+
+No SIGNAL flush is involved, and nothing but the moving groups waits: the
+other keys go on being processed.  A mixin of
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from typhoon.checkpoint import checkpoint_settings
+from typhoon.runtime import checkpoints as ck
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.005  # how often a new owner looks for the state it waits for
+
+
+@dataclass
+class Migration:
+    """This worker's part in one migration."""
+
+    id: int
+    out: dict[int, int]  # group -> new owner (state leaves once every handoff is in)
+    incoming: dict[int, int]  # group -> old owner (tuples held until its state is here)
+    expect: set[tuple[int, int]]  # (sender, stream) handoffs still awaited
+    keys_out: dict[str, int] = field(default_factory=dict)  # direct-table keys leaving
+    keys_in: dict[str, int] = field(default_factory=dict)  # direct-table keys coming
+    shipped: bool = False
+    waiting: set[int] = field(default_factory=set)  # old owners whose state is not here yet
+    ack: int | None = None  # version of the KEYGROUPS finish to ack once done
+    started: float = field(default_factory=time.monotonic)
+    pause_s: float = 0.0  # how long the moving groups' tuples waited here
+    moved_bytes: int = 0
+    moved_keys: int = 0
+
+    @property
+    def leaving(self) -> bool:
+        return bool(self.out or self.keys_out)
+
+    @property
+    def done(self) -> bool:
+        return (self.shipped or not self.leaving) and not self.waiting
+
+
+class KeyedMigration:
+    """Key groups leaving and joining this worker (see the module docstring)."""
+
+    def _init_migration(self, store: Any = None) -> None:
+        self.migration: Migration | None = None
+        self.holding: dict[int, int] = {}  # group -> old owner, while its state travels
+        self.holding_keys: dict[str, int] = {}  # direct-table key -> old owner, the same
+        # (old owner waited for, sender, row) in arrival order
+        self.held_rows: list[tuple[int, int, list]] = []
+        # where moving state travels: the checkpoint store (opened when first needed)
+        self._mig_store: Any = store if hasattr(store, "put_blob") else None
+        self._next_poll = 0.0
+        self.migrations_done = 0
+        self.last_migration: dict[str, Any] = {}
+
+    # ----- control -------------------------------------------------------------------------
+
+    def keygroups(self, body: dict[str, Any]) -> None:
+        """A KEYGROUPS control tuple (prepare or finish)."""
+        mid = body["migration"]
+        if body["phase"] == "prepare":
+            if self.keyed is None:
+                raise ValueError(
+                    f"worker {self.worker_id} of '{self.node.name}' keeps no keyed state"
+                )
+            incoming = {int(g): w for g, w in body["in"].items()}
+            out = {int(g): w for g, w in body["out"].items()}
+            expect = {(s, st) for s, st in body["expect"] if s not in self.finished_upstream}
+            m = Migration(mid, out, incoming, expect, body["keys_out"], body["keys_in"])
+            self.migration = m
+            m.waiting = set(incoming.values()) | set(m.keys_in.values())
+            self.holding.update(incoming)
+            self.holding_keys.update(m.keys_in)
+            self.keyed.owned |= set(incoming)
+            for k in m.keys_in:
+                self.keyed.pinned[k] = True
+            self._ack("KEYGROUPS", body["version"])
+            self._maybe_ship()
+            return
+        m = self.migration
+        if m is None or m.id != mid:
+            self._ack("KEYGROUPS", body["version"])  # nothing of ours moves in it
+            return
+        m.ack = body["version"]
+        self._maybe_ship()
+        self._migration_done()
+
+    def send_handoffs(self, stream: int, migration: int, hops: list[int]) -> None:
+        """After a ROUTING with ``handoff``: the old receivers learn our old table ended."""
+        self._broadcast_punctuation(ck.handoff_payload(stream, migration), sorted(hops))
+
+    def _handoff_from(self, src: int, stream: int | None, migration: int | None) -> None:
+        """A handoff (or the end of stream: ``stream`` None) arrived from ``src``."""
+        m = self.migration
+        if m is None or (migration is not None and migration != m.id):
+            return
+        if stream is None:
+            m.expect = {(s, st) for s, st in m.expect if s != src}
+        else:
+            m.expect.discard((src, stream))
+        self._maybe_ship()
+
+    # ----- the old owner -------------------------------------------------------------------
+
+    def _store(self) -> Any:
+        if self._mig_store is None:
+            from typhoon.checkpoint import open_store
+
+            settings = checkpoint_settings(self.spec.topology)
+            self._mig_store = open_store(settings.store_url, self.spec.topology.name)
+        return self._mig_store
+
+    def _maybe_ship(self) -> None:
+        m = self.migration
+        if m is None or m.shipped or not m.leaving or m.expect:
+            return
+        by_dst: dict[int, tuple[set[int], set[str]]] = {}
+        for g, dst in m.out.items():
+            by_dst.setdefault(dst, (set(), set()))[0].add(g)
+        for k, dst in m.keys_out.items():
+            by_dst.setdefault(dst, (set(), set()))[1].add(k)
+        for dst, (groups, keys) in sorted(by_dst.items()):
+            before = self.keyed.keys()
+            # names a key that cannot be packed
+            data = self.keyed.pack(groups, remove=True, keys=keys)
+            self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", data)
+            m.moved_bytes += len(data)
+            m.moved_keys += before - self.keyed.keys()
+        self.keyed.owned -= set(m.out)
+        for k in m.keys_out:
+            self.keyed.pinned[k] = False
+        m.shipped = True
+        log.info(
+            "worker %d: key groups %s left for %s (%d bytes)",
+            self.worker_id, sorted(m.out), sorted(by_dst), m.moved_bytes,
+        )  # fmt: skip
+        self._migration_done()
+
+    # ----- the new owner -------------------------------------------------------------------
+
+    def _hold(self, src: int, rows: list[list]) -> list[list]:
+        """The rows of groups and keys not moving here; the others wait for their state
+        (held with the old owner they wait for)."""
+        keyed, holding, held = self.keyed, self.holding, self.held_rows
+        keys, key_str = self.holding_keys, keyed.key_str
+        key, group_of = keyed.key, keyed.group_of
+        kept = []
+        for r in rows:
+            try:
+                k = key(r)
+                src_of = keys.get(key_str(k)) if keys else None
+                if src_of is None:
+                    src_of = holding.get(group_of(k))
+            except (IndexError, TypeError, ValueError):
+                kept.append(r)  # the operator will say what is wrong with it
+                continue
+            if src_of is not None:
+                held.append((src_of, src, r))
+            else:
+                kept.append(r)
+        return kept
+
+    def migration_tick(self) -> None:
+        """Look for the state this worker waits for; run the held tuples it releases."""
+        m = self.migration
+        if m is None or not m.waiting or self.now < self._next_poll:
+            return
+        self._next_poll = self.now + POLL_S
+        for src in sorted(m.waiting):
+            name = f"{m.id}-{src}-{self.worker_id}"
+            data = self._store().get_blob(name)
+            if data is None:
+                continue
+            m.moved_keys += self.keyed.load(data)
+            m.moved_bytes += len(data)
+            self._store().delete_blob(name)
+            m.waiting.discard(src)
+            for g in [g for g, s in m.incoming.items() if s == src]:
+                self.holding.pop(g, None)
+            for k in [k for k, s in m.keys_in.items() if s == src]:
+                self.holding_keys.pop(k, None)
+            release = [r for owner, _, r in self.held_rows if owner == src]
+            self.held_rows = [h for h in self.held_rows if h[0] != src]
+            if release:
+                self._run(release)
+        if not m.waiting:
+            m.pause_s = time.monotonic() - m.started
+            self._migration_done()
+            if self.input_done and not self.done and self._pump is None:
+                self.finish()  # input ended while tuples waited here
+
+    def _migration_done(self) -> None:
+        m = self.migration
+        if m is None or not m.done:
+            return
+        if not self.last_migration or self.last_migration.get("id") != m.id:
+            self.migrations_done += 1
+            self.last_migration = {
+                "id": m.id,
+                "out": len(m.out),
+                "in": len(m.incoming),
+                "keys_out": len(m.keys_out),
+                "keys_in": len(m.keys_in),
+                "keys": m.moved_keys,
+                "bytes": m.moved_bytes,
+                "pause_ms": round(m.pause_s * 1000, 3),
+            }
+        if m.ack is not None:
+            self._ack("KEYGROUPS", m.ack)
+            self.migration = None
+
+    def _migration_metrics(self) -> dict[str, Any]:
+        keyed = self.keyed
+        out: dict[str, Any] = {"keyed": {"groups": len(keyed.owned), "keys": keyed.keys()}}
+        if self.held_rows:
+            out["keyed"]["held"] = len(self.held_rows)
+        if self.last_migration:
+            out["keyed"]["migration"] = dict(self.last_migration)
+        return out
