@@ -309,9 +309,11 @@ class Incident:
     # heartbeat only: time added to its silence allowance because nobody was heard
     unheard_s: float = 0.0
     # guaranteed processing: the generation every worker rolls back as, to this epoch
-    # (None: from the start); rolled_back_ms: every live worker confirmed the ROLLBACK
+    # (None: from the start); rolled_back: the live workers sent ROLLBACK (the
+    # replacement starts restored); rolled_back_ms: every one of them confirmed it
     generation: int | None = None
     restore_epoch: int | None = None
+    rolled_back: list[int] = field(default_factory=list)
     rolled_back_ms: float | None = None
 
     def to_dict(self) -> dict[str, object]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from mininet_env.drops import drop_counters, drop_problems
+from mininet_env.drops import drop_counters, drops_between, split_dead_address_drops
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import free_port, start_agent, start_controller, wait_until
@@ -36,6 +36,7 @@ from typhoon.manager import Manager
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.supervised import Supervised
 from typhoon.topology.model import Topology
+from typhoon.wire import mac_str, worker_mac
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ class SdnRunOptions:
     controller_config: str = ""  # extra lines for the Ryu config file
     workdir: Path | None = None
     # end the run once a worker failed (after failure_grace s, so its peers' errors show too);
-    # None: unless the fault detector, which replaces failed workers, is loaded
+    # None: unless the fault detector, which replaces failed workers, is loaded, or the
+    # topology asks for a guarantee (the core then recovers it: controller/core_recovery.py)
     stop_on_failure: bool | None = None
     failure_grace: float = 2.0
 
@@ -216,7 +218,7 @@ class EmulatedCluster:
         self.recovered: list[int] = []
         stop_on_failure = o.stop_on_failure
         if stop_on_failure is None:
-            stop_on_failure = not any("fault_detector" in a for a in o.apps)
+            stop_on_failure = not guaranteed and not any("fault_detector" in a for a in o.apps)
         failed_at: float | None = None
         while True:
             physical = self.coordinator.get_physical(name)
@@ -269,16 +271,22 @@ class EmulatedCluster:
         self.submit(topology)
         self.wait_active(name)
         started = time.monotonic()
-        switch_problems: list[str] = []
+        drops: list[tuple[str, str, str]] = []
         try:
             clean = self.wait_finished(name, on_tick)
             # the application's rules are still installed: what did they drop?
-            switch_problems = drop_problems(drops_before, drop_counters(bridges))
+            drops = drops_between(drops_before, drop_counters(bridges))
         finally:
             elapsed = time.monotonic() - started
             physical = self.coordinator.get_physical(name)
             statuses = self.coordinator.worker_statuses(name)
+            incidents = self.incidents(name)
             self.kill(name)
+        # frames toward a dead worker's address belong to its incident, not to the problems
+        macs = {mac_str(worker_mac(physical.app_id, i["worker"])): i["worker"] for i in incidents}
+        dropped, switch_problems = split_dead_address_drops(drops, macs)
+        for i in incidents:
+            i["dropped"] = dropped.get(i["worker"], [])
         reports = read_worker_reports(self.report_dir(name))
         failures = worker_failures(
             physical.workers,
@@ -298,9 +306,24 @@ class EmulatedCluster:
             ok=clean,
             app_id=physical.app_id,
             recovered=self.recovered,
+            incidents=incidents,
             switch_problems=switch_problems,
             failures=failures,
         )
+
+    def incidents(self, name: str) -> list[dict[str, Any]]:
+        """The controller's incidents of application ``name`` (``GET /typhoon/faults``), without
+        its monotonic times; [] if the controller does not answer (nothing is explained)."""
+        try:
+            status, body = self.rest("GET", "/faults")
+        except ConnectionError as e:
+            log.error("incidents of %s unknown: %s", name, e)
+            return []
+        if status != 200 or not isinstance(body, list):
+            log.error("incidents of %s unknown: GET /faults answered %s %s", name, status, body)
+            return []
+        keep = [i for i in body if isinstance(i, dict) and i.get("app") == name]
+        return [{k: v for k, v in i.items() if k not in ("app", "detected")} for i in keep]
 
     def close(self) -> None:
         for c in reversed(self.children()):

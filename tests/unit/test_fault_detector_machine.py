@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from controller.dead_addresses import PRIO_DEAD_ADDRESS
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
 from controller.view import AppView
 from typhoon.coordinator import WorkerStatus
 from typhoon.manager import Placement
 from typhoon.topology import load_topology, schedule
+from typhoon.wire import mac_str, worker_mac
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["h1", "h2", "h3"]
@@ -37,6 +40,8 @@ class FakeCore:
         self.app = AppView(topology, physical, statuses, {"active": True})
         self.view = type("View", (), {})()
         self.view.apps = {APP: self.app}
+        self.view.cluster = SimpleNamespace(hosts={h: None for h in HOSTS})
+        self.rules: dict[str, object] = {}  # owner -> contribution (set_rules)
         self.stored = physical
         self.sent: list[tuple[int, str, dict]] = []
         self.acks: dict[tuple[str, int], set[int]] = {}
@@ -78,6 +83,12 @@ class FakeCore:
 
     def job_progress(self, app):
         return None
+
+    def set_rules(self, source, owner, value):
+        self.rules[owner] = value
+
+    def clear_rules(self, source, owner):
+        self.rules.pop(owner, None)
 
     # the agents' and the coordinator poll's part
     def status(self, wid: int, state: str, code: int | None = None) -> None:
@@ -182,6 +193,36 @@ def test_what_is_left_alone(setup):
     core.status(split, "starting")
     machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)  # not attached yet
     assert machine.incidents == [] and core.sent == []
+
+
+def test_a_dead_workers_address_gets_a_counting_drop_rule_on_every_bridge(setup):
+    """What its senders still write to it is counted apart (the run report lists it with
+    the incident); the rules go once the application is gone."""
+    machine, core, clock, physical = setup
+    dead = ids(physical, "count")[0]
+    machine.worker_down(APP, dead, "h1", 20, "deleted", clock.now)
+    rules = core.rules[f"dead-addresses:{APP}"]
+    assert set(rules) == set(HOSTS)
+    (rule,) = rules["h1"]
+    assert rule.priority == PRIO_DEAD_ADDRESS and rule.actions == ()
+    assert rule.match_dict() == {"eth_dst": mac_str(worker_mac(physical.app_id, dead))}
+    core.view.apps = {}
+    machine.tick()
+    assert f"dead-addresses:{APP}" not in core.rules
+
+
+def test_a_scoped_machine_leaves_applications_outside_its_scope_alone(setup):
+    """The core's built-in recovery handles guaranteed applications only."""
+    _, core, clock, physical = setup
+    conf = FaultSettings(heartbeat_timeout=1.0)
+    machine = FaultMachine(
+        conf, core, 1.0, logging.getLogger("test"), clock, scope=lambda app: False
+    )
+    split = ids(physical, "split")[0]
+    machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)
+    clock.now += 10
+    machine.tick()  # silent for 10 s: not watched either
+    assert machine.incidents == [] and core.sent == [] and core.rules == {}
 
 
 def test_with_port_events_off_only_the_heartbeat_detects(setup):
