@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from controller.app_support import list_rest, start_timer
-from controller.fault_detector import FaultSettings
+from controller.fault_detector import FaultSettings, no_recovery
 from controller.fault_detector_machine import FaultMachine
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import event, lookup_service_brick, set_ev_cls
@@ -89,6 +89,11 @@ class BuiltinRecovery:
             "heartbeat_timeout=%g s confirm_timeout=%g s",
             conf.heartbeat_timeout, conf.confirm_timeout,
         )  # fmt: skip
+
+    def recovery_refusal(self, topology: Any) -> str:
+        """Why a guaranteed ``topology`` cannot be recovered here ('' if it can): the
+        REST submit refuses it in that sentence (``controller/rest.py``)."""
+        return no_recovery(topology, read_settings(FaultSettings))
 
     def _recovery_worker_down(
         self, app: str, wid: int, host: str, port: int, reason: str, at: float

@@ -211,6 +211,26 @@ def held_up_by_receivers(
     return held
 
 
+def no_recovery(topology: Topology, conf: FaultSettings) -> str:
+    """Why a controller with these settings cannot keep ``topology``'s guarantee, in
+    one sentence (a submission is refused with it), or '' if it can or none is asked."""
+    guarantee = topology.config.get("guarantee", "none")
+    if guarantee in (None, "none"):
+        return ""
+    head = f"application '{topology.name}' asks for guarantee {guarantee}, but this controller"
+    if not conf.replace:
+        return (
+            f"{head} does not replace dead workers ([fault_detector] replace = false); "
+            "set it to true"
+        )
+    if not conf.port_events and conf.heartbeat_timeout <= 0:
+        return (
+            f"{head} detects no dead worker ([fault_detector] port_events = false and "
+            "heartbeat_timeout = 0); turn one of them on"
+        )
+    return ""
+
+
 def crashed(state: str, exit_code: int | None) -> bool:
     """A worker its agent saw exit with an error: it will send no METRIC_RESP any more,
     so the heartbeat keeps watching it (and catches it if no port event did)."""
