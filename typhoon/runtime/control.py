@@ -23,6 +23,7 @@ class ControlHandling:
         if t == Control.ROUTING:
             self.flush(force=True)
             self.install_route(Route.from_body(body))
+            self.io.routed_to({h for r in self.routers.values() for h in r.hops})
             self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
         elif t == Control.UPSTREAM:
