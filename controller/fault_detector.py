@@ -326,6 +326,7 @@ class Incident:
     rejoined_ms: float | None = None  # replacement attached and routed to again
     exit_code: int | None = None
     detail: str = ""
+    host: str = ""  # where the dead worker ran
     # heartbeat only: time added to its silence allowance because nobody was heard
     unheard_s: float = 0.0
     # guaranteed processing: the generation every worker rolls back as, to this epoch

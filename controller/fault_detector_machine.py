@@ -63,6 +63,7 @@ class Core(acks.Core, Protocol):
     def placement(self, app: str) -> Any: ...
     def update_physical(self, app: str, physical: Any) -> Any: ...
     def job_progress(self, app: str) -> Any: ...
+    def agent(self, host: str) -> Any: ...
     def set_rules(self, source: Any, owner: str, value: Any) -> None: ...
     def clear_rules(self, source: Any, owner: str) -> None: ...
 
@@ -199,7 +200,7 @@ class FaultMachine(GuaranteedRecovery):
             return
         w = app.physical.by_id(wid)
         wall = time.time() - (self.clock() - at)
-        incident = Incident(name, wid, w.node, reason, at, wall, unheard_s=unheard_s)
+        incident = Incident(name, wid, w.node, reason, at, wall, host=w.host, unheard_s=unheard_s)
         self.incidents.append(incident)
         self.handled.add((name, wid))
         self.heartbeats.forget(name, wid)
@@ -331,7 +332,12 @@ class FaultMachine(GuaranteedRecovery):
             return None
         place = core.placement(name)
         pending = self.pending.setdefault(name, set())
-        closed = silent_host(incident.reason, incident.exit_code, physical.by_id(wid).host)
+        host = physical.by_id(wid).host
+        closed = silent_host(incident.reason, incident.exit_code, host)
+        if core.agent(host) is None:  # its agent's record is gone: the machine is lost
+            closed = [host]
+            incident.detail = f"host {host} is gone (no agent): replaced elsewhere"
+            self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
         plan = failover(
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending, closed=closed,
@@ -415,7 +421,7 @@ class FaultMachine(GuaranteedRecovery):
             problem = (yield from self._rollback(core, incident, app, new)) or problem
         incident.rejoined_ms = self._since(incident)
         incident.state = "rejoined"
-        incident.detail = problem
+        incident.detail = "; ".join(x for x in (incident.detail, problem) if x)
         self.logger.info(
             "app %s worker %d attached: senders %s route to it again (%s), %.1f ms after the "
             "detection of worker %d",

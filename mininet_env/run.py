@@ -12,6 +12,7 @@ teardown, which also runs when anything above fails or is interrupted.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -156,6 +157,30 @@ class EmulatedCluster:
         self.stop_controller()
         time.sleep(down_s)
         self.start_controller()
+
+    def fail_host(self, host: str) -> list[int]:
+        """A power cut of emulated ``host``: its agent is SIGKILLed, its bridge deleted
+        (the switch connection goes with it, so no port event reports the workers), every
+        worker it ran SIGKILLed, and its agent's record removed (as a ZooKeeper session's
+        ephemeral node would go).  Returns the workers killed."""
+        for agent in [a for a in self.agents if a.name == f"agent-{host}"]:
+            agent.stop(timeout=5, sig=signal.SIGKILL)
+            self.agents.remove(agent)
+        bridge = self.options.plan.bridge(self.options.plan.host_names().index(host) + 1)
+        subprocess.run(
+            ["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True, timeout=30
+        )
+        killed = []
+        for name in self.coordinator.physical_names():
+            for wid, s in self.coordinator.worker_statuses(name).items():
+                if s.host == host and s.pid and s.state != "exited":
+                    try:
+                        os.kill(s.pid, signal.SIGKILL)
+                        killed.append(wid)
+                    except ProcessLookupError:
+                        pass
+        self.coordinator.delete_agent(host)
+        return sorted(killed)
 
     @staticmethod
     def _controllers(bridge: str) -> list[str]:

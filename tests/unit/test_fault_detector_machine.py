@@ -42,6 +42,7 @@ class FakeCore:
         self.view.apps = {APP: self.app}
         self.view.cluster = SimpleNamespace(hosts={h: None for h in HOSTS})
         self.rules: dict[str, object] = {}  # owner -> contribution (set_rules)
+        self.gone_hosts: set[str] = set()  # hosts whose agent record is gone
         self.stored = physical
         self.sent: list[tuple[int, str, dict]] = []
         self.acks: dict[tuple[str, int], set[int]] = {}
@@ -83,6 +84,9 @@ class FakeCore:
 
     def job_progress(self, app):
         return None
+
+    def agent(self, host):
+        return None if host in self.gone_hosts else SimpleNamespace(host=host)
 
     def set_rules(self, source, owner, value):
         self.rules[owner] = value
@@ -209,6 +213,22 @@ def test_a_dead_workers_address_gets_a_counting_drop_rule_on_every_bridge(setup)
     core.view.apps = {}
     machine.tick()
     assert f"dead-addresses:{APP}" not in core.rules
+
+
+def test_a_worker_of_a_host_that_is_gone_is_replaced_elsewhere(setup):
+    """A host whose agent record vanished (a power cut: the bridge and every process
+    went) gets no replacement, and the incident names it."""
+    machine, core, clock, physical = setup
+    victim = ids(physical, "count")[0]
+    host = physical.by_id(victim).host
+    core.gone_hosts.add(host)
+    machine.fail(APP, victim, "no METRIC_RESP for 2.1 s", clock.now)
+    clock.now += 2.1
+    machine.step()  # no exit status (the agent is gone): replaced after confirm_timeout
+    (incident,) = machine.incidents
+    assert incident.host == host and incident.state == "replacing"
+    assert core.stored.by_id(incident.replacement).host != host
+    assert f"host {host} is gone" in incident.detail
 
 
 def test_a_scoped_machine_leaves_applications_outside_its_scope_alone(setup):
