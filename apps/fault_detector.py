@@ -39,8 +39,10 @@ to the executor, and so are workers that end normally: a port that goes down
 after the worker's METRIC_RESP said ``done``, or whose agent reports exit code
 0, is an end of stream.
 
-Every decision is logged with its reason; ``GET /typhoon/faults`` lists the
-incidents with their times.
+Every decision is logged with its reason; ``GET /typhoon/faults`` (served by
+the core, ``controller/core_recovery.py``) lists the incidents with their times.
+Without this app the core still recovers applications that ask for a processing
+guarantee, with the same machine and settings; with it, this app handles them all.
 
 Settings: section ``[fault_detector]`` of the Ryu config file, declared once by
 ``FaultSettings`` in ``controller/fault_detector.py``
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.app_support import EventTick, TyphoonApp, list_rest, start_ticks, start_timer
+from controller.app_support import EventTick, TyphoonApp, start_ticks, start_timer
 from controller.events import EventWorkerDown, EventWorkerMetrics
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
@@ -70,7 +72,6 @@ register_settings(FaultSettings)
 
 TICK_S = 0.5  # heartbeats
 STEP_S = 0.01  # waiting failovers: acks, exit statuses, attachments
-REST = list_rest("faults")
 
 
 class EventStep(event.EventBase):
@@ -90,7 +91,6 @@ class FaultDetector(TyphoonApp):
         self.conf = read_settings(FaultSettings)
         metrics_interval = read_settings(CoreSettings).metrics_interval
         self.machine = FaultMachine(self.conf, _LazyServices(), metrics_interval, self.logger)
-        kwargs["wsgi"].register(REST, {"app": self})
         start_ticks(self, TICK_S)
         start_timer(self, STEP_S, EventStep)
         self.machine.resume_recoveries()

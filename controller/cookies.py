@@ -53,6 +53,7 @@ class RuleKind(IntEnum):
     TO_CONTROLLER = 8  # worker -> controller address -> OFPP_CONTROLLER
     LB_GROUP = 9  # reserved: load balancer select groups (`sdn` grouping)
     MIRROR = 10  # reserved: live debugger mirror outputs
+    DEAD_ADDRESS = 11  # a dead worker's address: counts what still goes there, then drops it
 
 
 @dataclass(frozen=True)

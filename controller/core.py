@@ -26,6 +26,7 @@ from controller.app_support import start_timer
 from controller.budgets import budget_updates
 from controller.composer import DEFAULT_RULES, RuleComposer, Source
 from controller.control_channel import ControlChannel, Reply
+from controller.core_recovery import BuiltinRecovery
 from controller.events import (
     EventSparkMetrics,
     EventTopologyChanged,
@@ -88,7 +89,7 @@ def core_app() -> TyphoonController:
     return app
 
 
-class TyphoonController(WorkerProgress, RyuApp):
+class TyphoonController(WorkerProgress, BuiltinRecovery, RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
     _EVENTS = [
@@ -128,6 +129,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         self.refresh_desired()
         kwargs["wsgi"].register(TyphoonRest, {"core": self, "token": self.settings.api_token})
         set_read_tokens(kwargs["wsgi"], self.settings.read_token, self.settings.api_token)
+        self._init_recovery(kwargs["wsgi"])  # a guarantee brings its own recovery
         start_timer(self, self.settings.poll_interval, EventPollCoordinator)
         start_timer(self, self.settings.metrics_interval, EventMetricsRound)
 
@@ -255,6 +257,7 @@ class TyphoonController(WorkerProgress, RyuApp):
 
     @set_ev_cls(EventPollCoordinator)
     def _poll(self, ev):
+        self._decide_recovery()
         try:
             self._poll_coordinator()
         except Exception:  # a bad record must not stop the controller
@@ -410,6 +413,7 @@ class TyphoonController(WorkerProgress, RyuApp):
         self._guarantee_progress(app, worker_id, metrics)
         self._activation_progress(app, worker_id, metrics)
         self.send_event_to_observers(EventWorkerMetrics(app, worker_id, metrics, now))
+        self._recovery_metrics(app, worker_id, metrics, now)
         spark = metrics.get("spark")
         if isinstance(spark, dict):
             self._spark_progress(app, worker_id, spark, now)
@@ -449,6 +453,7 @@ class TyphoonController(WorkerProgress, RyuApp):
                 "app %s: worker %d port %s/%d %s", app, w.worker_id, host, port, reason
             )
             self.send_event_to_observers(EventWorkerDown(app, w.worker_id, host, port, reason, now))
+            self._recovery_worker_down(app, w.worker_id, host, port, reason, now)
 
     # ----- reconfiguration (stable topology update, paper §3.5) -----------------------------
 

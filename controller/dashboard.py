@@ -202,7 +202,9 @@ def gather(core: Any, lookup: Callable[[str], Any], now: float) -> Inputs:
         connected=connected,
         reconfigs=reconfigs,
         reports=Reports(
-            faults=_report(lookup("FaultDetector"), lambda a: a.report()),
+            faults=_report(
+                lookup("FaultDetector") or getattr(core, "recovery", None), lambda a: a.report()
+            ),
             autoscaler=_report(lookup("Autoscaler"), lambda a: a.report()),
             lb=_report(lookup("LoadBalancer"), lambda a: a.report()),
             debug=_report(lookup("LiveDebugger"), _sessions),

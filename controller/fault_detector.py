@@ -211,6 +211,26 @@ def held_up_by_receivers(
     return held
 
 
+def no_recovery(topology: Topology, conf: FaultSettings) -> str:
+    """Why a controller with these settings cannot keep ``topology``'s guarantee, in
+    one sentence (a submission is refused with it), or '' if it can or none is asked."""
+    guarantee = topology.config.get("guarantee", "none")
+    if guarantee in (None, "none"):
+        return ""
+    head = f"application '{topology.name}' asks for guarantee {guarantee}, but this controller"
+    if not conf.replace:
+        return (
+            f"{head} does not replace dead workers ([fault_detector] replace = false); "
+            "set it to true"
+        )
+    if not conf.port_events and conf.heartbeat_timeout <= 0:
+        return (
+            f"{head} detects no dead worker ([fault_detector] port_events = false and "
+            "heartbeat_timeout = 0); turn one of them on"
+        )
+    return ""
+
+
 def crashed(state: str, exit_code: int | None) -> bool:
     """A worker its agent saw exit with an error: it will send no METRIC_RESP any more,
     so the heartbeat keeps watching it (and catches it if no port event did)."""
@@ -306,12 +326,15 @@ class Incident:
     rejoined_ms: float | None = None  # replacement attached and routed to again
     exit_code: int | None = None
     detail: str = ""
+    host: str = ""  # where the dead worker ran
     # heartbeat only: time added to its silence allowance because nobody was heard
     unheard_s: float = 0.0
     # guaranteed processing: the generation every worker rolls back as, to this epoch
-    # (None: from the start); rolled_back_ms: every live worker confirmed the ROLLBACK
+    # (None: from the start); rolled_back: the live workers sent ROLLBACK (the
+    # replacement starts restored); rolled_back_ms: every one of them confirmed it
     generation: int | None = None
     restore_epoch: int | None = None
+    rolled_back: list[int] = field(default_factory=list)
     rolled_back_ms: float | None = None
 
     def to_dict(self) -> dict[str, object]:

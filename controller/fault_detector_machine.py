@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 from controller import acks
 from controller.acks import send_each, send_routes
+from controller.composer import Source
+from controller.dead_addresses import dead_address_rules
 from controller.fault_detector import (
     FaultSettings,
     Heartbeats,
@@ -61,6 +63,9 @@ class Core(acks.Core, Protocol):
     def placement(self, app: str) -> Any: ...
     def update_physical(self, app: str, physical: Any) -> Any: ...
     def job_progress(self, app: str) -> Any: ...
+    def agent(self, host: str) -> Any: ...
+    def set_rules(self, source: Any, owner: str, value: Any) -> None: ...
+    def clear_rules(self, source: Any, owner: str) -> None: ...
 
 
 class FaultMachine(GuaranteedRecovery):
@@ -71,8 +76,11 @@ class FaultMachine(GuaranteedRecovery):
         metrics_interval: float,
         logger: logging.Logger,
         clock: Callable[[], float] = time.monotonic,
+        scope: Callable[[Any], bool] | None = None,
     ) -> None:
         self.conf = conf
+        # which applications (their view) this machine recovers; None: every one
+        self.scope = scope
         self.core = core
         self.logger = logger
         self.clock = clock
@@ -86,6 +94,7 @@ class FaultMachine(GuaranteedRecovery):
         # replies come every metrics_interval: a longer gap without any means we were deaf
         self.heartbeats = Heartbeats(conf.heartbeat_timeout, 2 * metrics_interval)
         self.unheard_logged = 0.0
+        self.dead: dict[str, set[int]] = {}  # app -> dead workers whose address drops count
 
     # ----- events --------------------------------------------------------------------------
 
@@ -104,7 +113,10 @@ class FaultMachine(GuaranteedRecovery):
             self.done.add((app, wid))
 
     def tick(self) -> None:
-        """The slow timer: heartbeats."""
+        """The slow timer: heartbeats; dead addresses of applications that are gone."""
+        for name in set(self.dead) - set(self.core.view.apps):
+            del self.dead[name]
+            self.core.clear_rules(Source.EXTRA, f"dead-addresses:{name}")
         if self.conf.heartbeat_timeout <= 0:
             return
         try:
@@ -131,7 +143,8 @@ class FaultMachine(GuaranteedRecovery):
         self.done = {k for k in self.done if k[0] in core.view.apps}
         for name, app in core.view.apps.items():
             watched = []
-            if app.state.get("active") and not app.state.get("drain"):
+            in_scope = self.scope is None or self.scope(app)
+            if in_scope and app.state.get("active") and not app.state.get("drain"):
                 watched = [
                     w.worker_id
                     for w in app.physical.workers
@@ -187,7 +200,7 @@ class FaultMachine(GuaranteedRecovery):
             return
         w = app.physical.by_id(wid)
         wall = time.time() - (self.clock() - at)
-        incident = Incident(name, wid, w.node, reason, at, wall, unheard_s=unheard_s)
+        incident = Incident(name, wid, w.node, reason, at, wall, host=w.host, unheard_s=unheard_s)
         self.incidents.append(incident)
         self.handled.add((name, wid))
         self.heartbeats.forget(name, wid)
@@ -200,6 +213,7 @@ class FaultMachine(GuaranteedRecovery):
         }
         incident.senders = sorted(routes)
         sent = send_routes(core, name, routes)
+        self._count_drops_to(name, app, wid)
         incident.reroute_ms = (self.clock() - at) * 1000
         self.logger.info(
             "app %s worker %d (%s[%d]) is down (%s): treated as dead, ROUTING without it to "
@@ -212,6 +226,8 @@ class FaultMachine(GuaranteedRecovery):
         """A reason to leave this worker alone, or ''."""
         if app is None:
             return "the application is gone"
+        if self.scope is not None and not self.scope(app):
+            return "no processing guarantee (apps/fault_detector.py fails such workers over)"
         if (name, wid) in self.handled:
             return "already handled"
         try:
@@ -316,7 +332,12 @@ class FaultMachine(GuaranteedRecovery):
             return None
         place = core.placement(name)
         pending = self.pending.setdefault(name, set())
-        closed = silent_host(incident.reason, incident.exit_code, physical.by_id(wid).host)
+        host = physical.by_id(wid).host
+        closed = silent_host(incident.reason, incident.exit_code, host)
+        if core.agent(host) is None:  # its agent's record is gone: the machine is lost
+            closed = [host]
+            incident.detail = f"host {host} is gone (no agent): replaced elsewhere"
+            self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
         plan = failover(
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending, closed=closed,
@@ -400,13 +421,22 @@ class FaultMachine(GuaranteedRecovery):
             problem = (yield from self._rollback(core, incident, app, new)) or problem
         incident.rejoined_ms = self._since(incident)
         incident.state = "rejoined"
-        incident.detail = problem
+        incident.detail = "; ".join(x for x in (incident.detail, problem) if x)
         self.logger.info(
             "app %s worker %d attached: senders %s route to it again (%s), %.1f ms after the "
             "detection of worker %d",
             name, new, sorted(routes), problem or "confirmed", incident.rejoined_ms,
             incident.worker,
         )  # fmt: skip
+
+    def _count_drops_to(self, name: str, app: Any, wid: int) -> None:
+        """A drop rule for the dead worker's address on every bridge: what its senders
+        still write to it is counted apart (``controller/dead_addresses.py``)."""
+        dead = self.dead.setdefault(name, set())
+        dead.add(wid)
+        hosts = self.core.view.cluster.hosts
+        rules = dead_address_rules(app.physical.app_id, sorted(dead), hosts)
+        self.core.set_rules(Source.EXTRA, f"dead-addresses:{name}", rules)
 
     def _finished(self, name: str, wid: int, app: Any) -> bool:
         """Its METRIC_RESP said ``done``, or its agent saw it exit with code 0."""

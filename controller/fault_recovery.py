@@ -77,6 +77,7 @@ class GuaranteedRecovery:
             body = {"generation": gen, "epoch": epoch}
             core.send_control(name, [w.worker_id], ControlTuple(Control.ROLLBACK, body))
             sent[(w.worker_id, gen)] = w.worker_id
+        incident.rolled_back = sorted(sent.values())
         problem = yield self._acked(core, name, "ROLLBACK", sent)
         incident.rolled_back_ms = self._since(incident)
         self.logger.info(

@@ -136,7 +136,10 @@ class TyphoonCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._workers()
         yield from self._switches()
-        yield from self._fault_detector(self.lookup("FaultDetector"))
+        # the app's incidents, else the core's built-in recovery's (controller/core_recovery.py)
+        yield from self._fault_detector(
+            self.lookup("FaultDetector") or getattr(self.core, "recovery", None)
+        )
         yield from self._autoscaler(self.lookup("Autoscaler"))
         yield from self._debugger(self.lookup("LiveDebugger"))
         yield from self._load_balancer(self.lookup("LoadBalancer"))

@@ -283,6 +283,9 @@ class TyphoonRest(ControllerBase):
             topology = load_topology_text(text, "topology", allow_imports=False, env="refuse")
         except TopologyError as e:
             raise ApiError(400, str(e)) from None
+        refusal = self.core.recovery_refusal(topology)  # a guarantee needs its recovery
+        if refusal:
+            raise ApiError(409, refusal)
         try:
             physical = self.core.manager.submit(topology, remove_when_done)
         except ManagerError as e:

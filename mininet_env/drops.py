@@ -14,6 +14,8 @@ import re
 import subprocess
 
 _FLOW = re.compile(r"n_packets=(\d+), n_bytes=(\d+), (\S+) actions=drop\s*$")
+# the fault detector's rule for a dead worker's address (controller/dead_addresses.py)
+_DEAD = re.compile(r"^priority=20,dl_dst=([0-9a-f:]{17})$")
 
 
 def drop_counters(bridges: list[str]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -40,18 +42,43 @@ def parse_drop_rules(bridge: str, dump: str) -> dict[tuple[str, str], tuple[int,
     return out
 
 
-def drop_problems(
+def drops_between(
     before: dict[tuple[str, str], tuple[int, int]],
     after: dict[tuple[str, str], tuple[int, int]],
-) -> list[str]:
-    """One line per drop rule that counted frames between the two snapshots."""
-    lines = []
+) -> list[tuple[str, str, str]]:
+    """(bridge, rule match, one line) per drop rule that counted frames between the two
+    snapshots."""
+    out = []
     for (br, match), (packets, nbytes) in sorted(after.items()):
         p0, b0 = before.get((br, match), (0, 0))
         if packets < p0:  # the rule was replaced meanwhile: its counter started over
             p0, b0 = 0, 0
         if packets > p0:
-            lines.append(
-                f"switch {br}: {packets - p0} frames ({nbytes - b0} bytes) met drop rule {match}"
-            )
-    return lines
+            line = f"switch {br}: {packets - p0} frames ({nbytes - b0} bytes) met drop rule {match}"
+            out.append((br, match, line))
+    return out
+
+
+def drop_problems(
+    before: dict[tuple[str, str], tuple[int, int]],
+    after: dict[tuple[str, str], tuple[int, int]],
+) -> list[str]:
+    """One line per drop rule that counted frames between the two snapshots."""
+    return [line for _, _, line in drops_between(before, after)]
+
+
+def split_dead_address_drops(
+    drops: list[tuple[str, str, str]], dead: dict[str, int]
+) -> tuple[dict[int, list[str]], list[str]]:
+    """The drops of a dead worker's address rule, by worker (``dead``: MAC -> worker ID,
+    the incidents of the run), and every other drop line (a problem)."""
+    by_worker: dict[int, list[str]] = {}
+    rest = []
+    for _, match, line in drops:
+        m = _DEAD.match(match)
+        wid = dead.get(m.group(1)) if m else None
+        if wid is None:
+            rest.append(line)
+        else:
+            by_worker.setdefault(wid, []).append(line)
+    return by_worker, rest

@@ -12,6 +12,7 @@ teardown, which also runs when anything above fails or is interrupted.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from mininet_env.drops import drop_counters, drop_problems
+from mininet_env.drops import drop_counters, drops_between, split_dead_address_drops
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import free_port, start_agent, start_controller, wait_until
@@ -37,6 +38,7 @@ from typhoon.private_files import write_private
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.supervised import Supervised
 from typhoon.topology.model import Topology
+from typhoon.wire import mac_str, worker_mac
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,8 @@ class SdnRunOptions:
     controller_config: str = ""  # extra lines for the Ryu config file
     workdir: Path | None = None
     # end the run once a worker failed (after failure_grace s, so its peers' errors show too);
-    # None: unless the fault detector, which replaces failed workers, is loaded
+    # None: unless the fault detector, which replaces failed workers, is loaded, or the
+    # topology asks for a guarantee (the core then recovers it: controller/core_recovery.py)
     stop_on_failure: bool | None = None
     failure_grace: float = 2.0
 
@@ -156,6 +159,30 @@ class EmulatedCluster:
         time.sleep(down_s)
         self.start_controller()
 
+    def fail_host(self, host: str) -> list[int]:
+        """A power cut of emulated ``host``: its agent is SIGKILLed, its bridge deleted
+        (the switch connection goes with it, so no port event reports the workers), every
+        worker it ran SIGKILLed, and its agent's record removed (as a ZooKeeper session's
+        ephemeral node would go).  Returns the workers killed."""
+        for agent in [a for a in self.agents if a.name == f"agent-{host}"]:
+            agent.stop(timeout=5, sig=signal.SIGKILL)
+            self.agents.remove(agent)
+        bridge = self.options.plan.bridge(self.options.plan.host_names().index(host) + 1)
+        subprocess.run(
+            ["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True, timeout=30
+        )
+        killed = []
+        for name in self.coordinator.physical_names():
+            for wid, s in self.coordinator.worker_statuses(name).items():
+                if s.host == host and s.pid and s.state != "exited":
+                    try:
+                        os.kill(s.pid, signal.SIGKILL)
+                        killed.append(wid)
+                    except ProcessLookupError:
+                        pass
+        self.coordinator.delete_agent(host)
+        return sorted(killed)
+
     @staticmethod
     def _controllers(bridge: str) -> list[str]:
         out = _vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
@@ -217,7 +244,7 @@ class EmulatedCluster:
         self.recovered: list[int] = []
         stop_on_failure = o.stop_on_failure
         if stop_on_failure is None:
-            stop_on_failure = not any("fault_detector" in a for a in o.apps)
+            stop_on_failure = not guaranteed and not any("fault_detector" in a for a in o.apps)
         failed_at: float | None = None
         while True:
             physical = self.coordinator.get_physical(name)
@@ -270,16 +297,22 @@ class EmulatedCluster:
         self.submit(topology)
         self.wait_active(name)
         started = time.monotonic()
-        switch_problems: list[str] = []
+        drops: list[tuple[str, str, str]] = []
         try:
             clean = self.wait_finished(name, on_tick)
             # the application's rules are still installed: what did they drop?
-            switch_problems = drop_problems(drops_before, drop_counters(bridges))
+            drops = drops_between(drops_before, drop_counters(bridges))
         finally:
             elapsed = time.monotonic() - started
             physical = self.coordinator.get_physical(name)
             statuses = self.coordinator.worker_statuses(name)
+            incidents = self.incidents(name)
             self.kill(name)
+        # frames toward a dead worker's address belong to its incident, not to the problems
+        macs = {mac_str(worker_mac(physical.app_id, i["worker"])): i["worker"] for i in incidents}
+        dropped, switch_problems = split_dead_address_drops(drops, macs)
+        for i in incidents:
+            i["dropped"] = dropped.get(i["worker"], [])
         reports = read_worker_reports(self.report_dir(name))
         failures = worker_failures(
             physical.workers,
@@ -299,9 +332,24 @@ class EmulatedCluster:
             ok=clean,
             app_id=physical.app_id,
             recovered=self.recovered,
+            incidents=incidents,
             switch_problems=switch_problems,
             failures=failures,
         )
+
+    def incidents(self, name: str) -> list[dict[str, Any]]:
+        """The controller's incidents of application ``name`` (``GET /typhoon/faults``), without
+        its monotonic times; [] if the controller does not answer (nothing is explained)."""
+        try:
+            status, body = self.rest("GET", "/faults")
+        except ConnectionError as e:
+            log.error("incidents of %s unknown: %s", name, e)
+            return []
+        if status != 200 or not isinstance(body, list):
+            log.error("incidents of %s unknown: GET /faults answered %s %s", name, status, body)
+            return []
+        keep = [i for i in body if isinstance(i, dict) and i.get("app") == name]
+        return [{k: v for k, v in i.items() if k not in ("app", "detected")} for i in keep]
 
     def close(self) -> None:
         for c in reversed(self.children()):

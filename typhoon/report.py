@@ -279,12 +279,37 @@ def restored_epochs(metrics: dict[str, Any]) -> list[int]:
     ]
 
 
+HANDLED = ("rejoined", "rerouted", "finished")  # incident states that ended as intended
+
+
+def incident_problems(incidents: list[dict[str, Any]]) -> list[str]:
+    """One sentence per incident (a worker that died mid-run) that was not handled to its
+    end: its replacement failed, or the run ended in the middle of it.
+
+    A handled incident is no problem by itself: what it cost is judged like any other
+    loss, on the links and the sinks (a job without a guarantee loses what the dead
+    worker held, and that fails the run there).  The frames its senders still wrote
+    to the dead worker's address are listed with it (``dropped``), not as problems."""
+    out = []
+    for i in incidents:
+        if i.get("state") in HANDLED:
+            continue
+        why = f": {i['detail']}" if i.get("detail") else ""
+        out.append(
+            f"worker {i.get('worker')} ({i.get('node')}) died ({i.get('reason')}) and was not "
+            f"recovered (state {i.get('state')}){why}"
+        )
+    return out
+
+
 def build_report(
     topology: Topology, worker_reports: list[dict[str, Any]], **extra: Any
 ) -> dict[str, Any]:
     """Per-worker counters, per-node totals, merged sink/source results, and the
-    verdict: ``ok`` is False when the caller says so (``ok=False``: a worker failed)
-    or when any link or sink shows a loss; ``problems`` says where."""
+    verdict: ``ok`` is False when the caller says so (``ok=False``: a worker failed),
+    when any link or sink shows a loss, or when an incident (``incidents=``: workers
+    that died mid-run) was not recovered; ``problems`` says where.  Exact results
+    after handled incidents are ok: the incidents are listed, with what they cost."""
     by_node: dict[str, list[dict[str, Any]]] = {n: [] for n in topology.nodes}
     for r in worker_reports:
         by_node.setdefault(r["node"], []).append(r)
@@ -354,7 +379,7 @@ def build_report(
             results[name] = resolve_operator(node.operator).merge_results(rs)
     recovered = set(extra.get("recovered") or ())
     failures = extra.pop("failures", [])
-    problems = failure_problems(failures)
+    problems = failure_problems(failures) + incident_problems(extra.get("incidents") or [])
     problems += link_problems(worker_reports, recovered) + result_problems(results)
     problems += extra.pop("switch_problems", []) + extra.pop("problems", [])
     ok = bool(extra.pop("ok", True)) and not problems

@@ -116,6 +116,8 @@ class TcpCluster:
         self.progress = JobProgress() if guarantee_of(topology) != "none" else None
         self.generation = 0
         self.recovered: list[int] = []  # workers relaunched after a death (a guarantee)
+        # one record per death, as the fault detector's on sdn (GET /typhoon/faults)
+        self.incidents: list[dict[str, Any]] = []
         self.peers: dict[int, tuple[str, int]] = {}
         if self.progress is not None:
             fresh_checkpoints(topology)  # ManagerError: the store cannot be used
@@ -365,6 +367,7 @@ class TcpCluster:
         """Relaunch a dead worker (same ID) from the newest verified global checkpoint in
         a new generation, tell everyone its new address, and roll the others back."""
         code = self.procs[wid].returncode
+        detected = time.monotonic()
         self.generation = self.physical.generation + 1
         try:
             store = open_store(checkpoint_settings(self.topology).store_url, self.topology.name)
@@ -389,6 +392,7 @@ class TcpCluster:
         self.peers.update(self._accept_hellos(expected=wid))
         boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
         body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
+        rolled_back = []
         for other, c in list(self.conns.items()):
             try:
                 c.sock.sendall(boot)
@@ -397,8 +401,26 @@ class TcpCluster:
                 continue
             if other != wid:
                 self.send(other, ControlTuple(Control.ROLLBACK, body))
+                rolled_back.append(other)
         if w.node in {n.name for n in self.topology.spouts()}:
             self.send(wid, ControlTuple(Control.ACTIVATE, {}))
+        self.incidents.append(
+            {
+                "worker": wid,
+                "node": w.node,
+                "index": w.index,
+                "host": w.host,
+                "reason": f"exited with {code}",
+                "exit_code": code,
+                "detected_wall": time.time() - (time.monotonic() - detected),
+                "state": "rejoined",
+                "replacement": wid,  # tcp relaunches the same worker ID
+                "generation": self.generation,
+                "restore_epoch": epoch,
+                "rolled_back": sorted(rolled_back),
+                "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
+            }
+        )
 
     def stop(self) -> None:
         procs = [*self.procs.values(), *self.service_procs.values()]
@@ -446,6 +468,8 @@ class TcpCluster:
             ok=clean,
             exit_codes={str(k): code for k, code in exit_codes.items()},
             failures=failures,
+            recovered=sorted(set(self.recovered)),
+            incidents=self.incidents,
             rates=self.live.history,
             services={
                 s.name: {

@@ -274,6 +274,65 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     assert 0 < source["replayed_from"]["emitted"] < args["count"], source["replayed_from"]
 
 
+def test_tcp_guaranteed_run_lists_its_incident_and_is_ok(tmp_path: Path) -> None:
+    """No flag, no app: a guarantee recovers on tcp.  A count worker is SIGKILLed once a
+    global checkpoint is complete; the counts are exact, the report is ok and its
+    ``incidents`` name the dead worker, the epoch restored and the workers rolled back."""
+    import copy
+    import signal
+    import threading
+    import time
+
+    from typhoon.tcp_cluster import RunOptions, TcpCluster
+    from typhoon.topology import load_topology
+
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = "tcpinc"
+    args = t.nodes["source"].args
+    args.update(count=12_000, rate=3_000)
+    t.config.update(
+        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
+    )
+    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
+    killed: list[int] = []
+    try:
+        cluster.start()
+        cluster.activate()
+        victim = cluster.physical.of_node("count")[0].worker_id
+
+        def kill() -> None:
+            deadline = time.monotonic() + 60
+            # a completed global checkpoint, as the run coordinator heard of it
+            while cluster.progress.global_epoch(cluster.physical) is None:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+            cluster.procs[victim].send_signal(signal.SIGKILL)
+            killed.append(victim)
+
+        killer = threading.Thread(target=kill)
+        killer.start()
+        clean = cluster.wait()
+        killer.join()
+        report = cluster.report(clean)
+    finally:
+        cluster.close()
+    assert killed == [victim], "no global checkpoint before the end"
+    want = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
+    assert counts == dict(want)
+    assert report["ok"], report["problems"]
+    assert report["recovered"] == [victim]
+    (incident,) = report["incidents"]
+    assert incident["worker"] == victim and incident["node"] == "count", incident
+    assert incident["state"] == "rejoined" and incident["exit_code"] == -signal.SIGKILL
+    assert incident["restore_epoch"] is not None and incident["generation"] == 1, incident
+    others = {w.worker_id for w in cluster.physical.workers} - {victim}
+    assert set(incident["rolled_back"]) == others, incident
+
+
 def test_locality_pair_statistics_in_a_real_run(tmp_path):
     """config: locality makes the workers of `a` count sampled (a, b) pairs; the top
     pairs are the correlated ones and the counts stay exact."""

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from webob import Request
 
 import typhoon_cli as cli
+from controller.fault_detector import FaultSettings, no_recovery
 from controller.reconfigure import Registry
 from controller.rest import MAX_BODY, TyphoonRest
 from controller.ryu_compat import WSGIApplication
@@ -67,10 +68,14 @@ class FakeCore:
         self.logger = logging.getLogger("fake-core")
         self.sent: list = []
         self.finish_at_once = False
+        self.fault_settings = FaultSettings()
 
     @property
     def view(self) -> ClusterView:
         return ClusterView.read(self.coordinator)
+
+    def recovery_refusal(self, topology):
+        return no_recovery(topology, self.fault_settings)
 
     def send_control(self, app, worker_ids, ct):
         self.sent.append((app, list(worker_ids), ct))
@@ -201,6 +206,31 @@ def test_submit_status_list_and_kill(app, core):
 def test_submit_refuses_bad_topologies_and_imports(app, text, words):
     status, body = call(app, "POST", "/apps", {"topology": text})
     assert status == 400 and words in body["error"], body
+
+
+@pytest.mark.parametrize(
+    ("settings_", "words"),
+    [
+        (FaultSettings(replace=False), "does not replace dead workers ([fault_detector] replace"),
+        (FaultSettings(port_events=False, heartbeat_timeout=0), "detects no dead worker"),
+    ],
+)
+def test_submit_refuses_a_guarantee_the_controller_cannot_recover(
+    app, core, tmp_path, settings_, words
+):
+    text = FORWARD.replace("name: fwd", "name: eo") + (
+        f"config: {{guarantee: exactly_once, checkpoint_store: {tmp_path}}}\n"
+    )
+    core.fault_settings = settings_
+    status, body = call(app, "POST", "/apps", {"topology": text})
+    assert status == 409 and body["error"].startswith(
+        "application 'eo' asks for guarantee exactly_once, but this controller "
+    ), body
+    assert words in body["error"] and core.coordinator.get_physical("eo") is None
+    core.fault_settings = FaultSettings()  # the defaults recover it
+    status, body = call(app, "POST", "/apps", {"topology": text})
+    assert status == 201, body
+    assert no_recovery(load_topology_text(FORWARD), settings_) == ""  # no guarantee asked
 
 
 json_values = st.recursive(

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from controller.dead_addresses import PRIO_DEAD_ADDRESS
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
 from controller.view import AppView
 from typhoon.coordinator import WorkerStatus
 from typhoon.manager import Placement
 from typhoon.topology import load_topology, schedule
+from typhoon.wire import mac_str, worker_mac
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["h1", "h2", "h3"]
@@ -37,6 +40,9 @@ class FakeCore:
         self.app = AppView(topology, physical, statuses, {"active": True})
         self.view = type("View", (), {})()
         self.view.apps = {APP: self.app}
+        self.view.cluster = SimpleNamespace(hosts={h: None for h in HOSTS})
+        self.rules: dict[str, object] = {}  # owner -> contribution (set_rules)
+        self.gone_hosts: set[str] = set()  # hosts whose agent record is gone
         self.stored = physical
         self.sent: list[tuple[int, str, dict]] = []
         self.acks: dict[tuple[str, int], set[int]] = {}
@@ -78,6 +84,15 @@ class FakeCore:
 
     def job_progress(self, app):
         return None
+
+    def agent(self, host):
+        return None if host in self.gone_hosts else SimpleNamespace(host=host)
+
+    def set_rules(self, source, owner, value):
+        self.rules[owner] = value
+
+    def clear_rules(self, source, owner):
+        self.rules.pop(owner, None)
 
     # the agents' and the coordinator poll's part
     def status(self, wid: int, state: str, code: int | None = None) -> None:
@@ -182,6 +197,52 @@ def test_what_is_left_alone(setup):
     core.status(split, "starting")
     machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)  # not attached yet
     assert machine.incidents == [] and core.sent == []
+
+
+def test_a_dead_workers_address_gets_a_counting_drop_rule_on_every_bridge(setup):
+    """What its senders still write to it is counted apart (the run report lists it with
+    the incident); the rules go once the application is gone."""
+    machine, core, clock, physical = setup
+    dead = ids(physical, "count")[0]
+    machine.worker_down(APP, dead, "h1", 20, "deleted", clock.now)
+    rules = core.rules[f"dead-addresses:{APP}"]
+    assert set(rules) == set(HOSTS)
+    (rule,) = rules["h1"]
+    assert rule.priority == PRIO_DEAD_ADDRESS and rule.actions == ()
+    assert rule.match_dict() == {"eth_dst": mac_str(worker_mac(physical.app_id, dead))}
+    core.view.apps = {}
+    machine.tick()
+    assert f"dead-addresses:{APP}" not in core.rules
+
+
+def test_a_worker_of_a_host_that_is_gone_is_replaced_elsewhere(setup):
+    """A host whose agent record vanished (a power cut: the bridge and every process
+    went) gets no replacement, and the incident names it."""
+    machine, core, clock, physical = setup
+    victim = ids(physical, "count")[0]
+    host = physical.by_id(victim).host
+    core.gone_hosts.add(host)
+    machine.fail(APP, victim, "no METRIC_RESP for 2.1 s", clock.now)
+    clock.now += 2.1
+    machine.step()  # no exit status (the agent is gone): replaced after confirm_timeout
+    (incident,) = machine.incidents
+    assert incident.host == host and incident.state == "replacing"
+    assert core.stored.by_id(incident.replacement).host != host
+    assert f"host {host} is gone" in incident.detail
+
+
+def test_a_scoped_machine_leaves_applications_outside_its_scope_alone(setup):
+    """The core's built-in recovery handles guaranteed applications only."""
+    _, core, clock, physical = setup
+    conf = FaultSettings(heartbeat_timeout=1.0)
+    machine = FaultMachine(
+        conf, core, 1.0, logging.getLogger("test"), clock, scope=lambda app: False
+    )
+    split = ids(physical, "split")[0]
+    machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)
+    clock.now += 10
+    machine.tick()  # silent for 10 s: not watched either
+    assert machine.incidents == [] and core.sent == [] and core.rules == {}
 
 
 def test_with_port_events_off_only_the_heartbeat_detects(setup):

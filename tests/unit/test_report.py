@@ -136,3 +136,62 @@ def test_the_verdict_is_false_when_anything_is_wrong_even_if_every_worker_exited
     bad = build_report(topo, ws, ok=True, switch_problems=["switch s1: 1 frames (60 bytes) ..."])
     assert not bad["ok"] and bad["problems"] == ["switch s1: 1 frames (60 bytes) ..."]
     assert "switch_problems" not in bad
+
+
+def test_exact_results_after_a_handled_incident_are_ok_and_list_it():
+    """A recovered worker (a guarantee): its incident is listed, with the frames its
+    senders still wrote to its address, and the run is ok when every link is exact."""
+    topo = load_topology_text(FAN_IN, "fan.yaml")
+    src = {"src": 0, "emitted": 10}
+    ws = [
+        worker(1, "source", 0, links(out={"3:1": 10}), {**src, "src": 1}),
+        worker(2, "source", 1, links(out={"3:1": 10}), {**src, "src": 2}),
+        worker(3, "sink", 0, links(inn={"1:1": 10, "2:1": 10}), None),
+    ]
+    incident = {
+        "worker": 4,
+        "node": "sink",
+        "state": "rejoined",
+        "restore_epoch": 1000001,
+        "rolled_back": [1, 2],
+        "dropped": ["switch s1: 40 frames (1520 bytes) met drop rule priority=20,dl_dst=..."],
+    }
+    report = build_report(topo, ws, ok=True, recovered=[4], incidents=[incident])
+    assert report["ok"] and report["problems"] == []
+    assert report["incidents"] == [incident]
+    # a loss that no incident explains still fails the run
+    short = [*ws[:2], worker(3, "sink", 0, links(inn={"1:1": 9, "2:1": 10}), None)]
+    lossy = build_report(topo, short, ok=True, recovered=[4], incidents=[incident])
+    assert not lossy["ok"]
+    assert lossy["problems"] == [
+        "worker 1 (source[0]) -> worker 3 (sink[0]) stream 1: 10 tuples sent, 9 received "
+        "(1 missing)"
+    ]
+    # so does a drop rule no incident owns
+    stray = ["switch s1: 1 frames (60 bytes) met drop rule priority=10,in_port=101"]
+    assert not build_report(topo, ws, ok=True, incidents=[incident], switch_problems=stray)["ok"]
+
+
+def test_an_incident_that_did_not_end_in_a_recovery_fails_the_run():
+    topo = load_topology_text(FAN_IN, "fan.yaml")
+    src = {"src": 0, "emitted": 10}
+    ws = [
+        worker(1, "source", 0, links(out={"3:1": 10}), {**src, "src": 1}),
+        worker(2, "source", 1, links(out={"3:1": 10}), {**src, "src": 2}),
+        worker(3, "sink", 0, links(inn={"1:1": 10, "2:1": 10}), None),
+    ]
+    failed = {
+        "worker": 4,
+        "node": "sink",
+        "reason": "port h1/104 deleted",
+        "state": "failed",
+        "detail": "replacement 5 not attached in 30.0 s",
+    }
+    report = build_report(topo, ws, ok=True, incidents=[failed])
+    assert not report["ok"]
+    assert report["problems"] == [
+        "worker 4 (sink) died (port h1/104 deleted) and was not recovered (state failed): "
+        "replacement 5 not attached in 30.0 s"
+    ]
+    midway = {**failed, "state": "replacing", "detail": ""}
+    assert not build_report(topo, ws, ok=True, incidents=[midway])["ok"]

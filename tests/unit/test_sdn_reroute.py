@@ -58,6 +58,7 @@ class Receiver:
     resume_at: float | None = None  # monotonic time at which it starts consuming
     got: list[int] = field(default_factory=list)  # tuple values of the frames it received
     consumed: int = 0
+    syncs: list[float] = field(default_factory=list)  # when each SYNC probe reached it
 
 
 class Net(threading.Thread):
@@ -112,8 +113,10 @@ class Net(threading.Thread):
                 if r.mode == "consume":
                     r.consumed = len(r.got)
                     self.grant(wid)
-            elif f.kind == Kind.CREDIT and f.stream == lk.SYNC and r.mode != "hung":
-                self.grant(wid)  # busy: the same grant again, no new room
+            elif f.kind == Kind.CREDIT and f.stream == lk.SYNC:
+                r.syncs.append(now)
+                if r.mode != "hung":
+                    self.grant(wid)  # busy: the same grant again, no new room
 
 
 @pytest.fixture
@@ -233,6 +236,33 @@ def test_a_busy_receiver_taken_out_of_the_routing_still_gets_every_frame(source)
     wait_for(lambda: len(net.rx[a].got) + len(net.rx[b].got) == 60)
     assert sorted(net.rx[a].got + net.rx[b].got) == list(range(60))
     assert all(v < 40 for v in net.rx[b].got)  # after the ROUTING only A
+
+
+def test_a_dead_receiver_routed_around_is_probed_no_more(source):
+    """No credit wait: the hung receiver holds fewer frames than its window, and the
+    sender probes it for them.  Once the applied ROUTING leaves it out and it stayed
+    silent for the reroute silence, its frames are written off and the probes stop
+    (before: every PROBE_S until the 10 s credit timeout, frames that met the drop
+    rule toward the dead worker's address)."""
+    fw, io, net, body, a, b = source(Receiver("hung"))
+    emit(fw, range(4))  # shuffle: 2 to each, under the window of 4: nothing blocks
+    # the worker's event loop turns (housekeeping probes B for its unconfirmed frames)
+    wait_for(lambda: apply_control(fw, io) == [] and len(net.rx[b].syncs) >= 2)
+    assert len(net.rx[b].got) == 2
+    net.control(ControlTuple(Control.ROUTING, {**body, "next_hops": [a], "version": 5}))
+    deadline = time.monotonic() + 5.0
+    while not io.tx.is_dead(b):
+        assert time.monotonic() < deadline, "still probing the routed-around receiver"
+        apply_control(fw, io)
+    assert acked(net, 5) and not io.tx.is_dead(a)
+    assert io.tx.lost() == {b: 2}  # what it held is written off (replayed under a guarantee)
+    probes = len(net.rx[b].syncs)
+    quiet_until = time.monotonic() + 0.5
+    while time.monotonic() < quiet_until:
+        apply_control(fw, io)  # housekeeping: no probe for B any more
+    assert len(net.rx[b].syncs) == probes
+    emit(fw, range(4, 8))
+    wait_for(lambda: net.rx[a].got[-4:] == [4, 5, 6, 7])
 
 
 def wait_for(predicate, timeout: float = 5.0) -> None:

@@ -27,6 +27,7 @@ class ControlHandling:
             if "handoff" in body and old is not None and old.hops:
                 # behind our last tuple routed with the old key-group table
                 self.send_handoffs(body["stream"], body["handoff"], old.hops)
+            self.io.routed_to({h for r in self.routers.values() for h in r.hops})
             self.release(body.get("release", ()))
             self._ack("ROUTING", body["version"])
         elif t == Control.UPSTREAM:

@@ -178,6 +178,8 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         # gives up on a silent receiver the controller routes around (see _routed_around)
         self.routing_ahead: dict[int, frozenset[int]] = {}
         self.streams_of: dict[int, set[int]] = {}  # receiver -> streams we sent it
+        # every receiver the routes include since the last ROUTING (None: none came yet)
+        self.routed: set[int] | None = None
         self._next_timer = -math.inf
 
     @classmethod

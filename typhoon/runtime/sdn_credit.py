@@ -155,6 +155,26 @@ class SdnCredit:
                 m.base_sent = True
                 self._credit_entries(d, lk.SYNC, [ol.link, ol.next, m.received])
 
+    def routed_to(self, receivers: set[int]) -> None:
+        self.routed = set(receivers)
+
+    def _give_up_routed_around(self, now: float) -> None:
+        """A unicast receiver the applied ROUTING left out that answered no SYNC for
+        ``reroute_silence_s`` is dead (the controller routed around it): its frames are
+        written off now, not at the credit timeout, and it is probed no more.  A receiver
+        taken out alive (a scale-down) answers every SYNC and keeps its frames."""
+        if self.routed is None:
+            return
+        tx = self.tx
+        for d in sorted({ol.key for ol in tx.links.values() if not ol.link} - self.routed):
+            silent = tx.unanswered_for(d, now)
+            if silent >= self.reroute_silence_s and tx.mark_dead(d):
+                log.warning(
+                    "worker %d: worker %d, routed around, answered no SYNC for %.1f s: its "
+                    "frames are written off and it is probed no more",
+                    self.worker_id, d, silent,
+                )  # fmt: skip
+
     def _housekeeping(self, now: float) -> None:
         """Grants due, SYNC probes for unconfirmed frames, NACKs for gaps still open."""
         self._send_grants(now)
@@ -162,6 +182,7 @@ class SdnCredit:
         if now < self._next_timer:
             return
         self._next_timer = now + lk.NACK_S / 2
+        self._give_up_routed_around(now)
         for ol in self.tx.probes_due(now):
             self._probe(ol, now)
         for key, il in self.rx.open_gaps(now):

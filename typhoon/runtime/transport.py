@@ -90,6 +90,10 @@ class Transport(ABC):
         """Send to a load-balancer virtual address; the switch picks the worker."""
         raise NotImplementedError(f"{type(self).__name__} has no switch-side balancing")
 
+    def routed_to(self, receivers: set[int]) -> None:  # noqa: B027 - a no-op by default
+        """Every receiver the worker's routes include since the last ROUTING: one left out
+        that stays silent was routed around by the controller (sdn stops probing it)."""
+
     def set_balanced(self, stream: int, members: list[int]) -> None:  # noqa: B027
         """The workers behind ``stream``'s load-balancer address (flow control needs them)."""
 
