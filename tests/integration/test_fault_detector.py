@@ -77,12 +77,13 @@ def wait_counted(c: EmulatedCluster, name: str, counts: list[int], more: int, wh
     return more
 
 
-def wait_rejoined(c: EmulatedCluster, victim: int) -> dict:
-    """The incident of ``victim`` once its replacement rejoined (or the failover failed)."""
+def wait_rejoined(c: EmulatedCluster, name: str, victim: int) -> dict:
+    """The incident of ``victim`` of ``name`` once its replacement rejoined (or the failover
+    failed); worker IDs repeat across applications, so never another app's incident."""
 
     def rejoined():
-        i = next(i for i in c.rest("GET", "/faults")[1] if i["worker"] == victim)
-        return i if i["state"] in ("rejoined", "failed") else None
+        mine = [i for i in c.rest("GET", "/faults")[1] if (i["app"], i["worker"]) == (name, victim)]
+        return mine[0] if mine and mine[0]["state"] in ("rejoined", "failed") else None
 
     return wait(rejoined, 40, "the replacement to rejoin")
 
@@ -216,7 +217,7 @@ def test_split_worker_that_stops_answering_is_found_by_heartbeat_and_replaced(sl
             source_answers, 30, "the source to answer again", 0.05, explain=where_the_source_is
         )
         after = wait_counted(c, name, counts, RATE * WORDS, "words after the reroute")
-        done = wait_rejoined(c, victim)
+        done = wait_rejoined(c, name, victim)
         new = done["replacement"]
         new_in = wait(
             lambda: total(c.coordinator.get_metrics(name).get(new, {}), "in"),
@@ -293,7 +294,7 @@ def test_split_worker_killed_is_routed_around_and_replaced(cluster):
         "the fault detector to reroute around the dead split worker",
     )
     after = wait_counted(c, name, counts, RATE * WORDS, "words after the reroute")
-    incident = wait_rejoined(c, victim)
+    incident = wait_rejoined(c, name, victim)
     assert incident["state"] == "rejoined", incident
     new = incident["replacement"]
     assert new not in {w.worker_id for w in physical.workers}

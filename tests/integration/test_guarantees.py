@@ -17,7 +17,6 @@ import copy
 import os
 import secrets
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,8 @@ def kill(c: EmulatedCluster, name: str, nodes: list[str]) -> list[int]:
         os.kill(statuses[v].pid, signal.SIGKILL)
 
     def recovered():
-        incidents = {i["worker"]: i for i in c.rest("GET", "/faults")[1]}
+        # worker IDs repeat across applications: only this one's incidents
+        incidents = {i["worker"]: i for i in c.rest("GET", "/faults")[1] if i["app"] == name}
         done = [incidents.get(v) for v in victims]
         if all(i is not None and i["state"] in ("rejoined", "failed") for i in done):
             return done
@@ -70,6 +70,20 @@ def kill(c: EmulatedCluster, name: str, nodes: list[str]) -> list[int]:
         assert i["state"] == "rejoined", i
         assert i["generation"] is not None, i
     return victims
+
+
+def sent(c: EmulatedCluster, name: str) -> int:
+    """Sentences the source sent (replays included), by its last METRIC_RESP."""
+    (source,) = c.coordinator.get_physical(name).active_of_node("source")
+    out = c.coordinator.get_metrics(name).get(source.worker_id, {}).get("out", {})
+    return sum(n for stream, n in out.items() if stream != "0")  # stream 0: control
+
+
+def wait_sent(c: EmulatedCluster, name: str, more: int) -> None:
+    """Mid-run by count, not by a sleep: until the source sent ``more`` sentences beyond
+    what it had now (or all of them)."""
+    target = min(sent(c, name) + more, SENTENCES)
+    wait(lambda: sent(c, name) >= target, 60, f"{target} sentences from the source", 0.05)
 
 
 def wordcount(c: EmulatedCluster, guarantee: str, store: Path):
@@ -101,11 +115,11 @@ def exact(c: EmulatedCluster, t, name: str) -> dict:
 def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guarantee, tmp_path):
     c = cluster
     t, name = wordcount(c, guarantee, tmp_path / "ckpt")
-    time.sleep(2.0)
+    wait_sent(c, name, 2 * RATE)
     killed = kill(c, name, ["count"])
-    time.sleep(1.0)
+    wait_sent(c, name, RATE // 2)  # running again: the next kill hits the new generation
     killed += kill(c, name, ["split"])
-    time.sleep(1.0)
+    wait_sent(c, name, RATE // 2)
     killed += kill(c, name, ["count", "split"])
     clean = c.wait_finished(name)
     reports = read_worker_reports(c.report_dir(name))
@@ -131,7 +145,7 @@ def test_exact_after_a_controller_restart_in_the_middle_of_a_recovery(cluster, t
     rolled back; the restarted one resends the routes and rolls back whoever missed it."""
     c = cluster
     t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
-    time.sleep(2.0)
+    wait_sent(c, name, 2 * RATE)
     victim = c.coordinator.get_physical(name).active_of_node("count")[0].worker_id
     os.kill(c.coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
     wait(
@@ -151,7 +165,7 @@ def test_exact_after_the_source_and_two_consecutive_stages_die_at_once(cluster, 
     replacement seeks to the checkpointed offset and the counts are still exact."""
     c = cluster
     t, name = wordcount(c, "exactly_once", tmp_path / "ckpt")
-    time.sleep(2.0)
+    wait_sent(c, name, 2 * RATE)
     killed = kill(c, name, ["source", "split", "count"])
     report = exact(c, t, name)
     assert set(killed) <= set(c.recovered), (killed, c.recovered)
