@@ -205,8 +205,21 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         cluster.start()
         cluster.activate()
 
+        source = cluster.physical.of_node("source")[0].worker_id
+        mid = args["count"] // 4
+        sent_at_kill: list[int] = []
+
+        def sent() -> int:
+            out = cluster.metrics.get(source, {}).get("out", {})
+            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
+
         def kill() -> None:
-            time.sleep(1.5)
+            # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
+            # sleep: under load the run is slower, never killed after its end for that
+            deadline = time.monotonic() + 60
+            while sent() < mid and time.monotonic() < deadline:
+                time.sleep(0.01)
+            sent_at_kill.append(sent())
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)
@@ -218,6 +231,7 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         report = cluster.report(clean)
     finally:
         cluster.close()
+    assert sent_at_kill[0] >= mid, sent_at_kill  # the kill came mid-run, not on a timeout
     assert len(cluster.recovered) == len(victims), cluster.recovered
     want = Counter()
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
