@@ -2,15 +2,27 @@
 
 ``zookeeper_server`` starts one server per test session, on first use only
 (SQLite-only runs never start a JVM), and always stops it; see ``zkserver.py``.
+
+The suite does not depend on how it was started: a shell starts a background
+job (CI, ``make test &``) with SIGINT ignored, and an ignored signal stays
+ignored in every child, so a child a test stops with SIGINT would never stop.
+A handled signal is reset to its default on exec: the session handles SIGINT
+as Python does by default, and every child starts with the default.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from zkserver import ZooKeeperServer, start_zookeeper
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,8 @@ reaches whatever it started too; ask whether it ended and with what code; stop
 it with SIGTERM, then SIGKILL after a timeout.  An agent that restarts also
 *adopts* the workers an earlier run left alive: it only has their pid, so
 psutil tells whether that pid is still the same process (its start time, not a
-reused pid) and not a zombie, and what its command line is.
+reused pid) and not a zombie, and what its command line is -- waiting a moment
+for one that is still starting, whose command line is still its parent's.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 import psutil
+
+# How long a process may take from fork to exec: a younger process whose command
+# line lacks the marker may still be starting; an older one is not ours.
+ADOPT_EXEC_TIMEOUT_S = 5.0
+ADOPT_POLL_S = 0.01
 
 
 class Supervised:
@@ -78,15 +85,30 @@ class Supervised:
         return cls(name, proc, log=log, logfile=logfile, own_session=own_session)
 
     @classmethod
-    def adopt(cls, name: str, pid: int, marker: str) -> Supervised | None:
-        """The live process ``pid`` if ``marker`` is one of its arguments, else None."""
+    def adopt(
+        cls, name: str, pid: int, marker: str, *, exec_timeout: float = ADOPT_EXEC_TIMEOUT_S
+    ) -> Supervised | None:
+        """The live process ``pid`` if ``marker`` is one of its arguments, else None.
+
+        A process still starting shows its parent's command line (forked, not
+        yet exec'ed) or none at all (mid-exec), so a process younger than
+        ``exec_timeout`` is watched until its command line carries ``marker``,
+        it ends, or it is ``exec_timeout`` old; an older one is judged at once.
+        """
         try:
             process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE or marker not in process.cmdline():
-                return None
+            started = process.create_time()
+            deadline = time.monotonic() + exec_timeout  # bounds the wait if the clock jumps
+            while True:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    return None
+                if marker in process.cmdline():
+                    return cls(name, None, adopted=process)
+                if time.time() >= started + exec_timeout or time.monotonic() >= deadline:
+                    return None
+                time.sleep(ADOPT_POLL_S)
         except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
             return None
-        return cls(name, None, adopted=process)
 
     @property
     def pid(self) -> int:

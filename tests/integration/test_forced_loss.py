@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import wait
 
 from mininet_env.fabric import FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
@@ -90,10 +91,20 @@ def test_a_link_down_past_the_credit_timeout_fails_the_run_naming_the_link(
         assert remote, "the scheduler put every source on the sink's host"
         cut = remote[0]
         ends = link_between(c, cut.host, sink.host)
-        time.sleep(1.5)  # the sources are sending (6 s of tuples at 2,000/s each)
+
+        def metrics() -> dict:
+            return c.coordinator.get_metrics("linkdown").get(cut.worker_id, {})
+
+        # the source is sending (6 s of tuples at 2,000/s each): by count, not a sleep
+        def sent() -> int:
+            return sum(n for stream, n in metrics().get("out", {}).items() if stream != "0")
+
+        wait(lambda: sent() >= 2000, 60, "2,000 tuples sent")
         for intf in ends:
             subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=True)
-        time.sleep(2.5)  # > credit_timeout_s: the sender writes the sink off
+        # down past credit_timeout_s: until the sender says it wrote the sink off
+        wait(lambda: metrics().get("drops", {}).get("credit_timeout", 0) > 0, 60,
+             "the sender to write the sink off")  # fmt: skip
         for intf in ends:
             subprocess.run(["ip", "link", "set", "dev", intf, "up"], check=True)
         runner.join(120)

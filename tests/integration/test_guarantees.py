@@ -81,7 +81,8 @@ def kill(
         os.kill(statuses[v].pid, signal.SIGKILL)
 
     def recovered():
-        incidents = {i["worker"]: i for i in c.rest("GET", "/faults")[1]}
+        # worker IDs repeat across applications: only this one's incidents
+        incidents = {i["worker"]: i for i in c.rest("GET", "/faults")[1] if i["app"] == name}
         done = [incidents.get(v) for v in victims]
         if all(i is not None and i["state"] in ("rejoined", "failed") for i in done):
             return done

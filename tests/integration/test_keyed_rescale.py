@@ -13,7 +13,6 @@ to.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -79,7 +78,15 @@ def test_running_counts_stay_exact_through_scale_up_and_down(cluster):
     cluster.submit(t)
     cluster.wait_active(t.name)
     source = cluster.coordinator.get_physical(t.name).of_node("source")[0].worker_id
-    time.sleep(2.0)  # the counts are under way
+
+    def counted() -> int:  # tuples the count workers took in so far (stream 0: control)
+        ms = cluster.coordinator.get_metrics(t.name)
+        counts = cluster.coordinator.get_physical(t.name).of_node("count")
+        ins = [ms.get(w.worker_id, {}).get("in", {}) for w in counts]
+        return sum(n for m in ins for s, n in m.items() if s != "0")
+
+    # the counts are under way: by count, not a sleep
+    wait(lambda: counted() >= 20_000, 60, "20,000 words at the count workers", 0.05)
     up = reconfigure(cluster, t.name, "scale", {"node": "count", "parallelism": 6})
     moves = [s for s in up["steps"] if s["what"].startswith("KEYGROUPS")]
     assert [s["state"] for s in moves] == ["done", "done"]

@@ -123,7 +123,7 @@ class Sampler:
     def run(self, until: float) -> None:
         while time.monotonic() < until:
             self.take()
-            time.sleep(1.0)
+            time.sleep(1.0)  # sleep-ok: paced sampling, one sample a second
 
     def rates(self, end: int, seconds: float = WINDOW_S) -> dict[int, float] | None:
         """Tuples/s per worker over the window ending at sample ``end``."""

@@ -80,8 +80,14 @@ def test_switch_from_hash_to_locality_tables_mid_run_counts_exact_and_halves_cro
         physical = c.coordinator.get_physical(t.name)
         a_ids = [w.worker_id for w in physical.of_node("a")]
         assert len({w.host for w in physical.of_node("a")}) == 3  # one of each per host
-        time.sleep(4.0)
-        before = a_links(c, t.name, a_ids, 2)
+        # a hash-routed window to compare with: by count, not a sleep
+        before = wait(
+            lambda: (
+                (links := a_links(c, t.name, a_ids, 2)) and sum(links.values()) >= 10_000 and links
+            ),
+            60,
+            "10,000 a -> b tuples under hash routing",
+        )
         started = time.monotonic()
         cli = subprocess.run(
             [sys.executable, "-m", "typhoon_cli", "locality", t.name, "--json",
@@ -95,10 +101,16 @@ def test_switch_from_hash_to_locality_tables_mid_run_counts_exact_and_halves_cro
         # still mid-run: the source had not finished when the switch was done
         assert c.coordinator.worker_statuses(t.name)[1].state != "exited"
         switched = wait(lambda: a_links(c, t.name, a_ids, 2) or None, 5, "metrics after")
-        # the router measures too, from the METRIC_RESPs it keeps asking for
-        time.sleep(2.0)
-        status, shown = c.rest("GET", f"/apps/{t.name}/locality")
-        assert status == 200, shown
+
+        # the router measures too, from the METRIC_RESPs it keeps asking for: until it has
+        # counted what the assertions below need
+        def measured():
+            status, shown = c.rest("GET", f"/apps/{t.name}/locality")
+            assert status == 200, shown
+            after = (shown.get("crossing") or {}).get("after") or {}
+            return shown if after.get("tuples", 0) > 5_000 else None
+
+        shown = wait(measured, 60, "the router's count of 5,000 tuples after the switch")
         topology, reports = finish(c, t.name)
         report = build_report(topology, reports)
 

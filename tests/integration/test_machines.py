@@ -138,7 +138,7 @@ class Deployment:
             # the first line says which fabric protection is active (typhoon/fabric_guard.py)
             if out.stdout.endswith(f"\n{m.name}: ok\n") or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
+            time.sleep(0.5)  # sleep-ok: the poll interval of this wait with a deadline
         assert out.stdout.splitlines()[1:] == [f"{m.name}: ok"], out.stdout + out.stderr
 
     @staticmethod
@@ -339,9 +339,17 @@ def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
     name = d.submit(doc)
     with open_coordinator(d.coordinator) as c:
         wait_for(lambda: (c.get_app_state(name) or {}).get("active"), 60, what="wcnetns active")
-        doomed = [w.worker_id for w in c.get_physical(name).workers if w.host == "m2"]
+        physical = c.get_physical(name)
+        doomed = [w.worker_id for w in physical.workers if w.host == "m2"]
+        (source,) = [w.worker_id for w in physical.of_node("source")]
+
+        def sent() -> int:
+            out = c.get_metrics(name).get(source, {}).get("out", {})
+            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
+
+        # mid-run by count (a third of the sentences), not a sleep
+        wait_for(lambda: sent() >= 4_000, 60, what="4,000 sentences from the source")
     assert doomed  # spread: m2 runs a split and a count worker
-    time.sleep(2.0)
     victim = d.net.machines[1]
     killed = victim.kill()  # its agent and its workers; its switch stays up
     assert d.agents["m2"].pid in killed

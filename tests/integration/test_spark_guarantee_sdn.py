@@ -66,7 +66,8 @@ def test_spark_node_survives_a_killed_worker_on_sdn(cluster, tmp_path):
     os.kill(c.coordinator.worker_statuses(t.name)[victim].pid, signal.SIGKILL)
 
     def rejoined():
-        incident = {i["worker"]: i for i in c.rest("GET", "/faults")[1]}.get(victim)
+        faults = c.rest("GET", "/faults")[1]  # worker IDs repeat across applications
+        incident = {i["worker"]: i for i in faults if i["app"] == t.name}.get(victim)
         return incident if incident and incident["state"] in ("rejoined", "failed") else None
 
     incident = wait(rejoined, 120, f"the replacement of worker {victim}")

@@ -48,8 +48,19 @@ def run(tmp_path: Path, guarantee: str, victims: list[str]) -> tuple[dict, dict,
         cluster.start()
         cluster.activate()
 
+        source_id = cluster.physical.of_node("source")[0].worker_id
+
+        def sent() -> int:
+            out = cluster.metrics.get(source_id, {}).get("out", {})
+            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
+
         def kill() -> None:
-            time.sleep(1.5)
+            if not victims:
+                return
+            # mid-run by count (the source's METRIC_RESPs), not a sleep
+            deadline = time.monotonic() + 60
+            while sent() < args["count"] // 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)

@@ -239,13 +239,25 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         store = open_store(str(tmp_path / "ck"), t.name)
         parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
         before: list[int] = []
+        source_id = cluster.physical.of_node("source")[0].worker_id
+        mid = args["count"] // 4
+        sent_at_kill: list[int] = []
+
+        def sent() -> int:
+            out = cluster.metrics.get(source_id, {}).get("out", {})
+            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
 
         def kill() -> None:
-            deadline = time.monotonic() + 30
-            while (done := store.latest_complete(parts)) is None:
-                assert time.monotonic() < deadline, "no global checkpoint in 30 s"
-                time.sleep(0.05)
+            # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
+            # sleep, and after a completed global checkpoint (a restore to the start would
+            # be exact too)
+            deadline = time.monotonic() + 60
+            while (done := store.latest_complete(parts)) is None or sent() < mid:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
             before.append(done)
+            sent_at_kill.append(sent())
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)
@@ -257,6 +269,7 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         report = cluster.report(clean)
     finally:
         cluster.close()
+    assert sent_at_kill[0] >= mid, sent_at_kill  # the kill came mid-run, not on a timeout
     assert len(cluster.recovered) == len(victims), cluster.recovered
     want = Counter()
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from typhoon.supervised import Supervised
@@ -64,7 +65,10 @@ def test_adopt_checks_the_command_line_and_sees_the_end(tmp_path):
     marker = str(tmp_path / "worker-1.spec.json")
     proc = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", marker])
     try:
-        assert Supervised.adopt("w", proc.pid, str(tmp_path / "other.spec.json")) is None
+        # Popen returns while the kernel may still be setting up the new command line
+        wait_for(lambda: marker in _cmdline(proc.pid))
+        other = str(tmp_path / "other.spec.json")
+        assert Supervised.adopt("w", proc.pid, other, exec_timeout=0.2) is None
         p = Supervised.adopt("w", proc.pid, marker)
         assert p is not None and p.pid == proc.pid and p.alive()
         assert p.exit_status() == (False, None)
@@ -72,6 +76,46 @@ def test_adopt_checks_the_command_line_and_sees_the_end(tmp_path):
         proc.wait(10)  # reaped by its parent (this test), as the agent's workers are by init
         wait_for(lambda: not p.alive())
         assert p.exit_status() == (True, None)  # not our child: no exit code
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_adopt_waits_for_a_process_still_starting(tmp_path):
+    # the child shows another command line (as a forked, not yet exec'ed worker shows
+    # its parent's) until the test creates `go`, then execs into one with the marker
+    marker, go = str(tmp_path / "worker-1.spec.json"), tmp_path / "go"
+    then = f"[sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}]"
+    code = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)\n"
+        f"os.execv(sys.executable, {then})"
+    )
+    proc = subprocess.Popen([PY, "-c", code])
+    adopted: list[Supervised | None] = []
+    waiter = threading.Thread(
+        target=lambda: adopted.append(Supervised.adopt("w", proc.pid, marker, exec_timeout=30.0))
+    )
+    try:
+        waiter.start()
+        assert marker not in _cmdline(proc.pid)  # it cannot exec before `go` exists
+        go.touch()
+        waiter.join(60)
+        assert len(adopted) == 1 and adopted[0] is not None
+        assert adopted[0].pid == proc.pid and adopted[0].alive()
+        assert marker in _cmdline(proc.pid)
+    finally:
+        go.touch()
+        proc.kill()
+        proc.wait()
+        waiter.join(60)
+
+
+def test_adopt_gives_up_on_a_starting_process_that_ends(tmp_path):
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(0.3)"])
+    try:
+        assert Supervised.adopt("w", proc.pid, "marker", exec_timeout=30.0) is None
+        assert proc.poll() is not None  # it returned because the process ended, not on time
     finally:
         proc.kill()
         proc.wait()
@@ -91,6 +135,14 @@ def _exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return _state(pid) != "Z"
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
 
 
 def _state(pid: int) -> str:

@@ -261,3 +261,18 @@ def test_end_of_stream_asks_for_a_grant_at_once(pair):
         if f.kind == Kind.DATA:  # (the link's base SYNC goes first)
             flags.append(f.flags)
     assert [bool(f & wire.ACK_REQ) for f in flags] == [False, True]
+
+
+def test_settling_for_a_silent_receiver_still_answers_metric_req(pair):
+    """End of stream waits until receivers hold our frames; one that never confirms (dead)
+    keeps that wait going until its timeout, and the controller's METRIC_REQs must be
+    answered meanwhile, or the heartbeat declares the settling worker dead."""
+    _, sw, transport = pair
+    io = transport()
+    served: list[ControlTuple] = []
+    io.on_urgent = served.append
+    src = wire.parse_mac(sw.src).value
+    io.send(src, 5, [wire.encode_rows([[1]])])  # never confirmed: the far end grants nothing
+    sw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 3}))
+    assert io.settle([src], timeout=0.5) == [src]
+    assert [(ct.type, ct.body["request_id"]) for ct in served] == [(Control.METRIC_REQ, 3)]

@@ -206,6 +206,11 @@ class SdnSending:
 
         A frame sent on a one-to-many link and an end of stream sent to one receiver
         take different rules through the switch, which may reorder them.
+
+        Urgent control (METRIC_REQ) is served meanwhile, as in a credit wait: a
+        worker settling its end of stream with a dead receiver waits up to
+        ``timeout``, and one that stopped answering would be declared dead by the
+        fault detector's heartbeat and replaced (a second source, replaying).
         """
         tx = self.tx
         waiting = {d for d in dsts if tx.owed_by(d)}
@@ -222,6 +227,7 @@ class SdnSending:
                         self._probe(ol, now)
             if self._readable(tx.probe_s):
                 self._read_batch()
+                self._serve_urgent()
             self._housekeeping(self.clock())
             waiting = {d for d in waiting if tx.owed_by(d) and not self._gone(d, self.clock())}
         left = sorted(d for d in dsts if tx.owed_by(d))
