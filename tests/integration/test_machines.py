@@ -321,7 +321,14 @@ def test_fan_in_counts_exact_across_three_machines(deployment):
     t = load_topology_text(yaml.safe_dump(doc), name)
     report = build_report(t, reports, ok=clean, transport="sdn")
     assert report["ok"], report["problems"]
-    check_exact(report["results"]["count"]["counts"], reference(a, b))
+    want = reference(a, b)
+    check_exact(report["results"]["count"]["counts"], want)
+    # the merged sum would hide a split key: each count worker's own state holds its own
+    # keys, no key on two workers, and every worker (one per machine) owns some
+    owned = [set(r["result"]["counts"]) for r in reports if r["node"] == "count"]
+    assert len(owned) == 3 and all(owned), [len(o) for o in owned]
+    assert sum(map(len, owned)) == len(set().union(*owned)) == len(want)
+    assert report["results"]["count"]["keys_on_several_workers"] == 0
 
 
 def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
