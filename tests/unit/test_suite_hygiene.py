@@ -185,3 +185,13 @@ def test_children_start_with_the_default_sigint():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
     assert out.stdout.strip() == "True"
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports test modules by basename (rootdir-relative, no packages): two files of
+    one name in different folders stop the whole run at collection ("import file
+    mismatch"), which a run of one folder never shows."""
+    seen: dict[str, list[str]] = {}
+    for p in TESTS.rglob("test_*.py"):
+        seen.setdefault(p.name, []).append(str(p.relative_to(TESTS)))
+    assert not {n: ps for n, ps in seen.items() if len(ps) > 1}
