@@ -89,6 +89,8 @@ class FaultMachine(GuaranteedRecovery):
         self.handled: set[tuple[str, int]] = set()  # (app, worker) already failed over
         self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
         self.generations: dict[str, int] = {}  # app -> newest recovery generation
+        self.epochs: dict[tuple[str, int], int | None] = {}  # (app, generation) -> its epoch
+        self.rolled: dict[str, int] = {}  # app -> newest generation rolled back to
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         # replies come every metrics_interval: a longer gap without any means we were deaf

@@ -38,6 +38,10 @@ class GuaranteedRecovery:
     clock: Callable[[], float]
     tasks: Tasks
     generations: dict[str, int]  # app -> newest recovery generation
+    epochs: dict[tuple[str, int], int | None]  # (app, generation) -> the epoch it restores
+    rolled: dict[str, int]  # app -> newest generation its workers were rolled back to
+    pending: dict[str, set[int]]  # app -> replacements not routed to yet
+    incidents: list[Incident]
 
     def _recovery(self, topology: Any, physical: Any, after: int, incident: Incident) -> Any:
         """The replacement's physical topology starts a new generation (after every one
@@ -54,6 +58,7 @@ class GuaranteedRecovery:
             )
             epoch = None
         incident.generation, incident.restore_epoch = generation, epoch
+        self.epochs[(topology.name, generation)] = epoch
         self.logger.info(
             "app %s worker %d: recovery as generation %d from checkpoint %s",
             topology.name, incident.worker, generation, epoch,
@@ -63,21 +68,44 @@ class GuaranteedRecovery:
     def _rollback(
         self, core: Core, incident: Incident, app: Any, new: int
     ) -> Generator[Check, Any, str]:
-        """ROLLBACK to every live worker but the replacement (which started restored)."""
-        name, gen = incident.app, incident.generation
-        epoch = -1 if incident.restore_epoch is None else incident.restore_epoch
+        """ROLLBACK to every live worker, once every replacement of the app is routed to.
+
+        Several failures at once (two stages, a whole host) recover side by side, each
+        as a generation of its own.  A rollback before another replacement is routed to
+        would replay tuples of that replacement's key groups while its senders still
+        leave them unrouted, and that replacement's own, older ROLLBACK would then be
+        ignored by workers already in the newer generation: lost.  So each recovery
+        waits for the app's pending replacements, and rolls every live worker back to
+        the newest generation (and its epoch) once; a replacement already in it ignores
+        the ROLLBACK, one started in an older generation restores again."""
+        name = incident.app
+        deadline = self.clock() + self.conf.attach_timeout
+        yield lambda now: True if not self.pending.get(name) or now > deadline else WAIT
+        gen = max(self.generations.get(name, 0), incident.generation or 0)
+        if self.rolled.get(name, 0) >= gen:
+            self.logger.info(
+                "app %s worker %d: generation %d covered by the rollback to generation %d",
+                name, incident.worker, incident.generation, self.rolled[name],
+            )  # fmt: skip
+            return ""
+        epoch_of = self.epochs.get((name, gen), incident.restore_epoch)
+        epoch = -1 if epoch_of is None else epoch_of
+        started = {i.replacement for i in self.incidents if i.app == name and i.generation == gen}
         sent = {}
         # the view now, not ``app``: another failover (a second worker of a dead machine)
         # may have taken a worker out since, and send_control addresses the view's workers
         now = core.view.apps.get(name) or app
         for w in now.physical.workers:
             s = now.statuses.get(w.worker_id)
-            if w.worker_id == new or (s is not None and s.state == "exited"):
+            if s is not None and s.state == "exited":
                 continue
+            if w.worker_id in started:
+                continue  # started restored, in this generation
             body = {"generation": gen, "epoch": epoch}
             core.send_control(name, [w.worker_id], ControlTuple(Control.ROLLBACK, body))
             sent[(w.worker_id, gen)] = w.worker_id
         incident.rolled_back = sorted(sent.values())
+        self.rolled[name] = gen
         problem = yield self._acked(core, name, "ROLLBACK", sent)
         incident.rolled_back_ms = self._since(incident)
         self.logger.info(

@@ -55,6 +55,8 @@ class FakeCore:
             self.sent.append((w, ct.type.name, ct.body))
             if w not in self.silent and "version" in ct.body:
                 self.acks.setdefault((ct.type.name, ct.body["version"]), set()).add(w)
+            elif w not in self.silent and ct.type.name == "ROLLBACK":  # acked by generation
+                self.acks.setdefault((ct.type.name, ct.body["generation"]), set()).add(w)
         return len(worker_ids)
 
     def next_control_version(self):
@@ -266,3 +268,36 @@ def test_a_failing_step_fails_its_incident_not_the_machine(setup):
     (incident,) = machine.incidents
     assert incident.state == "failed" and "placement exploded" in incident.detail
     assert len(machine.tasks) == 0
+
+
+def test_two_failures_at_once_roll_back_once_after_both_replacements_are_routed(setup, tmp_path):
+    """A count and a split worker die together under a guarantee: two generations.  The
+    split's replacement is routed to first; rolling back then would replay words of the
+    dead count worker's key groups while the splits leave them unrouted, and the count's
+    own (older) ROLLBACK would be ignored after it.  So nobody rolls back until both
+    replacements are routed to, and then everyone once, to the newest generation."""
+    machine, core, clock, physical = setup
+    core.app.topology.config.update(guarantee="exactly_once", checkpoint_store=str(tmp_path))
+    count, split = ids(physical, "count")[0], ids(physical, "split")[0]
+    machine.worker_down(APP, count, "h1", 13, "deleted", clock.now)
+    machine.worker_down(APP, split, "h1", 11, "deleted", clock.now)
+    core.status(count, "exited", -9)
+    core.status(split, "exited", -9)
+    machine.step()
+    a, b = machine.incidents
+    assert (a.worker, b.worker) == (count, split) and (a.generation, b.generation) == (1, 2)
+    core.poll()
+    core.status(b.replacement, "attached")  # the split's replacement first
+    for _ in range(3):
+        machine.step()
+    assert not [w for w, t, _ in core.sent if t == "ROLLBACK"]
+    core.status(a.replacement, "attached")
+    for _ in range(4):
+        machine.step()
+    rolled = [(w, body) for w, t, body in core.sent if t == "ROLLBACK"]
+    assert {body["generation"] for _, body in rolled} == {2}
+    targets = [w for w, _ in rolled]
+    assert len(targets) == len(set(targets))  # once each
+    assert a.replacement in targets  # started in generation 1: it restores again
+    assert b.replacement not in targets  # started restored in generation 2
+    assert a.state == b.state == "rejoined", (a, b)
