@@ -90,6 +90,9 @@ class FaultMachine(GuaranteedRecovery):
         self.pending: dict[str, set[int]] = {}  # app -> replacements not routed to yet
         self.generations: dict[str, int] = {}  # app -> newest recovery generation
         self.epochs: dict[tuple[str, int], int | None] = {}  # (app, generation) -> its epoch
+        # app -> replacements whose senders' and own ROUTING is not confirmed yet (a
+        # rollback waits for them: fault_recovery.py)
+        self.joining: dict[str, set[int]] = {}
         self.rolled: dict[str, int] = {}  # app -> newest generation rolled back to
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
@@ -357,6 +360,7 @@ class FaultMachine(GuaranteedRecovery):
             self.generations[name] = plan.physical.generation
         core.update_physical(name, plan.physical)
         pending.add(plan.replacement)
+        self.joining.setdefault(name, set()).add(plan.replacement)
         new = plan.physical.by_id(plan.replacement)
         incident.replacement, incident.state = plan.replacement, "replacing"
         incident.replaced_ms = self._since(incident)
@@ -401,6 +405,7 @@ class FaultMachine(GuaranteedRecovery):
 
         app = yield attached
         if app is None:
+            self.joining.get(name, set()).discard(new)
             return
         pending = self.pending.setdefault(name, set())
         pending.discard(new)
@@ -416,11 +421,14 @@ class FaultMachine(GuaranteedRecovery):
             if (st := app.statuses.get(s)) is None or st.state != "exited"
         }
         problem = yield self._acked(core, name, "ROUTING", send_routes(core, name, routes))
+        self.joining.get(name, set()).discard(new)  # routed to, and routing with its peers
         w = app.physical.by_id(new)
-        if w.node in {n.name for n in app.topology.spouts()}:
-            core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
         if incident.generation is not None:
             problem = (yield from self._rollback(core, incident, app, new)) or problem
+        if w.node in {n.name for n in app.topology.spouts()}:
+            # after the rollback: a replaced source's first tuples carry its generation's
+            # mark, which rolls its receivers back before every replacement is routed to
+            core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
         incident.rejoined_ms = self._since(incident)
         incident.state = "rejoined"
         incident.detail = "; ".join(x for x in (incident.detail, problem) if x)

@@ -40,7 +40,7 @@ class GuaranteedRecovery:
     generations: dict[str, int]  # app -> newest recovery generation
     epochs: dict[tuple[str, int], int | None]  # (app, generation) -> the epoch it restores
     rolled: dict[str, int]  # app -> newest generation its workers were rolled back to
-    pending: dict[str, set[int]]  # app -> replacements not routed to yet
+    joining: dict[str, set[int]]  # app -> replacements whose ROUTING is not confirmed yet
     incidents: list[Incident]
 
     def _recovery(self, topology: Any, physical: Any, after: int, incident: Incident) -> Any:
@@ -75,12 +75,13 @@ class GuaranteedRecovery:
         would replay tuples of that replacement's key groups while its senders still
         leave them unrouted, and that replacement's own, older ROLLBACK would then be
         ignored by workers already in the newer generation: lost.  So each recovery
-        waits for the app's pending replacements, and rolls every live worker back to
+        waits until every replacement of the app is routed to and routes with its
+        peers (``joining``), and rolls every live worker back to
         the newest generation (and its epoch) once; a replacement already in it ignores
         the ROLLBACK, one started in an older generation restores again."""
         name = incident.app
         deadline = self.clock() + self.conf.attach_timeout
-        yield lambda now: True if not self.pending.get(name) or now > deadline else WAIT
+        yield lambda now: True if not self.joining.get(name) or now > deadline else WAIT
         gen = max(self.generations.get(name, 0), incident.generation or 0)
         if self.rolled.get(name, 0) >= gen:
             self.logger.info(
