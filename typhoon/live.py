@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _total(counts: dict[str, int]) -> int:
+def data_tuples(counts: dict[str, int]) -> int:
+    """Tuples of a METRIC_RESP's per-stream counts (``in`` or ``out``), stream 0 (control
+    punctuation) left out."""
     return sum(v for k, v in counts.items() if k != "0")
 
 
@@ -22,7 +24,7 @@ class LiveRates:
         """Record one poll; return ``{node: {"in": rate, "out": rate}}``."""
         rates: dict[str, dict[str, float]] = {n: {"in": 0.0, "out": 0.0} for n in self.nodes}
         for wid, m in metrics.items():
-            now, tin, tout = m["time"], _total(m["in"]), _total(m["out"])
+            now, tin, tout = m["time"], data_tuples(m["in"]), data_tuples(m["out"])
             prev = self.last.get(wid)
             self.last[wid] = (now, tin, tout)
             if prev is None or now <= prev[0]:

@@ -19,6 +19,7 @@ import pytest
 from harness import emulated_cluster, finish, wait
 
 from mininet_env.run import EmulatedCluster
+from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import build_report
 from typhoon.runtime.policies import Router
@@ -79,11 +80,10 @@ def test_running_counts_stay_exact_through_scale_up_and_down(cluster):
     cluster.wait_active(t.name)
     source = cluster.coordinator.get_physical(t.name).of_node("source")[0].worker_id
 
-    def counted() -> int:  # tuples the count workers took in so far (stream 0: control)
+    def counted() -> int:  # tuples the count workers took in so far
         ms = cluster.coordinator.get_metrics(t.name)
         counts = cluster.coordinator.get_physical(t.name).of_node("count")
-        ins = [ms.get(w.worker_id, {}).get("in", {}) for w in counts]
-        return sum(n for m in ins for s, n in m.items() if s != "0")
+        return sum(data_tuples(ms.get(w.worker_id, {}).get("in", {})) for w in counts)
 
     # the counts are under way: by count, not a sleep
     wait(lambda: counted() >= 20_000, 60, "20,000 words at the count workers", 0.05)

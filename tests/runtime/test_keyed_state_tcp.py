@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
@@ -51,8 +52,7 @@ def run(tmp_path: Path, guarantee: str, victims: list[str]) -> tuple[dict, dict,
         source_id = cluster.physical.of_node("source")[0].worker_id
 
         def sent() -> int:
-            out = cluster.metrics.get(source_id, {}).get("out", {})
-            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
+            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
 
         def kill() -> None:
             if not victims:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
 
@@ -244,8 +245,7 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         sent_at_kill: list[int] = []
 
         def sent() -> int:
-            out = cluster.metrics.get(source_id, {}).get("out", {})
-            return sum(n for stream, n in out.items() if stream != "0")  # 0: control
+            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
 
         def kill() -> None:
             # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
