@@ -265,3 +265,33 @@ def test_a_lost_frame_is_sent_again_and_counted():
     assert rx.rx.gaps > 0 and tx.stats.retransmitted > 0 and world.dropped > 0
     for t in world.transports.values():
         t.dev.close()
+
+
+def test_a_finished_receiver_answers_probes_until_its_senders_are_quiet():
+    """The receiver's last grant dies with its port (a TAP destroyed before the switch read
+    it): the receiver keeps answering SYNCs while closing, so the sender still hears that
+    every frame arrived instead of reporting them never confirmed."""
+    world = build(11, 0.0, 128, 0)
+    tx, rx = world.transports[SENDER], world.transports[2]
+    counter = [0]
+    sent = payloads(counter, 3, 50)
+    tx.send(2, UNICAST, sent)
+    world.step(SENDER)
+    assert [p for item in world.got[2] for p in item.payloads] == sent
+    port = world.ports[2]
+    lost = []
+    port.write = lambda frame: lost.append(frame) or len(frame)  # the grant dies with the TAP
+    original = SdnTransport._answer_until_quiet
+
+    def closing(self, now):
+        port.write = lambda frame: world.switch(frame, 2) or len(frame)  # probes are answered
+        original(self, now)
+
+    rx._answer_until_quiet = closing.__get__(rx)
+    rx.close()
+    assert lost, "the receiver sent its final grant on close"
+    del world.transports[2]  # gone: nothing reads its port any more
+    tx.linger(timeout=0.5)
+    assert tx.link_stats()["unconfirmed"] == {}
+    for t in world.transports.values():
+        t.dev.close()

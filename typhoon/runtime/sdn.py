@@ -81,6 +81,7 @@ DEFAULT_CREDIT_TIMEOUT_S = 10.0
 # a blocked one, answers every SYNC)
 REROUTE_SILENCE_S = 1.0
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
+QUIET_PROBES = 3  # a finished receiver answers SYNCs until this many probe periods pass quietly
 
 
 class Device(Protocol):
@@ -305,4 +306,20 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         for key, il in list(self.rx.links.items()):
             if il.consumed != il.granted:
                 self._grant(key, il, now)
+        if self.rx.links:
+            self._answer_until_quiet(now)
         self.dev.close()
+
+    def _answer_until_quiet(self, now: float) -> None:
+        """Keep answering SYNCs until senders stop probing (a TCP TIME_WAIT).
+
+        Our last grant may die with the TAP device (frames the switch has not read
+        yet go with it), and a sender whose frames we hold would then report them
+        never confirmed.  A sender probes every ``probe_s`` while it waits: once
+        ``QUIET_PROBES`` periods pass without a frame, nobody is waiting for us."""
+        quiet = QUIET_PROBES * self.tx.probe_s
+        deadline = now + LINGER_S
+        last = now
+        while (t := self.clock()) < min(deadline, last + quiet):
+            if self._readable(min(deadline, last + quiet) - t) and self._read_batch():
+                last = self.clock()
