@@ -122,6 +122,21 @@ def wordcount(c: EmulatedCluster, guarantee: str, store: Path):
     return t, t.name
 
 
+def why(c: EmulatedCluster, report: dict, reports: list[dict]) -> dict:
+    """What a wrong count needs to be understood from CI's output alone: the report's
+    problems, each worker's end, the recovered workers."""
+    return {
+        "problems": report["problems"],
+        "workers": [(r["worker"], r["node"], r["index"], r.get("error")) for r in reports],
+        "recovered": c.recovered,
+        "incidents": [
+            {k: i.get(k) for k in ("worker", "state", "generation", "restore_epoch", "rolled_back")}
+            for i in c.rest("GET", "/faults")[1]
+            if i["app"] == report["topology"]
+        ],
+    }
+
+
 def exact(c: EmulatedCluster, t, name: str) -> tuple[dict, list[dict]]:
     """Wait for the end; the report and the worker reports, after checking every
     word's count."""
@@ -132,7 +147,7 @@ def exact(c: EmulatedCluster, t, name: str) -> tuple[dict, list[dict]]:
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
     want = reference(t.nodes["source"].args)
     diff = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
-    assert not diff and set(counts) == set(want), list(diff.items())[:10]
+    assert not diff and set(counts) == set(want), (list(diff.items())[:10], why(c, report, reports))
     assert report["ok"], report["problems"]
     return report, reports
 
@@ -156,11 +171,14 @@ def test_wordcount_counts_survive_kills_of_count_and_split_workers(cluster, guar
     want = reference(t.nodes["source"].args)
     if guarantee == "exactly_once":
         diff = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
-        assert not diff and set(counts) == set(want), list(diff.items())[:10]
+        assert not diff and set(counts) == set(want), (
+            list(diff.items())[:10],
+            why(c, report, reports),
+        )
         assert report["ok"], report["problems"]
     else:
         short = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) < n}
-        assert not short, list(short.items())[:10]
+        assert not short, (list(short.items())[:10], why(c, report, reports))
     rollbacks = [r["metrics"].get("rollbacks", 0) for r in reports]
     assert max(rollbacks) >= 1, rollbacks
     check_restores(reports, name, store, restored)
