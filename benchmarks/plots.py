@@ -147,3 +147,33 @@ def time_series(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
+
+
+def bar_panels(
+    path: Path,
+    title: str,
+    panels: dict[str, dict[str, float | None]],
+    note: str = "",
+) -> str:
+    """One panel per key (its y label), one bar per system in it; each panel its own scale
+    (tuples/s and sentences/s differ by orders of magnitude), values written on the bars."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (ylabel, bars) in zip(axes, panels.items(), strict=True):
+        names = list(bars)
+        ys = [bars[n] or 0.0 for n in names]
+        ax.bar(range(len(names)), ys, color=[_color(n, i) for i, n in enumerate(names)])
+        for i, n in enumerate(names):
+            label = "–" if bars[n] is None else f"{bars[n]:,.0f}"
+            ax.text(i, ys[i], label, ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(names)), names, rotation=15)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
