@@ -15,7 +15,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-COLORS = {"sdn": "#1f77b4", "tcp": "#d62728"}
+COLORS = {
+    "sdn": "#1f77b4",
+    "tcp": "#d62728",
+    "bytewax -p 1": "#2ca02c",
+    "bytewax -p 2": "#ff7f0e",
+}
 
 
 def _color(name: str, i: int) -> str:
