@@ -91,5 +91,6 @@ def describe() -> dict[str, Any]:
         "controller_backend": _controller_backend(),
         "msgpack": _version("msgpack"),
         "matplotlib": _version("matplotlib"),
+        "bytewax": _version("bytewax"),  # the ``peers`` scenario's comparison (extra ``bench``)
         "load_average_start": load_average(),
     }

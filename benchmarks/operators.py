@@ -19,7 +19,10 @@ plain run does not:
   cost is the extra messages, which are all here;
 * :class:`EventLoggingSource` and :class:`EventLogger` reproduce Storm's live
   debugging (paper Fig. 12): the observed worker sends a second serialized
-  copy of every tuple to an event-logger bolt once a SIGNAL switches it on.
+  copy of every tuple to an event-logger bolt once a SIGNAL switches it on;
+* :class:`TimedCount` is ``count_by_key`` that also counts its arrivals per
+  clock tick (``benchmarks.arrivals``), so that the ``peers`` scenario reads
+  a wordcount's steady rate the same way from Typhoon and from Bytewax.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from collections import deque
 from operator import itemgetter
 from typing import Any, ClassVar
 
+from benchmarks.arrivals import Arrivals
 from typhoon.operators.base import Bolt, Context, Emit
-from typhoon.operators.sinks import SequenceCheck
+from typhoon.operators.sinks import CountByKey, SequenceCheck
 from typhoon.operators.sources import SequenceSource
 
 ACK_INIT_STREAM = "ack_init"
@@ -369,3 +373,27 @@ class EventLogger(Bolt):
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {"received": sum(r["received"] for r in results)}
+
+
+class TimedCount(CountByKey):
+    """``count_by_key`` plus its arrivals per clock tick: one clock read per row batch."""
+
+    def __init__(self, key: str | None = None) -> None:
+        super().__init__(key=key)
+        self.arrivals = Arrivals()
+
+    def process(self, values: list, emit: Emit) -> None:
+        super().process(values, emit)
+        self.arrivals.add(1)
+
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        super().process_batch(rows, emit)
+        self.arrivals.add(len(rows))
+
+    def result(self) -> dict[str, Any]:
+        return {**super().result(), "arrivals": self.arrivals.to_dict()}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        merged = Arrivals.merged(Arrivals.from_dict(r["arrivals"]) for r in results)
+        return {**super().merge_results(results), "arrivals": merged.to_dict()}

@@ -15,7 +15,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-COLORS = {"sdn": "#1f77b4", "tcp": "#d62728"}
+COLORS = {
+    "sdn": "#1f77b4",
+    "tcp": "#d62728",
+    "bytewax -p 1": "#2ca02c",
+    "bytewax -p 2": "#ff7f0e",
+}
 
 
 def _color(name: str, i: int) -> str:
@@ -141,6 +146,36 @@ def time_series(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def bar_panels(
+    path: Path,
+    title: str,
+    panels: dict[str, dict[str, float | None]],
+    note: str = "",
+) -> str:
+    """One panel per key (its y label), one bar per system in it; each panel its own scale
+    (tuples/s and sentences/s differ by orders of magnitude), values written on the bars."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (ylabel, bars) in zip(axes, panels.items(), strict=True):
+        names = list(bars)
+        ys = [bars[n] or 0.0 for n in names]
+        ax.bar(range(len(names)), ys, color=[_color(n, i) for i, n in enumerate(names)])
+        for i, n in enumerate(names):
+            label = "–" if bars[n] is None else f"{bars[n]:,.0f}"
+            ax.text(i, ys[i], label, ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(names)), names, rotation=15)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
     if note:
         fig.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
     fig.tight_layout()

@@ -116,9 +116,7 @@ class Bench:
         result = self.testbed.run(spec)
         if check is not None and result.ok:
             check(result)
-        self.records.append(result.to_dict())
-        if not result.ok:
-            self.failures += 1
+        self.record(result.to_dict(), result.ok)
         status = "ok" if result.ok else f"FAILED: {result.error}"
         print(
             f"  {spec.label or spec.topology.name} [{spec.transport}]: {status} "
@@ -127,6 +125,13 @@ class Bench:
             flush=True,
         )
         return result
+
+    def record(self, record: dict[str, Any], ok: bool) -> None:
+        """Keep a run's record for ``results.json`` (also a run of another system, which
+        has ``label``, ``transport`` naming the system, ``ok`` and ``error`` too)."""
+        self.records.append(record)
+        if not ok:
+            self.failures += 1
 
     def interleaved(
         self,

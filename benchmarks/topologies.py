@@ -16,6 +16,7 @@ SOURCE = "sequence_source"
 SINK = "benchmarks.operators:BenchSink"
 ACKING_SOURCE = "benchmarks.operators:AckingSource"
 ACKER = "benchmarks.operators:Acker"
+TIMED_COUNT = "benchmarks.operators:TimedCount"
 
 
 def _load(doc: dict[str, Any]) -> Topology:
@@ -155,6 +156,53 @@ def relay_chain(
             "streams": [
                 {"from": "source", "to": "relay", "grouping": "shuffle"},
                 {"from": "relay", "to": "sink", "grouping": "shuffle"},
+            ],
+        }
+    )
+
+
+def wordcount(
+    name: str,
+    count: int,
+    seed: int = 7,
+    words: int = 8,
+    vocabulary: int = 500,
+    splits: int = 2,
+    counts: int = 4,
+) -> Topology:
+    """``topologies/wordcount.yaml`` (paper Fig. 2): source -> split (shuffle) -> count
+    (fields on word), the count timing its arrivals (``TimedCount``)."""
+    return _load(
+        {
+            "name": name,
+            "spouts": [
+                {
+                    "id": "source",
+                    "operator": "sentence_source",
+                    "args": {
+                        "count": count,
+                        "seed": seed,
+                        "words": words,
+                        "vocabulary": vocabulary,
+                    },
+                }
+            ],
+            "bolts": [
+                {"id": "split", "operator": "split_words", "parallelism": splits},
+                {
+                    "id": "count",
+                    "operator": TIMED_COUNT,
+                    "args": {"key": "word"},
+                    "parallelism": counts,
+                },
+            ],
+            "streams": [
+                {"from": "source", "to": "split", "grouping": "shuffle"},
+                {
+                    "from": "split",
+                    "to": "count",
+                    "grouping": {"type": "fields", "fields": ["word"]},
+                },
             ],
         }
     )

@@ -138,3 +138,34 @@ def test_quick_paper_6_2_scenarios_write_results(tmp_path: Path, only: str) -> N
         for r in runs:
             sink = r["results"]["sink"]
             assert sink["missing"] == 0 and sink["duplicates"] == 0, (r["label"], sink)
+
+
+def test_quick_peers_runs_typhoon_and_bytewax_on_the_same_data(tmp_path: Path) -> None:
+    """``typhoon bench --quick --only peers``: sdn, tcp and Bytewax -p 1/-p 2 each ran
+    forward and wordcount, every run ok (counts equal to the generator's, every tuple
+    once), a rate for every system, the four ratios and the plot."""
+    pytest.importorskip("bytewax", reason="the bench extra brings Bytewax")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "peers",
+         "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "peers.png").stat().st_size > 0
+    sc = json.loads((out / "results.json").read_text())["scenarios"]["peers"]
+    assert not sc["error"] and len(sc["runs"]) == 8 and all(r["ok"] for r in sc["runs"])
+    assert {r["transport"] for r in sc["runs"]} == {"sdn", "tcp", "bytewax -p 1", "bytewax -p 2"}
+    md = (out / "results.md").read_text()
+    rows = table_rows(md, "Typhoon (sdn, tcp) against Bytewax")
+    assert [r[0] for r in rows] == ["sdn", "tcp", "bytewax -p 1", "bytewax -p 2"]
+    for r in rows:  # a rate for both workloads, nothing lost or extra
+        assert r[1] != "–" and r[5] != "–", r
+        assert r[3] == "0 / 0" and r[7] == "0 / 0", r
+    ratios = {r[0] for r in table_rows(md, "Headline ratios")}
+    for workload in ("wordcount", "forward"):
+        for t in ("sdn", "tcp"):
+            assert any(k.startswith(f"peers {workload} {t} / bytewax -p 2") for k in ratios)
