@@ -143,7 +143,8 @@ class PaddedFlushCount(Bolt):
         self.key = 0
         self.ts = 0
         self.flushes = 0
-        self.largest_bytes = 0  # the cache's serialized size at its largest flush
+        self.first_bytes = 0  # the cache's serialized size at its first flush
+        self.largest_bytes = 0  # and at its largest
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -169,18 +170,24 @@ class PaddedFlushCount(Bolt):
         self.flushes += 1
         size = len(msgpack.packb(self.cache, use_bin_type=True))
         self.largest_bytes = max(self.largest_bytes, size)
+        self.first_bytes = self.first_bytes or size
         now = time.time()
         for k, (n, padding) in self.cache.items():
             emit([k, n, now, padding])
         self.cache = {}
 
     def result(self) -> dict[str, Any]:
-        return {"flushes": self.flushes, "largest_bytes": self.largest_bytes}
+        return {
+            "flushes": self.flushes,
+            "first_bytes": self.first_bytes,
+            "largest_bytes": self.largest_bytes,
+        }
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {
             "flushes": sum(r["flushes"] for r in results),
+            "first_bytes": sum(r["first_bytes"] for r in results),
             "largest_bytes": max((r["largest_bytes"] for r in results), default=0),
         }
 

@@ -167,7 +167,9 @@ def rate_latency_panels(
             top.plot(xs, rates, label=label, color=color, drawstyle="steps-post")
             pts = [(x, y) for x, y in zip(xs, p99, strict=True) if y is not None]
             if pts:
-                bottom.plot(*zip(*pts, strict=True), label=label, color=color, marker=".")
+                bottom.plot(
+                    *zip(*pts, strict=True), label=label, color=color, drawstyle="steps-post"
+                )
             for x0, x1 in spans.get(name, {}).get(label, ()):
                 for ax in (top, bottom):
                     ax.axvspan(x0, x1, color=color, alpha=0.12)

@@ -106,6 +106,7 @@ class MigrationFigures:
     bytes: int = 0  # serialized state shipped
     ship_ms: float = 0.0  # the slowest old owner's packing and writing
     pauses_ms: list[float] = field(default_factory=list)  # per group moved in
+    waits_ms: list[float] = field(default_factory=list)  # per new owner: prepare -> loaded
     transfer_s: float | None = None  # first pack began -> last new owner loaded
 
     @property
@@ -139,9 +140,9 @@ def migration_figures(logs: Iterable[Mapping[str, Mapping[str, Any]]]) -> list[M
                 if m.get("ship_started"):
                     starts.setdefault(int(mid), []).append(float(m["ship_started"]))
             f.pauses_ms += [float(p) for p in m.get("group_pause_ms", {}).values()]
-            loads.setdefault(int(mid), []).extend(
-                float(t["at"]) for t in m.get("loaded", {}).values()
-            )
+            loaded = m.get("loaded", {}).values()
+            loads.setdefault(int(mid), []).extend(float(t["at"]) for t in loaded)
+            f.waits_ms += [float(t["window_ms"]) for t in loaded if "window_ms" in t]
     for mid, f in found.items():
         if starts.get(mid) and loads.get(mid):
             f.transfer_s = max(loads[mid]) - min(starts[mid])

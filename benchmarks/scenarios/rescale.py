@@ -150,6 +150,7 @@ class RescaleRun:
                     "transfer_s": m.transfer_s,
                     "mb_s": m.mb_s,
                     "pauses_ms": m.pauses_ms,
+                    "waits_ms": m.waits_ms,
                 }
                 for m in self.migrations
             ],
@@ -270,7 +271,7 @@ class Rescale(Scenario):
             logs = [r.get("metrics", {}).get("keyed", {}).get("migrations", {}) for r in counts]
             run.migrations = migration_figures(logs)
         else:
-            run.state_bytes = max(int(r["result"]["largest_bytes"]) for r in counts) or None
+            run.state_bytes = sum(int(r["result"]["first_bytes"]) for r in counts) or None
         run.series = [tuple(s) for s in got["seconds"]]  # type: ignore[misc]
         run.assessment = assess(run.series, (run.t0 - p["pre"], run.t0), run.windows)
 
@@ -299,6 +300,7 @@ class Rescale(Scenario):
         for run in runs:
             a = run.assessment
             pauses = [x for m in run.migrations for x in m.pauses_ms]
+            waits = [x for m in run.migrations for x in m.waits_ms]
             mb_s = [m.mb_s for m in run.migrations if m.mb_s is not None]
             moved = sum(m.bytes for m in run.migrations) or run.flushed_bytes
             check = f"{'yes' if run.exact else '**no**'} (lost {run.lost}, " + (
@@ -322,6 +324,7 @@ class Rescale(Scenario):
                         if pauses
                         else "– (SIGNAL " + " / ".join(f"{s:.2f}" for s in run.signal_s) + " s)"
                     ),
+                    fmt_num(max(waits), 0) if waits else "–",
                     fmt_num(moved / 1e6, 1),
                     " / ".join(f"{v:.1f}" for v in mb_s) or "–",
                     check,
@@ -341,6 +344,7 @@ class Rescale(Scenario):
                     "p99 ms before → during",
                     "p99 during / before (≤ 2)",
                     "group pause ms median / max",
+                    "state wait ms max",
                     "MB moved",
                     "MB/s per migration",
                     "exact (0 lost)",
@@ -351,12 +355,16 @@ class Rescale(Scenario):
                     f"groups) → 1 sink; {KEYS:,} keys round-robin at {RATE:,.0f} tuples/s; state "
                     "per key = running count + padding (`pad` = size / keys). 'measured MB': the "
                     "keyed state serialized (msgpack, as it moves) at the end of the run, or, for "
-                    "the flush, the largest cache one worker flushed. 'before': the whole seconds "
+                    "the flush, the caches' first flush summed over the workers (MB moved: "
+                    "every flush the sink received). 'before': the whole seconds "
                     "before the first scale request; 'during': each second overlapping a request "
                     f"→ {AFTER_DONE_S:g} s after its update was done. p99 before: median of the "
                     "seconds' p99; during: the largest. Group pause: per key group moved, its "
-                    "first held tuple → its release (the new owner's timestamps). MB/s: bytes "
-                    "shipped / (first old owner packing → last new owner loaded). Exact: sink "
+                    "first held tuple → its release (the new owner's timestamps; 0 when no "
+                    "tuple of the group arrived while its state travelled). State wait: per new "
+                    "owner, KEYGROUPS prepare → its state loaded (the longest a group could "
+                    "wait). MB/s: bytes shipped / (first old owner packing → last new owner "
+                    "loaded). Exact: sink "
                     "per-tuple arrivals = source emitted after a drain, and per key the sink's "
                     "maximum (live migration) or sum of flushed partials (flush) = its count "
                     "from the source's own numbering."
