@@ -46,7 +46,7 @@ from benchmarks.rescale_stats import (
     migration_figures,
 )
 from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
-from benchmarks.stats import fmt_num, fmt_rate
+from benchmarks.stats import fmt_num, fmt_rate, median
 from mininet_env.run import EmulatedCluster
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology_text
@@ -104,6 +104,7 @@ class RescaleRun:
     arrived: int = 0
     wrong_max: int | None = None  # keys whose sink maximum is not their count
     wrong_sum: int | None = None  # keys whose flushed partials do not add up to it
+    initial: set[int] = field(default_factory=set)  # the count workers before any scale
 
     @property
     def lost(self) -> int:
@@ -210,7 +211,9 @@ class Rescale(Scenario):
         run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s
 
     def measure(self, c: EmulatedCluster, name: str, run: RescaleRun, p: dict[str, float]) -> None:
-        sink = c.coordinator.get_physical(name).of_node("sink")[0].worker_id
+        physical = c.coordinator.get_physical(name)
+        sink = physical.of_node("sink")[0].worker_id
+        run.initial = {w.worker_id for w in physical.of_node("count")}
 
         def arrived() -> int:
             return counter(c.coordinator.get_metrics(name).get(sink, {}), "in")
@@ -271,7 +274,9 @@ class Rescale(Scenario):
             logs = [r.get("metrics", {}).get("keyed", {}).get("migrations", {}) for r in counts]
             run.migrations = migration_figures(logs)
         else:
-            run.state_bytes = sum(int(r["result"]["first_bytes"]) for r in counts) or None
+            # the whole cache: what the 4 first workers flushed at the first SIGNAL
+            first = [r for r in counts if r["worker"] in run.initial]
+            run.state_bytes = sum(int(r["result"]["first_bytes"]) for r in first) or None
         run.series = [tuple(s) for s in got["seconds"]]  # type: ignore[misc]
         run.assessment = assess(run.series, (run.t0 - p["pre"], run.t0), run.windows)
 
@@ -297,42 +302,73 @@ class Rescale(Scenario):
 
     def describe(self, bench: Bench, res: ScenarioResult, runs: list[RescaleRun]) -> None:
         rows = []
+        groups: dict[tuple[str, str], list[RescaleRun]] = {}
         for run in runs:
-            a = run.assessment
-            pauses = [x for m in run.migrations for x in m.pauses_ms]
-            waits = [x for m in run.migrations for x in m.waits_ms]
-            mb_s = [m.mb_s for m in run.migrations if m.mb_s is not None]
-            moved = sum(m.bytes for m in run.migrations) or run.flushed_bytes
-            check = f"{'yes' if run.exact else '**no**'} (lost {run.lost}, " + (
-                f"wrong maxima {run.wrong_max})"
-                if run.variant == "running"
-                else f"wrong sums {run.wrong_sum}; maxima wrong {run.wrong_max})"
+            groups.setdefault((run.size, run.variant), []).append(run)
+        for (size, variant), all_runs in groups.items():
+            ok = [r for r in all_runs if r.ok]
+            a = [r.assessment for r in ok]
+            pauses = [x for r in ok for m in r.migrations for x in m.pauses_ms]
+            waits = [x for r in ok for m in r.migrations for x in m.waits_ms]
+            mb_s = [
+                median(r.migrations[i].mb_s for r in ok if len(r.migrations) > i) for i in (0, 1)
+            ]
+            moved = median((sum(m.bytes for m in r.migrations) or r.flushed_bytes) for r in ok)
+            up, down = (median(r.update_s[i] for r in ok if len(r.update_s) > i) for i in (0, 1))
+            lost = sum(r.lost for r in ok)
+            wrong = sum((r.wrong_max if variant == "running" else r.wrong_sum) or 0 for r in ok)
+            exact = bool(ok) and all(r.exact for r in ok)
+            check = f"{'yes' if exact else '**no**'}: lost {lost}, " + (
+                f"wrong maxima {wrong}"
+                if variant == "running"
+                else f"wrong sums {wrong} (maxima wrong: {sum(r.wrong_max or 0 for r in ok)})"
             )
+            min_ratio = median(x.min_ratio for x in a)
+            p99_ratio = median(x.p99_ratio for x in a)
+            signal = median(sum(r.signal_s) for r in ok)
             rows.append(
                 [
-                    run.variant,
-                    run.size,
-                    fmt_num((run.state_bytes or 0) / 1e6, 1),
-                    " / ".join(f"{s:.2f}" for s in run.update_s) or "–",
-                    fmt_rate(a.pre_rate),
-                    fmt_rate(a.min_rate),
-                    _met(a.min_ratio, lambda v: v >= 0.5, 2),
-                    f"{fmt_num(_ms(a.p99_before), 1)} → {fmt_num(_ms(a.p99_during), 1)}",
-                    _met(a.p99_ratio, lambda v: v <= 2.0, 1),
+                    "live migration" if variant == "running" else "SIGNAL flush",
+                    size,
+                    fmt_num(median((r.state_bytes or 0) / 1e6 for r in ok), 1),
+                    f"{fmt_num(up)} / {fmt_num(down)}",
+                    fmt_rate(median(x.pre_rate for x in a)),
+                    fmt_rate(median(x.min_rate for x in a)),
+                    _met(min_ratio, lambda v: v >= 0.5, 2),
+                    f"{fmt_num(_ms(median(x.p99_before for x in a)), 1)} → "
+                    f"{fmt_num(_ms(median(x.p99_during for x in a)), 1)}",
+                    _met(p99_ratio, lambda v: v <= 2.0, 1),
                     (
-                        f"{fmt_num(_median(pauses), 1)} / {fmt_num(max(pauses), 1)}"
+                        f"{fmt_num(median(pauses), 1)} / {fmt_num(max(pauses), 1)}"
                         if pauses
-                        else "– (SIGNAL " + " / ".join(f"{s:.2f}" for s in run.signal_s) + " s)"
+                        else f"– (SIGNAL steps {fmt_num(signal)} s)"
                     ),
                     fmt_num(max(waits), 0) if waits else "–",
-                    fmt_num(moved / 1e6, 1),
-                    " / ".join(f"{v:.1f}" for v in mb_s) or "–",
+                    fmt_num(None if moved is None else moved / 1e6, 1),
+                    " / ".join(fmt_num(v, 0) for v in mb_s) if any(mb_s) else "–",
                     check,
+                    f"{len(ok)}/{len(all_runs)}",
                 ]
             )
+            tag = f"rescale {variant} {size}"
+            res.ratios += [
+                Ratio(
+                    f"{tag}: slowest second / pre-scale rate",
+                    min_ratio,
+                    ">= 0.5",
+                    None if min_ratio is None else min_ratio >= 0.5,
+                ),
+                Ratio(
+                    f"{tag}: p99 during / before",
+                    p99_ratio,
+                    "<= 2",
+                    None if p99_ratio is None else p99_ratio <= 2.0,
+                ),
+                Ratio(f"{tag}: tuples lost", float(lost), "= 0", bool(ok) and lost == 0),
+            ]
         res.tables.append(
             Table(
-                f"{self.title}: count 4 → 8 → 4 mid-run, one row per run",
+                f"{self.title}: count 4 → 8 → 4 mid-run (medians over runs)",
                 [
                     "way",
                     "keyed state",
@@ -346,8 +382,9 @@ class Rescale(Scenario):
                     "group pause ms median / max",
                     "state wait ms max",
                     "MB moved",
-                    "MB/s per migration",
+                    "MB/s up / down",
                     "exact (0 lost)",
+                    "runs ok",
                 ],
                 rows,
                 note=(
@@ -355,7 +392,7 @@ class Rescale(Scenario):
                     f"groups) → 1 sink; {KEYS:,} keys round-robin at {RATE:,.0f} tuples/s; state "
                     "per key = running count + padding (`pad` = size / keys). 'measured MB': the "
                     "keyed state serialized (msgpack, as it moves) at the end of the run, or, for "
-                    "the flush, the caches' first flush summed over the workers (MB moved: "
+                    "the flush, the first SIGNAL's flush of the 4 first workers (MB moved: "
                     "every flush the sink received). 'before': the whole seconds "
                     "before the first scale request; 'during': each second overlapping a request "
                     f"→ {AFTER_DONE_S:g} s after its update was done. p99 before: median of the "
@@ -371,24 +408,6 @@ class Rescale(Scenario):
                 ),
             )
         )
-        for run in runs:
-            a = run.assessment
-            tag = f"rescale {run.variant} {run.size}"
-            res.ratios += [
-                Ratio(
-                    f"{tag}: slowest second / pre-scale rate",
-                    a.min_ratio,
-                    ">= 0.5",
-                    None if a.min_ratio is None else a.min_ratio >= 0.5,
-                ),
-                Ratio(
-                    f"{tag}: p99 during / before",
-                    a.p99_ratio,
-                    "<= 2",
-                    None if a.p99_ratio is None else a.p99_ratio <= 2.0,
-                ),
-                Ratio(f"{tag}: tuples lost", float(run.lost), "= 0", run.ok and run.lost == 0),
-            ]
         res.summary = {"keys": KEYS, "rate": RATE, "groups": GROUPS, "sizes": self.SIZES}
         self.plot(bench, res, runs)
 
@@ -423,14 +442,6 @@ class Rescale(Scenario):
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1000.0
-
-
-def _median(vs: list[float]) -> float | None:
-    s = sorted(vs)
-    if not s:
-        return None
-    m = len(s) // 2
-    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
 
 
 def _met(v: float | None, ok: Any, digits: int) -> str:
