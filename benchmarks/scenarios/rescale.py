@@ -286,7 +286,8 @@ class Rescale(Scenario):
         status = "ok" if run.ok else f"FAILED: {run.error}"
         mig = "; ".join(
             f"migration {m.id}: {m.groups} groups {m.bytes / 1e6:.1f} MB "
-            f"{fmt_num(m.mb_s, 1)} MB/s pause med {fmt_num(m.pause_median_ms, 1)} "
+            f"{fmt_num(m.mb_s, 1)} MB/s pack+write {m.ship_ms:.0f} ms "
+            f"pause med {fmt_num(m.pause_median_ms, 1)} "
             f"max {fmt_num(m.pause_max_ms, 1)} ms"
             for m in run.migrations
         )
@@ -310,9 +311,7 @@ class Rescale(Scenario):
             a = [r.assessment for r in ok]
             pauses = [x for r in ok for m in r.migrations for x in m.pauses_ms]
             waits = [x for r in ok for m in r.migrations for x in m.waits_ms]
-            mb_s = [
-                median(r.migrations[i].mb_s for r in ok if len(r.migrations) > i) for i in (0, 1)
-            ]
+            mb_s, ship = _up_down(ok, "mb_s"), _up_down(ok, "ship_ms")
             moved = median((sum(m.bytes for m in r.migrations) or r.flushed_bytes) for r in ok)
             up, down = (median(r.update_s[i] for r in ok if len(r.update_s) > i) for i in (0, 1))
             lost = sum(r.lost for r in ok)
@@ -344,6 +343,7 @@ class Rescale(Scenario):
                         else f"– (SIGNAL steps {fmt_num(signal)} s)"
                     ),
                     fmt_num(max(waits), 0) if waits else "–",
+                    " / ".join(fmt_num(v, 0) for v in ship) if any(ship) else "–",
                     fmt_num(None if moved is None else moved / 1e6, 1),
                     " / ".join(fmt_num(v, 0) for v in mb_s) if any(mb_s) else "–",
                     check,
@@ -381,6 +381,7 @@ class Rescale(Scenario):
                     "p99 during / before (≤ 2)",
                     "group pause ms median / max",
                     "state wait ms max",
+                    "pack + write ms up / down",
                     "MB moved",
                     "MB/s up / down",
                     "exact (0 lost)",
@@ -400,8 +401,8 @@ class Rescale(Scenario):
                     "first held tuple → its release (the new owner's timestamps; 0 when no "
                     "tuple of the group arrived while its state travelled). State wait: per new "
                     "owner, KEYGROUPS prepare → its state loaded (the longest a group could "
-                    "wait). MB/s: bytes shipped / (first old owner packing → last new owner "
-                    "loaded). Exact: sink "
+                    "wait). Pack + write: the slowest old owner's. MB/s: bytes shipped / "
+                    "(first old owner packing → last new owner loaded). Exact: sink "
                     "per-tuple arrivals = source emitted after a drain, and per key the sink's "
                     "maximum (live migration) or sum of flushed partials (flush) = its count "
                     "from the source's own numbering."
@@ -442,6 +443,14 @@ class Rescale(Scenario):
 
 def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1000.0
+
+
+def _up_down(runs: list[RescaleRun], attr: str) -> list[float | None]:
+    """Median over the runs of a figure of the scale-up's and the scale-down's migration."""
+    return [
+        median(getattr(r.migrations[i], attr) for r in runs if len(r.migrations) > i)
+        for i in (0, 1)
+    ]
 
 
 def _met(v: float | None, ok: Any, digits: int) -> str:
