@@ -182,3 +182,43 @@ def bar_panels(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path.name
+
+
+def rate_latency_panels(
+    path: Path,
+    title: str,
+    columns: dict[str, dict[str, tuple[Sequence[float], Sequence[float], Sequence[float | None]]]],
+    spans: dict[str, dict[str, Sequence[tuple[float, float]]]],
+    xlabel: str = "time from the first scale request (s)",
+) -> str:
+    """Two rows (tuples/s, p99 ms) by one column per key of ``columns``; each series is
+    ``(x, rate, p99 ms)``; ``spans[column][series]`` shades the windows of that series'
+    reconfigurations in its colour."""
+    fig, axes = plt.subplots(2, len(columns), figsize=(6 * len(columns), 6.5), squeeze=False)
+    for c, (name, series) in enumerate(columns.items()):
+        top, bottom = axes[0][c], axes[1][c]
+        for i, (label, (xs, rates, p99)) in enumerate(series.items()):
+            color = _color(label, i)
+            top.plot(xs, rates, label=label, color=color, drawstyle="steps-post")
+            pts = [(x, y) for x, y in zip(xs, p99, strict=True) if y is not None]
+            if pts:
+                bottom.plot(
+                    *zip(*pts, strict=True), label=label, color=color, drawstyle="steps-post"
+                )
+            for x0, x1 in spans.get(name, {}).get(label, ()):
+                for ax in (top, bottom):
+                    ax.axvspan(x0, x1, color=color, alpha=0.12)
+        top.set_title(name)
+        top.set_ylabel("sink tuples/s")
+        bottom.set_ylabel("p99 latency (ms)")
+        bottom.set_yscale("log")
+        bottom.set_xlabel(xlabel)
+        top.set_ylim(bottom=0)
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name

@@ -246,6 +246,17 @@ def test_a_rescale_mid_run_keeps_every_running_count_exact(seed, start, to):
     check_ownership(net)
     moved = [fw.last_migration for fw in net.fws.values() if fw.last_migration]
     assert sum(m["out"] for m in moved) == sum(m["in"] for m in moved) > 0
+    # the benchmark's figures: a pause for every group moved in, each byte shipped loaded
+    assert sum(len(m["group_pause_ms"]) for m in moved) == sum(m["in"] for m in moved)
+    assert all(p >= 0 for m in moved for p in m["group_pause_ms"].values())
+    shipped = sum(n for m in moved for n in m["shipped"].values())
+    assert shipped == sum(t["bytes"] for m in moved for t in m["loaded"].values()) > 0
+    assert all(m["ship_started"] > 0 for m in moved if m["out"])
+    for fw in net.fws.values():  # and they pass the METRIC_RESP schema as they are
+        if fw.last_migration:
+            body = {"request_id": 1, "worker": fw.worker_id, "metrics": fw._migration_metrics()}
+            wire = decode_control(encode_control(ControlTuple(Control.METRIC_RESP, body)))
+            assert wire.body["metrics"]["keyed"]["migrations"][str(fw.last_migration["id"])]
 
 
 def test_without_migration_the_new_owner_starts_from_zero_and_the_check_fails():

@@ -35,6 +35,7 @@ from typhoon.runtime import checkpoints as ck
 log = logging.getLogger(__name__)
 
 POLL_S = 0.005  # how often a new owner looks for the state it waits for
+MIGRATION_LOG = 8  # the last migrations whose figures the metrics keep
 
 
 @dataclass
@@ -54,6 +55,14 @@ class Migration:
     pause_s: float = 0.0  # how long the moving groups' tuples waited here
     moved_bytes: int = 0
     moved_keys: int = 0
+    # timings for the benchmark (docs/keyed_state.md "Metrics"): wall clock, so an old
+    # owner's ship and a new owner's load on the same machine can be put side by side
+    ship_started: float = 0.0  # time.time() the old owner began packing
+    ship_ms: float = 0.0  # packing and writing every leaving group
+    shipped_bytes: dict[int, int] = field(default_factory=dict)  # new owner -> bytes written
+    loaded: dict[int, dict[str, float]] = field(default_factory=dict)  # old owner -> timings
+    first_held: dict[int, float] = field(default_factory=dict)  # group -> first tuple held
+    group_pause: dict[int, float] = field(default_factory=dict)  # group -> s its tuples waited
 
     @property
     def leaving(self) -> bool:
@@ -78,6 +87,7 @@ class KeyedMigration:
         self._next_poll = 0.0
         self.migrations_done = 0
         self.last_migration: dict[str, Any] = {}
+        self.migration_log: dict[str, dict[str, Any]] = {}  # migration ID -> its figures
 
     # ----- control -------------------------------------------------------------------------
 
@@ -140,6 +150,7 @@ class KeyedMigration:
         m = self.migration
         if m is None or m.shipped or not m.leaving or m.expect:
             return
+        m.ship_started, t0 = time.time(), time.monotonic()
         by_dst: dict[int, tuple[set[int], set[str]]] = {}
         for g, dst in m.out.items():
             by_dst.setdefault(dst, (set(), set()))[0].add(g)
@@ -151,7 +162,9 @@ class KeyedMigration:
             data = self.keyed.pack(groups, remove=True, keys=keys)
             self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", data)
             m.moved_bytes += len(data)
+            m.shipped_bytes[dst] = len(data)
             m.moved_keys += before - self.keyed.keys()
+        m.ship_ms = (time.monotonic() - t0) * 1000
         self.keyed.owned -= set(m.out)
         for k in m.keys_out:
             self.keyed.pinned[k] = False
@@ -170,18 +183,24 @@ class KeyedMigration:
         keyed, holding, held = self.keyed, self.holding, self.held_rows
         keys, key_str = self.holding_keys, keyed.key_str
         key, group_of = keyed.key, keyed.group_of
+        first = self.migration.first_held if self.migration is not None else {}
+        now = time.monotonic()
         kept = []
         for r in rows:
             try:
                 k = key(r)
+                g = None
                 src_of = keys.get(key_str(k)) if keys else None
                 if src_of is None:
-                    src_of = holding.get(group_of(k))
+                    g = group_of(k)
+                    src_of = holding.get(g)
             except (IndexError, TypeError, ValueError):
                 kept.append(r)  # the operator will say what is wrong with it
                 continue
             if src_of is not None:
                 held.append((src_of, src, r))
+                if g is not None and g not in first:
+                    first[g] = now
             else:
                 kept.append(r)
         return kept
@@ -197,12 +216,22 @@ class KeyedMigration:
             data = self._store().get_blob(name)
             if data is None:
                 continue
+            t0 = time.monotonic()
             m.moved_keys += self.keyed.load(data)
             m.moved_bytes += len(data)
             self._store().delete_blob(name)
             m.waiting.discard(src)
+            done = time.monotonic()
+            m.loaded[src] = {
+                "at": time.time(),  # wall clock: against the old owner's ship_started
+                "bytes": len(data),
+                "load_ms": round((done - t0) * 1000, 3),
+                "window_ms": round((done - m.started) * 1000, 3),  # since prepare
+            }
             for g in [g for g, s in m.incoming.items() if s == src]:
                 self.holding.pop(g, None)
+                held_at = m.first_held.get(g)
+                m.group_pause[g] = 0.0 if held_at is None else done - held_at
             for k in [k for k, s in m.keys_in.items() if s == src]:
                 self.holding_keys.pop(k, None)
             release = [r for owner, _, r in self.held_rows if owner == src]
@@ -230,7 +259,16 @@ class KeyedMigration:
                 "keys": m.moved_keys,
                 "bytes": m.moved_bytes,
                 "pause_ms": round(m.pause_s * 1000, 3),
+                # per group moved in: how long its first held tuple waited (0: none held)
+                "group_pause_ms": {str(g): round(s * 1000, 3) for g, s in m.group_pause.items()},
+                "ship_started": m.ship_started,
+                "ship_ms": round(m.ship_ms, 3),
+                "shipped": {str(w): n for w, n in m.shipped_bytes.items()},
+                "loaded": {str(w): dict(t) for w, t in m.loaded.items()},
             }
+            self.migration_log[str(m.id)] = self.last_migration
+            while len(self.migration_log) > MIGRATION_LOG:
+                del self.migration_log[next(iter(self.migration_log))]
         if m.ack is not None:
             self._ack("KEYGROUPS", m.ack)
             self.migration = None
@@ -242,4 +280,5 @@ class KeyedMigration:
             out["keyed"]["held"] = len(self.held_rows)
         if self.last_migration:
             out["keyed"]["migration"] = dict(self.last_migration)
+            out["keyed"]["migrations"] = dict(self.migration_log)
         return out
