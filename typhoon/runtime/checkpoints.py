@@ -102,11 +102,16 @@ class Checkpointer:
 
     def load(self, epoch: int) -> dict[str, Any]:
         """This worker's state of ``epoch`` (CheckpointError, CorruptCheckpoint)."""
+        return self.load_part(epoch, self.part)
+
+    def load_part(self, epoch: int, part: str) -> dict[str, Any]:
+        """The state ``part`` wrote for ``epoch`` (another worker's of the same node, for
+        keyed state whose owner changed since)."""
         from typhoon.checkpoint import CheckpointError
 
         if self.store is None:
             raise CheckpointError(f"no checkpoint store ({self.error})")
-        data = self.store.read(epoch, self.part)
+        data = self.store.read(epoch, part)
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
     def _run(self) -> None:

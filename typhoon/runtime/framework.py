@@ -35,6 +35,7 @@ from typhoon.operators.base import Context, Operator
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
 from typhoon.runtime.output import OutputBatching, rows_in
@@ -54,13 +55,16 @@ SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 SLICE_S = 0.01
 
 
-class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigration):
+class Framework(
+    OutputBatching, ControlHandling, GuaranteedProcessing, KeyedCheckpoints, KeyedMigration
+):
     """Routing state, batching, control tuples and metrics of one worker.
 
     Output (:mod:`typhoon.runtime.output`), control tuples and metrics
     (:mod:`typhoon.runtime.control`), guaranteed processing
-    (:mod:`typhoon.runtime.guarantee`) and key groups that move
-    (:mod:`typhoon.runtime.migration`) are mixins, each in its own module.
+    (:mod:`typhoon.runtime.guarantee`), key groups that move
+    (:mod:`typhoon.runtime.migration`) and checkpoints across their moves
+    (:mod:`typhoon.runtime.keyed_cut`) are mixins, each in its own module.
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
         )
         operator.open(self.context)
         self._init_migration(store)
+        self._init_keyed_cut()
         self._init_guarantee(store)
 
     def _input_fields(self) -> list[str]:

@@ -114,6 +114,7 @@ class GuaranteedProcessing:
                 self.io.stats.drop("malformed_punctuation")
 
     def _anchor_from(self, src: int, epoch: int) -> None:
+        self._note_anchor(src, epoch)
         if self.epoch is not None and epoch <= self.epoch:
             return
         self.anchors.setdefault(epoch, set()).add(src)
@@ -125,11 +126,12 @@ class GuaranteedProcessing:
         """Checkpoint each epoch whose anchor came from every input still sending."""
         while self.anchors:
             epoch = min(self.anchors)
-            if self.pending_upstream - self.anchors[epoch]:
+            if self.pending_upstream - self._anchored(epoch):
                 return
             del self.anchors[epoch]
             self._checkpoint(epoch)
-            self.blocked.clear()
+            # a sender whose later anchor came already (it skipped this epoch here) stays held
+            self.blocked = set().union(*self.anchors.values()) if self.aligned else set()
             held, self.held = self.held, []
             for it in held:
                 self.deliver(it)
@@ -149,7 +151,9 @@ class GuaranteedProcessing:
         if self.is_spout:
             state["offset"] = self.op.offset()
             state["exhausted"] = self.exhausted
-        self.ckpt.save(epoch, state)
+        cut = self._cut_fields(epoch)  # None: key groups are moving, the part is no cut
+        if cut is not None:
+            self.ckpt.save(epoch, {**state, **cut})
         self.epoch = epoch
         if self._anchor_ready is None:
             self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
@@ -219,6 +223,7 @@ class GuaranteedProcessing:
         self.out_since.clear()
         self.ready.clear()
         self.anchors.clear()
+        self._reset_cut()
         self.blocked.clear()
         self.held = []
         self.deferred.clear()
@@ -261,7 +266,7 @@ class GuaranteedProcessing:
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
             if self.keyed is not None:
-                self.keyed.restore(saved.get("keyed"))
+                self._restore_keyed(epoch, saved)  # each key on its current owner
             if self.is_spout:
                 self.replayed_from = saved.get("offset")
                 self.op.seek(self.replayed_from)
@@ -281,6 +286,7 @@ class GuaranteedProcessing:
             **_offset_metric(self.replayed_from),
             "held": len(self.held),
             "anchors_held": len(self.deferred),
+            **self._cut_metrics(),
         }
 
 
