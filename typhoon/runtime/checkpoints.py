@@ -47,8 +47,13 @@ def handoff_payload(stream: int, migration: int) -> bytes:
     return msgpack.packb([["handoff", stream, migration]], use_bin_type=True)
 
 
+# the end of stream of a sender that a reconfiguration takes off this link (drained, or
+# released): a rollback must not wait for it again
+LEAVING_PAYLOAD = msgpack.packb([["eos", "leaving"]], use_bin_type=True)
+
+
 def punctuation(payload: bytes) -> tuple[str, int, int]:
-    """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch), ``mark``
+    """``(kind, a, b)`` of a stream-0 entry: ``eos`` (1: leaving), ``anchor`` (epoch), ``mark``
     (generation, epoch; -1 = from the start) or ``handoff`` (stream, migration).
     Anything else is ``("", 0, 0)``."""
     try:
@@ -57,8 +62,8 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
         kind = row[0]
     except Exception:
         return ("", 0, 0)
-    if kind == "eos":
-        return ("eos", 0, 0)
+    if kind == "eos":  # ["eos", "leaving"]: the sender leaves this link for good
+        return ("eos", int(len(row) > 1 and row[1] == "leaving"), 0)
     if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
         return ("anchor", row[1], 0)
     if kind in ("mark", "handoff") and len(row) == 3 and type(row[1]) is int:

@@ -32,6 +32,7 @@ from typing import Any
 import msgpack
 
 from typhoon.operators.base import Context, Operator
+from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook
@@ -215,7 +216,7 @@ class Framework(
         for dst in released:
             for targets in self.eos_targets.values():
                 targets.discard(dst)
-            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+            self.io.send(dst, EOS_STREAM, [LEAVING_PAYLOAD])
         if released:
             # one-to-many frames still reach a released worker (the switch copies them
             # to the stream's consumers) and travel on another link than the end of
@@ -390,8 +391,11 @@ class Framework(
         self.io.drain_balanced()
         targets = sorted(set().union(*self.eos_targets.values())) if self.eos_targets else []
         self.io.settle(targets)
+        # drained, or every sender left us (released): this worker leaves for good
+        left = self.finished_upstream and self.finished_upstream <= self.left_upstream
+        eos = LEAVING_PAYLOAD if self.draining or left else EOS_PAYLOAD
         for dst in targets:
-            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+            self.io.send(dst, EOS_STREAM, [eos])
         self.done = True
         if self.draining:
             self._ack("DRAIN", self.drain_version)

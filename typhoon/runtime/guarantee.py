@@ -90,6 +90,8 @@ class GuaranteedProcessing:
         src = item.src
         for p in item.payloads:
             kind, a, b = ck.punctuation(p)
+            if kind == "eos" and a:
+                self.left_upstream.add(src)  # drained or released: off this link for good
             if self.ckpt is None:
                 if kind == "handoff":
                     self._handoff_from(src, a, b)
@@ -100,6 +102,9 @@ class GuaranteedProcessing:
                 self._mark_from(src, a, None if b < 0 else b)
                 continue
             if self.link_gen.get(src, 0) != self.gen:
+                if kind == "eos" and a and src in self.pending_upstream:
+                    self._eos_from(src)  # it left for good: it will not roll back
+                    self._align()
                 continue  # an older generation's punctuation: rolled back
             if src in self.blocked:
                 self.held.append(Inbound(src, EOS_STREAM, [p]))
@@ -227,7 +232,10 @@ class GuaranteedProcessing:
         self.blocked.clear()
         self.held = []
         self.deferred.clear()
-        self.pending_upstream |= self.finished_upstream
+        # senders that finished come back, except those a reconfiguration took away
+        self.pending_upstream = (
+            self.pending_upstream | self.finished_upstream
+        ) - self.left_upstream
         self.finished_upstream.clear()
         # end of stream goes to today's receivers: dead ones were routed around
         self.eos_targets = {sid: set(r.hops) for sid, r in self.routers.items()}

@@ -44,6 +44,7 @@ class KeyedCheckpoints:
         self.keyed_taint = -1  # epochs up to this one hold moved state twice: not written
         self.last_anchor: dict[int, int] = {}  # sender -> its newest anchor's epoch
         self.skipped_epochs: set[int] = set()  # an anchor of a sender never came
+        self.left_upstream: set[int] = set()  # senders drained or released off our links
         self.parts_skipped = 0
         self.restored_from: list[str] = []  # parts the last restore read keyed state from
 
