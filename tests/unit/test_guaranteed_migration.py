@@ -83,9 +83,9 @@ class Store:
 class GuaranteedNet(Net):
     """The migration model with ``exactly_once`` and an in-memory checkpoint store."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, guarantee: str = "exactly_once") -> None:
         self.rng = random.Random(seed)
-        self.topo = load_topology_text(GUARANTEED)
+        self.topo = load_topology_text(GUARANTEED.replace("exactly_once", guarantee))
         self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
         self.store = self.blobs = Store()  # the migration's blobs live in the same store
         self.now = 0.0
@@ -217,3 +217,19 @@ def test_a_rollback_to_before_a_scale_down_restores_the_drained_groups_on_their_
 
 def parts(net: Net) -> set[str]:
     return {f"{w.node}-{w.index}" for w in net.phys.workers if w.active}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("to", [5, 2])
+def test_at_least_once_across_a_rescale_and_a_kill_never_undercounts(seed, to):
+    net = GuaranteedNet(seed, "at_least_once")
+    net.run(lambda: ran(net, COUNT // 4))
+    net.reconfigure(Scale("count", to))
+    for _ in range(net.rng.randrange(0, 300)):
+        net.move()
+    counts = [w.worker_id for w in net.phys.active_of_node("count")]
+    net.kill(counts[seed % len(counts)])
+    net.run(net.done)
+    maxima = net.maxima()
+    short = {k: (maxima.get(k), n) for k, n in REFERENCE.items() if maxima.get(k, 0) < n}
+    assert not short, short
