@@ -64,7 +64,12 @@ class WorkerProgress:
             progress.recorded = epoch
             state = self.coordinator.get_app_state(app) or {}
             self.coordinator.put_app_state(
-                app, {**state, "checkpoint": {"epoch": epoch, "time": time.time()}}
+                app,
+                {
+                    **state,
+                    # plan: the physical version (key-group tables) the epoch was taken under
+                    "checkpoint": {"epoch": epoch, "time": time.time(), "plan": physical.version},
+                },
             )
         first = progress.completed_generation != physical.generation
         workers = progress.to_complete(worker_id, metrics, physical)

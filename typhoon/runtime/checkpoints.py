@@ -47,8 +47,13 @@ def handoff_payload(stream: int, migration: int) -> bytes:
     return msgpack.packb([["handoff", stream, migration]], use_bin_type=True)
 
 
+# the end of stream of a sender that a reconfiguration takes off this link (drained, or
+# released): a rollback must not wait for it again
+LEAVING_PAYLOAD = msgpack.packb([["eos", "leaving"]], use_bin_type=True)
+
+
 def punctuation(payload: bytes) -> tuple[str, int, int]:
-    """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch), ``mark``
+    """``(kind, a, b)`` of a stream-0 entry: ``eos`` (1: leaving), ``anchor`` (epoch), ``mark``
     (generation, epoch; -1 = from the start) or ``handoff`` (stream, migration).
     Anything else is ``("", 0, 0)``."""
     try:
@@ -57,8 +62,8 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
         kind = row[0]
     except Exception:
         return ("", 0, 0)
-    if kind == "eos":
-        return ("eos", 0, 0)
+    if kind == "eos":  # ["eos", "leaving"]: the sender leaves this link for good
+        return ("eos", int(len(row) > 1 and row[1] == "leaving"), 0)
     if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
         return ("anchor", row[1], 0)
     if kind in ("mark", "handoff") and len(row) == 3 and type(row[1]) is int:
@@ -102,11 +107,16 @@ class Checkpointer:
 
     def load(self, epoch: int) -> dict[str, Any]:
         """This worker's state of ``epoch`` (CheckpointError, CorruptCheckpoint)."""
+        return self.load_part(epoch, self.part)
+
+    def load_part(self, epoch: int, part: str) -> dict[str, Any]:
+        """The state ``part`` wrote for ``epoch`` (another worker's of the same node, for
+        keyed state whose owner changed since)."""
         from typhoon.checkpoint import CheckpointError
 
         if self.store is None:
             raise CheckpointError(f"no checkpoint store ({self.error})")
-        data = self.store.read(epoch, self.part)
+        data = self.store.read(epoch, part)
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
     def _run(self) -> None:

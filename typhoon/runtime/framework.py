@@ -32,9 +32,11 @@ from typing import Any
 import msgpack
 
 from typhoon.operators.base import Context, Operator
+from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
 from typhoon.runtime.output import OutputBatching, rows_in
@@ -54,13 +56,16 @@ SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 SLICE_S = 0.01
 
 
-class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigration):
+class Framework(
+    OutputBatching, ControlHandling, GuaranteedProcessing, KeyedCheckpoints, KeyedMigration
+):
     """Routing state, batching, control tuples and metrics of one worker.
 
     Output (:mod:`typhoon.runtime.output`), control tuples and metrics
     (:mod:`typhoon.runtime.control`), guaranteed processing
-    (:mod:`typhoon.runtime.guarantee`) and key groups that move
-    (:mod:`typhoon.runtime.migration`) are mixins, each in its own module.
+    (:mod:`typhoon.runtime.guarantee`), key groups that move
+    (:mod:`typhoon.runtime.migration`) and checkpoints across their moves
+    (:mod:`typhoon.runtime.keyed_cut`) are mixins, each in its own module.
     """
 
     def __init__(
@@ -163,6 +168,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
         )
         operator.open(self.context)
         self._init_migration(store)
+        self._init_keyed_cut()
         self._init_guarantee(store)
 
     def _input_fields(self) -> list[str]:
@@ -210,7 +216,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
         for dst in released:
             for targets in self.eos_targets.values():
                 targets.discard(dst)
-            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+            self.io.send(dst, EOS_STREAM, [LEAVING_PAYLOAD])
         if released:
             # one-to-many frames still reach a released worker (the switch copies them
             # to the stream's consumers) and travel on another link than the end of
@@ -385,8 +391,11 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
         self.io.drain_balanced()
         targets = sorted(set().union(*self.eos_targets.values())) if self.eos_targets else []
         self.io.settle(targets)
+        # drained, or every sender left us (released): this worker leaves for good
+        left = self.finished_upstream and self.finished_upstream <= self.left_upstream
+        eos = LEAVING_PAYLOAD if self.draining or left else EOS_PAYLOAD
         for dst in targets:
-            self.io.send(dst, EOS_STREAM, [EOS_PAYLOAD])
+            self.io.send(dst, EOS_STREAM, [eos])
         self.done = True
         if self.draining:
             self._ack("DRAIN", self.drain_version)

@@ -90,6 +90,8 @@ class GuaranteedProcessing:
         src = item.src
         for p in item.payloads:
             kind, a, b = ck.punctuation(p)
+            if kind == "eos" and a:
+                self.left_upstream.add(src)  # drained or released: off this link for good
             if self.ckpt is None:
                 if kind == "handoff":
                     self._handoff_from(src, a, b)
@@ -100,6 +102,9 @@ class GuaranteedProcessing:
                 self._mark_from(src, a, None if b < 0 else b)
                 continue
             if self.link_gen.get(src, 0) != self.gen:
+                if kind == "eos" and a and src in self.pending_upstream:
+                    self._eos_from(src)  # it left for good: it will not roll back
+                    self._align()
                 continue  # an older generation's punctuation: rolled back
             if src in self.blocked:
                 self.held.append(Inbound(src, EOS_STREAM, [p]))
@@ -114,6 +119,7 @@ class GuaranteedProcessing:
                 self.io.stats.drop("malformed_punctuation")
 
     def _anchor_from(self, src: int, epoch: int) -> None:
+        self._note_anchor(src, epoch)
         if self.epoch is not None and epoch <= self.epoch:
             return
         self.anchors.setdefault(epoch, set()).add(src)
@@ -125,11 +131,12 @@ class GuaranteedProcessing:
         """Checkpoint each epoch whose anchor came from every input still sending."""
         while self.anchors:
             epoch = min(self.anchors)
-            if self.pending_upstream - self.anchors[epoch]:
+            if self.pending_upstream - self._anchored(epoch):
                 return
             del self.anchors[epoch]
             self._checkpoint(epoch)
-            self.blocked.clear()
+            # a sender whose later anchor came already (it skipped this epoch here) stays held
+            self.blocked = set().union(*self.anchors.values()) if self.aligned else set()
             held, self.held = self.held, []
             for it in held:
                 self.deliver(it)
@@ -149,7 +156,9 @@ class GuaranteedProcessing:
         if self.is_spout:
             state["offset"] = self.op.offset()
             state["exhausted"] = self.exhausted
-        self.ckpt.save(epoch, state)
+        cut = self._cut_fields(epoch)  # None: key groups are moving, the part is no cut
+        if cut is not None:
+            self.ckpt.save(epoch, {**state, **cut})
         self.epoch = epoch
         if self._anchor_ready is None:
             self._broadcast_punctuation(ck.anchor_payload(epoch), self._targets())
@@ -219,10 +228,14 @@ class GuaranteedProcessing:
         self.out_since.clear()
         self.ready.clear()
         self.anchors.clear()
+        self._reset_cut()
         self.blocked.clear()
         self.held = []
         self.deferred.clear()
-        self.pending_upstream |= self.finished_upstream
+        # senders that finished come back, except those a reconfiguration took away
+        self.pending_upstream = (
+            self.pending_upstream | self.finished_upstream
+        ) - self.left_upstream
         self.finished_upstream.clear()
         # end of stream goes to today's receivers: dead ones were routed around
         self.eos_targets = {sid: set(r.hops) for sid, r in self.routers.items()}
@@ -261,7 +274,7 @@ class GuaranteedProcessing:
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
             if self.keyed is not None:
-                self.keyed.restore(saved.get("keyed"))
+                self._restore_keyed(epoch, saved)  # each key on its current owner
             if self.is_spout:
                 self.replayed_from = saved.get("offset")
                 self.op.seek(self.replayed_from)
@@ -281,6 +294,7 @@ class GuaranteedProcessing:
             **_offset_metric(self.replayed_from),
             "held": len(self.held),
             "anchors_held": len(self.deferred),
+            **self._cut_metrics(),
         }
 
 

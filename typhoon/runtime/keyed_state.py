@@ -277,6 +277,29 @@ class KeyedStates:
                 n += 1
         return n
 
+    def load_owned(self, data: bytes | dict | None) -> int:
+        """Add the keys of :meth:`pack` output that this worker owns (another worker's
+        checkpoint of before a rescale); returns how many."""
+        if data is None:
+            return 0
+        entries = (
+            msgpack.unpackb(data, raw=False, strict_map_key=False)
+            if isinstance(data, (bytes, bytearray))
+            else data
+        )
+        mine: dict[str, list] = {}
+        for name, rows in entries.items():
+            kept = mine[name] = []
+            for k, v in rows:
+                if self.width > 1 or type(k) is list:
+                    k = _tuple(k)
+                try:
+                    self.check(k)
+                except KeyNotOwned:
+                    continue
+                kept.append([k, v])
+        return self.load(mine)
+
     def restore(self, data: bytes | None) -> None:
         self.reset()
         self.load(data)

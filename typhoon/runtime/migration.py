@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from typhoon.checkpoint import checkpoint_settings
 from typhoon.runtime import checkpoints as ck
 
@@ -104,6 +106,7 @@ class KeyedMigration:
             expect = {(s, st) for s, st in body["expect"] if s not in self.finished_upstream}
             m = Migration(mid, out, incoming, expect, body["keys_out"], body["keys_in"])
             self.migration = m
+            self.plan_version = max(self.plan_version, mid)  # the table this update installs
             m.waiting = set(incoming.values()) | set(m.keys_in.values())
             self.holding.update(incoming)
             self.holding_keys.update(m.keys_in)
@@ -160,7 +163,10 @@ class KeyedMigration:
             before = self.keyed.keys()
             # names a key that cannot be packed
             data = self.keyed.pack(groups, remove=True, keys=keys)
-            self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", data)
+            # with the newest epoch written before it left: a new owner's parts up to that
+            # epoch would hold it twice (typhoon.runtime.keyed_cut)
+            blob = msgpack.packb({"epoch": self.epoch, "keyed": data}, use_bin_type=True)
+            self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", blob)
             m.moved_bytes += len(data)
             m.shipped_bytes[dst] = len(data)
             m.moved_keys += before - self.keyed.keys()
@@ -213,10 +219,13 @@ class KeyedMigration:
         self._next_poll = self.now + POLL_S
         for src in sorted(m.waiting):
             name = f"{m.id}-{src}-{self.worker_id}"
-            data = self._store().get_blob(name)
-            if data is None:
+            blob = self._store().get_blob(name)
+            if blob is None:
                 continue
             t0 = time.monotonic()
+            moved = msgpack.unpackb(blob, raw=False)
+            data = moved["keyed"]
+            self._moved_in(moved["epoch"])
             m.moved_keys += self.keyed.load(data)
             m.moved_bytes += len(data)
             self._store().delete_blob(name)
