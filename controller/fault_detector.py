@@ -336,6 +336,13 @@ class Incident:
     restore_epoch: int | None = None
     rolled_back: list[int] = field(default_factory=list)
     rolled_back_ms: float | None = None
+    # region failover (controller/region_recovery.py): "region" when only the failed
+    # worker's failover region rolls back, "global" when that region is the whole job;
+    # region: its workers (the replacement included); replayed: source worker -> tuples
+    # it emitted again after its rollback (from its METRIC_RESP)
+    rollback: str = ""
+    region: list[int] = field(default_factory=list)
+    replayed: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)

@@ -94,6 +94,7 @@ class FaultMachine(GuaranteedRecovery):
         # rollback waits for them: fault_recovery.py)
         self.joining: dict[str, set[int]] = {}
         self.rolled: dict[str, int] = {}  # app -> newest generation rolled back to
+        self.region_rolled: dict[tuple[str, int], int] = {}  # (app, worker) -> the same
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         # replies come every metrics_interval: a longer gap without any means we were deaf
@@ -114,6 +115,7 @@ class FaultMachine(GuaranteedRecovery):
 
     def metrics(self, app: str, wid: int, metrics: dict[str, Any], at: float) -> None:
         self.heartbeats.seen(app, wid, at)
+        self._note_replays(app, wid, metrics)
         if metrics.get("done"):
             self.done.add((app, wid))
 
@@ -355,7 +357,8 @@ class FaultMachine(GuaranteedRecovery):
         if guaranteed(topology):
             after = max(physical.generation, self.generations.get(name, 0))
             plan = dataclasses.replace(
-                plan, physical=self._recovery(topology, plan.physical, after, incident)
+                plan,
+                physical=self._recovery(topology, plan.physical, after, incident, plan.replacement),
             )
             self.generations[name] = plan.physical.generation
         core.update_physical(name, plan.physical)

@@ -10,16 +10,17 @@ worker is attached.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from controller.acks import all_acked, send_routes
 from controller.fault_detector import FaultSettings, Incident
+from controller.region_recovery import RegionRecovery
 from controller.waits import WAIT, Check, Task, Tasks
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
+from typhoon.checkpoint.regions import REGION, roll_back
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 RESUME_AFTER_S = 1.0  # after a start, the core reads the coordinator first
 
 
-class GuaranteedRecovery:
+class GuaranteedRecovery(RegionRecovery):
     """The recovery half of ``FaultMachine`` (a mixin: it shares the machine's state)."""
 
     conf: FaultSettings
@@ -43,14 +44,18 @@ class GuaranteedRecovery:
     joining: dict[str, set[int]]  # app -> replacements whose ROUTING is not confirmed yet
     incidents: list[Incident]
 
-    def _recovery(self, topology: Any, physical: Any, after: int, incident: Incident) -> Any:
+    def _recovery(
+        self, topology: Any, physical: Any, after: int, incident: Incident, replacement: int
+    ) -> Any:
         """The replacement's physical topology starts a new generation (after every one
-        used so far) from the newest global checkpoint whose parts all verify (a corrupt
-        one: the one before)."""
+        used so far) for the failed worker's failover region, from the newest checkpoint
+        of that region's workers whose parts all verify (a corrupt one: the one before);
+        the other regions stay in theirs (``controller/region_recovery.py``)."""
         generation = after + 1
+        rollback = self._rollback_set(topology, physical, incident, replacement)
         try:
             store = open_store(topology.config.get("checkpoint_store"), topology.name)
-            epoch = recovery_point(physical, store)
+            epoch = recovery_point(physical, store, set(rollback.workers))
         except CheckpointError as e:
             # no store: start over from the beginning, which is still exactly once
             self.logger.error(
@@ -60,10 +65,12 @@ class GuaranteedRecovery:
         incident.generation, incident.restore_epoch = generation, epoch
         self.epochs[(topology.name, generation)] = epoch
         self.logger.info(
-            "app %s worker %d: recovery as generation %d from checkpoint %s",
-            topology.name, incident.worker, generation, epoch,
+            "app %s worker %d: %s recovery of %d workers (%d regions) as generation %d from "
+            "checkpoint %s",
+            topology.name, incident.worker, rollback.path, len(rollback.workers),
+            rollback.regions, generation, epoch,
         )  # fmt: skip
-        return dataclasses.replace(physical, generation=generation, restore_epoch=epoch)
+        return roll_back(physical, rollback.workers, generation, epoch)
 
     def _rollback(
         self, core: Core, incident: Incident, app: Any, new: int
@@ -82,6 +89,8 @@ class GuaranteedRecovery:
         name = incident.app
         deadline = self.clock() + self.conf.attach_timeout
         yield lambda now: True if not self.joining.get(name) or now > deadline else WAIT
+        if incident.rollback == REGION:
+            return (yield from self._region_rollback(core, incident, app))
         gen = max(self.generations.get(name, 0), incident.generation or 0)
         if self.rolled.get(name, 0) >= gen:
             self.logger.info(

@@ -261,6 +261,7 @@ class Executor:
             max(physical.version, current.version + 1),
             max(physical.generation, current.generation),
             key_groups={n: list(t) for n, t in physical.key_groups.items()},
+            worker_generations=dict(physical.worker_generations),
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)

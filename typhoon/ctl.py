@@ -334,6 +334,15 @@ def _print_faults(incidents: list[dict[str, Any]], out: TextIO) -> None:
         )
         if i.get("replacement") is not None:
             print(f"  {'':12}  {'':6}  replaced by worker {i['replacement']}", file=out)
+        if i.get("rollback"):
+            epoch = i.get("restore_epoch")
+            replayed = sum((i.get("replayed") or {}).values())
+            print(
+                f"  {'':12}  {'':6}  {i['rollback']} rollback of workers "
+                f"{i.get('rolled_back', [])} to checkpoint "
+                f"{'the start' if epoch is None else epoch}, {replayed} tuples replayed",
+                file=out,
+            )
 
 
 def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -417,6 +417,7 @@ class TcpCluster:
                 "replacement": wid,  # tcp relaunches the same worker ID
                 "generation": self.generation,
                 "restore_epoch": epoch,
+                "rollback": "global",  # the tcp runner rolls every worker back
                 "rolled_back": sorted(rolled_back),
                 "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
             }

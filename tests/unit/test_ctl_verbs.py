@@ -27,6 +27,10 @@ INCIDENT = {
     "reroute_ms": 0.8,
     "rejoined_ms": 412.5,
     "replacement": 9,
+    "rollback": "region",
+    "restore_epoch": 3,
+    "rolled_back": [1, 2],
+    "replayed": {"1": 120},
 }
 STATUS = {
     "name": "wc",
@@ -99,6 +103,7 @@ def test_faults_verb_prints_incidents_for_all_or_one_app(controller, capsys):
     assert code == 0 and err == ""
     assert "count" in out and "rejoined" in out and "port link_down" in out
     assert "rerouted 0.8 ms, rejoined 412.5 ms" in out and "replaced by worker 9" in out
+    assert "region rollback of workers [1, 2] to checkpoint 3, 120 tuples replayed" in out
     code, out, _ = typhoon(capsys, "faults", "wc", "--controller", controller.url, "--json")
     assert code == 0 and json.loads(out) == {"ok": True, "result": [INCIDENT]}
     assert controller.seen[-1] == ("GET", "/typhoon/apps/wc/faults")

@@ -307,3 +307,35 @@ def test_parse_request_builds_each_kind():
     assert parse_request("remove", {"node": "a"}) == Remove("a")
     ins = parse_request("insert", {"node": "m", "operator": "identity", "from": "a", "to": "b"})
     assert (ins.src, ins.dst, ins.parallelism, ins.grouping) == ("a", "b", 1, "shuffle")
+
+
+def test_a_scale_after_a_region_failover_keeps_each_regions_generation():
+    """Two independent pipelines; the second was rolled back as generation 1 from epoch 3.
+    A scale of the first keeps every worker in its own region's generation (the core
+    would otherwise roll the first pipeline back to the start), and a worker it adds
+    starts empty in its node's region."""
+    from typhoon.checkpoint.regions import roll_back
+
+    t, phys = deployed(
+        """
+name: two
+spouts:
+  - {id: a_src, operator: sequence_source}
+  - {id: b_src, operator: sequence_source}
+bolts:
+  - {id: a_sink, operator: sequence_check}
+  - {id: b_sink, operator: sequence_check}
+streams:
+  - {from: a_src, to: a_sink, grouping: shuffle}
+  - {from: b_src, to: b_sink, grouping: shuffle}
+"""
+    )
+    b = [w.worker_id for w in phys.workers if w.node.startswith("b_")]
+    rolled = roll_back(phys, b, 1, 3)
+    p = plan(Scale("a_sink", 2), t, rolled, HOSTS, 100)
+    (added,) = p.added
+    for physical in (p.physical, p.final):
+        for w in physical.workers:
+            want = (1, 3) if w.worker_id in b else (0, None)
+            assert physical.generation_of(w.worker_id) == want, (w, physical.worker_generations)
+    assert p.final.generation_of(added) == (0, None)

@@ -52,7 +52,9 @@ class JobProgress:
         replacement is routed to; this catches one lost, or a controller restarted
         midway), at most once a second per worker; None if it is up to date."""
         gen = metrics.get("generation")
-        if not isinstance(gen, int) or gen >= physical.generation or physical.generation == 0:
+        # its failover region's generation: other regions may have recovered since
+        want, epoch = physical.generation_of(worker)
+        if not isinstance(gen, int) or gen >= want or want == 0:
             self.behind_since.pop(worker, None)
             return None
         if not any(w.worker_id == worker for w in physical.workers):
@@ -61,11 +63,10 @@ class JobProgress:
         if now - since < grace:
             return None
         last = self.told.get(worker)
-        if last is not None and last[0] == physical.generation and now - last[1] < 1.0:
+        if last is not None and last[0] == want and now - last[1] < 1.0:
             return None
-        self.told[worker] = (physical.generation, now)
-        epoch = physical.restore_epoch
-        return {"generation": physical.generation, "epoch": -1 if epoch is None else epoch}
+        self.told[worker] = (want, now)
+        return {"generation": want, "epoch": -1 if epoch is None else epoch}
 
     def heard(self, worker: int, metrics: Mapping[str, Any]) -> None:
         epoch = metrics.get("checkpoint_epoch")
@@ -100,11 +101,22 @@ class JobProgress:
     def complete(self, physical: PhysicalTopology) -> bool:
         """Every active worker finished in the current generation (or a newer one)."""
         active = [w.worker_id for w in physical.workers if w.active]
-        return bool(active) and all(self.finished.get(w, -1) >= physical.generation for w in active)
+        return bool(active) and all(
+            self.finished.get(w, -1) >= physical.generation_of(w)[0] for w in active
+        )
 
 
-def recovery_point(physical: PhysicalTopology, store: Any) -> int | None:
-    """The epoch a recovery rolls every worker back to: the newest one whose parts
-    all exist and verify in ``store`` (None: none yet, start over from the beginning).
+def recovery_point(
+    physical: PhysicalTopology, store: Any, workers: set[int] | None = None
+) -> int | None:
+    """The epoch a recovery rolls ``workers`` (None: every worker) back to: the newest
+    one whose parts all exist and verify in ``store`` (None: none yet, start over from
+    the beginning).  A failover region's workers checkpoint apart from the others'
+    (``typhoon.checkpoint.regions``), so only their parts count.
     """
-    return store.latest_complete(parts_of(physical))
+    parts = parts_of(physical)
+    if workers is not None:
+        parts = {
+            f"{w.node}-{w.index}" for w in physical.workers if w.active and w.worker_id in workers
+        }
+    return store.latest_complete(parts)

@@ -83,6 +83,26 @@ def _route_key(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "version"}
 
 
+def _generations(
+    physical: PhysicalTopology, workers: list[WorkerAssignment]
+) -> dict[int, tuple[int, int | None]]:
+    """``worker_generations`` across an update after a region failover: a worker kept stays
+    in its region's generation; one added joins its node's region (every worker of a node
+    is in one), empty (no restore epoch).  Without the table every worker would seem
+    behind the newest generation and the core would roll the other regions back to the
+    start (``typhoon.checkpoint.regions``)."""
+    old = physical.worker_generations
+    if not old:
+        return {}
+    of_node = {w.node: old[w.worker_id][0] for w in physical.workers if w.worker_id in old}
+    return {
+        w.worker_id: old[w.worker_id]
+        if w.worker_id in old
+        else (of_node.get(w.node, physical.generation), None)
+        for w in workers
+    }
+
+
 def plan(
     request: Request,
     topology: Topology,
@@ -127,6 +147,7 @@ def plan(
         physical.version + 1,
         physical.generation,  # under a guarantee, workers it adds start empty in it
         key_groups=dict(placed.key_groups),
+        worker_generations=_generations(physical, placed.workers + draining),
     )
     final = PhysicalTopology(
         physical.name,
@@ -135,6 +156,7 @@ def plan(
         trans.version + 1,
         physical.generation,
         key_groups=trans.key_groups,
+        worker_generations=_generations(physical, placed.workers),
     )
     migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
     added = sorted(kept - old_ids)

@@ -45,6 +45,11 @@ class GuaranteedProcessing:
         self.replayed_from: Any = None  # the offset a spout last seeked to on a restore
         self.started = False
         self.deferred: list[int] = []  # checkpointed epochs whose anchor the operator holds
+        # a source's position: tuples routed since the start of its input, checkpointed
+        # with its offset, so that a rollback knows how many it emits again (replays:
+        # generation -> tuples); routed counts per stream go on across rollbacks
+        self.position_base = 0
+        self.replays: dict[int, int] = {}
         if self.guarantee == "none":
             return
         me = self.spec.assignment
@@ -60,11 +65,12 @@ class GuaranteedProcessing:
         self.blocked: set[int] = set()  # senders past an anchor we are aligning (held)
         self.held: list[Inbound] = []
         self.marked: set[int] = set()  # receivers told our generation
-        phys = self.spec.physical
-        if phys.generation > 0:
-            # a replacement written by a recovery: start in its generation, from its epoch
-            self.gen = phys.generation
-            self._restore(phys.restore_epoch)
+        gen, epoch = self.spec.physical.generation_of(me.worker_id)
+        if gen > 0:
+            # a replacement written by a recovery: start in its region's generation, from
+            # its epoch (typhoon.checkpoint.regions)
+            self.gen = gen
+            self._restore(epoch)
 
     def start(self) -> None:
         """The I/O layer is up: a worker started by a recovery tells its receivers."""
@@ -156,6 +162,7 @@ class GuaranteedProcessing:
         if self.is_spout:
             state["offset"] = self.op.offset()
             state["exhausted"] = self.exhausted
+            state["position"] = self._position()
         cut = self._cut_fields(epoch)  # None: key groups are moving, the part is no cut
         if cut is not None:
             self.ckpt.save(epoch, {**state, **cut})
@@ -269,6 +276,7 @@ class GuaranteedProcessing:
     def _restore(self, epoch: int | None) -> None:
         self.epoch = epoch
         self.restored.append(-1 if epoch is None else epoch)
+        saved: dict[str, Any] = {}
         if epoch is not None:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
@@ -278,9 +286,29 @@ class GuaranteedProcessing:
             if self.is_spout:
                 self.replayed_from = saved.get("offset")
                 self.op.seek(self.replayed_from)
+        if self.is_spout:
+            self._reposition(saved.get("position") if epoch is not None else 0)
         rewind = getattr(self.op, "rewind", None)
         if rewind is not None:
             rewind(self.gen, epoch)
+
+    def _routed(self) -> int:
+        return sum(r.emitted for r in self.routers.values())
+
+    def _position(self) -> int:
+        return self.position_base + self._routed()
+
+    def _reposition(self, saved: Any) -> None:
+        """A source restored to a checkpoint at position ``saved``: a rollback of this
+        process knows how far it had come, so what lies between is replayed (a
+        replacement starts at ``saved`` and cannot tell; an older checkpoint without a
+        position neither)."""
+        if type(saved) is not int:
+            self.position_base = -self._routed()
+            return
+        if self.rollbacks:
+            self.replays[self.gen] = max(0, self._position() - saved)
+        self.position_base = saved - self._routed()
 
     def _guarantee_metrics(self) -> dict[str, Any]:
         assert self.ckpt is not None
@@ -292,6 +320,7 @@ class GuaranteedProcessing:
             # METRIC_RESP carries str-keyed dicts, not lists: restore number -> epoch
             "restored_epochs": {str(i): e for i, e in enumerate(self.restored, 1)},
             **_offset_metric(self.replayed_from),
+            "replayed": {str(g): n for g, n in self.replays.items()},
             "held": len(self.held),
             "anchors_held": len(self.deferred),
             **self._cut_metrics(),

@@ -190,6 +190,13 @@ class PhysicalTopology:
     # node -> worker index per key group (typhoon.topology.keygroups); a node not listed
     # uses the default table for its active workers
     key_groups: dict[str, list[int]] = field(default_factory=dict)
+    # region failover (typhoon.checkpoint.regions): worker -> (generation, epoch) of its
+    # failover region when the regions are in different ones; empty: all in ``generation``
+    worker_generations: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+
+    def generation_of(self, worker_id: int) -> tuple[int, int | None]:
+        """The generation ``worker_id`` is in and the epoch it restored to begin it."""
+        return self.worker_generations.get(worker_id, (self.generation, self.restore_epoch))
 
     def of_node(self, node: str) -> list[WorkerAssignment]:
         """Every worker of ``node`` (draining ones too: they keep their rules), by index."""
@@ -217,6 +224,9 @@ class PhysicalTopology:
             "generation": self.generation,
             "restore_epoch": self.restore_epoch,
             "key_groups": {n: list(t) for n, t in self.key_groups.items()},
+            "worker_generations": {
+                str(w): [g, e] for w, (g, e) in sorted(self.worker_generations.items())
+            },
         }
 
     @classmethod
@@ -229,4 +239,5 @@ class PhysicalTopology:
             d.get("generation", 0),
             d.get("restore_epoch"),
             {n: list(t) for n, t in (d.get("key_groups") or {}).items()},
+            {int(w): (g, e) for w, (g, e) in (d.get("worker_generations") or {}).items()},
         )

@@ -164,6 +164,12 @@ def reschedule(
         old.generation,
         old.restore_epoch,
         {n: list(t) for n, t in old.key_groups.items() if n in topology.nodes},
+        # kept workers stay in their failover region's generation (new ones: the newest)
+        {
+            w.worker_id: old.worker_generations[w.worker_id]
+            for w in kept
+            if w.worker_id in old.worker_generations
+        },
     )
 
 

@@ -1,0 +1,108 @@
+"""Failover regions: which workers a failure makes roll back (Flink's region failover).
+
+Tuples and punctuations only travel along the physical dataflow graph: worker
+``a`` is joined to worker ``b`` when one of ``a``'s routes names ``b``.  Every
+grouping names every active worker of the receiving node (``global`` and
+``direct`` pick one for the data, but anchors, marks and end of stream go to
+all of them), so a stream couples all workers of its two nodes.  A connected
+component of that graph (edges taken both ways) is a failover region.  A
+checkpoint anchor starts at the sources of a region and reaches every worker
+of it and nothing else, so a region's workers hold a consistent cut of their
+own, independent of every other region: on a failure only the regions of the
+failed workers roll back, and the rest never stops.
+
+Each region keeps its own generation (the newest recovery it went through) and
+therefore its own epoch numbering (``generation * EPOCHS_PER_GENERATION + n``).
+The physical topology records it per worker (``PhysicalTopology.worker_generations``):
+a replacement starts in its region's generation from its region's epoch, the
+core's catch-up ROLLBACK and COMPLETE compare each worker with its own region.
+Pure functions of the topology; the controller acts on them
+(``controller/region_recovery.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import networkx as nx
+
+from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.topology.routing import receivers_of
+
+REGION = "region"  # only the failed workers' regions roll back
+GLOBAL = "global"  # the failed workers' regions are the whole job
+
+
+def worker_edges(topology: Topology, physical: PhysicalTopology) -> set[tuple[int, int]]:
+    """``(sender, receiver)`` for every pair of workers one of the sender's routes joins."""
+    return {
+        (w.worker_id, h)
+        for w in physical.workers
+        for h in receivers_of(topology, physical, w.worker_id)
+        if h != w.worker_id
+    }
+
+
+def failover_regions(topology: Topology, physical: PhysicalTopology) -> list[frozenset[int]]:
+    """The connected components of the worker graph, ordered by their lowest worker ID.
+
+    Every worker of ``physical`` is in exactly one region (one with no route to or
+    from anybody is a region of its own)."""
+    graph = nx.Graph()
+    graph.add_nodes_from(w.worker_id for w in physical.workers)
+    graph.add_edges_from(
+        (a, b) for a, b in worker_edges(topology, physical) if a in graph and b in graph
+    )
+    return sorted((frozenset(c) for c in nx.connected_components(graph)), key=min)
+
+
+@dataclass(frozen=True)
+class RollbackSet:
+    """The workers a failure of ``failed`` rolls back, and the path that is."""
+
+    workers: frozenset[int]
+    path: str  # REGION or GLOBAL
+    regions: int  # how many regions the job has
+
+
+def rollback_set(
+    topology: Topology, physical: PhysicalTopology, failed: Iterable[int]
+) -> RollbackSet:
+    """Every worker of a region that holds one of ``failed`` (IDs not in ``physical``
+    are ignored); ``GLOBAL`` when that is every worker of the job."""
+    regions = failover_regions(topology, physical)
+    dead = set(failed)
+    touched = frozenset().union(*(r for r in regions if r & dead))
+    everyone = {w.worker_id for w in physical.workers}
+    path = GLOBAL if touched >= everyone else REGION
+    return RollbackSet(touched, path, len(regions))
+
+
+def region_parts(physical: PhysicalTopology, workers: Iterable[int]) -> set[str]:
+    """Checkpoint store part names (node-index) of the active ones among ``workers``."""
+    chosen = set(workers)
+    return {f"{w.node}-{w.index}" for w in physical.workers if w.active and w.worker_id in chosen}
+
+
+def roll_back(
+    physical: PhysicalTopology, workers: Iterable[int], generation: int, epoch: int | None
+) -> PhysicalTopology:
+    """``physical`` after ``workers`` went to ``generation`` from ``epoch``.
+
+    ``generation`` and ``restore_epoch`` become the newest recovery's; every other
+    worker keeps the generation it is in, recorded in ``worker_generations`` (left
+    empty when every worker is in the newest one, as after a global rollback)."""
+    moved = set(workers)
+    kept = {
+        w.worker_id: physical.generation_of(w.worker_id)
+        for w in physical.workers
+        if w.worker_id not in moved
+    }
+    table: dict[int, tuple[int, int | None]] = {}
+    if any(gen != (generation, epoch) for gen in kept.values()):
+        table = {**kept, **{w: (generation, epoch) for w in moved}}
+    return dataclasses.replace(
+        physical, generation=generation, restore_epoch=epoch, worker_generations=table
+    )
