@@ -60,6 +60,7 @@ DASHBOARD_DIR = Path(__file__).with_name("dashboard_static")
 DASHBOARD_FILES = {
     "index.html": "text/html",
     "dashboard.js": "text/javascript",
+    "control.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 
