@@ -20,7 +20,9 @@ planned in full before its first step runs).
     POST   /typhoon/apps/NAME/insert           {"node": N, "operator": OP, "from": A, "to": B, ..}
     POST   /typhoon/apps/NAME/remove           {"node": N}
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
-    POST   /typhoon/apps/NAME/control          one control tuple to workers
+    POST   /typhoon/apps/NAME/control          one control tuple to workers {"type": T, "body":
+                                               {..}, "node": N | "workers": [..]}; protocol
+                                               steps refused unless "force" (control_request.py)
     GET    /typhoon/apps/NAME/report           the merged run report (also of a removed job)
     GET    /typhoon/apps/NAME/metrics|acks     raw worker metrics, recent acks
     GET    /typhoon/dashboard                  what the dashboard shows (controller/dashboard.py)
@@ -41,6 +43,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+from controller.control_request import ControlRequestError, parse_control
 from controller.dashboard import gather, snapshot
 from controller.metrics import CONTENT_TYPE, exposition
 from controller.ryu_compat import ControllerBase, Response, lookup_service_brick, route
@@ -48,7 +51,6 @@ from typhoon.job_report import read_job_report
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request
 from typhoon.topology import TopologyError, load_topology_text
-from typhoon.wire import Control, ControlTuple
 
 API = "typhoon"
 PREFIX = "/typhoon"
@@ -58,6 +60,7 @@ DASHBOARD_DIR = Path(__file__).with_name("dashboard_static")
 DASHBOARD_FILES = {
     "index.html": "text/html",
     "dashboard.js": "text/javascript",
+    "control.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 
@@ -436,43 +439,15 @@ class TyphoonRest(ControllerBase):
     @route(API, PREFIX + "/apps/{name}/control", methods=["POST"])
     @handler(mutating=True)
     def control(self, req, name, **_):
-        """Send a control tuple: {"type": "INPUT_RATE", "body": {...}, "workers": [..] | "node"}."""
+        """Send a control tuple: {"type": "INPUT_RATE", "body": {...}, "workers": [..] | "node",
+        "force": false} (controller/control_request.py says what is refused)."""
         app = self.app_view(name)
         body = read_json(req)
-        unknown = set(body) - {"type", "body", "workers", "node"}
-        if unknown:
-            raise ApiError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
-        tname = body.get("type")
-        if not isinstance(tname, str) or tname.upper() not in Control.__members__:
-            raise ApiError(400, f"'type' must be one of {', '.join(Control.__members__)}")
-        ctype = Control[tname.upper()]
-        if ctype == Control.METRIC_RESP:
-            raise ApiError(400, "METRIC_RESP is sent by workers, not to them")
-        ct_body = body.get("body", {})
-        if not isinstance(ct_body, dict):
-            raise ApiError(400, "'body' must be a JSON object")
-        ids = {w.worker_id for w in app.physical.workers}
-        if "workers" in body and "node" in body:
-            raise ApiError(400, "give 'workers' or 'node', not both")
-        if "node" in body:
-            if body["node"] not in app.topology.nodes:
-                raise ApiError(404, f"no node named '{body['node']}' in '{name}'")
-            targets = [w.worker_id for w in app.physical.of_node(body["node"])]
-        else:
-            targets = body.get("workers", sorted(ids))
-            if not isinstance(targets, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) for t in targets
-            ):
-                raise ApiError(400, "'workers' must be a list of worker ids")
-            missing = sorted(set(targets) - ids)
-            if missing:
-                raise ApiError(404, f"no worker(s) {missing} in '{name}'")
-        ct = ControlTuple(ctype, ct_body)
         try:
-            from typhoon.wire import encode_control
-
-            encode_control(ct)
-        except (ValueError, TypeError) as e:
-            raise ApiError(400, f"bad {ctype.name} body: {e}") from None
-        sent = self.core.send_control(name, targets, ct)
-        return 202, {"sent": sent, "workers": targets}
+            request = parse_control(
+                body, name, app.topology, app.physical, self.core.channel.next_request_id
+            )
+        except ControlRequestError as e:
+            raise ApiError(e.status, e.message) from None
+        sent = self.core.send_control(name, request.workers, request.tuple)
+        return 202, request.reply(sent)

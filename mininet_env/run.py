@@ -202,10 +202,10 @@ class EmulatedCluster:
 
     def drain(self, name: str, node: str = "source") -> None:
         """DRAIN a spout node (REST): it ends its stream, and every worker below it
-        finishes after the end of stream reaches it."""
-        status, reply = self.rest(
-            "POST", f"/apps/{name}/control", {"type": "DRAIN", "body": {"version": 1}, "node": node}
-        )
+        finishes after the end of stream reaches it.  ``force``: DRAIN alone is refused (a
+        step of the stable update); ending a spout's stream this way is what is meant."""
+        body = {"type": "DRAIN", "body": {"version": 1}, "node": node, "force": True}
+        status, reply = self.rest("POST", f"/apps/{name}/control", body)
         if status != 202:
             raise RuntimeError(f"DRAIN of {name}/{node} refused: {status} {reply}")
 

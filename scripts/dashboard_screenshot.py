@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             client.call("DELETE", f"/apps/{NAME}/debug/{session['session']}")
         except ApiCallError as e:  # ended already (e.g. its worker was replaced)
             log(f"detach: {e.message}")
-        drain = {"type": "DRAIN", "body": {"version": 1}, "node": "source"}
+        # forced: DRAIN alone is refused (a step of the stable update); here it ends the run
+        drain = {"type": "DRAIN", "body": {"version": 1}, "node": "source", "force": True}
         client.call("POST", f"/apps/{NAME}/control", drain)
         log("source drained: the run ends once every worker has finished")
         code = run.wait(timeout=600)

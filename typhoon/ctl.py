@@ -5,7 +5,8 @@
 NODE N``, ``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE
 OPERATOR [--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``,
 ``remove NAME NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill
-NAME``, ``locality NAME [--show]`` (locality-aware key routing, run or shown),
+NAME``, ``control NAME NODE --input-rate N | ...`` (Table 2: :mod:`typhoon.ctl_control`),
+``locality NAME [--show]`` (locality-aware key routing, run or shown),
 and the apps' reports ``faults``, ``autoscaler``, ``lb [NAME]``.
 Where the controller is and the token: see :mod:`typhoon.client`.
 
@@ -475,6 +476,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("--show", action="store_true", help="show the last run, start none")
     waits(p)
+    from typhoon.ctl_control import add_control_parser  # it builds on this module
+
+    add_control_parser(verb)
     for name, help_ in (
         ("faults", "the fault detector's incidents (apps/fault_detector.py)"),
         ("autoscaler", "the autoscaler's decisions (apps/autoscaler.py)"),

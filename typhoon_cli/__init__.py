@@ -22,6 +22,7 @@ import yaml
 
 from benchmarks import cli as bench_cli
 from typhoon import __version__, ctl, logs
+from typhoon.cluster import FIRST_WORKER_PORT
 from typhoon.cluster_file import ClusterFileError
 from typhoon.coordinator import CoordinatorError
 from typhoon.debug import cli as debug_cli
@@ -85,7 +86,11 @@ def hosts_list(n: int) -> list[str]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     topo = load_topology(args.file)
-    physical = schedule(topo, hosts_list(args.hosts), app_id_for(topo.name))
+    # the ports the manager gives on an empty cluster: it starts at the hosts'
+    # first_worker_port (below it: fabric links and tunnels) and skips ports in use
+    physical = schedule(
+        topo, hosts_list(args.hosts), app_id_for(topo.name), first_port=FIRST_WORKER_PORT
+    )
     print(f"{args.file}: topology '{topo.name}' is valid")
     for node in topo.nodes.values():
         print(
@@ -98,6 +103,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  stream {s.id}: {s.src} -> {s.dst} [{s.grouping.type}{extra}]")
     for w in physical.workers:
         print(f"  worker {w.worker_id}: {w.node}[{w.index}] on {w.host} port {w.port}")
+    print(f"  (ports as the manager gives them on a cluster with none in use: from "
+          f"{FIRST_WORKER_PORT}, the hosts' first_worker_port)")  # fmt: skip
     return 0
 
 

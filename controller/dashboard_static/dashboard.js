@@ -373,7 +373,7 @@ function drawActions(app) {
         const p = Number(input.value);
         act(`scale ${n.name} to ${p}`, "POST", `/apps/${name}/scale`,
           { node: n.name, parallelism: p });
-      } }, "scale")));
+      } }, "scale"), ...(n.kind === "spout" ? spoutControls(name, n.name) : [])));
   }
   const workerSelect = el("select", { id: "debug-worker" }, ...app.workers.map((w) =>
     el("option", { value: w.worker }, `${w.worker} (${w.node}[${w.index}] on ${w.host})`)));

@@ -1,8 +1,9 @@
 """The web dashboard in a real browser: headless Chromium (Selenium) opens the
 controller's ``/dashboard`` while a topology runs on an emulated cluster; the graph
 shows the application's workers, a node's rate goes above zero, the page's
-scale button (behind the token) adds a worker, seen through REST, and the
-debugger attached from the page shows the worker's tuples.
+scale button (behind the token) adds a worker, seen through REST, the spout's
+deactivate, rate and activate buttons are obeyed by its worker (its metrics),
+and the debugger attached from the page shows the worker's tuples.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and the ``selenium`` package
 (``scripts/setup.sh`` installs them).
@@ -170,8 +171,38 @@ def test_dashboard_shows_workers_and_rates_and_scales_a_node(tmp_path):
         wait(lambda: graph_workers(driver) == want, 10, "the graph to show the new worker",
              explain=lambda: f"page: {graph_workers(driver)}, REST: {want}")  # fmt: skip
 
-        # the debugger, attached from the page to the source: its last tuples show up
+        # the spout's Table 2 buttons: deactivate, a rate, activate, each obeyed by the
+        # worker as its metrics say (tuples out stop, then the rate, then emission again)
         source = next(w for w, (node, _) in want.items() if node == "source")
+
+        def metrics() -> dict:
+            return cluster.coordinator.get_metrics("dash").get(int(source), {})
+
+        def click(action: str, rate: str | None = None) -> None:
+            if rate is not None:
+                field = driver.find_element("css selector", 'input[data-rate-node="source"]')
+                field.clear()
+                field.send_keys(rate)
+            button = f'button[data-action="{action}"][data-node="source"]'
+            driver.find_element("css selector", button).click()
+
+        for action, rate, what, obeyed in (
+            ("deactivate", None, "DEACTIVATE", lambda m: m.get("active") == 0),
+            ("input-rate", "500", "INPUT_RATE", lambda m: m.get("rate") == 500.0),
+            ("activate", None, "ACTIVATE", lambda m: m.get("active") == 1),
+        ):
+            retry_stale(lambda a=action, r=rate: click(a, r))
+            wait(lambda w=what: result.text.startswith(f"{w} source: 202"), 10,
+                 f"the {what} request to be accepted", explain=lambda: result.text)  # fmt: skip
+            wait(lambda ok=obeyed: ok(metrics()), 10, f"{what} obeyed by the source",
+                 explain=lambda: str(metrics()))  # fmt: skip
+            if what == "DEACTIVATE":  # stopped: its count stays put across fresh answers
+                count = sum(metrics()["out"].values())
+                last = metrics()["time"]
+                wait(lambda t=last: metrics()["time"] > t + 0.5, 10, "newer metrics")
+                assert sum(metrics()["out"].values()) == count, metrics()
+
+        # the debugger, attached from the page to the source: its last tuples show up
 
         def attach() -> None:
             Select(driver.find_element("id", "debug-worker")).select_by_value(source)

@@ -438,8 +438,10 @@ def test_data_a_sink_sends_upstream_is_dropped_and_counted(cluster):
 
 
 def control(cluster, name, ctype, body=None, **target):
+    # ROUTING and DRAIN alone bypass the stable update: refused unless forced, as here
+    force = {"force": True} if ctype in ("ROUTING", "DRAIN") else {}
     status, reply = cluster.rest(
-        "POST", f"/apps/{name}/control", {"type": ctype, "body": body or {}, **target}
+        "POST", f"/apps/{name}/control", {"type": ctype, "body": body or {}, **target, **force}
     )
     assert status == 202, reply
     return reply

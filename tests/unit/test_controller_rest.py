@@ -8,6 +8,7 @@ run against the same app served by wsgiref on a local port.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import logging
 import os
@@ -65,6 +66,7 @@ class FakeCore:
         self.rates: dict = {}
         self.acks: list = []
         self.responses: dict = {}
+        self.channel = SimpleNamespace(next_request_id=itertools.count(1).__next__)
         self.logger = logging.getLogger("fake-core")
         self.sent: list = []
         self.finish_at_once = False

@@ -337,3 +337,21 @@ def test_release_settles_before_and_after_the_end_of_stream():
     fw.release([sinks[0]])
     assert io.settled == [[sinks[0]], [sinks[0]]]
     assert [(d, s) for k, d, s, _ in io.sent] == [(sinks[0], EOS_STREAM)]
+
+
+def test_a_bolt_counts_spout_control_as_dropped_and_keeps_working():
+    """INPUT_RATE, ACTIVATE, DEACTIVATE pace a spout; a bolt never takes them silently."""
+    fw, io, _ = make(WORDCOUNT, "count")
+    for ct in (
+        ControlTuple(Control.INPUT_RATE, {"rate": 5.0}),
+        ControlTuple(Control.DEACTIVATE, {}),
+        ControlTuple(Control.ACTIVATE, {}),
+    ):
+        fw.control(ct)
+    fw.control(ControlTuple(Control.BATCH_SIZE, {"size": 9, "max_delay_ms": 4.5}))
+    fw.deliver(Inbound(2, 2, [encode_rows([["w"]])] * 3))
+    fw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 5}))
+    m = io.replies[-1].body["metrics"]
+    assert m["drops"] == {"spout_control_to_bolt": 3}
+    assert m["rate"] == 0.0 and m["active"] == 1 and m["in"] == {"2": 3}
+    assert m["batch_size"] == 9 and m["max_delay_ms"] == 4.5

@@ -13,6 +13,8 @@ from typing import Any
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple
 
+SPOUT_ONLY = frozenset({Control.INPUT_RATE, Control.ACTIVATE, Control.DEACTIVATE})
+
 
 class ControlHandling:
     """Control tuples from the controller (or the tcp runner), acks and metrics."""
@@ -65,6 +67,10 @@ class ControlHandling:
                     },
                 )
             )
+        elif t in SPOUT_ONLY and not self.is_spout:
+            # they pace, start and stop a spout's emission; a bolt's input is paced at its
+            # spouts (the REST API refuses them for bolts): counted, never silently taken
+            self.io.stats.drop("spout_control_to_bolt")
         elif t == Control.INPUT_RATE:
             self.rate = float(body["rate"])
             self.tokens = 0.0
@@ -152,6 +158,7 @@ class ControlHandling:
             "done": int(self.done),
             "rate": self.rate,
             "batch_size": self.batch_size,
+            "max_delay_ms": round(self.max_delay * 1000.0, 3),
             "time": time.time(),
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
             **(self._migration_metrics() if self.keyed is not None else {}),
