@@ -49,7 +49,8 @@ def handoff_payload(stream: int, migration: int) -> bytes:
 
 def punctuation(payload: bytes) -> tuple[str, int, int]:
     """``(kind, a, b)`` of a stream-0 entry: ``eos``, ``anchor`` (epoch), ``mark``
-    (generation, epoch; -1 = from the start) or ``handoff`` (stream, migration).
+    (generation, epoch; -1 = from the start), ``handoff`` (stream, migration) or ``wm``
+    (a watermark: its fields come from ``typhoon.runtime.watermarks.parse_watermark``).
     Anything else is ``("", 0, 0)``."""
     try:
         rows = decode_value(payload)  # strict, like every decoder of received bytes
@@ -59,6 +60,8 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
         return ("", 0, 0)
     if kind == "eos":
         return ("eos", 0, 0)
+    if kind == "wm":  # a watermark (typhoon.runtime.watermarks.parse_watermark)
+        return ("wm", 0, 0)
     if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
         return ("anchor", row[1], 0)
     if kind in ("mark", "handoff") and len(row) == 3 and type(row[1]) is int:

@@ -93,6 +93,8 @@ class GuaranteedProcessing:
             if self.ckpt is None:
                 if kind == "handoff":
                     self._handoff_from(src, a, b)
+                elif kind == "wm":
+                    self._watermark_from(src, p)
                 elif kind in ("eos", ""):  # without a guarantee stream 0 carries EOS
                     self._eos_from(src)
                 continue
@@ -107,6 +109,8 @@ class GuaranteedProcessing:
                 self._anchor_from(src, a)
             elif kind == "handoff":
                 self._handoff_from(src, a, b)
+            elif kind == "wm":
+                self._watermark_from(src, p)
             elif kind == "eos":
                 self._eos_from(src)
                 self._align()
@@ -249,6 +253,7 @@ class GuaranteedProcessing:
         self._op_metrics = getattr(self.op, "metrics", None)
         self._anchor_ready = getattr(self.op, "anchor_ready", None)
         self._restore(epoch)
+        self._reset_watermarks()
         self.next_anchor_at = self.now + self.interval
         if self.started:
             self._mark(self._targets())
