@@ -28,10 +28,17 @@ def make_op(**args) -> WindowAggregate:
     keyed = KeyedStates("window_aggregate", "w", 1, [0], 1, {0})
     op.open(
         Context(
-            "t", "w", 1, 0, 1, input_fields=FIELDS, operator="window_aggregate", keyed=keyed,
+            "t",
+            "w",
+            1,
+            0,
+            1,
+            input_fields=FIELDS,
+            operator="window_aggregate",
+            keyed=keyed,
             keyed_declared=True,
         )
-    )  # fmt: skip
+    )
     return op
 
 
@@ -86,7 +93,9 @@ def reference(script: list, size, slide, lateness, agg) -> tuple[dict, list]:
         key, ts, value = item
         starts = [s for s in window_starts(ts, size, slide) if s + size + lateness > wm]
         # brute force: every multiple of slide whose window holds ts
-        every = [s for s in range(int(ts // slide) * slide - size, ts + 1, slide) if s <= ts < s + size]
+        every = [
+            s for s in range(int(ts // slide) * slide - size, ts + 1, slide) if s <= ts < s + size
+        ]
         assert sorted(starts) == sorted(s for s in every if s + size + lateness > wm)
         if not starts:
             late.append(item)
@@ -97,11 +106,13 @@ def reference(script: list, size, slide, lateness, agg) -> tuple[dict, list]:
 
 events = st.lists(
     st.one_of(
-        st.tuples(st.just("t"), st.tuples(st.sampled_from("abc"), st.integers(0, 300), st.integers(-5, 9))),
+        st.tuples(
+            st.just("t"), st.tuples(st.sampled_from("abc"), st.integers(0, 300), st.integers(-5, 9))
+        ),
         st.tuples(st.just("w"), st.integers(0, 320)),
     ),
     max_size=60,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,8 +124,9 @@ events = st.lists(
 )
 def test_tumbling_and_sliding_match_brute_force(script, shape, lateness, agg):
     size, slide = shape
-    op = make_op(size_ms=size, slide_ms=slide, aggregate=agg, field="value",
-                 allowed_lateness_ms=lateness)  # fmt: skip
+    op = make_op(
+        size_ms=size, slide_ms=slide, aggregate=agg, field="value", allowed_lateness_ms=lateness
+    )
     out, late = feed(op, script)
     want, want_late = reference(script, size, slide, lateness, agg)
     final = {}
@@ -141,8 +153,9 @@ def in_order(draw_list: list, disorder: int) -> list:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    base=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 200), st.integers(0, 9)),
-                  max_size=40),  # fmt: skip
+    base=st.lists(
+        st.tuples(st.sampled_from("ab"), st.integers(0, 200), st.integers(0, 9)), max_size=40
+    ),
     gap=st.sampled_from([1, 5, 20]),
     agg=st.sampled_from(["count", "sum", "max"]),
 )
@@ -174,8 +187,15 @@ def test_sessions_match_merged_intervals(base, gap, agg):
 
 def test_late_tuple_within_lateness_updates_then_beyond_goes_to_late():
     op = make_op(size_ms=10, aggregate="count", allowed_lateness_ms=5)
-    script = [("t", ("a", 1, 0)), ("t", ("a", 3, 0)), ("w", 10), ("t", ("a", 4, 0)),
-              ("w", 15), ("t", ("a", 5, 0)), ("t", ("a", 12, 0))]  # fmt: skip
+    script = [
+        ("t", ("a", 1, 0)),
+        ("t", ("a", 3, 0)),
+        ("w", 10),
+        ("t", ("a", 4, 0)),
+        ("w", 15),
+        ("t", ("a", 5, 0)),
+        ("t", ("a", 12, 0)),
+    ]
     out, late = feed(op, script)
     assert [v for _, v in out] == [["a", 0, 10, 2], ["a", 0, 10, 3], ["a", 10, 20, 1]]
     assert late == [["a", 5, 5, ["a", 5, 0]]]
@@ -184,8 +204,17 @@ def test_late_tuple_within_lateness_updates_then_beyond_goes_to_late():
 
 def test_bad_times_and_values_are_counted_drops():
     op = make_op(size_ms=10, aggregate="sum", field="value")
-    out, late = feed(op, [("t", ("a", "x", 1)), ("t", ("a", None, 1)), ("t", ("a", True, 1)),
-                          ("t", ("a", math.nan, 1)), ("t", ("a", 1, "9")), ("t", ("a", 2, 4))])  # fmt: skip
+    out, late = feed(
+        op,
+        [
+            ("t", ("a", "x", 1)),
+            ("t", ("a", None, 1)),
+            ("t", ("a", True, 1)),
+            ("t", ("a", math.nan, 1)),
+            ("t", ("a", 1, "9")),
+            ("t", ("a", 2, 4)),
+        ],
+    )
     assert [v for _, v in out] == [["a", 0, 10, 4]]
     assert op.metrics()["window_bad_time"] == 4
     assert op.metrics()["window_bad_value"] == 1
