@@ -122,3 +122,28 @@ class EventSource(Spout):
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {"emitted": sum(r["emitted"] for r in results)}
+
+
+def expected_windows(
+    args: dict[str, Any], window: dict[str, Any]
+) -> tuple[dict[tuple[str, Any, Any], Any], list[list]]:
+    """What ``window_aggregate`` with ``window`` (tumbling or sliding args) gives on the
+    events of ``args``, computed directly: each window's final value and the events that
+    go to ``late``.  Exact when the ``late`` events are beyond the lateness and the
+    ``tardy`` ones within it (see the module docstring)."""
+    from typhoon.operators.windowing import add, new_acc, value_of, window_starts
+
+    size = window["size_ms"]
+    slide = window.get("slide_ms") or size
+    agg = window.get("aggregate", "count")
+    accs: dict[tuple[str, Any, Any], Any] = {}
+    late = []
+    for i in range(args["count"]):
+        (key, ts, value), kind = event(i, args)
+        if kind == LATE:
+            late.append([key, ts, value])
+            continue
+        for s in window_starts(ts, size, slide):
+            w = (key, s, s + size)
+            accs[w] = add(agg, accs.get(w, new_acc(agg)), value)
+    return {w: value_of(agg, a) for w, a in accs.items()}, late
