@@ -6,7 +6,8 @@ never finds one of them late.  Every ``tardy_every``-th event instead comes
 ``tardy_ms`` behind (late for the watermark, within a window's allowed
 lateness when ``tardy_ms <= allowed_lateness_ms + out_of_order_ms -
 disorder_ms``) and every ``late_every``-th ``late_ms`` behind (beyond it, when
-``late_ms`` exceeds size, lateness and the watermark's lag).  Everything is a
+``late_ms`` exceeds size, lateness and the watermark's lag); every
+``bad_every``-th has the text ``"bad"`` for a time (dropped and counted).  Everything is a
 function of the seed and the index (:func:`event`), so a reference computes
 the same events and a replay emits them again.
 """
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit, Spout
 
-NORMAL, TARDY, LATE = "normal", "tardy", "late"
+NORMAL, TARDY, LATE, BAD = "normal", "tardy", "late", "bad"
 
 
 def _draw(seed: int, i: int) -> int:
@@ -33,7 +34,10 @@ def event(i: int, args: dict[str, Any]) -> tuple[list, str]:
     ts = base + r % (args.get("disorder_ms", 0) + 1)
     kind = NORMAL
     late_every, tardy_every = args.get("late_every", 0), args.get("tardy_every", 0)
-    if late_every and i % late_every == late_every - 1 and base >= args.get("late_ms", 0):
+    bad_every = args.get("bad_every", 0)
+    if bad_every and i % bad_every == bad_every - 1:
+        ts, kind = "bad", BAD
+    elif late_every and i % late_every == late_every - 1 and base >= args.get("late_ms", 0):
         ts, kind = base - args["late_ms"], LATE
     elif tardy_every and i % tardy_every == tardy_every - 1 and base >= args.get("tardy_ms", 0):
         ts, kind = base - args["tardy_ms"], TARDY
@@ -59,6 +63,7 @@ class EventSource(Spout):
         tardy_ms: int = 0,
         late_every: int = 0,
         late_ms: int = 0,
+        bad_every: int = 0,
         rate: float = 0.0,
     ) -> None:
         ints = dict(
@@ -71,6 +76,7 @@ class EventSource(Spout):
             tardy_ms=tardy_ms,
             late_every=late_every,
             late_ms=late_ms,
+            bad_every=bad_every,
         )
         for name, v in ints.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -129,8 +135,8 @@ def expected_windows(
 ) -> tuple[dict[tuple[str, Any, Any], Any], list[list]]:
     """What ``window_aggregate`` with ``window`` (tumbling or sliding args) gives on the
     events of ``args``, computed directly: each window's final value and the events that
-    go to ``late``.  Exact when the ``late`` events are beyond the lateness and the
-    ``tardy`` ones within it (see the module docstring)."""
+    go to ``late`` (events with a bad time are in neither).  Exact when the ``late``
+    events are beyond the lateness and the ``tardy`` ones within it (module docstring)."""
     from typhoon.operators.windowing import add, new_acc, value_of, window_starts
 
     size = window["size_ms"]
@@ -142,6 +148,8 @@ def expected_windows(
         (key, ts, value), kind = event(i, args)
         if kind == LATE:
             late.append([key, ts, value])
+            continue
+        if kind == BAD:
             continue
         for s in window_starts(ts, size, slide):
             w = (key, s, s + size)
