@@ -259,3 +259,17 @@ def test_window_starts():
     assert window_starts(7, 10, 5) == [5, 0]
     assert window_starts(-3, 10, 5) == [-5, -10]
     assert window_starts(10, 10, 10) == [10]
+
+
+def test_validate_refuses_a_bad_window_with_exit_2():
+    """The loader's sentence, as ``typhoon validate`` prints it, and exit code 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bad = Path(__file__).parent / "fixtures" / "topologies" / "bad"
+    cli = [sys.executable, "-m", "typhoon_cli", "validate", "window_slide_larger_than_size.yaml"]
+    done = subprocess.run(cli, cwd=bad, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    want = (bad / "window_slide_larger_than_size.expected").read_text().strip()
+    assert done.stderr.strip() == f"error: {want}"
