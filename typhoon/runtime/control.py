@@ -154,7 +154,7 @@ class ControlHandling:
             "batch_size": self.batch_size,
             "time": time.time(),
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
-            **(self._watermark_metrics() if self.wm_gen or self.wm_in.channels else {}),
+            **(self._watermark_metrics() if self._event_time() else {}),
             **(self._migration_metrics() if self.keyed is not None else {}),
             **(self._op_metrics() if self._op_metrics is not None else {}),
             **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),

@@ -41,6 +41,7 @@ from typhoon.runtime.output import OutputBatching, rows_in
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.timers import Timers
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.runtime.watermarks import WatermarkHandling
 from typhoon.topology.routing import Route, routes_for, upstream_of
@@ -164,6 +165,7 @@ class Framework(
             operator=node.operator,
             keyed=self.keyed,
             keyed_declared=bool(getattr(operator, "keyed", False)),
+            timers=Timers(self.keyed, node.operator, node.name),
         )
         operator.open(self.context)
         self._init_watermarks()

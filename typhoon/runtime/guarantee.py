@@ -148,6 +148,8 @@ class GuaranteedProcessing:
             "worker": self.worker_id,
             "state": self.op.snapshot(),
         }
+        if self.context.timers.plain:
+            state["timers"] = self.context.timers.snapshot()  # keyed ones are keyed state
         if self.keyed is not None and self.keyed.stores:
             state["keyed"] = self.keyed.pack()  # names the key whose state cannot be packed
         if self.is_spout:
@@ -245,6 +247,7 @@ class GuaranteedProcessing:
         node = self.node
         if self.keyed is not None:
             self.keyed.reset()  # the new instance opens over empty mappings, then restores
+        self.context.timers.restore(None)
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
@@ -265,6 +268,7 @@ class GuaranteedProcessing:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
+            self.context.timers.restore(saved.get("timers"))
             if self.keyed is not None:
                 self.keyed.restore(saved.get("keyed"))
             if self.is_spout:

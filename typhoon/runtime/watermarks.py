@@ -195,6 +195,7 @@ class WatermarkHandling:
         self.wm_next_at = self.now
         self.wm_last_emit = self.now
         self._on_watermark = getattr(self.op, "on_watermark", None)
+        self._on_timer = getattr(self.op, "on_timer", None)
 
     def wm_emitters(self) -> tuple[Callable[..., None], Callable[..., None]]:
         """``emit`` and ``emit_rows`` of a spout that watch the time field."""
@@ -272,6 +273,9 @@ class WatermarkHandling:
     def _advance_watermark(self, wm: float) -> None:
         """The worker's watermark went up: the operator fires, then it is passed on."""
         self.watermark = wm
+        if self._on_timer is not None:
+            for ts, key in self.context.timers.due(wm):
+                self._on_timer(ts, key, self.emit)
         if self._on_watermark is not None:
             self._on_watermark(wm, self.emit)
         if wm != INF:  # +inf travels as end of stream
@@ -279,7 +283,9 @@ class WatermarkHandling:
 
     def watermark_input_done(self) -> None:
         """Every input finished (not a drain): every window closes."""
-        if self.watermark != INF and (self._on_watermark is not None or self.wm_in.channels):
+        if self.watermark != INF and (
+            self._on_watermark is not None or self._on_timer is not None or self.wm_in.channels
+        ):
             self._advance_watermark(INF)
 
     def _send_watermark(self, wm: int, idle: bool) -> None:
@@ -313,6 +319,11 @@ class WatermarkHandling:
         if self.wm_gen is not None:
             self.wm_gen = WatermarkGenerator(self.wm_gen.spec, self.wm_gen.index)
         self._on_watermark = getattr(self.op, "on_watermark", None)
+        self._on_timer = getattr(self.op, "on_timer", None)
+
+    def _event_time(self) -> bool:
+        """Does this worker take part in event time (metrics are reported)?"""
+        return bool(self.wm_gen or self.wm_in.channels or self._on_timer is not None)
 
     def _watermark_metrics(self) -> dict[str, Any]:
         w = self.watermark
@@ -325,4 +336,7 @@ class WatermarkHandling:
         }
         if self.wm_gen is not None:
             out["watermark_bad_time"] = self.wm_gen.bad
+        if self._on_timer is not None:
+            out["timers_pending"] = self.context.timers.pending()
+            out["timers_fired"] = self.context.timers.fired
         return out
