@@ -156,11 +156,19 @@ class WindowAggregate(Bolt):
             del data[k]
 
     def snapshot(self) -> Any:
-        return {"wm": None if self.wm == float("-inf") else self.wm}
+        """The watermark the windows saw (a replay never fires them again for a lower one)
+        and the counts; the windows themselves are keyed state."""
+        return {
+            "wm": None if self.wm == float("-inf") else self.wm,
+            "counts": [self.bad_time, self.bad_value, self.late, self.fired],
+        }
 
     def restore(self, state: Any) -> None:
-        if state and state.get("wm") is not None:
+        if not state:
+            return
+        if state.get("wm") is not None:
             self.wm = state["wm"]
+        self.bad_time, self.bad_value, self.late, self.fired = state["counts"]
 
     def metrics(self) -> dict[str, Any]:
         return {
