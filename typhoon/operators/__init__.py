@@ -13,6 +13,7 @@ from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
 from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
+from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.running import MaxByKey, RunningCount
@@ -62,6 +63,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "max_by_key": MaxByKey,
     "window_aggregate": WindowAggregate,
     "event_source": EventSource,
+    "window_join": WindowJoin,
 }
 
 

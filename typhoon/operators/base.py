@@ -46,6 +46,8 @@ class Context:
     input_fields: list[str] = field(default_factory=list)
     output_fields: list[str] = field(default_factory=list)
     operator: str = ""
+    # every input node -> the fields it produces (a node with several inputs, a join)
+    input_nodes: dict[str, list[str]] = field(default_factory=dict)
     # the framework's keyed state of this worker (typhoon.runtime.keyed_state.KeyedStates);
     # None when the node's input is not key-routed
     keyed: Any = field(default=None, repr=False, compare=False)

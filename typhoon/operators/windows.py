@@ -74,8 +74,8 @@ class WindowAggregate(Bolt):
         self.fired = 0
 
     @classmethod
-    def key_fields(cls, args: dict[str, Any]) -> list[str]:
-        """The fields the windows are kept per: the input must be grouped on them."""
+    def key_fields(cls, args: dict[str, Any], src: str) -> list[str]:
+        """The fields the windows are kept per: every input must be grouped on them."""
         return _key_fields(args.get("key", []))
 
     @classmethod

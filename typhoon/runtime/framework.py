@@ -87,6 +87,7 @@ class Framework(
         self.node = node
         self.is_spout = node.kind == "spout"
         self.stream_names = {s.id: s.name for s in topo.outputs_of(me.node)}
+        self.input_node = {s.id: s.src for s in topo.inputs_of(me.node)}  # stream -> sender node
         self.routers: dict[int, Router] = {}
         self.routes: dict[str, list[Router]] = {}
         # every receiver a stream ever had: each must get end of stream, even one that a
@@ -161,6 +162,9 @@ class Framework(
             index=me.index,
             parallelism=len(spec.physical.active_of_node(node.name)),
             input_fields=self._input_fields(),
+            input_nodes={
+                s.src: list(topo.nodes[s.src].output_fields) for s in topo.inputs_of(node.name)
+            },
             output_fields=list(node.output_fields),
             operator=node.operator,
             keyed=self.keyed,
@@ -249,6 +253,8 @@ class Framework(
             self._wm_data_from(src)
         if getattr(self.op, "sees_sender", False):  # a checking sink (key_origins) learns who
             self.op.sender = src  # sent these rows
+        if getattr(self.op, "sees_input", False):  # a join learns which input they are on
+            self.op.input = self.input_node.get(item.stream, "")
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:

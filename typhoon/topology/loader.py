@@ -87,7 +87,7 @@ class _Builder:
             widths = set()
             key_fields = getattr(self.classes[node.name], "key_fields", None)
             for s in topo.inputs_of(node.name):
-                wanted = key_fields(node.args) if key_fields is not None else None
+                wanted = key_fields(node.args, s.src) if key_fields is not None else None
                 if s.grouping.type == "fields" and wanted and list(s.grouping.fields) != wanted:
                     raise TopologyError(
                         self.filename,
@@ -354,9 +354,12 @@ class _Builder:
                             f"stream '{s.src}' -> '{name}' groups on field "
                             f"'{f}', which '{s.src}' does not produce (it produces: {have})",
                         )
-            node.output_fields = tuple(self.output_fields(node, input_fields))
+            by_src = {s.src: list(topo.nodes[s.src].output_fields) for s in inputs}
+            node.output_fields = tuple(self.output_fields(node, input_fields, by_src))
 
-    def output_fields(self, node: Node, input_fields: list[str]) -> list[str]:
+    def output_fields(
+        self, node: Node, input_fields: list[str], inputs: dict[str, list[str]]
+    ) -> list[str]:
         cls = self.classes[node.name]
         path = self.paths[node.name] + ("args",)
         bad = f"{node.kind} '{node.name}': bad args for operator '{node.operator}'"
@@ -364,6 +367,9 @@ class _Builder:
         if problem:
             raise self.fail(path, f"{bad}: {problem}")
         try:
+            check_inputs = getattr(cls, "check_inputs", None)
+            if check_inputs is not None:  # an operator of several inputs (window_join)
+                check_inputs(node.args, inputs)
             return list(cls.output_fields(node.args, input_fields))
         except (ValueError, TypeError) as e:
             raise self.fail(path, f"{bad}: {e}") from e
