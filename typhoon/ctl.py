@@ -272,7 +272,7 @@ def _show_status(args: argparse.Namespace, s: dict[str, Any], out: TextIO) -> in
     for st in s["streams"]:
         keys = f" on {','.join(st['fields'])}" if st["fields"] else ""
         print(f"  stream {st['id']}: {st['from']} -> {st['to']} [{st['policy']}{keys}]", file=out)
-    event_time = any("watermark" in w for w in s["workers"])
+    event_time = any("watermark" in w or "watermark_closed" in w for w in s["workers"])
     print("  worker  node          host  port  state     role      in/s       out/s"
           + ("  watermark" if event_time else ""), file=out)  # fmt: skip
     for w in s["workers"]:

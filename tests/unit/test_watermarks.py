@@ -25,7 +25,7 @@ from typhoon.runtime.watermarks import (
     watermark_payload,
 )
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple, decode_rows, encode_rows
+from typhoon.wire import Control, ControlTuple, decode_rows, encode_control, encode_rows
 
 PIPELINE = """
 name: wmtest
@@ -134,6 +134,8 @@ def test_spout_sends_watermark_behind_its_data_on_every_link():
     first = next(i for i, x in enumerate(io.sent) if x[2] == EOS_STREAM)
     assert all(x[2] == EOS_STREAM for x in io.sent[first:])
     assert fw.metrics()["watermark"] == wm
+    encode_control(ControlTuple(Control.METRIC_RESP, {"request_id": 1, "worker": 5,
+                                                      "metrics": fw.metrics()}))  # fmt: skip
 
 
 def test_bolt_takes_the_minimum_fires_windows_and_passes_it_on():
@@ -164,7 +166,11 @@ def test_bolt_takes_the_minimum_fires_windows_and_passes_it_on():
     assert [r for _, _, r in io.tuples(stream=2)][-1] == [key, 100, 200, 1]
     fw.deliver(Inbound(a, EOS_STREAM, [EOS_PAYLOAD]))
     assert fw.watermark == math.inf and fw.done
-    assert fw.metrics()["watermark_closed"] == 1
+    metrics = fw.metrics()
+    assert metrics["watermark_closed"] == 1 and "watermark" not in metrics
+    # what METRIC_RESP can carry (msgpack numbers, no None): the wire's own check
+    encode_control(ControlTuple(Control.METRIC_RESP, {"request_id": 1, "worker": 5,
+                                                      "metrics": metrics}))  # fmt: skip
 
 
 def test_idle_input_stops_holding_the_watermark_back():

@@ -328,12 +328,12 @@ class WatermarkHandling:
     def _watermark_metrics(self) -> dict[str, Any]:
         w = self.watermark
         out: dict[str, Any] = {
-            # none yet, or +inf (every input finished: closed): None
-            "watermark": None if w is None or w == INF else int(w),
-            "watermark_closed": int(w == INF),
+            "watermark_closed": int(w == INF),  # +inf: every input finished
             "watermark_idle": int(self.wm_idle),
             "watermarks_sent": self.wm_sent,
         }
+        if w is not None and w != INF:  # METRIC_RESP carries numbers, not None
+            out["watermark"] = int(w)
         if self.wm_gen is not None:
             out["watermark_bad_time"] = self.wm_gen.bad
         if self._on_timer is not None:
