@@ -218,3 +218,23 @@ def test_watermark_from_unknown_sender_is_not_processed(multicast):
     fw.deliver(Inbound(999, EOS_STREAM, [watermark_payload(10**6, False, 0, 1)]))
     assert fw.watermark is None
     assert fw.io.stats.drops == {"not_upstream": 1}
+
+
+def test_watermark_waits_while_keys_move():
+    """A rescale: while tuples wait here for their keys' state, or keys leaving here have
+    not left, the watermark does not advance; it catches up once they have."""
+    from typhoon.runtime.migration import Migration
+
+    fw, io, phys = make("window")
+    a, b = (w.worker_id for w in phys.of_node("events"))
+    fw.holding = {3: 99}  # key group 3's state is on its way from worker 99
+    fw.deliver(Inbound(a, EOS_STREAM, [watermark_payload(300, False, 0, 1)]))
+    fw.deliver(Inbound(b, EOS_STREAM, [watermark_payload(200, False, 0, 1)]))
+    assert fw.watermark is None and watermarks(io) == []
+    fw.holding = {}
+    fw.migration = Migration(1, {5: 77}, {}, {(a, 1)})  # group 5 leaves after a's handoff
+    fw.watermark_released()
+    assert fw.watermark is None
+    fw.migration.shipped = True
+    fw.watermark_released()
+    assert fw.watermark == 200 and watermarks(io)[-1][2][0] == 200

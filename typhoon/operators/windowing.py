@@ -198,7 +198,9 @@ class Windows:
                 w = [s, e, new_acc(agg), 0]
                 windows.append(w)
             w[ACC] = add(agg, w[ACC], value)
-            if e <= wm:
+            # complete, or fired already: an update now (a window that moved here, or was
+            # restored, may have fired under a higher watermark than this worker's yet)
+            if e <= wm or w[FIRED]:
                 w[FIRED] = 1
                 out.append((s, e, value_of(agg, w[ACC])))
         return out if hit else None

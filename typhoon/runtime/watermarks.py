@@ -257,7 +257,19 @@ class WatermarkHandling:
         if self.wm_in.active(src):
             self._recompute_watermark()
 
+    def _holding(self) -> bool:
+        """A rescale moves keys: the watermark waits while tuples here wait for their keys'
+        state (it would overtake tuples sent before it), and while keys leaving here have
+        not left (their tuples after the handoff go to the new owner: a watermark that
+        came here after it does not cover them).  docs/windows.md."""
+        m = self.migration
+        return bool(
+            self.holding or self.holding_keys or (m is not None and m.leaving and not m.shipped)
+        )
+
     def _recompute_watermark(self) -> None:
+        if self._holding():
+            return  # the migration's end recomputes it
         live = self.pending_upstream & self.upstream
         if not live:
             return  # every input finished: end_of_input advances to +inf
@@ -283,6 +295,8 @@ class WatermarkHandling:
 
     def watermark_input_done(self) -> None:
         """Every input finished (not a drain): every window closes."""
+        if self._holding():
+            return  # once the held tuples ran (migration_tick)
         if self.watermark != INF and (
             self._on_watermark is not None or self._on_timer is not None or self.wm_in.channels
         ):
@@ -310,6 +324,13 @@ class WatermarkHandling:
         for sid, hops in groups:
             io.send_group(sid, hops, [watermark_payload(wm, idle, sid, 0)], stream=EOS_STREAM)
         self.wm_sent += len(unicast) + sum(len(h) for _, h in groups)
+
+    def watermark_released(self) -> None:
+        """The held tuples ran: the watermark catches up with what arrived meanwhile."""
+        if self.input_done and not self.draining:
+            self.watermark_input_done()
+        elif self.wm_in.channels:
+            self._recompute_watermark()
 
     def _reset_watermarks(self) -> None:
         """After a rollback: links start over; what was emitted before is redone."""
