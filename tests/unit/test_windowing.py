@@ -273,3 +273,16 @@ def test_validate_refuses_a_bad_window_with_exit_2():
     assert done.returncode == 2
     want = (bad / "window_slide_larger_than_size.expected").read_text().strip()
     assert done.stderr.strip() == f"error: {want}"
+
+
+def test_validate_shows_a_spouts_watermark():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cli = [sys.executable, "-m", "typhoon_cli", "validate", "topologies/windows.yaml"]
+    done = subprocess.run(cli, cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    spout = next(line for line in done.stdout.splitlines() if "spout events" in line)
+    assert "watermark={'time_field': 'ts', 'out_of_order_ms': 200" in spout
