@@ -105,3 +105,61 @@ def test_windows_stay_exact_through_a_rescale(cluster):
         got[(key, start, end)] = value
     assert got == want
     assert report["results"]["too_late"]["tuples"] == []
+
+
+JOIN = """
+name: joinsdn
+config: {placement: spread}
+spouts:
+  - id: bids
+    operator: event_source
+    args: {count: 3000, seed: 5, keys: 4, step_ms: 1, disorder_ms: 20, rate: 3000}
+    watermark: {time_field: ts, out_of_order_ms: 20, interval_ms: 20}
+  - id: asks
+    operator: event_source
+    args: {count: 1500, seed: 6, keys: 4, step_ms: 2, disorder_ms: 10, rate: 1500}
+    watermark: {time_field: ts, out_of_order_ms: 10, interval_ms: 20}
+bolts:
+  - id: join
+    operator: window_join
+    args: {left: bids, right: asks, left_key: key, right_key: key, left_time: ts,
+           right_time: ts, size_ms: 40}
+    parallelism: 3
+  - {id: results, operator: collect, args: {limit: 1000000}}
+streams:
+  - {from: bids, to: join, grouping: {type: fields, fields: [key]}}
+  - {from: asks, to: join, grouping: {type: fields, fields: [key]}}
+  - {from: join, to: results, grouping: global}
+"""
+
+
+def test_window_join_on_three_hosts(cluster):
+    """Two sources on two hosts, the join on three: every pair, once."""
+    from typhoon.operators.events import event
+    from typhoon.operators.windowing import window_starts
+    from typhoon.topology import load_topology_text
+
+    t = load_topology_text(JOIN, "join.yaml")
+    cluster.submit(t)
+    cluster.wait_active(t.name)
+    topology, reports = finish(cluster, t.name)
+    report = build_report(topology, reports)
+    assert report["ok"], report["problems"]
+    assert len({w["host"] for w in report["workers"] if w["node"] == "join"}) == 3
+    sides = []
+    for node in ("bids", "asks"):
+        args = t.nodes[node].args
+        by: dict = {}
+        for i in range(args["count"]):
+            values, _ = event(i, args)
+            for s in window_starts(values[1], 40, 40):
+                by.setdefault((values[0], s), []).append(values)
+        sides.append(by)
+    want = sorted(
+        [key, s, s + 40, lv, rv]
+        for (key, s), lefts in sides[0].items()
+        for lv in lefts
+        for rv in sides[1].get((key, s), [])
+    )
+    assert sorted(report["results"]["results"]["tuples"]) == want
+    assert report["results"]["join"]["pairs"] == len(want) > 10_000
