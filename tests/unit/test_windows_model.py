@@ -85,10 +85,13 @@ class Net:
             if fw.is_spout:
                 fw.control(ControlTuple(Control.ACTIVATE, {}))
 
-    def run(self, steps: int = 200_000) -> None:
+    def run(self, steps: int = 200_000, until=None) -> None:
+        """Until every worker finished and the links are empty (or ``until()``)."""
         rng = self.rng
         for _ in range(steps):
             busy = [k for k, q in self.links.items() if q]
+            if until is not None and until():
+                return
             if all(fw.done for fw in self.fws.values()) and not busy:
                 return
             self.now += rng.choice([0.0, 0.0005, 0.002])
