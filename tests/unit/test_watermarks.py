@@ -238,3 +238,37 @@ def test_watermark_waits_while_keys_move():
     fw.migration.shipped = True
     fw.watermark_released()
     assert fw.watermark == 200 and watermarks(io)[-1][2][0] == 200
+
+
+def test_processing_clock_spout_sends_its_wall_clock(monkeypatch):
+    """``clock: processing``: the source's wall clock minus out_of_order_ms, sent every
+    interval while the source is active, whether or not it emitted."""
+    from typhoon.runtime import watermarks as wmod
+
+    text = PIPELINE.replace(
+        "watermark: {time_field: ts, out_of_order_ms: 40, interval_ms: 1, idle_timeout_ms: 100}",
+        "watermark: {clock: processing, out_of_order_ms: 250, interval_ms: 100}",
+    )
+    topo = load_topology_text(text, "t.yaml")
+    assert topo.nodes["events"].watermark["clock"] == "processing"
+    phys = schedule(topo, ["h1"], 7)
+    wid = phys.of_node("events")[0].worker_id
+    io = Recorder()
+    fw = Framework(WorkerSpec(topo, phys, wid, batch_size=1000),
+                   resolve_operator("event_source")(count=10), io)  # fmt: skip
+    wall = [1_000.0]
+    monkeypatch.setattr(wmod.time, "time", lambda: wall[0])
+    fw.tick()
+    assert watermarks(io) == []  # not active yet
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.tick()
+    assert {w[:2] for _, _, w in watermarks(io)} == {(1_000_000 - 250, False)}
+    n = len(watermarks(io))
+    wall[0] += 0.05
+    fw.now += 0.05
+    fw.tick()
+    assert len(watermarks(io)) == n  # within the interval
+    wall[0] += 0.1
+    fw.now += 0.1
+    fw.tick()
+    assert {w[0] for _, _, w in watermarks(io)[n:]} == {1_000_150 - 250}
