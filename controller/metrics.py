@@ -52,6 +52,8 @@ WORKER_COUNTERS = [
     ("seq_gaps", "seq_gaps", "Gaps in link sequence numbers (frames NACKed).", 1.0),
     ("retransmitted_frames", "retransmitted", "Frames sent again after a NACK.", 1.0),
     ("credit_stalls", "credit_stalls", "Times a sender waited for flow-control credit.", 1.0),
+    ("window_late_tuples", "window_late", "Tuples too late for every window (stream late).", 1.0),
+    ("window_bad_time_tuples", "window_bad_time", "Tuples dropped: time not a number.", 1.0),
 ]
 # (metric suffix, METRIC_RESP key, help, scale): gauges of a worker
 WORKER_GAUGES = [
@@ -63,6 +65,10 @@ WORKER_GAUGES = [
     ("active", "active", "1 once a source was activated.", 1.0),
     ("done", "done", "1 once the worker finished its input.", 1.0),
     ("last_report_timestamp_seconds", "time", "Wall time of the last METRIC_RESP.", 1.0),
+    # docs/windows.md: in the time field's unit (milliseconds by convention)
+    ("watermark", "watermark", "Event-time watermark (time field units, ms).", 1.0),
+    ("watermark_closed", "watermark_closed", "1 once every input finished (+inf).", 1.0),
+    ("watermark_idle", "watermark_idle", "1 while every input of the worker is idle.", 1.0),
 ]
 
 

@@ -325,6 +325,8 @@ class TyphoonRest(ControllerBase):
                     "out": m.get("out", {}),
                     "queue": m.get("queue"),
                     "rate": rates.get(w.worker_id, {}),
+                    # event time (docs/windows.md): None before the first watermark
+                    **{k: m[k] for k in ("watermark", "watermark_closed") if k in m},
                 }
             )
         reconfig = self.core.reconfigs.get(name)

@@ -273,18 +273,29 @@ def _show_status(args: argparse.Namespace, s: dict[str, Any], out: TextIO) -> in
     for st in s["streams"]:
         keys = f" on {','.join(st['fields'])}" if st["fields"] else ""
         print(f"  stream {st['id']}: {st['from']} -> {st['to']} [{st['policy']}{keys}]", file=out)
-    print("  worker  node          host  port  state     role      in/s       out/s", file=out)
+    event_time = any("watermark" in w or "watermark_closed" in w for w in s["workers"])
+    print("  worker  node          host  port  state     role      in/s       out/s"
+          + ("  watermark" if event_time else ""), file=out)  # fmt: skip
     for w in s["workers"]:
         r = w.get("rate") or {}
         print(
             f"  {w['worker']:>6}  {w['node'][:12]:<12}  {w['host']:<4}  {w['port']:>4}  "
-            f"{w['state']:<8}  {w['role']:<8}  {r.get('in', 0):>9,.0f}  {r.get('out', 0):>10,.0f}",
+            f"{w['state']:<8}  {w['role']:<8}  {r.get('in', 0):>9,.0f}  {r.get('out', 0):>10,.0f}"
+            + (f"  {_watermark(w)}" if event_time else ""),
             file=out,
         )
     rc = s.get("reconfig")
     if rc:
         print(f"  last reconfiguration {rc['id']}: {rc['request']} -> {rc['state']}", file=out)
     return 0
+
+
+def _watermark(w: dict[str, Any]) -> str:
+    """A worker's event-time watermark for ``status``: +inf once every input finished."""
+    if w.get("watermark_closed"):
+        return "+inf"
+    wm = w.get("watermark")
+    return "-" if wm is None else str(wm)
 
 
 def cmd_kill(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

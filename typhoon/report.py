@@ -22,6 +22,17 @@ from typhoon.operators.sinks import SequenceCheck
 from typhoon.operators.sources import SequenceSource
 from typhoon.topology.model import Node, Topology, WorkerAssignment
 
+# event time (docs/windows.md): a worker's watermark and what its windows dropped
+WATERMARK_METRICS = (
+    "watermark",
+    "watermark_closed",
+    "watermark_idle",
+    "watermark_bad_time",
+    "window_bad_time",
+    "window_bad_value",
+    "window_late",
+)
+
 
 def _is(node: Node, base: type) -> bool:
     """Is the node's operator ``base`` or a subclass of it?  By class, not by name, so
@@ -354,6 +365,7 @@ def build_report(
                 ),
                 # keyed state: key groups owned, keys held, the last migration's figures
                 **({"keyed": m["keyed"]} if "keyed" in m else {}),
+                **{k: m[k] for k in WATERMARK_METRICS if k in m},
                 # key-pair statistics (config: locality), for locality-aware routing
                 **(
                     {"pairs": m["pairs"], "pairs_sampled": m["pairs_sampled"]}

@@ -97,6 +97,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"  {node.kind:5} {node.name}: {node.operator} x{node.parallelism}"
             f" ({node.engine}{', stateful' if node.stateful else ''})"
             f" fields={list(node.output_fields)}"
+            + (f" watermark={node.watermark}" if node.watermark else "")
         )
     for s in topo.streams:
         extra = f" on {list(s.grouping.fields)}" if s.grouping.fields else ""

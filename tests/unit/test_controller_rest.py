@@ -193,6 +193,11 @@ def test_submit_status_list_and_kill(app, core):
     assert s["streams"] == [
         {"id": 1, "from": "source", "to": "sink", "policy": "shuffle", "fields": []}
     ]
+    assert all("watermark" not in w for w in s["workers"])  # no event time: no column
+    sink = s["workers"][1]["worker"]
+    core.coordinator.put_metrics("fwd", sink, {"watermark": 900, "watermark_closed": 0})
+    s = call(app, "GET", "/apps/fwd")[1]
+    assert (s["workers"][1]["watermark"], s["workers"][1]["watermark_closed"]) == (900, 0)
     assert call(app, "DELETE", "/apps/other") == (200, {"killed": "other"})
     assert call(app, "DELETE", "/apps/other")[0] == 404
 

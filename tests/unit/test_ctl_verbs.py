@@ -220,3 +220,17 @@ def test_locality_verb_reports_a_failed_run_and_a_missing_app(controller, capsys
     assert code == 1 and "locality run failed: no pairs" in err
     code, _, err = typhoon(capsys, "locality", "x", "--controller", controller.url)
     assert code == 2 and "is apps/locality_router.py loaded?" in err
+
+
+def test_status_shows_each_workers_watermark(controller, capsys):
+    workers = [
+        {**STATUS["workers"][0], "watermark": 1500, "watermark_closed": 0},
+        {**STATUS["workers"][0], "worker": 10, "watermark": None, "watermark_closed": 1},
+        {**STATUS["workers"][0], "worker": 11, "watermark": None, "watermark_closed": 0},
+    ]
+    controller.docs["/typhoon/apps/wc"] = {**STATUS, "workers": workers}
+    code, out, _ = typhoon(capsys, "status", "wc", "--controller", controller.url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].endswith("watermark")
+    assert [line.split()[-1] for line in lines[3:6]] == ["1500", "+inf", "-"]

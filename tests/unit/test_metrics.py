@@ -258,3 +258,14 @@ def test_every_dashboard_query_names_metrics_the_collector_exports(core):
         assert name in used
     variables = {v["name"]: v for v in dash["templating"]["list"]}
     assert re.findall(r"\btyphoon_[a-z_]+\b", variables["app"]["definition"])[0] in exported
+
+
+def test_event_time_watermark_per_worker(core):
+    """docs/windows.md: a worker's watermark and its windows' drops, where it has them."""
+    one, two = core.ids[("sink", 0)], core.ids[("sink", 1)]
+    core.worker_metrics["fwd"][one].update(watermark=12_345, watermark_closed=0, window_late=3)
+    core.worker_metrics["fwd"][two].update(watermark=None, watermark_closed=1)
+    m = scrape(core)
+    assert m["typhoon_worker_watermark"] == {labels(core, "sink", 0): 12_345}
+    assert m["typhoon_worker_watermark_closed"][labels(core, "sink", 1)] == 1
+    assert m["typhoon_worker_window_late_tuples_total"] == {labels(core, "sink", 0): 3}

@@ -42,7 +42,7 @@ def test_unknown_key_without_close_match_lists_allowed_keys() -> None:
     doc = {"name": "t", "spouts": [{"id": "s", "operator": "x", "zzz": 1}]}
     assert problem(doc) == (
         "unknown key 'zzz' in spout 's' (expected: args, className, config, engine, id, "
-        "operator, parallelism, stateful)"
+        "operator, parallelism, stateful, watermark)"
     )
 
 

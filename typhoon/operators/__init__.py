@@ -11,13 +11,16 @@ import importlib
 
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
+from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
+from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
 from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
+from typhoon.operators.windows import WindowAggregate
 
 __all__ = [
     "BUILTINS",
@@ -58,6 +61,9 @@ BUILTINS: dict[str, type[Operator]] = {
     "count_forward": CountForward,
     "running_count": RunningCount,
     "max_by_key": MaxByKey,
+    "window_aggregate": WindowAggregate,
+    "event_source": EventSource,
+    "window_join": WindowJoin,
 }
 
 

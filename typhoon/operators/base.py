@@ -46,10 +46,29 @@ class Context:
     input_fields: list[str] = field(default_factory=list)
     output_fields: list[str] = field(default_factory=list)
     operator: str = ""
+    # every input node -> the fields it produces (a node with several inputs, a join)
+    input_nodes: dict[str, list[str]] = field(default_factory=dict)
     # the framework's keyed state of this worker (typhoon.runtime.keyed_state.KeyedStates);
     # None when the node's input is not key-routed
     keyed: Any = field(default=None, repr=False, compare=False)
     keyed_declared: bool = False  # the operator class says ``keyed = True``
+    # the framework's event-time timers (typhoon.runtime.timers.Timers)
+    timers: Any = field(default=None, repr=False, compare=False)
+
+    def timer(self, ts: float, key: Any = None) -> None:
+        """Call ``on_timer(ts, key, emit)`` once the watermark reaches ``ts``.
+
+        With a ``key`` (a key of this worker's keyed state) the timer moves and is
+        checkpointed with the key; without, it belongs to the worker
+        (docs/windows.md)."""
+        if self.timers is None:
+            raise TypeError(f"'{self.node}' has no event-time timers here")
+        if key is not None and not self.keyed_declared:
+            raise TypeError(
+                f"operator '{self.operator}' of '{self.node}' sets a keyed timer but its class "
+                "does not declare keyed = True (keyed timers move with the keyed state)"
+            )
+        self.timers.add(ts, key)
 
     def keyed_state(self, name: str, default: Any = None) -> Any:
         """A mutable mapping of this worker's keys (see the module docstring).

@@ -54,7 +54,8 @@ LEAVING_PAYLOAD = msgpack.packb([["eos", "leaving"]], use_bin_type=True)
 
 def punctuation(payload: bytes) -> tuple[str, int, int]:
     """``(kind, a, b)`` of a stream-0 entry: ``eos`` (1: leaving), ``anchor`` (epoch), ``mark``
-    (generation, epoch; -1 = from the start) or ``handoff`` (stream, migration).
+    (generation, epoch; -1 = from the start), ``handoff`` (stream, migration) or ``wm``
+    (a watermark: its fields come from ``typhoon.runtime.watermarks.parse_watermark``).
     Anything else is ``("", 0, 0)``."""
     try:
         rows = decode_value(payload)  # strict, like every decoder of received bytes
@@ -64,6 +65,8 @@ def punctuation(payload: bytes) -> tuple[str, int, int]:
         return ("", 0, 0)
     if kind == "eos":  # ["eos", "leaving"]: the sender leaves this link for good
         return ("eos", int(len(row) > 1 and row[1] == "leaving"), 0)
+    if kind == "wm":  # a watermark (typhoon.runtime.watermarks.parse_watermark)
+        return ("wm", 0, 0)
     if kind == "anchor" and len(row) == 2 and type(row[1]) is int:
         return ("anchor", row[1], 0)
     if kind in ("mark", "handoff") and len(row) == 3 and type(row[1]) is int:

@@ -161,6 +161,7 @@ class ControlHandling:
             "max_delay_ms": round(self.max_delay * 1000.0, 3),
             "time": time.time(),
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
+            **(self._watermark_metrics() if self._event_time() else {}),
             **(self._migration_metrics() if self.keyed is not None else {}),
             **(self._op_metrics() if self._op_metrics is not None else {}),
             **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),

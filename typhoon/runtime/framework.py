@@ -43,7 +43,9 @@ from typhoon.runtime.output import OutputBatching, rows_in
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.timers import Timers
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
+from typhoon.runtime.watermarks import WatermarkHandling
 from typhoon.topology.routing import Route, routes_for, upstream_of
 from typhoon.wire import WireError, entry_capacity, unpack_rows
 
@@ -57,15 +59,21 @@ SLICE_S = 0.01
 
 
 class Framework(
-    OutputBatching, ControlHandling, GuaranteedProcessing, KeyedCheckpoints, KeyedMigration
+    OutputBatching,
+    ControlHandling,
+    GuaranteedProcessing,
+    KeyedCheckpoints,
+    KeyedMigration,
+    WatermarkHandling,
 ):
     """Routing state, batching, control tuples and metrics of one worker.
 
     Output (:mod:`typhoon.runtime.output`), control tuples and metrics
     (:mod:`typhoon.runtime.control`), guaranteed processing
     (:mod:`typhoon.runtime.guarantee`), key groups that move
-    (:mod:`typhoon.runtime.migration`) and checkpoints across their moves
-    (:mod:`typhoon.runtime.keyed_cut`) are mixins, each in its own module.
+    (:mod:`typhoon.runtime.migration`), checkpoints across their moves
+    (:mod:`typhoon.runtime.keyed_cut`) and event-time watermarks
+    (:mod:`typhoon.runtime.watermarks`) are mixins, each in its own module.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class Framework(
         self.node = node
         self.is_spout = node.kind == "spout"
         self.stream_names = {s.id: s.name for s in topo.outputs_of(me.node)}
+        self.input_node = {s.id: s.src for s in topo.inputs_of(me.node)}  # stream -> sender node
         self.routers: dict[int, Router] = {}
         self.routes: dict[str, list[Router]] = {}
         # every receiver a stream ever had: each must get end of stream, even one that a
@@ -161,12 +170,17 @@ class Framework(
             index=me.index,
             parallelism=len(spec.physical.active_of_node(node.name)),
             input_fields=self._input_fields(),
+            input_nodes={
+                s.src: list(topo.nodes[s.src].output_fields) for s in topo.inputs_of(node.name)
+            },
             output_fields=list(node.output_fields),
             operator=node.operator,
             keyed=self.keyed,
             keyed_declared=bool(getattr(operator, "keyed", False)),
+            timers=Timers(self.keyed, node.operator, node.name),
         )
         operator.open(self.context)
+        self._init_watermarks()
         self._init_migration(store)
         self._init_keyed_cut()
         self._init_guarantee(store)
@@ -244,8 +258,12 @@ class Framework(
             self.io.stats.drop("after_eos", sum(map(rows_in, item.payloads)))
             return
         self.last_input = self.now
+        if self.wm_in.idle:  # an idle input that sends again holds the watermark again
+            self._wm_data_from(src)
         if getattr(self.op, "sees_sender", False):  # a checking sink (key_origins) learns who
             self.op.sender = src  # sent these rows
+        if getattr(self.op, "sees_input", False):  # a join learns which input they are on
+            self.op.input = self.input_node.get(item.stream, "")
         good = 0
         t0 = time.perf_counter_ns()
         for p in item.payloads:
@@ -332,7 +350,10 @@ class Framework(
         self.finished_upstream.add(src)
         if not self.pending_upstream and not self.is_spout and not self.done:
             log.info("worker %d: every upstream worker finished", self.worker_id)
+            self.watermark_input_done()  # +inf: every window closes
             self.end_of_input()
+        elif self.wm_in.channels and not self.done:
+            self._recompute_watermark()  # a finished link no longer holds it back
 
     def end_of_input(self) -> None:
         """No more input: finish now, or once the operator's pump has nothing in flight."""
@@ -362,12 +383,20 @@ class Framework(
                 return
             self.tokens -= n
         t0 = time.perf_counter_ns()
-        if self._next_rows is not None:
-            more = self._next_rows(self.emit_rows, n)
+        if self.wm_gen is not None:
+            emit, emit_rows = self.wm_emitters()
+            before = sum(r.emitted for r in self.routers.values()) + self.unrouted
         else:
-            more = self.op.next_batch(self.emit, n)
+            emit, emit_rows = self.emit, self.emit_rows
+        if self._next_rows is not None:
+            more = self._next_rows(emit_rows, n)
+        else:
+            more = self.op.next_batch(emit, n)
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += n
+        if self.wm_gen is not None:
+            after = sum(r.emitted for r in self.routers.values()) + self.unrouted
+            self.spout_watermark(after > before)
         if not more:
             self.exhausted = True
             log.info("worker %d: source exhausted", self.worker_id)
@@ -406,6 +435,8 @@ class Framework(
         """Periodic work of the event loop: operator pump, batches due, drain completion."""
         if self.migration is not None:
             self.migration_tick()
+        if self.wm_gen is not None:
+            self.spout_watermark(False)  # a clock, or an idle source, moves without tuples
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
             if self.deferred:

@@ -101,6 +101,8 @@ class GuaranteedProcessing:
             if self.ckpt is None:
                 if kind == "handoff":
                     self._handoff_from(src, a, b)
+                elif kind == "wm":
+                    self._watermark_from(src, p)
                 elif kind in ("eos", ""):  # without a guarantee stream 0 carries EOS
                     self._eos_from(src)
                 continue
@@ -118,6 +120,8 @@ class GuaranteedProcessing:
                 self._anchor_from(src, a)
             elif kind == "handoff":
                 self._handoff_from(src, a, b)
+            elif kind == "wm":
+                self._watermark_from(src, p)
             elif kind == "eos":
                 self._eos_from(src)
                 self._align()
@@ -157,6 +161,8 @@ class GuaranteedProcessing:
             "worker": self.worker_id,
             "state": self.op.snapshot(),
         }
+        if self.context.timers.plain:
+            state["timers"] = self.context.timers.snapshot()  # keyed ones are keyed state
         if self.keyed is not None and self.keyed.stores:
             state["keyed"] = self.keyed.pack()  # names the key whose state cannot be packed
         if self.is_spout:
@@ -261,6 +267,7 @@ class GuaranteedProcessing:
         node = self.node
         if self.keyed is not None:
             self.keyed.reset()  # the new instance opens over empty mappings, then restores
+        self.context.timers.restore(None)
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
         self._process_batch = batch_hook(self.op)
@@ -269,6 +276,7 @@ class GuaranteedProcessing:
         self._op_metrics = getattr(self.op, "metrics", None)
         self._anchor_ready = getattr(self.op, "anchor_ready", None)
         self._restore(epoch)
+        self._reset_watermarks()
         self.next_anchor_at = self.now + self.interval
         if self.started:
             self._mark(self._targets())
@@ -281,6 +289,7 @@ class GuaranteedProcessing:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
             self.op.restore(saved.get("state"))
+            self.context.timers.restore(saved.get("timers"))
             if self.keyed is not None:
                 self._restore_keyed(epoch, saved)  # each key on its current owner
             if self.is_spout:

@@ -175,6 +175,8 @@ class KeyedMigration:
         for k in m.keys_out:
             self.keyed.pinned[k] = False
         m.shipped = True
+        if not self._holding():
+            self.watermark_released()  # held while the leaving keys were still here
         log.info(
             "worker %d: key groups %s left for %s (%d bytes)",
             self.worker_id, sorted(m.out), sorted(by_dst), m.moved_bytes,
@@ -247,6 +249,8 @@ class KeyedMigration:
             self.held_rows = [h for h in self.held_rows if h[0] != src]
             if release:
                 self._run(release)
+        if not self._holding():
+            self.watermark_released()
         if not m.waiting:
             m.pause_s = time.monotonic() - m.started
             self._migration_done()

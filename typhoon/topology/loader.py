@@ -71,6 +71,7 @@ class _Builder:
         )
         self.check_graph(topo)
         self.compute_fields(topo)
+        self.check_watermarks(topo)
         self.check_guarantee(topo)
         self.check_locality(topo)
         self.check_keyed(topo)
@@ -84,7 +85,18 @@ class _Builder:
             if not node.keyed:
                 continue
             widths = set()
+            key_fields = getattr(self.classes[node.name], "key_fields", None)
             for s in topo.inputs_of(node.name):
+                wanted = key_fields(node.args, s.src) if key_fields is not None else None
+                if s.grouping.type == "fields" and wanted and list(s.grouping.fields) != wanted:
+                    raise TopologyError(
+                        self.filename,
+                        s.line,
+                        f"stream '{s.src}' -> '{node.name}' groups on "
+                        f"[{', '.join(s.grouping.fields)}], but operator '{node.operator}' of "
+                        f"'{node.name}' keeps its state per [{', '.join(wanted)}] (its 'key'); "
+                        "group on the same fields",
+                    )
                 if s.grouping.type not in _KEYED:
                     raise TopologyError(
                         self.filename,
@@ -101,6 +113,35 @@ class _Builder:
                     node.line,
                     f"the inputs of '{node.name}' group on different numbers of fields; keyed "
                     "state needs keys of one shape",
+                )
+
+    def check_watermarks(self, topo: Topology) -> None:
+        """Watermarks come from spouts, from a time field they emit or from their clock."""
+        for node in topo.nodes.values():
+            spec = node.watermark
+            if not spec:
+                continue
+            at = self.paths[node.name] + ("watermark",)
+            if node.kind != "spout":
+                raise self.fail(
+                    at,
+                    f"bolt '{node.name}' has a 'watermark', but watermarks start at spouts "
+                    "(a bolt's watermark is the minimum of its inputs')",
+                )
+            clock = spec.get("clock", "event")
+            field = spec.get("time_field")
+            if clock == "event" and field is None:
+                raise self.fail(
+                    at,
+                    f"the watermark of spout '{node.name}' needs 'time_field' (the field of its "
+                    "tuples that holds the event time) or 'clock: processing'",
+                )
+            if field is not None and field not in node.output_fields:
+                have = ", ".join(node.output_fields) or "no fields"
+                raise self.fail(
+                    at + ("time_field",),
+                    f"the watermark of spout '{node.name}' reads time field '{field}', which "
+                    f"'{node.name}' does not produce (it produces: {have})",
                 )
 
     def check_locality(self, topo: Topology) -> None:
@@ -152,6 +193,7 @@ class _Builder:
                     line=self.line(path),
                     config=dict(item.get("config") or {}),
                     keyed=bool(getattr(self.classes[name], "keyed", False)),
+                    watermark=dict(item.get("watermark") or {}),
                 )
                 self.optional[name] = bool(getattr(self.classes[name], "keyed_optional", False))
         return nodes
@@ -312,9 +354,12 @@ class _Builder:
                             f"stream '{s.src}' -> '{name}' groups on field "
                             f"'{f}', which '{s.src}' does not produce (it produces: {have})",
                         )
-            node.output_fields = tuple(self.output_fields(node, input_fields))
+            by_src = {s.src: list(topo.nodes[s.src].output_fields) for s in inputs}
+            node.output_fields = tuple(self.output_fields(node, input_fields, by_src))
 
-    def output_fields(self, node: Node, input_fields: list[str]) -> list[str]:
+    def output_fields(
+        self, node: Node, input_fields: list[str], inputs: dict[str, list[str]]
+    ) -> list[str]:
         cls = self.classes[node.name]
         path = self.paths[node.name] + ("args",)
         bad = f"{node.kind} '{node.name}': bad args for operator '{node.operator}'"
@@ -322,6 +367,9 @@ class _Builder:
         if problem:
             raise self.fail(path, f"{bad}: {problem}")
         try:
+            check_inputs = getattr(cls, "check_inputs", None)
+            if check_inputs is not None:  # an operator of several inputs (window_join)
+                check_inputs(node.args, inputs)
             return list(cls.output_fields(node.args, input_fields))
         except (ValueError, TypeError) as e:
             raise self.fail(path, f"{bad}: {e}") from e

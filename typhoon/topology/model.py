@@ -51,6 +51,8 @@ class Node:
     # the operator keeps keyed state (Operator.keyed): its input must be key-routed, and a
     # rescale moves its key groups with their state instead of flushing (typhoon.topology.keygroups)
     keyed: bool = False
+    # a spout's event-time watermark settings (typhoon.runtime.watermarks.WatermarkSpec)
+    watermark: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

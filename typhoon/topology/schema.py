@@ -90,6 +90,18 @@ _NODE = {
         "parallelism": {"type": "integer", "minimum": 1},
         "engine": {"type": "string", "enum": list(ENGINES)},
         "stateful": {"type": "boolean"},
+        # a spout's event-time watermarks (typhoon/runtime/watermarks.py, docs/windows.md)
+        "watermark": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "time_field": {"type": "string", "minLength": 1},
+                "out_of_order_ms": {"type": "number", "minimum": 0},
+                "clock": {"type": "string", "enum": ["event", "processing"]},
+                "idle_timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+                "interval_ms": {"type": "number", "exclusiveMinimum": 0},
+            },
+        },
         # per-node settings; max_parallelism: key groups of the node (typhoon/topology/keygroups.py)
         "config": {
             "type": ["object", "null"],

@@ -1,0 +1,188 @@
+"""``window_join``: two streams joined on a key within event-time windows (docs/windows.md).
+
+Tuples of the ``left`` node and of the ``right`` node whose keys are equal and
+whose times fall in the same tumbling (``size_ms``) or sliding (``size_ms`` +
+``slide_ms``) window are emitted as ``[key, window_start, window_end, left,
+right]`` (the two whole tuples) once the watermark passes the window's end,
+each pair once per window.  Each key's windows are keyed state (they are
+checkpointed and move with the key).  A tuple whose every window already
+closed goes to the stream ``late`` as ``[key, time, time, left, right]`` with
+the other side None; a time that is not a number is counted and dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.windowing import WindowSpec, is_time, window_starts
+from typhoon.operators.windows import LATE_STREAM, _out_key
+
+LEFT, RIGHT = 0, 1
+
+
+class WindowJoin(Bolt):
+    """Pairs of ``left`` and ``right`` tuples with one key in one window."""
+
+    fields: ClassVar[tuple[str, ...]] = ("key", "window_start", "window_end", "left", "right")
+    keyed: ClassVar[bool] = True
+    sees_input: ClassVar[bool] = True  # the framework sets ``self.input`` (the sending node)
+
+    def __init__(
+        self,
+        left: str,
+        right: str,
+        left_key: str,
+        right_key: str,
+        left_time: str,
+        right_time: str,
+        size_ms: float,
+        slide_ms: float | None = None,
+    ) -> None:
+        super().__init__(
+            left=left,
+            right=right,
+            left_key=left_key,
+            right_key=right_key,
+            left_time=left_time,
+            right_time=right_time,
+            size_ms=size_ms,
+            slide_ms=slide_ms,
+        )
+        problem = WindowSpec(size_ms, slide_ms).problem()
+        if problem:
+            raise ValueError(problem)
+        if left == right:
+            raise ValueError("left and right must be two different nodes")
+        self.size = size_ms
+        self.slide = slide_ms or size_ms
+        self.input = ""
+        self.state: Any = {}
+        # node -> (side, time field index, key field index)
+        self.time_at: dict[str, tuple[int, int, int]] = {}
+        self.wm = float("-inf")
+        self.bad_time = 0
+        self.late = 0
+        self.pairs = 0
+        self.unknown_input = 0
+
+    @classmethod
+    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
+        """Each input must be grouped on its own key field."""
+        if src == args.get("left"):
+            return [args.get("left_key")]
+        if src == args.get("right"):
+            return [args.get("right_key")]
+        return None
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        return list(cls.fields)
+
+    @classmethod
+    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
+        """The two inputs are the ``left`` and ``right`` nodes, and have the fields named."""
+        for side in ("left", "right"):
+            node = args.get(side)
+            if node not in inputs:
+                have = ", ".join(sorted(inputs)) or "none"
+                raise ValueError(f"{side} '{node}' is not an input of this node (inputs: {have})")
+            for what in ("key", "time"):
+                field = args.get(f"{side}_{what}")
+                if field not in inputs[node]:
+                    raise ValueError(
+                        f"{side}_{what} '{field}' is not a field '{node}' produces "
+                        f"(it produces: {', '.join(inputs[node]) or 'no fields'})"
+                    )
+        if len(inputs) != 2:
+            raise ValueError(f"a join takes exactly two inputs, not {len(inputs)}")
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.state = context.keyed_state("join", default=dict)
+        fields = context.input_nodes
+        self.time_at = {
+            self.args[side]: (
+                i,
+                fields[self.args[side]].index(self.args[f"{side}_time"]),
+                fields[self.args[side]].index(self.args[f"{side}_key"]),
+            )
+            for i, side in ((LEFT, "left"), (RIGHT, "right"))
+        }
+
+    def process(self, values: list, emit: Emit) -> None:
+        at = self.time_at.get(self.input)
+        if at is None:
+            self.unknown_input += 1
+            return
+        side, ti, ki = at
+        ts = values[ti]
+        if not is_time(ts):
+            self.bad_time += 1
+            return
+        k = values[ki]  # each side's own key field: the same value hashes to the same group
+        windows = self.state[k]
+        hit = False
+        for s in window_starts(ts, self.size, self.slide):
+            end = s + self.size
+            if end <= self.wm:
+                continue
+            hit = True
+            w = windows.get(s)
+            if w is None:
+                w = windows[s] = [end, [], []]
+            w[1 + side].append(list(values))
+        if not hit:
+            self.late += 1
+            if not windows:
+                del self.state[k]
+            pair = [list(values), None] if side == LEFT else [None, list(values)]
+            emit([_out_key(k), ts, ts, *pair], LATE_STREAM)
+
+    def on_watermark(self, wm: float, emit: Emit) -> None:
+        """Every pair of each window the watermark closes; the window is then gone."""
+        if wm <= self.wm:
+            return
+        self.wm = wm
+        data = self.state.data
+        empty = []
+        for k, windows in data.items():
+            done = sorted(s for s, w in windows.items() if w[0] <= wm)
+            key = _out_key(k)
+            for s in done:
+                end, lefts, rights = windows.pop(s)
+                for lv in lefts:
+                    for rv in rights:
+                        emit([key, s, end, lv, rv])
+                self.pairs += len(lefts) * len(rights)
+            if not windows:
+                empty.append(k)
+        for k in empty:
+            del data[k]
+
+    def snapshot(self) -> Any:
+        return {
+            "wm": None if self.wm == float("-inf") else self.wm,
+            "counts": [self.bad_time, self.late, self.pairs, self.unknown_input],
+        }
+
+    def restore(self, state: Any) -> None:
+        if not state:
+            return
+        if state.get("wm") is not None:
+            self.wm = state["wm"]
+        self.bad_time, self.late, self.pairs, self.unknown_input = state["counts"]
+
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "window_bad_time": self.bad_time,
+            "window_late": self.late,
+            "join_pairs": self.pairs,
+        }
+
+    def result(self) -> dict[str, Any]:
+        return {"bad_time": self.bad_time, "late": self.late, "pairs": self.pairs}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {k: sum(r[k] for r in results) for k in ("bad_time", "late", "pairs")}
