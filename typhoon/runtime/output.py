@@ -42,7 +42,7 @@ class OutputBatching:
             self.unrouted += 1
             return
         for r in routers:
-            sid = r.route.stream
+            sid = r.sid
             r.emitted += 1
             if r.plain:  # unicast, receiver chosen here: the common case, _buffer inlined
                 dst = r.select(values)

@@ -3,19 +3,34 @@
 A :class:`Router` holds one output stream's routing state and picks the
 receiving worker(s) of each tuple.  The state is replaced wholesale by a
 ROUTING control tuple, so a policy change is one assignment in the worker.
+
+A fields router remembers the receiver of recent one-field keys (a key's group
+is a pure function of the key, its receiver a function of the group table,
+which a router never changes: a new table is a new router, with an empty
+cache), so a hot key costs one dict look-up instead of packing and hashing.
 """
 
 from __future__ import annotations
 
 import random
+from operator import itemgetter
 
 from typhoon.topology.keygroups import stable_hash
 from typhoon.topology.routing import Route
 
 LB_SLOTS = 256
+KEY_CACHE = 8192  # one-field keys whose receiver a fields router remembers (then it starts over)
+# Key types cached: values of two different types among these are never equal, so one
+# dict holds them all (True == 1 == 1.0 would share an entry yet pack differently).
+_CACHED_TYPES = frozenset((str, int, bytes))
 
 
 __all__ = ["LB_SLOTS", "Router", "stable_hash"]
+
+
+def _no_key(values: list) -> tuple:
+    """The key of a fields grouping without fields: the same for every tuple."""
+    return ()
 
 
 class Router:
@@ -27,7 +42,7 @@ class Router:
 
     __slots__ = (
         "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
-        "emitted", "switched", "plain", "groups", "g",
+        "emitted", "switched", "plain", "groups", "g", "sid", "key_of", "cache",
     )  # fmt: skip
 
     def __init__(self, route: Route, emitted: int = 0, switch_balancing: bool = False) -> None:
@@ -41,6 +56,10 @@ class Router:
         # the groups are the receivers themselves
         self.groups = list(route.groups) or list(self.hops)
         self.g = len(self.groups)
+        self.sid = route.stream
+        # the key fields of a tuple: the value itself for one field, a tuple for several
+        self.key_of = itemgetter(*self.fields) if self.fields else _no_key
+        self.cache: dict[str | int | bytes, int] = {}  # one-field key -> receiver
         self.broadcast = route.policy == "all"
         # the switch's select group picks the receiver (sdn policy, load-balancer app on)
         self.switched = route.policy == "sdn" and bool(route.balanced) and switch_balancing
@@ -55,7 +74,7 @@ class Router:
         if policy in ("shuffle", "sdn"):
             return self._round_robin
         if policy == "fields":
-            return self._fields
+            return self._field if len(self.fields) == 1 else self._fields
         if policy == "global":
             return self._first
         if policy == "local_or_shuffle":
@@ -81,7 +100,21 @@ class Router:
         return pool[self.counter % len(pool)]
 
     def _fields(self, values: list) -> int:
-        return self.groups[stable_hash([values[i] for i in self.fields]) % self.g]
+        return self.groups[stable_hash(self.key_of(values)) % self.g]
+
+    def _field(self, values: list) -> int:
+        """``_fields`` for one key field, with the receivers of recent keys remembered."""
+        key = self.key_of(values)
+        if type(key) not in _CACHED_TYPES:
+            return self.groups[stable_hash([key]) % self.g]
+        cache = self.cache
+        dst = cache.get(key)
+        if dst is None:
+            dst = self.groups[stable_hash([key]) % self.g]
+            if len(cache) >= KEY_CACHE:
+                cache.clear()
+            cache[key] = dst
+        return dst
 
     def _first(self, values: list) -> int:
         return self.hops[0]

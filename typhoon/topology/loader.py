@@ -18,8 +18,6 @@ import os
 from pathlib import Path as FilePath
 from typing import Any
 
-import networkx as nx
-
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.locality.settings import counting_nodes
 from typhoon.operators import BUILTINS, OperatorError, replayable, resolve_operator
@@ -309,6 +307,8 @@ class _Builder:
         return Grouping(gtype, fields, table), stream_name
 
     def check_graph(self, topo: Topology) -> None:
+        import networkx as nx  # here, not at the top: a worker imports this module, never calls it
+
         graph = nx.MultiDiGraph()
         graph.add_nodes_from(topo.nodes)
         for s in topo.streams:

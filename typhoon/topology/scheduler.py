@@ -23,8 +23,6 @@ import math
 import zlib
 from collections.abc import Collection
 
-import networkx as nx
-
 from .model import PhysicalTopology, Topology, WorkerAssignment
 
 MAX_ID = 0xFFFE  # worker and application IDs are 16-bit; 0 and 0xFFFF stay reserved
@@ -44,6 +42,8 @@ def app_id_for(name: str) -> int:
 
 def topological_order(topology: Topology) -> list[str]:
     """Node names, sources first; ties keep file order so the result never varies."""
+    import networkx as nx  # here, not at the top: workers import this module, never call it
+
     graph = nx.DiGraph()
     graph.add_nodes_from(topology.nodes)
     graph.add_edges_from((s.src, s.dst) for s in topology.streams)
