@@ -50,6 +50,7 @@ class Context:
     # None when the node's input is not key-routed
     keyed: Any = field(default=None, repr=False, compare=False)
     keyed_declared: bool = False  # the operator class says ``keyed = True``
+    guarantee: str = "none"  # config: guarantee (connectors choose how they commit by it)
 
     def keyed_state(self, name: str, default: Any = None) -> Any:
         """A mutable mapping of this worker's keys (see the module docstring).

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgpack
 
+from typhoon.checkpoint import checkpoint_settings
 from typhoon.operators.base import Context, Operator
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
@@ -160,6 +161,7 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
             operator=node.operator,
             keyed=self.keyed,
             keyed_declared=bool(getattr(operator, "keyed", False)),
+            guarantee=checkpoint_settings(topo).guarantee,
         )
         operator.open(self.context)
         self._init_migration(store)
@@ -397,6 +399,8 @@ class Framework(OutputBatching, ControlHandling, GuaranteedProcessing, KeyedMigr
         """Periodic work of the event loop: operator pump, batches due, drain completion."""
         if self.migration is not None:
             self.migration_tick()
+        if self.ckpt is not None:
+            self.poll_complete()
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
             if self.deferred:
