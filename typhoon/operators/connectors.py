@@ -129,7 +129,11 @@ class SplitSource(Spout):
         self.positions = {s: self.initial_position(s) for s in self.splits}
 
     def offset(self) -> dict[str, Any]:
-        return {"positions": dict(self.positions), "emitted": self.emitted}
+        return {
+            "positions": dict(self.positions),
+            "emitted": self.emitted,
+            "dropped": dict(self.drops.counts),
+        }
 
     def seek(self, offset: Any) -> None:
         positions = offset.get("positions") if isinstance(offset, dict) else None
@@ -140,6 +144,7 @@ class SplitSource(Spout):
             )
         self.positions = dict(positions)
         self.emitted = int(offset.get("emitted", 0))
+        self.drops = Drops(dict(offset.get("dropped") or {}))
 
     def next_batch(self, emit: Emit, max_count: int) -> bool:
         live = [s for s in self.splits if not self.ended(s, self.positions[s])]
