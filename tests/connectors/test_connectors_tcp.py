@@ -141,6 +141,7 @@ def test_redis_to_postgres_exactly_once_survives_sigkills(
                     return
                 time.sleep(0.02)
             at_kill.append(committed())
+            at_kill.append(sent())
             for node in victims:
                 wid = cluster.physical.of_node(node)[0].worker_id
                 cluster.procs[wid].send_signal(signal.SIGKILL)
@@ -153,6 +154,7 @@ def test_redis_to_postgres_exactly_once_survives_sigkills(
     finally:
         cluster.close()
     assert at_kill and at_kill[0] > 0, "no rows committed mid-run before the kill"
+    assert at_kill[1] < sentences, at_kill  # the source was still sending
     assert len(cluster.recovered) == len(victims), cluster.recovered
     assert report["ok"], report["problems"]
     appended_rows_exact(postgres_server, want)

@@ -209,6 +209,7 @@ class TransactionalSink(Bolt):
         self.written = 0  # rows committed by this instance
         self.commits = 0
         self.fresh = True  # no restore so far: a new submission, not a replacement
+        self.last_closed = -1  # newest epoch pre-committed
         self.drops = Drops()
 
     def write(self, rows: list[list]) -> int:
@@ -268,9 +269,11 @@ class TransactionalSink(Bolt):
     def anchor_ready(self, epoch: int) -> bool:
         """Pre-commit: the snapshot just taken holds the open rows, now epoch ``epoch``'s."""
         self._start()
-        if self.two_phase:
+        # called again until it answers True (held anchors): close the epoch only once
+        if self.two_phase and epoch not in self.closed and epoch > self.last_closed:
             self.closed[epoch] = self.open_rows
             self.open_rows = []
+            self.last_closed = epoch
         return True
 
     def rewind(self, generation: int, epoch: int | None) -> None:
@@ -285,6 +288,7 @@ class TransactionalSink(Bolt):
         if self.open_rows:  # the rows before anchor ``epoch``: that epoch's
             self.closed[epoch] = self.open_rows
             self.open_rows = []
+        self.last_closed = epoch
         done = self.committed_epoch()
         if done is not None:
             self.closed = {e: r for e, r in self.closed.items() if e > done}
