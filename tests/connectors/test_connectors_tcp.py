@@ -194,3 +194,46 @@ def test_a_server_down_at_submit_is_one_sentence_and_exit_2(redis_server, postgr
         f"error: node 'sink': postgres_sink: there is no table 'word_counts' at "
         f"127.0.0.1:{postgres_server.port}/postgres"
     ), line
+
+
+def test_a_postgres_restart_mid_run_costs_nothing(
+    redis_server, postgres_server, tmp_path, monkeypatch
+):
+    """PostgreSQL is stopped and started again mid-run (after rows were committed): the
+    sinks retry on new connections and the table is the reference exactly."""
+    sentences = 6000
+    want = fill(redis_server, "sentences", sentences, seed=9)
+    table(postgres_server, "word_counts", "word text NOT NULL, n bigint NOT NULL")
+    t = job(redis_server, postgres_server, "rpgre", "exactly_once", tmp_path / "ck", monkeypatch)
+    t.nodes["source"].args["rate"] = 1500
+    cluster = TcpCluster(t, RunOptions(live=False, timeout=180), workdir=tmp_path / "run")
+    restarted: list[int] = []
+    try:
+        cluster.start()
+        cluster.activate()
+        source_id = cluster.physical.of_node("source")[0].worker_id
+
+        def sent() -> int:
+            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
+
+        def restart() -> None:
+            deadline = time.monotonic() + 60
+            while sent() < sentences // 4:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.02)
+            postgres_server.stop()
+            restarted.append(sent())
+            postgres_server.start()
+
+        restarter = threading.Thread(target=restart)
+        restarter.start()
+        clean = cluster.wait()
+        restarter.join()
+        report = cluster.report(clean)
+    finally:
+        cluster.close()
+    assert restarted and restarted[0] < sentences, restarted  # mid-run
+    assert report["ok"], report["problems"]
+    assert not cluster.recovered  # the sinks waited; nothing had to be recovered
+    appended_rows_exact(postgres_server, want)
