@@ -236,4 +236,6 @@ def test_a_postgres_restart_mid_run_costs_nothing(
     assert restarted and restarted[0] < sentences, restarted  # mid-run
     assert report["ok"], report["problems"]
     assert not cluster.recovered  # the sinks waited; nothing had to be recovered
+    logs = "".join(p.read_text() for p in (tmp_path / "run").glob("worker-*.log"))
+    assert "on 127.0.0.1" in logs and "retrying in" in logs  # a sink met the restart
     appended_rows_exact(postgres_server, want)

@@ -339,7 +339,13 @@ def test_keyed_only_bolts_have_no_snapshot_of_their_own(name):
     assert BUILTINS[name]().snapshot() is None
 
 
+# sinks into an outside system: their snapshot is the two-phase commit's pending rows,
+# tested on the TransactionalSink state machine (tests/unit/test_connectors.py) and with
+# a real server (tests/connectors/)
+CONNECTOR_SINKS = ["postgres_sink"]
+
+
 def test_every_builtin_bolt_is_covered():
     """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
-    assert bolts == set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY)
+    assert bolts == set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY) | set(CONNECTOR_SINKS)
