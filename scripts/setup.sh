@@ -44,7 +44,7 @@ EVENTLET_VERSION="0.33.3"
 # ethtool: tests/integration/machines.py turns off checksum offload on its underlay bridge
 # nftables: `typhoon cluster apply`'s fabric firewall (typhoon/fabric_guard.py) and its tests
 APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus
-    chromium chromium-driver ethtool nftables)
+    chromium chromium-driver ethtool nftables redis-server postgresql)
 APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
 ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl

@@ -27,7 +27,7 @@ from typhoon.cluster_file import ClusterFileError
 from typhoon.coordinator import CoordinatorError
 from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
-from typhoon.operators import OperatorError, resolve_operator
+from typhoon.operators import ConnectorError, OperatorError, preflight, resolve_operator
 from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, load_topology, schedule
 from typhoon.topology.model import Topology
@@ -113,6 +113,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     topo = load_topology(args.file)
     apply_overrides(topo, args.arg or [])
     apply_run_settings(topo, args.batch_size, args.max_delay_ms)
+    try:  # an outside server (connectors) that cannot be used: one sentence, exit 2
+        preflight(
+            [(n.name, n.operator, n.args) for n in topo.nodes.values() if n.engine == "python"]
+        )
+    except ConnectorError as e:
+        raise UsageError(str(e)) from None
     report: dict[str, Any]
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp

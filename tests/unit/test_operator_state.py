@@ -441,8 +441,16 @@ def test_join_restored_from_keyed_state_and_snapshot_behaves_the_same():
         assert second.result() == whole.result()
 
 
+# sinks into an outside system: their snapshot is the two-phase commit's pending rows,
+# tested on the TransactionalSink state machine (tests/unit/test_connectors.py) and with
+# a real server (tests/connectors/)
+CONNECTOR_SINKS = ["postgres_sink"]
+
+
 def test_every_builtin_bolt_is_covered():
     """A new built-in bolt must be listed as stateful (tested above) or stateless here."""
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
     windowed = set(WINDOWED) | {"window_join"}
-    assert bolts == set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY) | windowed
+    assert bolts == (
+        set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY) | windowed | set(CONNECTOR_SINKS)
+    )

@@ -11,11 +11,14 @@ import importlib
 
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
+from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
 from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.pairs import CountForward, PairSource
+from typhoon.operators.postgres_sink import PostgresSink
+from typhoon.operators.redis_source import RedisStreamSource
 from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
@@ -25,11 +28,13 @@ from typhoon.operators.windows import WindowAggregate
 __all__ = [
     "BUILTINS",
     "Bolt",
+    "ConnectorError",
     "Context",
     "Emit",
     "Operator",
     "OperatorError",
     "Spout",
+    "preflight",
     "replayable",
     "resolve_operator",
 ]
@@ -64,6 +69,8 @@ BUILTINS: dict[str, type[Operator]] = {
     "window_aggregate": WindowAggregate,
     "event_source": EventSource,
     "window_join": WindowJoin,
+    "redis_stream_source": RedisStreamSource,
+    "postgres_sink": PostgresSink,
 }
 
 
@@ -112,3 +119,20 @@ def _engine_bolt(name: str, engine: str) -> type[Operator]:
         return module.bolt_for(name)
     except ValueError as e:
         raise OperatorError(f"operator '{name}': {e}") from e
+
+
+def preflight(nodes: list[tuple[str, str, dict]]) -> None:
+    """Submit time: each ``(node, operator, args)`` whose class can check its outside
+    server (``preflight(args)``, connectors) does; ConnectorError names the first that
+    cannot be used."""
+    for node, operator, args in nodes:
+        try:
+            cls = resolve_operator(operator)
+        except OperatorError:
+            continue  # the loader has said so already
+        check = getattr(cls, "preflight", None)
+        if check is not None:
+            try:
+                check(args)
+            except ConnectorError as e:
+                raise ConnectorError(f"node '{node}': {e}") from None

@@ -70,6 +70,8 @@ class Context:
             )
         self.timers.add(ts, key)
 
+    guarantee: str = "none"  # config: guarantee (connectors choose how they commit by it)
+
     def keyed_state(self, name: str, default: Any = None) -> Any:
         """A mutable mapping of this worker's keys (see the module docstring).
 

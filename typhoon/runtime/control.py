@@ -90,6 +90,8 @@ class ControlHandling:
             self.rollback(body["generation"], None if epoch < 0 else epoch)
             self._ack("ROLLBACK", body["generation"])
         elif t == Control.COMPLETE:
+            if not self.may_exit:
+                self.job_complete()
             self.may_exit = True
         elif t == Control.KEYGROUPS:
             self.keygroups(body)

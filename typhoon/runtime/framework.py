@@ -31,6 +31,7 @@ from typing import Any
 
 import msgpack
 
+from typhoon.checkpoint import checkpoint_settings
 from typhoon.operators.base import Context, Operator
 from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.control import ControlHandling
@@ -178,6 +179,7 @@ class Framework(
             keyed=self.keyed,
             keyed_declared=bool(getattr(operator, "keyed", False)),
             timers=Timers(self.keyed, node.operator, node.name),
+            guarantee=checkpoint_settings(topo).guarantee,
         )
         operator.open(self.context)
         self._init_watermarks()
@@ -437,6 +439,8 @@ class Framework(
             self.migration_tick()
         if self.wm_gen is not None:
             self.spout_watermark(False)  # a clock, or an idle source, moves without tuples
+        if self.ckpt is not None:
+            self.poll_complete()
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
             if self.deferred:

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from typhoon.checkpoint import checkpoint_settings
+from typhoon.checkpoint import CheckpointError, checkpoint_settings
+from typhoon.checkpoint.progress import parts_of
 from typhoon.operators import resolve_operator
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.hooks import batch_hook
@@ -23,6 +24,8 @@ from typhoon.runtime.output import rows_in
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
 log = logging.getLogger(__name__)
+
+COMPLETE_POLL_S = 0.2  # how often a transactional sink's worker looks for a global checkpoint
 
 
 class GuaranteedProcessing:
@@ -50,6 +53,8 @@ class GuaranteedProcessing:
         # generation -> tuples); routed counts per stream go on across rollbacks
         self.position_base = 0
         self.replays: dict[int, int] = {}
+        self.notified = 0  # newest global checkpoint told to checkpoint_complete()
+        self.next_complete_poll = 0.0
         if self.guarantee == "none":
             return
         me = self.spec.assignment
@@ -318,6 +323,39 @@ class GuaranteedProcessing:
         if self.rollbacks:
             self.replays[self.gen] = max(0, self._position() - saved)
         self.position_base = saved - self._routed()
+
+    def poll_complete(self) -> None:
+        """Tell an operator with ``checkpoint_complete(epoch)`` (a transactional sink)
+        of each newer global checkpoint: every active worker's part of an epoch it has
+        itself written is in the store (what a recovery would restore), read from the
+        store a few times a second."""
+        hook = getattr(self.op, "checkpoint_complete", None)
+        if hook is None or self.epoch is None or self.epoch <= self.notified:
+            return
+        if self.now < self.next_complete_poll:
+            return
+        self.next_complete_poll = self.now + COMPLETE_POLL_S
+        assert self.ckpt is not None
+        store = self.ckpt.store
+        if store is None or self.ckpt.written is None:
+            return
+        parts = parts_of(self.spec.physical)
+        mine = min(self.epoch, self.ckpt.written)
+        try:
+            epochs = [e for e in store.epochs() if self.notified < e <= mine]
+            for epoch in reversed(epochs):
+                if parts <= store.parts(epoch):
+                    self.notified = epoch
+                    hook(epoch)
+                    return
+        except CheckpointError as e:  # the store is down: commit later, the rows wait
+            log.warning("worker %d: cannot read the checkpoint store: %s", self.worker_id, e)
+
+    def job_complete(self) -> None:
+        """COMPLETE: the job ended and cannot roll back; a sink commits what it holds."""
+        hook = getattr(self.op, "job_complete", None)
+        if hook is not None:
+            hook()
 
     def _guarantee_metrics(self) -> dict[str, Any]:
         assert self.ckpt is not None

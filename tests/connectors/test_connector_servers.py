@@ -1,0 +1,92 @@
+"""The connectors against their real servers, in this process: what the tcp and sdn runs
+cannot easily show (a bad tuple at the sink, a commit whose answer was lost, a replay
+after the commit, positions of several streams)."""
+
+from __future__ import annotations
+
+from typhoon.operators.base import Context
+from typhoon.operators.postgres_sink import EPOCHS_TABLE, PostgresSink
+from typhoon.operators.redis_source import RedisStreamSource
+
+
+def sink(postgres_server, **args) -> PostgresSink:
+    s = PostgresSink(dsn=postgres_server.dsn, table="kv", **args)
+    s.open(Context("t", "sink", 9, 0, 1, input_fields=["k", "v"], guarantee="exactly_once"))
+    return s
+
+
+def rows(postgres_server) -> list:
+    with postgres_server.connect() as c:
+        return c.execute("SELECT k, v FROM kv ORDER BY k, v").fetchall()
+
+
+def test_postgres_upsert_counts_bad_tuples_and_never_writes_an_epoch_twice(postgres_server):
+    with postgres_server.connect() as c:
+        c.execute("DROP TABLE IF EXISTS kv")
+        c.execute("CREATE TABLE kv (k text PRIMARY KEY, v bigint)")
+    s = sink(postgres_server, key=["k"])
+    s.process_batch([["a", 1], ["b", 1], ["a", 2], ["short"]], None)
+    snap = s.snapshot()
+    s.anchor_ready(1)
+    s.checkpoint_complete(1)
+    assert rows(postgres_server) == [("a", 2), ("b", 1)]
+    assert s.result() == {"written": 3, "dropped": {"wrong_fields": 1}}
+    # a commit retried after its answer was lost finds the epoch recorded: nothing again
+    assert s.commit({1: [["a", 99]]}) == 0
+    # a replacement restored from the checkpoint of epoch 1 (its rows committed already)
+    again = PostgresSink(dsn=postgres_server.dsn, table="kv", key=["k"])
+    again.open(Context("t", "sink", 9, 0, 1, input_fields=["k", "v"], guarantee="exactly_once"))
+    again.restore(snap)
+    again.rewind(1, 1)
+    again.process_batch([["c", 5]], None)
+    again.job_complete()
+    assert rows(postgres_server) == [("a", 2), ("b", 1), ("c", 5)]
+    with postgres_server.connect() as c:
+        recorded = c.execute(f"SELECT sink, part, epoch FROM {EPOCHS_TABLE}").fetchall()
+    assert recorded == [("t/sink/kv", "0", 2)]
+    again.close()
+    # a new submission (no restore) forgets the old record before its epoch 1
+    fresh = sink(postgres_server, key=["k"])
+    fresh.process_batch([["d", 1]], None)
+    fresh.anchor_ready(1)
+    fresh.checkpoint_complete(1)
+    assert ("d", 1) in rows(postgres_server)
+    fresh.close()
+    s.close()
+
+
+def test_redis_source_reads_several_streams_from_an_id_and_seeks_back(redis_server):
+    r = redis_server.client()
+    r.delete("s1", "s2")
+    ids = [r.xadd("s1", {"x": str(i)}).decode() for i in range(5)]
+    for i in range(3):
+        r.xadd("s2", {"x": f"b{i}"})
+    src = RedisStreamSource(url=redis_server.url, stream=["s1", "s2"], fields=["x"], until="end")
+    src.open(Context("t", "src", 1, 0, 1))
+    out: list = []
+    src.next_batch(lambda v, stream="default": out.append(v[0]), 2)
+    saved = src.offset()
+    rest: list = []
+    while src.next_batch(lambda v, stream="default": rest.append(v[0]), 2):
+        pass
+    assert sorted(out + rest) == ["0", "1", "2", "3", "4", "b0", "b1", "b2"]
+    r.xadd("s1", {"x": "late"})  # after the start: past until=end, also for a replacement
+    again = RedisStreamSource(url=redis_server.url, stream=["s1", "s2"], fields=["x"], until="end")
+    again.open(Context("t", "src", 1, 0, 1))
+    again.seek(saved)
+    replay: list = []
+    while again.next_batch(lambda v, stream="default": replay.append(v[0]), 2):
+        pass
+    assert sorted(replay) == sorted(rest)
+    assert "late" not in replay
+    # from an entry ID: the entries after it; worker 0 of 2 reads only its stream, s1
+    after = RedisStreamSource(
+        url=redis_server.url, stream=["s1", "s2"], fields=["x"], until="end", **{"from": ids[2]}
+    )
+    after.open(Context("t", "src", 1, 0, 2))
+    got: list = []
+    while after.next_batch(lambda v, stream="default": got.append(v[0]), 10):
+        pass
+    assert after.splits == ["s1"] and got == ["3", "4", "late"]
+    for s in (src, again, after):
+        s.close()

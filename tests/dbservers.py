@@ -1,0 +1,186 @@
+"""Real, throwaway Redis and PostgreSQL servers for the connector tests.
+
+Debian's ``redis-server`` and ``postgresql`` (``scripts/setup.sh`` installs them;
+their system services stay stopped): each test server listens on a free port of
+its own with a temporary data directory, and is stopped by the fixture.
+PostgreSQL refuses to run as root, so its cluster belongs to the ``postgres``
+user (``runuser``).  A missing installation is a test failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM the server when pytest exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _wait(check, what: str, proc: subprocess.Popen | None = None) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + START_TIMEOUT
+    while not check():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode} while starting", pytrace=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not start within {START_TIMEOUT:.0f} s", pytrace=False)
+        time.sleep(0.05)
+
+
+@dataclass
+class RedisServer:
+    port: int
+    workdir: Path
+    address: str = "127.0.0.1"
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.address}:{self.port}/0"
+
+    def client(self):  # noqa: ANN201
+        import redis
+
+        return redis.Redis(host=self.address, port=self.port)
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail(
+                "redis-server is not installed: the connector tests need Debian's "
+                "`redis-server` package (scripts/setup.sh installs it)",
+                pytrace=False,
+            )
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", self.address, "--dir",
+             str(self.workdir), "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )  # fmt: skip
+
+        def up() -> bool:
+            try:
+                return bool(self.client().ping())
+            except Exception:
+                return False
+
+        _wait(up, f"redis-server on port {self.port}", self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_redis(address: str = "127.0.0.1") -> RedisServer:
+    workdir = Path(tempfile.mkdtemp(prefix="typhoon-redis-"))
+    server = RedisServer(free_port(), workdir, address)
+    server.start()
+    return server
+
+
+def _pg_bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found:
+        pytest.fail(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/pg_ctl): the connector "
+            "tests need Debian's `postgresql` package (scripts/setup.sh installs it)",
+            pytrace=False,
+        )
+    return Path(found[-1]).parent
+
+
+@dataclass
+class PostgresServer:
+    port: int
+    workdir: Path  # owned by the postgres user
+    address: str = "127.0.0.1"
+    user: str = "postgres"
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{self.user}@{self.address}:{self.port}/postgres"
+
+    def _as_user(self, *argv: str) -> subprocess.CompletedProcess:
+        cmd = list(argv)
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    def connect(self):  # noqa: ANN201
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def start(self) -> None:
+        bindir = _pg_bin()
+        data = self.workdir / "data"
+        if not data.exists():
+            p = self._as_user(str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                              "-U", self.user, "--no-sync")  # fmt: skip
+            if p.returncode != 0:
+                pytest.fail(f"initdb failed: {p.stderr.strip()}", pytrace=False)
+        opts = (
+            f"-p {self.port} -k {self.workdir} -c listen_addresses={self.address} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        logfile = str(self.workdir / "server.log")
+        p = self._as_user(
+            str(bindir / "pg_ctl"), "-D", str(data), "-l", logfile, "-o", opts, "-w", "start"
+        )
+        if p.returncode != 0:
+            logfile = self.workdir / "server.log"
+            tail = logfile.read_text(errors="replace")[-2000:] if logfile.exists() else ""
+            pytest.fail(f"pg_ctl start failed: {p.stdout} {p.stderr} {tail}", pytrace=False)
+
+    def stop(self, mode: str = "fast") -> None:
+        data = self.workdir / "data"
+        if (data / "postmaster.pid").exists():
+            self._as_user(str(_pg_bin() / "pg_ctl"), "-D", str(data), "-m", mode, "-w", "stop")
+
+
+def start_postgres(address: str = "127.0.0.1") -> PostgresServer:
+    workdir = Path(tempfile.mkdtemp(prefix="typhoon-pg-"))
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.fail("there is no `postgres` user: install Debian's `postgresql`", pytrace=False)
+    if os.geteuid() == 0:
+        os.chown(workdir, user.pw_uid, user.pw_gid)
+    workdir.chmod(0o700)
+    server = PostgresServer(free_port(), workdir, address)
+    server.start()
+    return server
+
+
+def remove(server: RedisServer | PostgresServer) -> None:
+    server.stop()
+    shutil.rmtree(server.workdir, ignore_errors=True)
