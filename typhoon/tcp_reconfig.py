@@ -201,10 +201,10 @@ class Rescaler:
 class Executor:
     """Runs one rescale's plan against the tcp run (module docstring)."""
 
-    def __init__(self, cluster: Cluster, rec: Record, timeout: float = STEP_TIMEOUT_S) -> None:
+    def __init__(self, cluster: Cluster, rec: Record, timeout: float | None = None) -> None:
         self.c = cluster
         self.rec = rec
-        self.timeout = timeout
+        self.timeout = STEP_TIMEOUT_S if timeout is None else timeout
         self.gone: set[int] = set()  # workers that exited cleanly instead of answering
         self.plan: Plan | None = None
 
@@ -242,6 +242,7 @@ class Executor:
                 log.error("rescale %s: %s", describe(rec.request), rec.error)
                 return False
             rec.steps.append(_step(step, "done", s0))
+        c.physical = p.final  # (a scale-up has no write_final: the same workers, new version)
         try:
             rec.placement = self._placement(keyed_nodes(p))
         except StepFailed as e:
