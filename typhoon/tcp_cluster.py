@@ -459,6 +459,7 @@ class TcpCluster:
             spark_progress=self.spark_progress,
             rejected_connections=dict(self.rejected),
             reconfigurations=self.rescaler.report(),
+            problems=self.rescaler.failed(),
         )
 
 

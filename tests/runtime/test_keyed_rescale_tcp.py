@@ -14,6 +14,9 @@ one worker, the one the senders' routing table sends the group to.
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -159,3 +162,26 @@ def test_running_counts_stay_exact_through_tcp_scale_up_and_down(tmp_path):
     assert set(holders) == set(want)
     wrong = {k: ws for k, ws in holders.items() if ws != [router.select([k])]}
     assert not wrong, wrong
+
+
+def test_typhoon_run_scale_option_rescales_a_tcp_run(tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["run", str(ROOT / "topologies" / "running_max.yaml"), "--transport", "tcp", "-q"]
+    argv += ["--arg", "source.count=12000", "--arg", "source.rate=2000", "--report", str(out)]
+    p = subprocess.run(
+        [sys.executable, "-m", "typhoon_cli", *argv, "--scale", "1:count=5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.loads(out.read_text())
+    (rec,) = report["reconfigurations"]
+    assert rec["state"] == "done" and rec["request"] == "scale count to 5", rec
+    assert len(rec["added"]) == 1 and sorted(rec["placement"]["count"]) == sorted(
+        str(w) for w in [4, 5, 6, 7, *rec["added"]]
+    )
+    args = {"count": 12000, "seed": 7, "words": 8, "vocabulary": 500}  # running_max.yaml's
+    assert report["results"]["max"]["max"] == reference(args)
+    assert report["results"]["max"]["keys_on_several_workers"] == 0
