@@ -9,7 +9,6 @@ report when every worker has finished.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import logging
@@ -24,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from typhoon.checkpoint import CheckpointError, checkpoint_settings, guarantee_of, open_store
-from typhoon.checkpoint.progress import JobProgress, recovery_point
+from typhoon.checkpoint import guarantee_of
+from typhoon.checkpoint.progress import JobProgress
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.manager import fresh_checkpoints
@@ -35,6 +34,8 @@ from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_con
 from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
+from typhoon.tcp_reconfig import Rescaler
+from typhoon.tcp_recovery import recover
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -68,6 +69,8 @@ class RunOptions:
     failure_grace: float = 2.0  # seconds after a worker failed before the others are stopped
     # keep worker specs, logs and reports in WORKDIR/NAME/ (the sdn layout); None: a temp dir
     workdir: Path | None = None
+    # (seconds, typhoon.reconfig.Scale): rescales while the job runs (typhoon.tcp_reconfig)
+    scales: list[tuple[float, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -105,9 +108,11 @@ class TcpCluster:
         self.service_procs: dict[str, Supervised] = {}
         self.service_restarts: dict[str, int] = {}
         self.procs: dict[int, Supervised] = {}
+        self.launched: dict[int, Any] = {}  # every worker ever launched (a drained one too)
         self.conns: dict[int, _WorkerConn] = {}
         self.sel = selectors.DefaultSelector()
         self.metrics: dict[int, dict[str, Any]] = {}
+        self.replies: dict[int, tuple[int, dict[str, Any]]] = {}  # the last (request, metrics)
         self.acks: list[dict[str, Any]] = []
         # Spark progress events from METRIC_RESP (what the controller raises as EventSparkMetrics)
         self.spark_progress: list[dict[str, Any]] = []
@@ -131,6 +136,7 @@ class TcpCluster:
         self.secret = new_secret()
         self.gate = HelloGate(self.server, self.secret)
         self.rejected = self.gate.rejected  # refused connections and streams, by reason
+        self.rescaler = Rescaler(self, options.scales)  # `rescaler.request(Scale(...))`
 
     def listen_address(self) -> str:
         if self.options.control_bind:
@@ -152,15 +158,40 @@ class TcpCluster:
             self._launch_service(svc)
         for w in self.physical.workers:
             self._launch_worker(w)
-        peers = self.peers = self._accept_hellos()
-        boot = encode_boot({"peers": {str(k): list(v) for k, v in peers.items()}})
-        for c in self.conns.values():
-            c.sock.sendall(boot)
+        self.peers = self._accept_hellos()
+        self._broadcast_peers()
         self._wait_services_ready()
         self.started_at = time.monotonic()
 
+    def _broadcast_peers(self) -> None:
+        """Every worker learns where every worker listens (a newcomer, a relaunched one)."""
+        boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
+        for wid, c in list(self.conns.items()):
+            try:
+                c.sock.sendall(boot)
+            except OSError:  # died since it was last polled: handled on the next turn
+                log.warning("worker %d: control connection closed", wid)
+
+    def launch_workers(self, worker_ids: list[int]) -> None:
+        """Start workers of the current physical topology (a rescale's newcomers)."""
+        for wid in worker_ids:
+            self._launch_worker(self.physical.by_id(wid))
+
+    def await_workers(self, worker_ids: list[int]) -> None:
+        """Their hellos, then every worker learns their addresses (RuntimeError: late)."""
+        if worker_ids:
+            self.peers.update(self._accept_hellos(set(worker_ids)))
+            self._broadcast_peers()
+
+    def next_version(self) -> int:
+        return next(self.request_ids)
+
+    def hosts(self) -> list[str]:
+        return list(self.options.hosts)
+
     def _launch_worker(self, w: Any) -> None:
         o = self.options
+        self.launched[w.worker_id] = w
         config = self.topology.config
         spec = WorkerSpec(
             self.topology,
@@ -185,9 +216,9 @@ class TcpCluster:
             w.host, argv, self.workdir / f"worker-{w.worker_id}{gen}.log"
         )
 
-    def _accept_hellos(self, expected: int | None = None) -> dict[int, tuple[str, int]]:
+    def _accept_hellos(self, expected: set[int] | None = None) -> dict[int, tuple[str, int]]:
         """Authenticated hellos of starting workers: every worker (start), or ``expected``."""
-        want = set(self.procs) if expected is None else {expected}
+        want = set(self.procs) if expected is None else expected
         deadline = time.monotonic() + self.options.start_timeout
 
         def check(arrived: set[int]) -> None:
@@ -298,6 +329,7 @@ class TcpCluster:
                 if ct.type != Control.METRIC_RESP:
                     continue
                 metrics = ct.body["metrics"]
+                self.replies[ct.body["worker"]] = (ct.body["request_id"], metrics)
                 if "ack" in metrics:
                     self.acks.append({"worker": ct.body["worker"], **metrics})
                 else:
@@ -335,11 +367,15 @@ class TcpCluster:
             elapsed = now - self.started_at
             if self.progress is not None:
                 for wid in [w for w, p in self.procs.items() if p.returncode]:
-                    self._recover(wid)  # a guarantee: replace it, roll the job back
+                    recover(self, wid)  # a guarantee: replace it, roll the job back
             if failed_at is None and any(p.returncode for p in self.procs.values()):
                 failed_at = now  # nothing replaces a failed worker on tcp: its peers would wait
             if failed_at is not None and now - failed_at > o.failure_grace:
                 log.error("a worker failed; stopping the others")
+                self.stop()
+                return False
+            if not self.rescaler.turn(elapsed):  # a rescale failed half-way: the run fails
+                log.error("%s; stopping the run", "; ".join(self.rescaler.failed()))
                 self.stop()
                 return False
             if o.duration is not None and elapsed >= o.duration and not drained:
@@ -362,66 +398,6 @@ class TcpCluster:
             self.supervise()
             self.pump(min(0.1, max(0.0, next_poll - time.monotonic())))
         return all(p.returncode == 0 for p in self.procs.values())
-
-    def _recover(self, wid: int) -> None:
-        """Relaunch a dead worker (same ID) from the newest verified global checkpoint in
-        a new generation, tell everyone its new address, and roll the others back."""
-        code = self.procs[wid].returncode
-        detected = time.monotonic()
-        self.generation = self.physical.generation + 1
-        try:
-            store = open_store(checkpoint_settings(self.topology).store_url, self.topology.name)
-            epoch = recovery_point(self.physical, store)
-        except CheckpointError as e:
-            log.error("checkpoint store: %s; rolling back to the start", e)
-            epoch = None
-        self.physical = dataclasses.replace(
-            self.physical, generation=self.generation, restore_epoch=epoch
-        )
-        log.warning(
-            "worker %d exited with %s: relaunched as generation %d from checkpoint %s",
-            wid, code, self.generation, epoch,
-        )  # fmt: skip
-        self.recovered.append(wid)
-        old = self.conns.pop(wid, None)
-        if old is not None:
-            self.sel.unregister(old.sock)
-            old.sock.close()
-        w = self.physical.by_id(wid)
-        self._launch_worker(w)
-        self.peers.update(self._accept_hellos(expected=wid))
-        boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
-        body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
-        rolled_back = []
-        for other, c in list(self.conns.items()):
-            try:
-                c.sock.sendall(boot)
-            except OSError:  # died since it was last polled: recovered on the next turn
-                log.warning("worker %d: control connection closed", other)
-                continue
-            if other != wid:
-                self.send(other, ControlTuple(Control.ROLLBACK, body))
-                rolled_back.append(other)
-        if w.node in {n.name for n in self.topology.spouts()}:
-            self.send(wid, ControlTuple(Control.ACTIVATE, {}))
-        self.incidents.append(
-            {
-                "worker": wid,
-                "node": w.node,
-                "index": w.index,
-                "host": w.host,
-                "reason": f"exited with {code}",
-                "exit_code": code,
-                "detected_wall": time.time() - (time.monotonic() - detected),
-                "state": "rejoined",
-                "replacement": wid,  # tcp relaunches the same worker ID
-                "generation": self.generation,
-                "restore_epoch": epoch,
-                "rollback": "global",  # the tcp runner rolls every worker back
-                "rolled_back": sorted(rolled_back),
-                "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
-            }
-        )
 
     def stop(self) -> None:
         procs = [*self.procs.values(), *self.service_procs.values()]
@@ -450,7 +426,7 @@ class TcpCluster:
         workers = read_worker_reports(self.report_dir)
         exit_codes = {k: p.returncode for k, p in self.procs.items()}
         failures = worker_failures(
-            self.physical.workers,
+            list(self.launched.values()),
             exit_codes,
             workers,
             lambda wid: self.workdir / f"worker-{wid}.log",
@@ -482,6 +458,8 @@ class TcpCluster:
             },
             spark_progress=self.spark_progress,
             rejected_connections=dict(self.rejected),
+            reconfigurations=self.rescaler.report(),
+            problems=self.rescaler.failed(),
         )
 
 

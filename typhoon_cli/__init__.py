@@ -120,6 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConnectorError as e:
         raise UsageError(str(e)) from None
     report: dict[str, Any]
+    if args.scale and args.transport != "tcp":
+        raise UsageError("--scale is for tcp runs; on sdn, `typhoon scale` a submitted job")
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp
 
@@ -128,6 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             duration=args.duration,
             live=not args.quiet,
             workdir=Path(args.workdir) if args.workdir else None,
+            scales=tcp_scales(topo, args.scale or []),
         )
         report = run_tcp(topo, options)
     else:
@@ -167,6 +170,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else EXIT_FAILED
 
 
+def tcp_scales(topology: Topology, items: list[str]) -> list[tuple[float, Any]]:
+    """``--scale AT:NODE=N`` options, each checked against what tcp can rescale."""
+    from typhoon.reconfig import ReconfigError, apply_request
+    from typhoon.tcp_reconfig import parse_scale_option, tcp_refusal
+
+    parsed = []
+    for item in items:
+        try:
+            parsed.append((*parse_scale_option(item), item))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    out = []
+    for at, scale, item in sorted(parsed, key=lambda p: p[0]):  # in the order they happen
+        try:
+            refusal = tcp_refusal(topology, scale)
+            if refusal is not None:
+                raise ReconfigError(refusal)
+            topology = apply_request(topology, scale)[0]  # a spout, the same parallelism
+        except (ValueError, ReconfigError) as e:
+            raise UsageError(f"--scale '{item}': {e}") from None
+        out.append((at, scale))
+    return out
+
+
 def print_summary(report: dict[str, Any], out: Any) -> None:
     """Problems, the failed workers' tracebacks, and one line per node's result."""
     for line in summary_lines(report):
@@ -203,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
     r.add_argument("-q", "--quiet", action="store_true", help="no live rates")
+    r.add_argument(
+        "--scale",
+        action="append",
+        metavar="AT:NODE=N",
+        help="tcp: at AT seconds, rescale NODE to N workers; keyed state moves with its "
+        "key groups (docs/keyed_state.md); repeatable",
+    )
     r.add_argument(
         "--fabric",
         choices=["mesh", "line", "star"],

@@ -57,13 +57,21 @@ class ControlHandling:
             self.flush(force=True)
             self._ack("SIGNAL", body["version"])
         elif t == Control.METRIC_REQ:
+            metrics = self.metrics()
+            if body.get("keys") and self.keyed is not None:
+                # where keyed state is (a rescale's check): the groups owned, and the keys
+                # held per group (one hash per key, so only when asked); metrics hold no
+                # lists, so both are maps keyed by group
+                keyed = metrics["keyed"]
+                keyed["owned"] = {str(g): 1 for g in sorted(self.keyed.owned)}
+                keyed["held_groups"] = {str(g): n for g, n in self.keyed.held_groups().items()}
             self.io.reply(
                 ControlTuple(
                     Control.METRIC_RESP,
                     {
                         "request_id": body["request_id"],
                         "worker": self.worker_id,
-                        "metrics": self.metrics(),
+                        "metrics": metrics,
                     },
                 )
             )

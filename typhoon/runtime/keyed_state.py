@@ -183,6 +183,15 @@ class KeyedStates:
     def keys(self) -> int:
         return sum(len(s.data) for s in self.stores.values())
 
+    def held_groups(self) -> dict[int, int]:
+        """Keys held here per key group (where the state really is), by group."""
+        held: dict[int, int] = {}
+        for s in self.stores.values():
+            for k in s.data:
+                g = self.group_of(k)
+                held[g] = held.get(g, 0) + 1
+        return dict(sorted(held.items()))
+
     def reset(self) -> None:
         """Forget every key (a rollback restores them from the checkpoint)."""
         for s in self.stores.values():

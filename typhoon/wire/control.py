@@ -159,7 +159,8 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "handoff": (_u64, _OMITTED),
     },
     Control.SIGNAL: {"version": (_u64, _REQUIRED)},
-    Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED)},
+    # keys: also which key groups the worker owns and holds keys of (a rescale's check)
+    Control.METRIC_REQ: {"request_id": (_u64, _REQUIRED), "keys": (_bool, _OMITTED)},
     Control.METRIC_RESP: {
         "request_id": (_u64, _REQUIRED),
         "worker": (_worker_id, _REQUIRED),

@@ -1,0 +1,254 @@
+"""The pure parts of rescaling a tcp job (typhoon/tcp_reconfig.py): what tcp refuses, the
+``--scale`` option, and the executor driving the real plan against a fake tcp cluster
+whose workers ack each control tuple (the real processes: tests/runtime)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from typhoon.reconfig import Reroute, Scale, plan
+from typhoon.runtime.keyed_state import KeyedStates
+from typhoon.tcp_reconfig import Record, Rescaler, keyed_nodes, parse_scale_option, tcp_refusal
+from typhoon.topology import load_topology_text, schedule
+from typhoon.topology.scheduler import app_id_for
+from typhoon.wire import Control, ControlTuple, decode_control, encode_control
+from typhoon_cli import UsageError, tcp_scales
+
+RUNNING = """
+name: rm
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 100}}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: count, operator: running_count, parallelism: 4, config: {max_parallelism: 64}}
+  - {id: max, operator: max_by_key, parallelism: 2}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: count, grouping: {type: fields, fields: [word]}}
+  - {from: count, to: max, grouping: {type: fields, fields: [key]}}
+"""
+
+WORDCOUNT = """
+name: wc
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 100}}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 2, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: count, grouping: shuffle}
+"""
+
+
+def topo(text: str = RUNNING, **config: Any):
+    t = load_topology_text(text, "t.yaml")
+    t.config.update(config)
+    return t
+
+
+# ----- what tcp refuses ----------------------------------------------------------------------
+
+
+def test_a_keyed_node_may_be_rescaled_on_tcp():
+    assert tcp_refusal(topo(), Scale("count", 6)) is None
+    assert tcp_refusal(topo(), Scale("split", 3)) is None  # stateless: nothing to move
+
+
+@pytest.mark.parametrize(
+    ("t", "request_", "words"),
+    [
+        (topo(), Reroute("split->count", "shuffle"), "only 'scale'"),
+        (topo(guarantee="exactly_once"), Scale("count", 6), "guarantee 'exactly_once'"),
+        (topo(), Scale("nope", 2), "no node named 'nope'"),
+        (topo(WORDCOUNT), Scale("count", 3), "not keyed (stateful: true"),
+    ],
+    ids=["reroute", "guarantee", "unknown", "flush"],
+)
+def test_what_tcp_cannot_rescale_is_refused_with_one_sentence(t, request_, words):
+    sentence = tcp_refusal(t, request_)
+    assert sentence is not None and words in sentence
+    assert sentence.count(". ") == 0 and "\n" not in sentence
+
+
+def test_a_spark_node_is_refused():
+    t = topo()
+    t.nodes["count"] = dataclasses.replace(t.nodes["count"], engine="spark")
+    assert "spark node 'count' cannot be rescaled on tcp" in tcp_refusal(t, Scale("count", 6))
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("5:count=6", (5.0, Scale("count", 6))), ("0.5:split=1", (0.5, Scale("split", 1)))],
+)
+def test_scale_option(text, want):
+    assert parse_scale_option(text) == want
+
+
+@pytest.mark.parametrize("text", ["count=6", "5:count", "x:count=6", "-1:count=2", "5:count=0"])
+def test_a_malformed_scale_option_says_its_form(text):
+    with pytest.raises(ValueError, match="AT:NODE=N"):
+        parse_scale_option(text)
+
+
+def test_the_cli_checks_every_scale_before_the_run():
+    t = topo()
+    assert tcp_scales(t, ["9:count=3", "2:count=6"]) == [
+        (2.0, Scale("count", 6)),
+        (9.0, Scale("count", 3)),
+    ]
+    with pytest.raises(UsageError, match="'source' is a spout"):
+        tcp_scales(t, ["2:source=2"])
+    with pytest.raises(UsageError, match="already has parallelism 6"):
+        tcp_scales(t, ["2:count=6", "3:count=6"])
+    with pytest.raises(UsageError, match="not keyed"):
+        tcp_scales(topo(WORDCOUNT), ["2:count=3"])
+    with pytest.raises(UsageError, match="AT:NODE=N"):
+        tcp_scales(t, ["count=3"])
+
+
+# ----- the worker's side: where its keyed state is ---------------------------------------------
+
+
+def test_held_groups_counts_the_keys_of_each_group():
+    ks = KeyedStates("op", "count", 5, [0], 64, set(range(64)))
+    counts = ks.state("counts", 0)
+    for k in ("a", "b", "c", "d", "e"):
+        counts[k] = 1
+    want: dict[int, int] = {}
+    for k in ("a", "b", "c", "d", "e"):
+        want[ks.group_of(k)] = want.get(ks.group_of(k), 0) + 1
+    assert ks.held_groups() == want and list(want) != [] and sorted(want) == list(ks.held_groups())
+
+
+def test_metric_req_may_ask_for_keys_and_nothing_else():
+    ct = ControlTuple(Control.METRIC_REQ, {"request_id": 3, "keys": True})
+    assert decode_control(encode_control(ct)).body == {"request_id": 3, "keys": True}
+    with pytest.raises(ValueError, match="keys"):
+        encode_control(ControlTuple(Control.METRIC_REQ, {"request_id": 3, "keys": "yes"}))
+
+
+# ----- the executor against a fake cluster -----------------------------------------------------
+
+
+class Proc:
+    def __init__(self) -> None:
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+class FakeCluster:
+    """Workers that ack every control tuple on the next pump, and report key groups."""
+
+    def __init__(self, t, drain_code: int = 0, silent: set[int] = frozenset()) -> None:
+        self.topology = t
+        self.physical = schedule(t, ["h1"], app_id_for(t.name), first_port=0)
+        self.procs: dict[int, Any] = {w.worker_id: Proc() for w in self.physical.workers}
+        self.acks: list[dict[str, Any]] = []
+        self.replies: dict[int, tuple[int, dict[str, Any]]] = {}
+        self.log: list[tuple[str, Any]] = []
+        self.inbox: list[tuple[int, ControlTuple]] = []
+        self.version = 0
+        self.drain_code = drain_code
+        self.silent = set(silent)
+
+    def launch_workers(self, ids: list[int]) -> None:
+        self.log.append(("launch", ids))
+        for w in ids:
+            self.procs[w] = Proc()
+
+    def await_workers(self, ids: list[int]) -> None:
+        self.log.append(("peers", ids))
+
+    def send(self, w: int, ct: ControlTuple) -> None:
+        encode_control(ct)  # every body is valid on the wire
+        self.log.append((ct.type.name, w))
+        self.inbox.append((w, ct))
+
+    def next_version(self) -> int:
+        self.version += 1
+        return self.version
+
+    def hosts(self) -> list[str]:
+        return ["h1"]
+
+    def pump(self, timeout: float) -> None:
+        for w, ct in self.inbox:
+            if w in self.silent:
+                continue
+            if ct.type == Control.METRIC_REQ:
+                index = self.physical.by_id(w).index
+                mine = [g for g, o in enumerate(self.physical.key_groups["count"]) if o == index]
+                keyed = {"owned": {str(g): 1 for g in mine}, "held_groups": {str(mine[0]): 2}}
+                self.replies[w] = (ct.body["request_id"], {"keyed": keyed})
+            elif ct.type == Control.DRAIN:
+                self.procs[w].code = self.drain_code
+            else:
+                self.acks.append({"worker": w, "ack": ct.type.name, "version": ct.body["version"]})
+        self.inbox = []
+
+
+def test_the_executor_runs_the_sdn_plan_in_order_and_reports_the_placement():
+    c = FakeCluster(topo())
+    r = Rescaler(c, [(1.0, Scale("count", 6))])
+    assert r.turn(0.5) and not r.records  # not due yet
+    assert r.turn(1.0)
+    (rec,) = r.records
+    assert rec.state == "done", rec.error
+    kinds = [k for k, _ in c.log if k != "METRIC_REQ"]
+    # launched, then everyone learns the newcomers' addresses, then the sdn protocol
+    assert kinds[:2] == ["launch", "peers"] and c.log[0][1] == rec.added == [10, 11]
+    order = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert order == ["launch", "peers", "UPSTREAM", "KEYGROUPS", "ROUTING", "KEYGROUPS"]
+    assert c.physical.version == rec.physical.version and len(c.physical.of_node("count")) == 6
+    where = rec.placement["count"]
+    assert sorted(where) == [4, 5, 6, 7, 10, 11]
+    assert sorted(g for p in where.values() for g in p["owned"]) == list(range(64))
+    p = plan(Scale("count", 6), topo(), schedule(topo(), ["h1"], app_id_for("rm"), 0), ["h1"], 0)
+    assert keyed_nodes(p) == ["count"]
+
+
+def test_a_scale_down_drains_and_waits_for_the_workers_to_exit():
+    c = FakeCluster(topo())
+    r = Rescaler(c)
+    rec = r.request(Scale("count", 2))
+    assert r.turn(0.0) and rec.state == "done", rec.error
+    assert rec.removed == [6, 7] and all(c.procs[w].code == 0 for w in rec.removed)
+    assert [w.worker_id for w in c.physical.workers if w.node == "count"] == [4, 5]
+
+
+def test_a_drained_worker_that_fails_fails_the_update():
+    c = FakeCluster(topo(), drain_code=3)
+    r = Rescaler(c, [(0.0, Scale("count", 2))])
+    assert not r.turn(0.0)
+    (rec,) = r.records
+    assert rec.state == "failed" and "exited (code 3)" in rec.error
+    assert r.failed() == [f"rescale 1 (scale count to 2): {rec.error}"]
+
+
+def test_an_unconfirmed_step_fails_after_its_timeout(monkeypatch):
+    monkeypatch.setattr("typhoon.tcp_reconfig.STEP_TIMEOUT_S", 0.05)
+    c = FakeCluster(topo(), silent={4})
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert not r.turn(0.0)
+    assert "workers [4] did not confirm KEYGROUPS within 0.05 s" in r.records[0].error
+
+
+def test_a_refused_rescale_changes_nothing_and_the_run_goes_on():
+    c = FakeCluster(topo(guarantee="at_least_once"))
+    before = c.physical
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert r.turn(0.0)
+    assert r.records[0].state == "refused" and "guarantee" in r.records[0].error
+    assert c.physical is before and not c.log
+    assert r.report()[0]["state"] == "refused"
+
+
+def test_records_are_json_ready():
+    rec = Record(1, Scale("count", 6))
+    assert rec.to_dict()["request"] == "scale count to 6"
