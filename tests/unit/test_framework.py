@@ -211,6 +211,23 @@ def test_metric_req_gets_metric_resp():
     assert "queue" in resp.body["metrics"] and "proc_us" in resp.body["metrics"]
 
 
+def test_metrics_the_wire_cannot_carry_are_left_out_and_counted_not_fatal():
+    """An operator reporting a list, a None or an object: METRIC_RESP's schema has no such
+    values, and a reply that raised would kill the worker.  Lists become index maps,
+    the rest is left out and counted."""
+    from typhoon.wire import encode_control
+
+    fw, io, _ = make(WORDCOUNT, "count")
+    fw._op_metrics = lambda: {"op": {"top": [["a", 3]], "none": None, "obj": object(), "on": True}}
+    fw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 9}))
+    resp = io.replies[-1]
+    encode_control(resp)  # raised before: ValueError from the schema
+    assert resp.body["metrics"]["op"] == {"top": {"0": {"0": "a", "1": 3}}, "on": 1}
+    assert io.stats.drops["unsendable_metric"] == 2
+    fw.control(ControlTuple(Control.METRIC_REQ, {"request_id": 10}))
+    assert io.stats.drops["unsendable_metric"] == 4
+
+
 def test_input_rate_limits_spout():
     fw, io, _ = make(BROADCAST.replace("count: 10", "count: 100000"), "source")
     fw.control(ControlTuple(Control.ACTIVATE, {}))

@@ -7,11 +7,14 @@ One code path for every transport.  A mixin of
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from typhoon.topology.routing import Route
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import Control, ControlTuple, wire_metrics
+
+log = logging.getLogger(__name__)
 
 SPOUT_ONLY = frozenset({Control.INPUT_RATE, Control.ACTIVATE, Control.DEACTIVATE})
 
@@ -71,7 +74,7 @@ class ControlHandling:
                     {
                         "request_id": body["request_id"],
                         "worker": self.worker_id,
-                        "metrics": metrics,
+                        "metrics": self.sendable(metrics),
                     },
                 )
             )
@@ -112,6 +115,16 @@ class ControlHandling:
                 self.finish()
         else:
             self.io.stats.drop("unexpected_control")
+
+    def sendable(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` as METRIC_RESP carries them; what it cannot carry (an operator's
+        ``None``, an object) is left out, counted (``unsendable_metric``) and logged once."""
+        clean, dropped = wire_metrics(metrics)
+        if dropped:
+            if not self.io.stats.drops.get("unsendable_metric"):
+                log.warning("worker %d: metrics not sendable: %s", self.worker_id, dropped)
+            self.io.stats.drop("unsendable_metric", len(dropped))
+        return clean
 
     def _ack(self, what: str, version: int) -> None:
         self.io.reply(

@@ -165,7 +165,8 @@ class Worker:
         final counters."""
         if not self.fw.done:  # stopped, not finished
             return
-        body = {"request_id": 0, "worker": self.fw.worker_id, "metrics": self.fw.metrics()}
+        metrics = self.fw.sendable(self.fw.metrics())
+        body = {"request_id": 0, "worker": self.fw.worker_id, "metrics": metrics}
         try:
             self.io.reply(ControlTuple(Control.METRIC_RESP, body))
         except OSError as e:

@@ -82,6 +82,7 @@ from typhoon.wire.control import (
     ControlTuple,
     decode_control,
     encode_control,
+    wire_metrics,
 )
 from typhoon.wire.frames import (
     ACK_REQ,
@@ -150,6 +151,7 @@ __all__ = [
     "decode_tuple",
     "decode_value",
     "encode_control",
+    "wire_metrics",
     "encode_credit",
     "encode_frame",
     "encode_rows",

@@ -136,6 +136,33 @@ def _metric_value(v: Any) -> Any:
 
 _metrics = _str_key_dict(_metric_value)
 
+
+def wire_metrics(value: dict, path: str = "") -> tuple[dict, list[str]]:
+    """``value`` as METRIC_RESP can carry it, and the paths of what it cannot.
+
+    A worker's metrics include what its operator reports; a value the schema refuses
+    would make the reply raise and the worker die.  Lists and tuples become maps keyed
+    by index, booleans ints, keys strings; ``None`` and any other value are left out
+    and named (the caller counts them)."""
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for k, v in value.items():
+        key = str(k)
+        here = f"{path}.{key}" if path else key
+        if isinstance(v, (list, tuple)):
+            v = {str(i): x for i, x in enumerate(v)}
+        if isinstance(v, dict):
+            out[key], more = wire_metrics(v, here)
+            dropped += more
+        elif isinstance(v, bool):
+            out[key] = int(v)
+        elif isinstance(v, (str, float)) or (_is_int(v) and -(2**63) <= v <= _MAX_U64):
+            out[key] = v
+        else:
+            dropped.append(here)
+    return out, dropped
+
+
 _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
     Control.ROUTING: {
         "stream": (_int(0, U16_MAX), _REQUIRED),
