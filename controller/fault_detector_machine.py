@@ -243,16 +243,7 @@ class FaultMachine(GuaranteedRecovery):
         self.tasks.start(self._follow_up(incident, sent), self._failed(incident))
 
     def _after_exit(self, name: str, wid: int, reason: str, at: float, unheard_s: float) -> Task:
-        deadline = self.clock() + self.conf.heartbeat_timeout
-
-        def exited(now: float) -> Any:
-            a = self.core.view.apps.get(name)
-            s = a.statuses.get(wid) if a else None
-            if s is not None and s.state == "exited":
-                return (s.exit_code,)
-            return (None,) if now >= deadline else WAIT
-
-        (code,) = yield exited
+        code = yield self._exit_code(self.core, name, wid, self.conf.heartbeat_timeout)
         self.ending.discard((name, wid))
         if code not in (0, None):
             why = f"{reason}; exited with {code} before its own end of stream"
@@ -340,9 +331,10 @@ class FaultMachine(GuaranteedRecovery):
         if new is not None:
             yield from self._rejoin(core, incident, new)
 
-    def _exit_code(self, core: Core, name: str, wid: int) -> Check:
-        """The agent's exit code for ``wid`` within ``confirm_timeout``; None if unknown."""
-        deadline = self.clock() + self.conf.confirm_timeout
+    def _exit_code(self, core: Core, name: str, wid: int, timeout: float | None = None) -> Check:
+        """The agent's exit code for ``wid`` within ``timeout`` (``confirm_timeout``); None
+        if unknown."""
+        deadline = self.clock() + (self.conf.confirm_timeout if timeout is None else timeout)
 
         def check(now: float) -> Any:
             if now >= deadline:
