@@ -157,6 +157,8 @@ _CONFIG = {
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
         "checkpoint_store": {"type": "string", "minLength": 1},
+        # output buffers of upstream backup per worker, MiB (0: none; docs/guarantees.md)
+        "upstream_backup_mb": {"type": "number", "minimum": 0},
         # packed (default): fill hosts along the topological order; spread: worker i of
         # every node on host i mod H (typhoon/topology/scheduler.py)
         "placement": {"type": "string", "enum": ["packed", "spread"]},

@@ -1,0 +1,191 @@
+"""Upstream backup in the framework layer (SAND §4.1-4.2, docs/guarantees.md
+"Partial rollback").
+
+Under a guarantee every worker keeps, per receiver, what it sent since the
+newest checkpoint complete for its failover region
+(:class:`typhoon.checkpoint.output_buffers.OutputBuffers`): the transport is
+wrapped so that every entry that leaves is recorded, in link order.  A few
+times a second the worker reads from the store which checkpoint is complete
+and purges through it.  A ROLLBACK carrying ``replay`` does not roll this
+worker back: it tells the listed receivers the new generation (a mark, after
+which they drop what is still in flight from before) and sends each of them
+again what followed the anchor of the restored epoch on its link.  A mixin of
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from typhoon.checkpoint import CheckpointError
+from typhoon.checkpoint.output_buffers import OutputBuffers
+from typhoon.checkpoint.regions import failover_regions, region_parts
+from typhoon.runtime import checkpoints as ck
+from typhoon.runtime.output import rows_in
+from typhoon.runtime.transport import EOS_STREAM
+
+log = logging.getLogger(__name__)
+
+PURGE_POLL_S = 0.5  # how often a worker looks for a newer complete checkpoint
+DEFAULT_BACKUP_MB = 64.0  # per worker; config ``upstream_backup_mb`` (0: no upstream backup)
+FULL_WAIT_S = 0.01  # a source whose buffers are full looks again after this long
+
+
+class BackedTransport:
+    """The worker's transport, with every entry sent recorded in its output buffers."""
+
+    def __init__(self, inner: Any, buffers: OutputBuffers, waits: bool) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_buffers", buffers)
+        object.__setattr__(self, "_waits", waits)  # a source waits when full, a bolt trims
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
+
+    def _record(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        buffers = self._buffers
+        for p in payloads:
+            anchor, eos = None, False
+            if stream == EOS_STREAM:
+                kind, a, _ = ck.punctuation(p)
+                if kind == "mark":
+                    continue  # a generation's, not the link's history
+                if kind == "anchor":
+                    anchor = a
+                eos = kind == "eos"
+            buffers.record(dst, stream, p, anchor, eos)
+        if not self._waits and buffers.full:
+            buffers.trim()
+
+    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        self._inner.send(dst, stream, payloads)
+        self._record(dst, stream, payloads)
+
+    def send_group(
+        self, group: int, dsts: list[int], payloads: list[bytes], stream: int | None = None
+    ) -> None:
+        self._inner.send_group(group, dsts, payloads, stream)
+        for dst in dsts:
+            self._record(dst, group if stream is None else stream, payloads)
+
+    def send_balanced(self, stream: int, lb_node: int, slot: int, payloads: list[bytes]) -> None:
+        self._inner.send_balanced(stream, lb_node, slot, payloads)
+        self._buffers.balanced()
+
+    def resend(self, dst: int, stream: int, payloads: list[bytes]) -> None:
+        """Send again what the buffers hold already (not recorded twice)."""
+        self._inner.send(dst, stream, payloads)
+
+
+def backup_limit(topology: Any) -> int:
+    """Bytes of output buffers per worker (config ``upstream_backup_mb``; 0: none)."""
+    mb = (getattr(topology, "config", None) or {}).get("upstream_backup_mb", DEFAULT_BACKUP_MB)
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb < 0:
+        raise ValueError(f"upstream_backup_mb must be a number >= 0, not {mb!r}")
+    return int(mb * 1024 * 1024)
+
+
+class UpstreamBackup:
+    """Output buffers, their purge and replay for one worker."""
+
+    def _init_backup(self) -> None:
+        """After ``_init_guarantee``: a replacement's buffers start at its restored epoch."""
+        self.backup: OutputBuffers | None = None
+        self.backup_refused = 0
+        self.replayed_gen: dict[int, int] = {}  # receiver -> newest generation replayed to it
+        self.next_purge_poll = 0.0
+        limit = backup_limit(self.spec.topology)
+        if self.ckpt is None or limit == 0:
+            return
+        self.backup = OutputBuffers(limit)
+        self.backup.reset(self.epoch)
+        self.io = BackedTransport(self.io, self.backup, waits=self.is_spout)
+        self._region_parts()
+
+    def _region_parts(self) -> None:
+        me, phys = self.worker_id, self.spec.physical
+        region = next((r for r in failover_regions(self.spec.topology, phys) if me in r), {me})
+        self.purge_parts = region_parts(phys, region)
+
+    def backup_full(self) -> bool:
+        """A source's buffers are full: it emits again once a purge freed them."""
+        return self.backup is not None and self.backup.full
+
+    def _backup_reset(self, epoch: int | None) -> None:
+        """This worker went back to ``epoch``: its receivers did too."""
+        if self.backup is not None:
+            self.backup.reset(epoch)
+
+    def poll_purge(self) -> None:
+        """Purge through the newest checkpoint complete for this worker's region."""
+        if self.backup is None or self.now < self.next_purge_poll:
+            return
+        self.next_purge_poll = self.now + PURGE_POLL_S
+        assert self.ckpt is not None
+        store = self.ckpt.store
+        if store is None:
+            return
+        try:
+            epoch = store.latest_complete(self.purge_parts)
+        except CheckpointError as e:  # the store is down: the buffers wait (a source too)
+            log.warning("worker %d: cannot read the checkpoint store: %s", self.worker_id, e)
+            return
+        if epoch is not None:
+            self.backup.purge(epoch)
+
+    def replay(self, gen: int, epoch: int | None, receivers: list[int]) -> bool:
+        """Receivers that went back to ``epoch`` as generation ``gen`` get, after a mark
+        of that generation, what followed anchor ``epoch`` on their link.  False (and
+        nothing sent) when a buffer does not reach back that far.
+
+        A receiver already told a generation at least as new (a later replay, or this
+        worker's own rollback) is skipped: what it gets from the newer one covers it,
+        and a second copy after an older mark would be taken as new data."""
+        receivers = [d for d in receivers if gen > max(self.gen, self.replayed_gen.get(d, 0))]
+        if not receivers:
+            return True
+        self.push()  # batches counted as sent go out (and into the buffers) first
+        backup = self.backup
+        if backup is None or not all(backup.covers(d, epoch) for d in receivers):
+            self.backup_refused += 1
+            log.warning(
+                "worker %d: cannot replay epoch %s to %s: falling back", self.worker_id,
+                epoch, receivers,
+            )  # fmt: skip
+            return False
+        log.info("worker %d: replays epoch %s to %s (generation %d)", self.worker_id, epoch,
+                 receivers, gen)  # fmt: skip
+        for dst in receivers:
+            self.replayed_gen[dst] = gen
+        self._broadcast_punctuation(ck.mark_payload(gen, epoch), sorted(receivers))
+        io = self.io
+        for dst in sorted(receivers):
+            entries = backup.after(dst, epoch)
+            rows: dict[int, int] = {}
+            for stream, payload in entries:
+                io.resend(dst, stream, [payload])
+                if stream != EOS_STREAM:
+                    rows[stream] = rows.get(stream, 0) + rows_in(payload)
+            # the receiver counts its links from its rollback: so does this end
+            for key in [k for k in self.sent_to if k[0] == dst]:
+                del self.sent_to[key]
+            for stream, n in rows.items():
+                self.sent_to[(dst, stream)] = n
+        return True
+
+    def _backup_metrics(self) -> dict[str, Any]:
+        b = self.backup
+        if b is None:
+            return {}
+        start = b.coverage()
+        return {
+            "backup_bytes": b.nbytes,
+            "backup_from": -2 if start is None else start,  # -2: cannot replay, -1: start
+            "backup_trimmed": b.trimmed,
+            "backup_replayed": b.replayed,
+            "backup_refused": self.backup_refused,
+        }
