@@ -92,6 +92,9 @@ def partial_rollback(
     members = downstream_closure(edges, dead)
     region = rollback_set(topology, physical, dead)
 
+    if not members:
+        return PartialRollback(frozenset(), PARTIAL, {}, "no failed worker is in the job")
+
     def fallback(reason: str) -> PartialRollback:
         return PartialRollback(region.workers, region.path, {}, reason)
 
