@@ -1,0 +1,134 @@
+"""Partial rollback as the controller runs it (``controller/partial_recovery.py``): the
+ROLLBACK each worker gets, what the incident says, and the fallback to region
+rollback when a sender's buffers do not reach back (reported, or found at replay)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.partial_recovery import PartialRecoveries
+from typhoon.checkpoint.regions import GLOBAL, REGION
+from typhoon.checkpoint.store import CheckpointStore
+from typhoon.topology import load_topology, schedule
+from typhoon.wire import Control
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ids(physical, node):
+    return sorted(w.worker_id for w in physical.workers if w.node == node)
+
+
+def checkpoint(store, physical, workers, epoch) -> None:
+    for w in physical.workers:
+        if w.worker_id in workers:
+            store.write(epoch, f"{w.node}-{w.index}", b"state")
+
+
+@pytest.fixture
+def wordcount(tmp_path):
+    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+    topology.config.update(guarantee="exactly_once", checkpoint_store=str(tmp_path))
+    physical = schedule(topology, ["h1", "h2", "h3"], 0x42, first_port=10)
+    store = CheckpointStore.local(str(tmp_path), topology.name)
+    machine = PartialRecoveries(topology)
+    for w in physical.workers:
+        machine.heard(w.worker_id, {"backup_from": 2})
+    return topology, physical, store, machine
+
+
+def sent(plan):
+    return {w: (ct.body["generation"], ct.body["epoch"], ct.body.get("replay")) for w, ct in
+            plan.controls}  # fmt: skip
+
+
+def test_a_dead_count_worker_rolls_back_alone_and_the_splits_replay(wordcount):
+    topology, physical, store, machine = wordcount
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    dead = ids(physical, "count")[1]
+    checkpoint(store, physical, everyone - {dead}, 3)  # it died before its part of 3
+    plan = machine.plan(physical, {dead}, {dead}, 1, store)  # its replacement has its ID
+    assert plan.path == "partial" and plan.epoch == 2 and plan.workers == {dead}
+    # the replacement (started restored) gets nothing; each split replays to it
+    assert sent(plan) == {s: (1, 2, [dead]) for s in ids(physical, "split")}
+    assert all(ct.type == Control.ROLLBACK for _, ct in plan.controls)
+    assert plan.physical.generation_of(dead) == (1, 2)
+    assert plan.physical.generation_of(ids(physical, "source")[0]) == (0, None)
+    record = plan.incident()
+    assert record["rollback"] == "partial" and record["region"] == [dead]
+    assert record["replayers"] == {str(s): [dead] for s in ids(physical, "split")}
+    assert record["restore_epoch"] == 2 and record["fallback"] == ""
+
+
+def test_a_dead_split_takes_the_counts_and_the_source_replays_without_rolling_back(wordcount):
+    topology, physical, store, machine = wordcount
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 3)
+    dead = ids(physical, "split")[0]
+    plan = machine.plan(physical, {dead}, set(), 4, store)
+    counts = ids(physical, "count")
+    assert plan.path == "partial" and plan.workers == {dead, *counts}
+    want = {c: (4, 3, None) for c in counts}
+    want.update({s: (4, 3, [dead]) for s in ids(physical, "source")})
+    want.update({s: (4, 3, counts) for s in ids(physical, "split") if s != dead})
+    want[dead] = (4, 3, None)  # a worker that lives on (not restarted) rolls back too
+    assert sent(plan) == want
+    replacement = machine.plan(physical, {dead}, {dead}, 4, store)
+    assert dead not in sent(replacement)  # one restarted restored is not told again
+
+
+def test_a_sender_whose_buffers_are_short_makes_it_a_region_rollback(wordcount):
+    topology, physical, store, machine = wordcount
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    short = ids(physical, "split")[0]
+    machine.heard(short, {"backup_from": -2})  # it trimmed
+    dead = ids(physical, "count")[0]
+    plan = machine.plan(physical, {dead}, set(), 1, store)
+    assert plan.path == GLOBAL and plan.workers == everyone and plan.replayers == {}
+    assert f"[{short}]" in plan.reason and plan.incident()["fallback"] == plan.reason
+    assert all("replay" not in ct.body for _, ct in plan.controls)
+    assert set(sent(plan)) == everyone
+
+
+def test_a_refused_replay_falls_back_as_a_newer_generation(wordcount):
+    topology, physical, store, machine = wordcount
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    dead = ids(physical, "count")[2]
+    plan = machine.plan(physical, {dead}, {dead}, 5, store)
+    splits = ids(physical, "split")
+    assert machine.acked(plan, splits[0], "ROLLBACK", 6, store) is None
+    assert machine.acked(plan, 999, "REPLAY_REFUSED", 6, store) is None  # not asked
+    step = machine.acked(plan, splits[1], "REPLAY_REFUSED", 6, store)
+    assert step is not None and step.path == GLOBAL and step.generation == 6
+    assert step.epoch == 2 and set(sent(step)) == everyone  # the replacement restores again
+    assert f"worker {splits[1]} refused" in step.reason
+    assert machine.coverage[splits[1]] is None and not plan.pending
+    assert step.physical.generation_of(dead) == (6, 2)
+
+
+def test_in_a_job_of_pipelines_only_the_failed_pipeline_is_touched(tmp_path):
+    topology = load_topology(ROOT / "topologies" / "pipelines.yaml")
+    topology.config.update(guarantee="exactly_once", checkpoint_store=str(tmp_path))
+    physical = schedule(topology, ["h1", "h2"], 9, first_port=10)
+    store = CheckpointStore.local(str(tmp_path), topology.name)
+    machine = PartialRecoveries(topology)
+    for w in physical.workers:
+        machine.heard(w.worker_id, {"backup_from": -1})
+    source = ids(physical, "source_2")[0]
+    plan = machine.plan(physical, {source}, {source}, 1, store)
+    pipeline = {w for n in ("source_2", "split_2", "count_2") for w in ids(physical, n)}
+    assert plan.path == REGION and plan.workers == pipeline and plan.epoch is None
+    assert set(sent(plan)) == pipeline - {source}
+
+
+def test_metrics_that_are_not_a_coverage_are_ignored(wordcount):
+    _, physical, _, machine = wordcount
+    w = ids(physical, "split")[0]
+    for bad in ({}, {"backup_from": "2"}, {"backup_from": True}, {"backup_from": 1.5}):
+        machine.heard(w, bad)
+    assert machine.coverage[w] == 2
