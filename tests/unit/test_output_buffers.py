@@ -136,7 +136,13 @@ def test_a_bolt_trims_as_it_records_and_a_source_waits():
 
 @pytest.mark.parametrize(
     ("config", "limit"),
-    [({}, 64 << 20), ({"upstream_backup_mb": 0}, 0), ({"upstream_backup_mb": 0.5}, 1 << 19)],
+    [
+        ({}, 0),
+        ({"upstream_backup_mb": 8}, 0),  # without partial rollback: no buffers
+        ({"partial_rollback": True}, 64 << 20),
+        ({"partial_rollback": True, "upstream_backup_mb": 0}, 0),
+        ({"partial_rollback": True, "upstream_backup_mb": 0.5}, 1 << 19),
+    ],
 )
 def test_backup_limit_from_the_topology_config(config, limit):
     class Topo:
@@ -150,7 +156,7 @@ def test_backup_limit_from_the_topology_config(config, limit):
 @pytest.mark.parametrize("bad", [-1, True, "2"])
 def test_a_bad_backup_limit_is_refused(bad):
     class Topo:
-        config = {"upstream_backup_mb": bad}
+        config = {"partial_rollback": True, "upstream_backup_mb": bad}
 
     with pytest.raises(ValueError, match="upstream_backup_mb"):
         backup_limit(Topo())

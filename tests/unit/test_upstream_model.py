@@ -39,7 +39,10 @@ from typhoon.runtime.framework import Framework
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple
 
-CONFIG = "config: {{guarantee: exactly_once, checkpoint_interval_ms: 5, upstream_backup_mb: {mb}}}"
+CONFIG = (
+    "config: {{guarantee: exactly_once, checkpoint_interval_ms: 5, partial_rollback: true, "
+    "upstream_backup_mb: {mb}}}"
+)
 
 CHAIN = (
     """

@@ -147,6 +147,16 @@ class OutputBuffers:
         self.replayed += len(out)
         return out
 
+    def whole(self, dst: int) -> list[tuple[int, bytes]] | None:
+        """Every entry ever sent to ``dst`` since this worker's start or rollback, None if
+        some were purged or trimmed already."""
+        buf = self.links.get(dst)
+        if buf is None:
+            return []
+        if buf.dropped or buf.lost:
+            return None
+        return [(stream, payload) for stream, payload, _ in buf.items]
+
     def purge(self, epoch: int) -> None:
         """Checkpoint ``epoch`` is complete: drop what each link sent up to its anchor."""
         for buf in self.links.values():

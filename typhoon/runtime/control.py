@@ -99,7 +99,8 @@ class ControlHandling:
         elif t == Control.ROLLBACK:
             epoch = None if body["epoch"] < 0 else body["epoch"]
             if "replay" in body:  # upstream backup: the receivers roll back, not this worker
-                ok = self.replay(body["generation"], epoch, body["replay"])
+                links = body.get("replay_from")
+                ok = self.replay(body["generation"], epoch, body["replay"], links)
                 self._ack("ROLLBACK" if ok else "REPLAY_REFUSED", body["generation"])
             else:
                 self.rollback(body["generation"], epoch)

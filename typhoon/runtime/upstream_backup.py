@@ -81,8 +81,16 @@ class BackedTransport:
         self._inner.send(dst, stream, payloads)
 
 
+def partial_enabled(topology: Any) -> bool:
+    """The topology asks for partial rollback (config ``partial_rollback: true``)."""
+    return (getattr(topology, "config", None) or {}).get("partial_rollback") is True
+
+
 def backup_limit(topology: Any) -> int:
-    """Bytes of output buffers per worker (config ``upstream_backup_mb``; 0: none)."""
+    """Bytes of output buffers per worker (config ``upstream_backup_mb``; 0: none, as
+    without ``partial_rollback``)."""
+    if not partial_enabled(topology):
+        return 0
     mb = (getattr(topology, "config", None) or {}).get("upstream_backup_mb", DEFAULT_BACKUP_MB)
     if isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb < 0:
         raise ValueError(f"upstream_backup_mb must be a number >= 0, not {mb!r}")
@@ -137,20 +145,43 @@ class UpstreamBackup:
         if epoch is not None:
             self.backup.purge(epoch)
 
-    def replay(self, gen: int, epoch: int | None, receivers: list[int]) -> bool:
+    def replay(
+        self, gen: int, epoch: int | None, receivers: list[int], links: list[int] | None = None
+    ) -> bool:
         """Receivers that went back to ``epoch`` as generation ``gen`` get, after a mark
         of that generation, what followed anchor ``epoch`` on their link.  False (and
         nothing sent) when a buffer does not reach back that far.
 
+        ``links[i]`` (default: ``receivers[i]``) is whose link that was: a replacement
+        with a worker ID of its own gets what followed the anchor on its dead
+        predecessor's link, then everything sent to it so far (it took none of it:
+        it was waiting for this generation's mark).
+
         A receiver already told a generation at least as new (a later replay, or this
         worker's own rollback) is skipped: what it gets from the newer one covers it,
         and a second copy after an older mark would be taken as new data."""
-        receivers = [d for d in receivers if gen > max(self.gen, self.replayed_gen.get(d, 0))]
+        if links is None:
+            links = list(receivers)
+        elif len(links) != len(receivers):
+            self.io.stats.drop("malformed_replay")  # one link per receiver, or none
+            return False
+        link_of = {
+            d: src
+            for d, src in zip(receivers, links, strict=True)
+            if gen > max(self.gen, self.replayed_gen.get(d, 0))
+        }
+        receivers = sorted(link_of)
         if not receivers:
             return True
         self.push()  # batches counted as sent go out (and into the buffers) first
         backup = self.backup
-        if backup is None or not all(backup.covers(d, epoch) for d in receivers):
+
+        def coverable(d: int) -> bool:
+            src = link_of[d]
+            assert backup is not None
+            return backup.covers(src, epoch) and (src == d or backup.whole(d) is not None)
+
+        if backup is None or not all(map(coverable, receivers)):
             self.backup_refused += 1
             log.warning(
                 "worker %d: cannot replay epoch %s to %s: falling back", self.worker_id,
@@ -163,8 +194,13 @@ class UpstreamBackup:
             self.replayed_gen[dst] = gen
         self._broadcast_punctuation(ck.mark_payload(gen, epoch), sorted(receivers))
         io = self.io
-        for dst in sorted(receivers):
-            entries = backup.after(dst, epoch)
+        for dst in receivers:
+            src = link_of[dst]
+            entries = backup.after(src, epoch)
+            if src != dst:
+                sent_since = backup.whole(dst) or []
+                backup.replayed += len(sent_since)
+                entries += sent_since
             rows: dict[int, int] = {}
             for stream, payload in entries:
                 io.resend(dst, stream, [payload])
