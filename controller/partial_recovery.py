@@ -13,23 +13,46 @@ a plan that cannot be partial falls back to region rollback
 (``typhoon/checkpoint/regions.py``) as a newer generation; the incident says
 which path was taken and why.
 
-Not wired into the fault detector's machine yet (``controller/fault_recovery.py``
-still takes the region path); docs/guarantees.md "Partial rollback".
+``PartialRecovery`` runs it in the fault detector's machine
+(``controller/fault_recovery.py``) for applications with ``partial_rollback:
+true``; docs/guarantees.md "Partial rollback".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from typhoon.checkpoint.partial import PARTIAL, downstream_closure, partial_rollback
+from controller.fault_detector import FaultSettings, Incident
+from controller.waits import WAIT, Check
+from typhoon.checkpoint import CheckpointError, open_store
+from typhoon.checkpoint.partial import (
+    PARTIAL,
+    downstream_closure,
+    partial_enabled,
+    partial_rollback,
+)
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import roll_back, rollback_set, worker_edges
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
+if TYPE_CHECKING:
+    from controller.fault_detector_machine import Core
+
 CANNOT_REPLAY = -2  # ``backup_from`` of a worker whose buffers cannot replay at all
+
+
+class _NoStore:
+    """A store that cannot be read: no checkpoint, a rollback goes to the start."""
+
+    def latest_complete(self, parts: set[str]) -> None:
+        return None
+
+
+NO_STORE = _NoStore()
 
 
 @dataclass
@@ -61,9 +84,10 @@ class RecoveryPlan:
 class PartialRecoveries:
     """One application's partial recoveries."""
 
-    def __init__(self, topology: Topology) -> None:
-        self.topology = topology
+    def __init__(self, topology: Topology | None) -> None:
+        self.topology = topology  # None until a recovery (coverage may come first)
         self.coverage: dict[int, int | None] = {}  # worker -> backup_from it reported
+        self.predecessors: dict[int, int] = {}  # replacement -> dead worker (newest plan)
 
     def heard(self, worker: int, metrics: Mapping[str, Any]) -> None:
         """A METRIC_RESP: how far back the worker's output buffers reach."""
@@ -78,9 +102,12 @@ class PartialRecoveries:
         replacements: set[int],
         generation: int,
         store: Any,
+        predecessors: Mapping[int, int] | None = None,
     ) -> RecoveryPlan:
         """The recovery of ``failed`` (``physical`` already holds ``replacements`` in their
-        place): partial when it can be, else the failed workers' regions."""
+        place; ``predecessors``: replacement -> the dead worker whose link it takes over):
+        partial when it can be, else the failed workers' regions."""
+        self.predecessors = dict(predecessors or {})
         dead = failed | replacements
         closure = downstream_closure(worker_edges(self.topology, physical), dead)
         epoch = recovery_point(physical, store, set(closure))
@@ -106,10 +133,12 @@ class PartialRecoveries:
         controls = [
             (w, ControlTuple(Control.ROLLBACK, dict(body))) for w in sorted(workers - started)
         ]
-        controls += [
-            (w, ControlTuple(Control.ROLLBACK, {**body, "replay": list(ms)}))
-            for w, ms in sorted(replayers.items())
-        ]
+        for w, ms in sorted(replayers.items()):
+            replay: dict[str, Any] = {**body, "replay": list(ms)}
+            links = [self.predecessors.get(m, m) for m in ms]
+            if links != list(ms):
+                replay["replay_from"] = links
+            controls.append((w, ControlTuple(Control.ROLLBACK, replay)))
         return RecoveryPlan(
             generation,
             epoch,
@@ -123,11 +152,19 @@ class PartialRecoveries:
         )
 
     def acked(
-        self, plan: RecoveryPlan, worker: int, what: str, generation: int, store: Any
+        self,
+        plan: RecoveryPlan,
+        worker: int,
+        what: str,
+        generation: int,
+        store: Any,
+        physical: PhysicalTopology | None = None,
     ) -> RecoveryPlan | None:
         """A worker's ack of ``plan``'s ROLLBACK.  ``REPLAY_REFUSED`` (its buffers no longer
         reach back): the next step, a region rollback of the failed workers' regions as
-        ``generation`` (None: nothing more to do)."""
+        ``generation`` on ``physical`` (default: the plan's) (None: nothing more to do).
+        Every live worker of the regions gets its ROLLBACK, the replacement too: it
+        started in the plan's generation."""
         if worker not in plan.pending:
             return None
         plan.pending.discard(worker)
@@ -135,9 +172,155 @@ class PartialRecoveries:
             return None
         self.coverage[worker] = None
         plan.pending.clear()  # superseded
-        failed = set(plan.workers)
-        region = rollback_set(self.topology, plan.physical, failed)
-        epoch = recovery_point(plan.physical, store, set(region.workers))
+        now = physical or plan.physical
+        region = rollback_set(self.topology, now, set(plan.workers))
+        epoch = recovery_point(now, store, set(region.workers))
         reason = f"worker {worker} refused to replay epoch {plan.epoch}"
-        return self._plan(plan.physical, region.workers, region.path, {}, generation, epoch,
-                          set(), reason)  # fmt: skip
+        return self._plan(now, region.workers, region.path, {}, generation, epoch, set(), reason)
+
+
+class PartialRecovery:
+    """The partial half of ``GuaranteedRecovery`` (a mixin sharing the fault machine's
+    state): applications with ``partial_rollback: true`` only."""
+
+    conf: FaultSettings
+    logger: logging.Logger
+    clock: Callable[[], float]
+    epochs: dict[tuple[str, int], int | None]
+    generations: dict[str, int]
+    region_rolled: dict[tuple[str, int], int]
+    partials: dict[str, PartialRecoveries]  # app -> its coverage and newest plans
+    partial_plans: dict[tuple[str, int], RecoveryPlan]  # (app, generation) -> plan
+    _since: Callable[[Incident], float]  # GuaranteedRecovery's
+
+    def _note_backup(self, app: str, wid: int, metrics: dict[str, Any]) -> None:
+        """A METRIC_RESP's ``backup_from`` (only workers of a partial app report one)."""
+        if "backup_from" in metrics:
+            self.partials.setdefault(app, PartialRecoveries(None)).heard(wid, metrics)
+
+    def _partial_recovery(
+        self,
+        topology: Topology,
+        physical: PhysicalTopology,
+        generation: int,
+        incident: Incident,
+        replacement: int | None,
+        store: Any,
+    ) -> PhysicalTopology | None:
+        """The physical topology of a partial recovery as ``generation`` (None: not
+        partial; the incident's ``fallback`` says why)."""
+        if not partial_enabled(topology) or replacement is None:
+            return None
+        machine = self.partials.setdefault(incident.app, PartialRecoveries(topology))
+        machine.topology = topology
+        plan = machine.plan(
+            physical, {incident.worker}, {replacement}, generation, store,
+            {replacement: incident.worker},
+        )  # fmt: skip
+        if plan.path != PARTIAL:
+            incident.fallback = plan.reason
+            self.logger.info(
+                "app %s worker %d: no partial rollback (%s): %s rollback",
+                incident.app, incident.worker, plan.reason, plan.path,
+            )  # fmt: skip
+            return None
+        incident.rollback = PARTIAL
+        incident.region = sorted(plan.workers)
+        incident.replayers = {w: list(ms) for w, ms in plan.replayers.items()}
+        incident.generation, incident.restore_epoch = generation, plan.epoch
+        self.epochs[(incident.app, generation)] = plan.epoch
+        self.partial_plans[(incident.app, generation)] = plan
+        self.logger.info(
+            "app %s worker %d: partial recovery of %s as generation %d from checkpoint %s; "
+            "%s replay",
+            incident.app, incident.worker, sorted(plan.workers), generation, plan.epoch,
+            sorted(plan.replayers),
+        )  # fmt: skip
+        return plan.physical
+
+    def _partial_rollback(
+        self, core: Core, incident: Incident, app: Any
+    ) -> Generator[Check, Any, str]:
+        """Send the plan's ROLLBACKs (the replacement started restored), await an ack of
+        each; a refused replay turns it into a region rollback as a newer generation."""
+        name = incident.app
+        plan = self.partial_plans.get((name, incident.generation or 0))
+        if plan is None:
+            return "no partial plan"
+        now = core.view.apps.get(name) or app
+        sent = self._send_plan(core, name, now, plan, {incident.replacement})
+        incident.rolled_back = sorted(w for w in sent.values() if w in plan.workers)
+        refused: set[int] = yield self._answers(core, name, sent)
+        incident.rolled_back_ms = self._since(incident)
+        if not refused:
+            return ""
+        generation = max(self.generations.get(name, 0), plan.generation) + 1
+        topology = now.topology
+        try:
+            store: Any = open_store(topology.config.get("checkpoint_store"), topology.name)
+        except CheckpointError as e:  # start over from the beginning: still exactly once
+            self.logger.error("app %s: checkpoint store: %s; rolling back to the start", name, e)
+            store = NO_STORE
+        current = core.stored_physical(name) or now.physical
+        step = self.partials[name].acked(
+            plan, min(refused), "REPLAY_REFUSED", generation, store, current
+        )
+        if step is None:
+            return ""
+        core.update_physical(name, step.physical)
+        self.generations[name] = generation
+        self.epochs[(name, generation)] = step.epoch
+        incident.rollback, incident.fallback = step.path, step.reason
+        incident.region = sorted(step.workers)
+        incident.generation, incident.restore_epoch = generation, step.epoch
+        self.logger.warning(
+            "app %s worker %d: %s; %s rollback of %d workers as generation %d from %s",
+            name, incident.worker, step.reason, step.path, len(step.workers), generation,
+            step.epoch,
+        )  # fmt: skip
+        sent = self._send_plan(core, name, now, step, set())
+        incident.rolled_back = sorted(sent.values())
+        yield self._answers(core, name, sent)
+        incident.rolled_back_ms = self._since(incident)
+        return step.reason
+
+    def _send_plan(
+        self, core: Core, name: str, app: Any, plan: RecoveryPlan, skip: set[int | None]
+    ) -> dict[tuple[int, int], int]:
+        sent: dict[tuple[int, int], int] = {}
+        for wid, ct in plan.controls:
+            s = app.statuses.get(wid)
+            if wid in skip or (s is not None and s.state == "exited"):
+                continue
+            core.send_control(name, [wid], ct)
+            sent[(wid, plan.generation)] = wid
+            if wid in plan.workers:
+                self.region_rolled[(name, wid)] = plan.generation
+        return sent
+
+    def _answers(self, core: Core, name: str, sent: dict[tuple[int, int], int]) -> Check:
+        """A check: the workers that refused to replay, once each one answered (or exited,
+        or ``ack_timeout`` passed: a silent worker is the core's catch-up's to handle)."""
+        pending = dict(sent)
+        deadline = self.clock() + self.conf.ack_timeout
+        refused: set[int] = set()
+
+        def check(now: float) -> Any:
+            view = core.view.apps.get(name)
+            for w, v in list(pending):
+                s = view.statuses.get(w) if view is not None else None
+                if w in core.acked(name, "REPLAY_REFUSED", v):
+                    refused.add(w)
+                    del pending[(w, v)]
+                elif w in core.acked(name, "ROLLBACK", v) or (
+                    s is not None and s.state == "exited"
+                ):
+                    del pending[(w, v)]
+            if not pending or now > deadline or view is None:
+                if pending:
+                    self.logger.warning("app %s: workers %s did not confirm ROLLBACK", name,
+                                        sorted(set(pending.values())))  # fmt: skip
+                return refused
+            return WAIT
+
+        return check

@@ -132,3 +132,105 @@ def test_metrics_that_are_not_a_coverage_are_ignored(wordcount):
     for bad in ({}, {"backup_from": "2"}, {"backup_from": True}, {"backup_from": 1.5}):
         machine.heard(w, bad)
     assert machine.coverage[w] == 2
+
+
+# ----- in the fault detector's machine ------------------------------------------------------
+
+
+@pytest.fixture
+def machine_job(tmp_path):
+    import logging
+
+    from test_fault_detector_machine import HOSTS, Clock, FakeCore
+
+    from controller.fault_detector import FaultSettings
+    from controller.fault_detector_machine import FaultMachine
+
+    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+    topology.config.update(
+        guarantee="exactly_once", checkpoint_store=str(tmp_path), partial_rollback=True
+    )
+    physical = schedule(topology, HOSTS, 0x42, first_port=10)
+    core, clock = FakeCore(topology, physical), Clock()
+    conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
+    machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
+    store = CheckpointStore.local(str(tmp_path), topology.name)
+    return machine, core, clock, physical, store
+
+
+def fail_and_rejoin(machine, core, victim):
+    from test_fault_detector_machine import APP
+
+    machine.worker_down(APP, victim, "h1", 99, "deleted", machine.clock())
+    core.status(victim, "exited", -9)
+    machine.step()
+    (incident,) = [i for i in machine.incidents if i.worker == victim]
+    core.poll()
+    core.status(incident.replacement, "attached")
+    for _ in range(8):
+        machine.step()
+    return incident
+
+
+def report_coverage(machine, physical, clock, start=1):
+    from test_fault_detector_machine import APP
+
+    for w in physical.workers:
+        machine.metrics(APP, w.worker_id, {"backup_from": start}, clock.now)
+
+
+def test_the_machine_rolls_back_a_dead_count_worker_alone(machine_job):
+    machine, core, clock, physical, store = machine_job
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    report_coverage(machine, physical, clock)
+    victim = ids(physical, "count")[0]
+    incident = fail_and_rejoin(machine, core, victim)
+    new = incident.replacement
+    assert incident.state == "rejoined", incident
+    assert incident.rollback == "partial" and incident.region == [new]
+    assert incident.restore_epoch == 2 and incident.fallback == ""
+    assert incident.replayers == {s: [new] for s in ids(physical, "split")}
+    rolled = {w: b for w, t, b in core.sent if t == "ROLLBACK"}
+    # only the splits are told: replay to the replacement what went to its predecessor
+    want = {"generation": 1, "epoch": 2, "replay": [new], "replay_from": [victim]}
+    assert rolled == {s: want for s in ids(physical, "split")}
+    assert incident.rolled_back == []  # no live worker went back: the replacement started so
+    assert core.stored.generation_of(new) == (1, 2)
+    assert all(core.stored.generation_of(w) == (0, None) for w in everyone - {victim})
+    assert incident.to_dict()["rollback"] == "partial"
+
+
+def test_the_machine_falls_back_when_a_split_refuses_to_replay(machine_job):
+    machine, core, clock, physical, store = machine_job
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    report_coverage(machine, physical, clock)
+    refusing = ids(physical, "split")[1]
+    send = core.send_control
+
+    def send_control(app, worker_ids, ct):  # its buffers were trimmed since it reported
+        n = send(app, worker_ids, ct)
+        if refusing in worker_ids and "replay" in ct.body:
+            gen = ct.body["generation"]
+            core.acks[("ROLLBACK", gen)].discard(refusing)
+            core.acks.setdefault(("REPLAY_REFUSED", gen), set()).add(refusing)
+        return n
+
+    core.send_control = send_control
+    victim = ids(physical, "count")[2]
+    incident = fail_and_rejoin(machine, core, victim)
+    assert incident.rollback == "global" and incident.generation == 2
+    assert f"worker {refusing} refused" in incident.fallback
+    second = {w: b for w, t, b in core.sent if t == "ROLLBACK" and b["generation"] == 2}
+    live = everyone - {victim} | {incident.replacement}
+    assert set(second) == live
+    assert core.stored.generation_of(incident.replacement) == (2, 2)
+
+
+def test_without_coverage_reports_the_machine_takes_the_region_path(machine_job):
+    machine, core, clock, physical, store = machine_job
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    incident = fail_and_rejoin(machine, core, ids(physical, "count")[0])
+    assert incident.rollback == "global" and "do not reach back" in incident.fallback

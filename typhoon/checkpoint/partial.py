@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 
@@ -40,6 +41,11 @@ class PartialRollback:
     path: str  # PARTIAL, REGION or GLOBAL
     replayers: dict[int, tuple[int, ...]] = field(default_factory=dict)  # sender -> members
     reason: str = ""  # why not PARTIAL
+
+
+def partial_enabled(topology: Any) -> bool:
+    """The topology asks for partial rollback (config ``partial_rollback: true``)."""
+    return (getattr(topology, "config", None) or {}).get("partial_rollback") is True
 
 
 def downstream_closure(edges: Iterable[tuple[int, int]], failed: Iterable[int]) -> frozenset[int]:

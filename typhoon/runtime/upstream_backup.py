@@ -20,6 +20,7 @@ from typing import Any
 
 from typhoon.checkpoint import CheckpointError
 from typhoon.checkpoint.output_buffers import OutputBuffers
+from typhoon.checkpoint.partial import partial_enabled
 from typhoon.checkpoint.regions import failover_regions, region_parts
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.output import rows_in
@@ -79,11 +80,6 @@ class BackedTransport:
     def resend(self, dst: int, stream: int, payloads: list[bytes]) -> None:
         """Send again what the buffers hold already (not recorded twice)."""
         self._inner.send(dst, stream, payloads)
-
-
-def partial_enabled(topology: Any) -> bool:
-    """The topology asks for partial rollback (config ``partial_rollback: true``)."""
-    return (getattr(topology, "config", None) or {}).get("partial_rollback") is True
 
 
 def backup_limit(topology: Any) -> int:
