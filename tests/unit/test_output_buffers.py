@@ -8,7 +8,8 @@ import pytest
 from typhoon.checkpoint.output_buffers import START, OutputBuffers
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.transport import EOS_STREAM
-from typhoon.runtime.upstream_backup import BackedTransport, backup_limit
+from typhoon.runtime.upstream_backup import BackedTransport, UpstreamBackup, backup_limit
+from typhoon.wire import encode_rows
 
 
 def fill(b: OutputBuffers, dst: int, script: str) -> None:
@@ -160,3 +161,86 @@ def test_a_bad_backup_limit_is_refused(bad):
 
     with pytest.raises(ValueError, match="upstream_backup_mb"):
         backup_limit(Topo())
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.drops: dict[str, int] = {}
+
+    def drop(self, what: str, n: int = 1) -> None:
+        self.drops[what] = self.drops.get(what, 0) + n
+
+
+class Sender(UpstreamBackup):
+    """The state ``UpstreamBackup.replay`` uses, without a whole framework."""
+
+    def __init__(self) -> None:
+        self.wire = Wire()
+        self.wire.stats = Stats()
+        self.backup = OutputBuffers(1 << 20)
+        self.io = BackedTransport(self.wire, self.backup, waits=False)
+        self.gen, self.worker_id, self.backup_refused = 0, 1, 0
+        self.replayed_gen: dict[int, int] = {}
+        self.sent_to: dict[tuple[int, int], int] = {}
+        self.pushed = 0
+
+    def push(self) -> None:
+        self.pushed += 1
+
+    def _broadcast_punctuation(self, payload: bytes, targets: list[int]) -> None:
+        for dst in targets:
+            self.io.send(dst, EOS_STREAM, [payload])
+
+
+def rows(*values: int) -> bytes:
+    return encode_rows([[v] for v in values])
+
+
+def test_a_replay_is_a_mark_then_what_followed_the_anchor():
+    s = Sender()
+    s.io.send(5, 2, [rows(1, 2)])
+    s.io.send(5, EOS_STREAM, [ck.anchor_payload(3)])
+    s.io.send(5, 2, [rows(3)])
+    s.sent_to[(5, 2)] = 3
+    s.wire.sent.clear()
+    assert s.replay(7, 3, [5]) and s.pushed == 1
+    assert s.wire.sent == [
+        ("send", 5, EOS_STREAM, [ck.mark_payload(7, 3)]),
+        ("send", 5, 2, [rows(3)]),
+    ]
+    assert s.sent_to == {(5, 2): 1}  # the link counts from the receiver's rollback
+    s.wire.sent.clear()
+    assert s.replay(7, 3, [5]) and s.wire.sent == []  # told this generation already
+    assert s.replay(6, 3, [5]) and s.wire.sent == []  # an older one: superseded
+
+
+def test_a_replacement_gets_its_predecessors_link_then_what_went_to_it_since():
+    s = Sender()
+    s.io.send(5, 2, [rows(1)])
+    s.io.send(5, EOS_STREAM, [ck.anchor_payload(3)])
+    s.io.send(5, 2, [rows(2)])  # lost with the dead worker 5
+    s.io.send(9, 2, [rows(4)])  # after the reroute: dropped by 9, waiting for the mark
+    s.wire.sent.clear()
+    assert s.replay(7, 3, [9], [5])
+    assert s.wire.sent == [
+        ("send", 9, EOS_STREAM, [ck.mark_payload(7, 3)]),
+        ("send", 9, 2, [rows(2)]),
+        ("send", 9, 2, [rows(4)]),
+    ]
+    assert s.sent_to == {(9, 2): 2}
+
+
+def test_a_replay_that_cannot_be_exact_is_refused_and_sends_nothing():
+    s = Sender()
+    s.io.send(5, EOS_STREAM, [ck.anchor_payload(3)])
+    s.io.send(5, 2, [rows(2)])
+    s.wire.sent.clear()
+    assert not s.replay(7, 2, [5])  # anchor 2 is not in the buffer
+    s.io.send(9, EOS_STREAM, [ck.anchor_payload(4)])
+    s.io.send(9, 2, [rows(4)])
+    s.backup.purge(4)  # what went to the replacement is partly gone
+    s.wire.sent.clear()
+    assert not s.replay(7, 3, [9], [5])
+    assert not s.replay(7, 3, [9, 5], [5])  # one link per receiver, or none
+    assert s.wire.sent == [] and s.backup_refused == 2
+    assert s.wire.stats.drops == {"malformed_replay": 1}
