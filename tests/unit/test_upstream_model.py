@@ -83,12 +83,35 @@ streams:
 JOBS = {"chain": (CHAIN, 1), "fanin": (FAN_IN, 2)}  # job, sources per count reference
 
 
+@pytest.fixture(autouse=True)
+def frequent_purges(monkeypatch):
+    """The model's runs last a few hundred ms: purge every few of them."""
+    monkeypatch.setattr(upstream_backup, "PURGE_POLL_S", 0.003)
+
+
+class Parts(dict):
+    """epoch -> {part: data}, and called as the store's ``parts(epoch)`` listing."""
+
+    def __call__(self, epoch: int) -> set[str]:
+        return set(self.get(epoch, {}))
+
+
+class ListedStore(MemoryStore):
+    """The model's store, with the listing the workers' purge reads."""
+
+    def __init__(self) -> None:
+        self.parts = Parts()
+
+    def epochs(self) -> list[int]:
+        return sorted(self.parts)
+
+
 class UpstreamNet(Net):
     def __init__(self, job: str, mb: float | str = 64) -> None:  # Net's, with this file's jobs
         text, self.sources = JOBS[job]
         self.topo = load_topology_text(text.format(mb=mb))
         self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
-        self.store = MemoryStore()
+        self.store = ListedStore()
         self.now = 0.0
         self.links = collections.defaultdict(collections.deque)
         self.fws: dict[int, Framework] = {}
@@ -172,7 +195,7 @@ def test_partial_rollback_at_every_point_of_a_run_stays_exact(job, victim):
     """A sweep over kill points: the failed worker and its downstream closure roll back,
     the rest of the job (its sources, the other mids when a count dies) never restores,
     the sources never seek, the counts are exact, and the path is partial."""
-    replayed = 0
+    replayed = purged = 0
     restored: list[int | None] = []
     for point in range(0, 700, 23):
         net = UpstreamNet(job)
@@ -189,8 +212,10 @@ def test_partial_rollback_at_every_point_of_a_run_stays_exact(job, victim):
         else:
             assert rolled == {dead, *net.members_of("count")}, rolled
         replayed += sum(net.fws[w].backup.replayed for w in net.replayers)
+        purged += sum(fw.backup.purged for fw in net.fws.values())
         restored += net.restored
     assert replayed > 0, "no sender replayed anything"
+    assert purged > 0, "no buffer was ever purged"
     assert sum(e is not None for e in restored) > len(restored) // 2, restored
 
 
@@ -202,6 +227,24 @@ def test_two_kills_in_a_row_middle_then_sink(job):
         net.kill(net.members_of("mid")[point % 2])
         net.run_out(limit=point // 3)
         net.kill(net.members_of("count")[(point // 7) % 2])
+        net.run_out()
+        net.check()
+        assert net.paths == [PARTIAL, PARTIAL]
+
+
+@pytest.mark.parametrize("job", ["chain", "fanin"])
+def test_the_replays_of_two_kills_heard_newest_first(job):
+    """The same count worker dies twice before its senders hear the first replay; they
+    hear the second one first.  The older replay must then send nothing: after its
+    older mark the receiver, already in the newer generation, would take it as new."""
+    for point in range(50, 600, 61):
+        net = UpstreamNet(job)
+        net.run_out(limit=point)
+        dead = net.members_of("count")[point % 2]
+        net.kill(dead)
+        net.kill(dead)
+        while net.controls:
+            net.control(len(net.controls) - 1)
         net.run_out()
         net.check()
         assert net.paths == [PARTIAL, PARTIAL]
@@ -222,7 +265,7 @@ def test_buffers_too_small_to_reach_back_fall_back_and_stay_exact(monkeypatch):
     they emit again (backpressure, nothing lost), the mids give up what they cannot
     hold (trim), so a kill of a count worker finds their buffers short and rolls the
     region back instead; exact either way."""
-    monkeypatch.setattr(upstream_backup, "PURGE_POLL_S", 0.002)
+    monkeypatch.setattr(upstream_backup, "PURGE_POLL_S", 0.002)  # (more often still)
     paths: list[str] = []
     trimmed = waited = 0
     for point in range(100, 600, 97):

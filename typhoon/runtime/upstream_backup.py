@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 PURGE_POLL_S = 0.5  # how often a worker looks for a newer complete checkpoint
 DEFAULT_BACKUP_MB = 64.0  # per worker; config ``upstream_backup_mb`` (0: no upstream backup)
 FULL_WAIT_S = 0.01  # a source whose buffers are full looks again after this long
+# a source waits at most this many checkpoint intervals for a purge, then trims like a
+# bolt (its oldest epochs can no longer be replayed): a purge that never comes (the
+# store is down, the region's parts changed) must not stop the job
+MAX_WAIT_INTERVALS = 10
 
 
 class BackedTransport:
@@ -93,6 +97,16 @@ def backup_limit(topology: Any) -> int:
     return int(mb * 1024 * 1024)
 
 
+def newest_written(store: Any, parts: set[str]) -> int | None:
+    """The newest epoch with every one of ``parts`` written (listed, not read: a part
+    that does not verify makes a recovery take an older epoch, which the buffers then
+    do not reach, and it falls back to the region)."""
+    for epoch in reversed(store.epochs()):
+        if parts <= store.parts(epoch):
+            return epoch
+    return None
+
+
 class UpstreamBackup:
     """Output buffers, their purge and replay for one worker."""
 
@@ -102,6 +116,7 @@ class UpstreamBackup:
         self.backup_refused = 0
         self.replayed_gen: dict[int, int] = {}  # receiver -> newest generation replayed to it
         self.next_purge_poll = 0.0
+        self.full_since: float | None = None
         limit = backup_limit(self.spec.topology)
         if self.ckpt is None or limit == 0:
             return
@@ -116,8 +131,21 @@ class UpstreamBackup:
         self.purge_parts = region_parts(phys, region)
 
     def backup_full(self) -> bool:
-        """A source's buffers are full: it emits again once a purge freed them."""
-        return self.backup is not None and self.backup.full
+        """A source's buffers are full: it emits again once a purge freed them, or trims
+        them after ``MAX_WAIT_INTERVALS`` checkpoint intervals without one."""
+        backup = self.backup
+        if backup is None or not backup.full:
+            self.full_since = None
+            return False
+        if self.full_since is None:
+            self.full_since = self.now
+        elif self.now - self.full_since >= MAX_WAIT_INTERVALS * self.interval:
+            log.warning("worker %d: no purge for %.1f s: output buffers trimmed",
+                        self.worker_id, self.now - self.full_since)  # fmt: skip
+            backup.trim()
+            self.full_since = None
+            return backup.full
+        return True
 
     def _backup_reset(self, epoch: int | None) -> None:
         """This worker went back to ``epoch``: its receivers did too."""
@@ -134,7 +162,7 @@ class UpstreamBackup:
         if store is None:
             return
         try:
-            epoch = store.latest_complete(self.purge_parts)
+            epoch = newest_written(store, self.purge_parts)
         except CheckpointError as e:  # the store is down: the buffers wait (a source too)
             log.warning("worker %d: cannot read the checkpoint store: %s", self.worker_id, e)
             return
