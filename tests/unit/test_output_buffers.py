@@ -244,3 +244,31 @@ def test_a_replay_that_cannot_be_exact_is_refused_and_sends_nothing():
     assert not s.replay(7, 3, [9, 5], [5])  # one link per receiver, or none
     assert s.wire.sent == [] and s.backup_refused == 2
     assert s.wire.stats.drops == {"malformed_replay": 1}
+
+
+def test_a_source_waits_for_a_purge_at_most_ten_intervals():
+    s = Sender()
+    s.backup = OutputBuffers(8)
+    s.io = BackedTransport(s.wire, s.backup, waits=True)
+    s.now, s.interval, s.full_since = 0.0, 0.5, None
+    s.io.send(5, EOS_STREAM, [ck.anchor_payload(1)])
+    s.io.send(5, 2, [b"12345678"])
+    assert s.backup_full()
+    s.now = 4.9
+    assert s.backup_full()  # still waiting for the purge
+    s.now = 5.0
+    assert not s.backup_full() and s.backup.trimmed and s.backup.coverage() is None
+    assert not s.backup_full() and s.full_since is None
+
+
+def test_the_purge_reads_the_newest_epoch_with_every_part_listed(tmp_path):
+    from typhoon.checkpoint.store import CheckpointStore
+    from typhoon.runtime.upstream_backup import newest_written
+
+    store = CheckpointStore.local(str(tmp_path), "app")
+    assert newest_written(store, {"a-0", "b-0"}) is None
+    store.write(3, "a-0", b"x")
+    store.write(3, "b-0", b"y")
+    store.write(4, "a-0", b"x")  # b-0 has not written 4 yet
+    assert newest_written(store, {"a-0", "b-0"}) == 3
+    assert newest_written(store, {"a-0"}) == 4

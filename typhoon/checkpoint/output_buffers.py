@@ -188,7 +188,7 @@ class OutputBuffers:
     def trim(self) -> None:
         """Over the limit where waiting is not safe: give up the oldest epoch of every
         link (a link with no later anchor gives up everything until its next one)."""
-        while self.nbytes > self.limit:
+        while self.full and self.nbytes:
             buf = max(self.links.values(), key=lambda b: b.nbytes)
             later = sorted(e for e in buf.anchors if e > buf.base)
             if later:
