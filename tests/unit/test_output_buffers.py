@@ -224,8 +224,7 @@ def test_a_replacement_gets_its_predecessors_link_then_what_went_to_it_since():
     assert s.replay(7, 3, [9], [5])
     assert s.wire.sent == [
         ("send", 9, EOS_STREAM, [ck.mark_payload(7, 3)]),
-        ("send", 9, 2, [rows(2)]),
-        ("send", 9, 2, [rows(4)]),
+        ("send", 9, 2, [rows(2), rows(4)]),  # consecutive entries of a stream: one call
     ]
     assert s.sent_to == {(9, 2): 2}
 

@@ -226,10 +226,14 @@ class UpstreamBackup:
                 backup.replayed += len(sent_since)
                 entries += sent_since
             rows: dict[int, int] = {}
-            for stream, payload in entries:
-                io.resend(dst, stream, [payload])
+            run: list[bytes] = []  # consecutive entries of one stream go in one call
+            for i, (stream, payload) in enumerate(entries):
+                run.append(payload)
                 if stream != EOS_STREAM:
                     rows[stream] = rows.get(stream, 0) + rows_in(payload)
+                if i + 1 == len(entries) or entries[i + 1][0] != stream:
+                    io.resend(dst, stream, run)
+                    run = []
             # the receiver counts its links from its rollback: so does this end
             for key in [k for k in self.sent_to if k[0] == dst]:
                 del self.sent_to[key]
