@@ -313,3 +313,23 @@ def test_partial_rollback_is_exact_whatever_the_interleaving(job: str, script: A
         net.settle_writes()
     net.run_out()
     net.check()
+
+
+def test_a_worker_purges_by_the_checkpoints_of_its_own_region():
+    """Two independent chains: each worker's purge waits for its chain's parts only (the
+    region found without networkx equals ``failover_regions``)."""
+    from test_region_model import JOB as TWO_CHAINS
+
+    from typhoon.checkpoint.regions import failover_regions, region_parts
+
+    text = TWO_CHAINS.replace("checkpoint_interval_ms: 5}", "checkpoint_interval_ms: 5, "
+                              "partial_rollback: true}")  # fmt: skip
+    net = UpstreamNet("chain")
+    net.topo = load_topology_text(text)
+    net.phys = schedule(net.topo, ["h1"], 3, first_port=10)
+    regions = failover_regions(net.topo, net.phys)
+    assert len(regions) == 2
+    for w in net.phys.workers:
+        fw = net.start(net.phys, w.worker_id)
+        (mine,) = [r for r in regions if w.worker_id in r]
+        assert fw.purge_parts == region_parts(net.phys, mine), w

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import networkx as nx
 
 from typhoon.checkpoint.output_buffers import START
 from typhoon.checkpoint.regions import GLOBAL, REGION, rollback_set, worker_edges
+from typhoon.checkpoint.settings import partial_enabled
 from typhoon.topology.model import PhysicalTopology, Topology
 
 PARTIAL = "partial"  # the failed workers and their downstream closure; the boundary replays
@@ -41,11 +41,6 @@ class PartialRollback:
     path: str  # PARTIAL, REGION or GLOBAL
     replayers: dict[int, tuple[int, ...]] = field(default_factory=dict)  # sender -> members
     reason: str = ""  # why not PARTIAL
-
-
-def partial_enabled(topology: Any) -> bool:
-    """The topology asks for partial rollback (config ``partial_rollback: true``)."""
-    return (getattr(topology, "config", None) or {}).get("partial_rollback") is True
 
 
 def downstream_closure(edges: Iterable[tuple[int, int]], failed: Iterable[int]) -> frozenset[int]:
@@ -118,4 +113,11 @@ def partial_rollback(
     return PartialRollback(members, PARTIAL, replayers)
 
 
-__all__ = ["GLOBAL", "PARTIAL", "REGION", "PartialRollback", "downstream_closure"]
+__all__ = [
+    "GLOBAL",
+    "PARTIAL",
+    "REGION",
+    "PartialRollback",
+    "downstream_closure",
+    "partial_enabled",
+]

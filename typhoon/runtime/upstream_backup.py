@@ -20,11 +20,11 @@ from typing import Any
 
 from typhoon.checkpoint import CheckpointError
 from typhoon.checkpoint.output_buffers import OutputBuffers
-from typhoon.checkpoint.partial import partial_enabled
-from typhoon.checkpoint.regions import failover_regions, region_parts
+from typhoon.checkpoint.settings import partial_enabled
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.output import rows_in
 from typhoon.runtime.transport import EOS_STREAM
+from typhoon.topology.routing import receivers_of
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,25 @@ class UpstreamBackup:
         self._region_parts()
 
     def _region_parts(self) -> None:
-        me, phys = self.worker_id, self.spec.physical
-        region = next((r for r in failover_regions(self.spec.topology, phys) if me in r), {me})
-        self.purge_parts = region_parts(phys, region)
+        """Store parts of this worker's failover region (``typhoon.checkpoint.regions``:
+        the connected component of the worker graph; found here without networkx,
+        which a worker does not load)."""
+        topo, phys = self.spec.topology, self.spec.physical
+        near: dict[int, set[int]] = {w.worker_id: set() for w in phys.workers}
+        for w in phys.workers:
+            for r in receivers_of(topo, phys, w.worker_id):
+                if r in near and r != w.worker_id:
+                    near[w.worker_id].add(r)
+                    near[r].add(w.worker_id)
+        region, todo = {self.worker_id}, [self.worker_id]
+        while todo:
+            for n in near.get(todo.pop(), ()):
+                if n not in region:
+                    region.add(n)
+                    todo.append(n)
+        self.purge_parts = {
+            f"{w.node}-{w.index}" for w in phys.workers if w.active and w.worker_id in region
+        }
 
     def backup_full(self) -> bool:
         """A source's buffers are full: it emits again once a purge freed them, or trims
