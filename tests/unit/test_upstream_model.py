@@ -31,12 +31,14 @@ from test_guarantee_model import (
     model_operators,  # noqa: F401 - the module's fixture registers the model operators
 )
 
+from controller.fault_detector import without
 from typhoon.checkpoint.partial import PARTIAL, downstream_closure, partial_rollback
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import roll_back, worker_edges
 from typhoon.runtime import upstream_backup
 from typhoon.runtime.framework import Framework
 from typhoon.topology import load_topology_text, schedule
+from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
 CONFIG = (
@@ -123,19 +125,60 @@ class UpstreamNet(Net):
             self.fws[w.worker_id] = self.start(self.phys, w.worker_id)
         self.ids = sorted(self.fws)
         self.touched: set[int] = set()  # workers some kill's rollback set held
+        self.dead: set[int] = set()
+        self.version = 0
         self.paths: list[str] = []
         self.replayers: set[int] = set()
 
     def node_of(self, wid: int) -> str:
         return self.phys.by_id(wid).node
 
-    def kill(self, wid: int) -> None:
-        """The worker dies; the controller's plan: roll back the failed worker and its
-        downstream closure to the newest checkpoint complete for them, and have their
-        senders outside the set replay (or, where that cannot be, the region)."""
+    def step(self, wid: int) -> None:
+        if wid not in self.dead:
+            super().step(wid)
+
+    def deliver(self, link: tuple[int, int]) -> None:
+        if link[1] in self.dead:
+            self.links[link].popleft()  # the dead worker's address: the switch drops it
+            return
+        super().deliver(link)
+
+    def senders_of(self, wid: int) -> list[int]:
+        return sorted(a for a, b in worker_edges(self.topo, self.phys) if b == wid)
+
+    def routing(self, wid: int, phys: Any) -> list[ControlTuple]:
+        """ROUTING for worker ``wid`` as ``phys`` has it (what the fault detector sends)."""
+        self.version += 1
+        return [
+            ControlTuple(Control.ROUTING, {**r.to_body(), "version": self.version})
+            for r in routes_for(self.topo, phys, wid)
+        ]
+
+    def kill(self, wid: int, outage: int = 0) -> None:
+        """The worker dies; its senders are routed around it at once (its key groups have
+        no owner until the replacement runs), ``outage`` turns of the model pass, then
+        the recovery."""
+        self.fail(wid)
+        if outage:
+            self.run_out(limit=outage)
+        self.recover(wid)
+
+    def fail(self, wid: int) -> None:
         self.settle_writes()
         for link in [k for k in self.links if k[1] == wid]:
             self.links[link].clear()
+        self.dead.add(wid)
+        around = without(self.phys, {wid})
+        for sender in self.senders_of(wid):
+            if sender not in self.dead:
+                for ct in self.routing(sender, around):
+                    self.fws[sender].control(ct)
+
+    def recover(self, wid: int) -> None:
+        """The controller's plan: roll back the failed worker and its downstream closure
+        to the newest checkpoint complete for them, and have their senders outside the
+        set replay (or, where that cannot be, the region)."""
+        self.settle_writes()
         self.generation += 1
         coverage = {w: fw.backup.coverage() for w, fw in self.fws.items() if fw.backup}
         # the epoch: the newest checkpoint complete for the failed worker's closure
@@ -152,7 +195,13 @@ class UpstreamNet(Net):
         self.restored.append(epoch)
         self.phys = roll_back(self.phys, members, self.generation, epoch)
         self.fws[wid] = self.start(self.phys, wid)
+        self.dead.discard(wid)
         self.touched |= members
+        # its senders route to the replacement again, confirmed before any ROLLBACK goes out
+        for sender in self.senders_of(wid):
+            if sender not in self.dead:
+                for ct in self.routing(sender, self.phys):
+                    self.fws[sender].control(ct)
         body = {"generation": self.generation, "epoch": -1 if epoch is None else epoch}
         for other in sorted(members - {wid}):
             self.controls.append((other, ControlTuple(Control.ROLLBACK, body)))
@@ -195,14 +244,14 @@ def test_partial_rollback_at_every_point_of_a_run_stays_exact(job, victim):
     """A sweep over kill points: the failed worker and its downstream closure roll back,
     the rest of the job (its sources, the other mids when a count dies) never restores,
     the sources never seek, the counts are exact, and the path is partial."""
-    replayed = purged = 0
+    replayed = purged = orphans = 0
     restored: list[int | None] = []
     for point in range(0, 700, 23):
         net = UpstreamNet(job)
         net.run_out(limit=point)
         workers = net.members_of(victim)
         dead = workers[point % len(workers)]
-        net.kill(dead)
+        net.kill(dead, outage=point % 40)  # its senders keep what has no owner meanwhile
         net.run_out()
         net.check()
         assert net.paths == [PARTIAL]
@@ -213,9 +262,13 @@ def test_partial_rollback_at_every_point_of_a_run_stays_exact(job, victim):
             assert rolled == {dead, *net.members_of("count")}, rolled
         replayed += sum(net.fws[w].backup.replayed for w in net.replayers)
         purged += sum(fw.backup.purged for fw in net.fws.values())
+        orphans += sum(fw.backup_orphans for fw in net.fws.values())
+        assert not any(fw.unrouted for fw in net.fws.values())
         restored += net.restored
     assert replayed > 0, "no sender replayed anything"
     assert purged > 0, "no buffer was ever purged"
+    if victim == "count":
+        assert orphans > 0, "no tuple of a dead owner's key group was kept"
     assert sum(e is not None for e in restored) > len(restored) // 2, restored
 
 
@@ -307,7 +360,7 @@ def test_partial_rollback_is_exact_whatever_the_interleaving(job: str, script: A
             net.now += (n % 10) * 0.002
         elif what == "kill" and kills > 0:
             kills -= 1
-            net.kill(net.ids[n % len(net.ids)])
+            net.kill(net.ids[n % len(net.ids)], outage=n % 7 * 5)
         elif what == "control" and net.controls:
             net.control(n % len(net.controls))
         net.settle_writes()

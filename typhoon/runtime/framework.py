@@ -209,6 +209,7 @@ class Framework(
             self.io.set_balanced(route.stream, route.next_hops)
         router = Router(route, old.emitted if old else 0, self.io.switch_balancing)
         self.routers[route.stream] = router
+        self._orphan_route(old, router)
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
         if getattr(self, "ckpt", None) is not None and self.gen > 0 and self.started:
             new = sorted(set(route.next_hops) - self.marked)

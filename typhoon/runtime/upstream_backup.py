@@ -23,8 +23,11 @@ from typhoon.checkpoint.output_buffers import OutputBuffers
 from typhoon.checkpoint.settings import partial_enabled
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.output import rows_in
+from typhoon.runtime.policies import Router
 from typhoon.runtime.transport import EOS_STREAM
+from typhoon.topology.keygroups import NO_OWNER
 from typhoon.topology.routing import receivers_of
+from typhoon.wire import encode_rows
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,8 @@ class UpstreamBackup:
         self.replayed_gen: dict[int, int] = {}  # receiver -> newest generation replayed to it
         self.next_purge_poll = 0.0
         self.full_since: float | None = None
+        self.orphans: dict[int, Router] = {}  # stream -> its route before a dead owner left
+        self.backup_orphans = 0
         limit = backup_limit(self.spec.topology)
         if self.ckpt is None or limit == 0:
             return
@@ -145,6 +150,31 @@ class UpstreamBackup:
         self.purge_parts = {
             f"{w.node}-{w.index}" for w in phys.workers if w.active and w.worker_id in region
         }
+
+    def _orphan_route(self, old: Router | None, new: Router) -> None:
+        """A ROUTING installed ``new``.  Key groups whose worker is gone (a dead worker
+        routed around, ``NO_OWNER``) would leave their tuples unrouted; under partial
+        rollback this worker does not roll back, so it keeps them for the replacement:
+        recorded on the dead owner's link (found with the route before), which the
+        replay hands to the replacement (``replay_from``)."""
+        if getattr(self, "backup", None) is None:
+            return
+        if NO_OWNER not in new.groups:
+            self.orphans.pop(new.sid, None)
+        elif old is not None and NO_OWNER not in old.groups:
+            self.orphans[new.sid] = old
+
+    def _unrouted(self, r: Router, values: list) -> None:
+        """A tuple no receiver takes: counted, or kept for a dead owner's replacement."""
+        old = self.orphans.get(r.sid) if self.backup is not None else None
+        if old is not None:
+            dst = old.select(values)
+            if dst >= 0:
+                assert self.backup is not None
+                self.backup.record(dst, r.sid, encode_rows([values]))
+                self.backup_orphans += 1
+                return
+        self.unrouted += 1
 
     def backup_full(self) -> bool:
         """A source's buffers are full: it emits again once a purge freed them, or trims
@@ -268,4 +298,5 @@ class UpstreamBackup:
             "backup_trimmed": b.trimmed,
             "backup_replayed": b.replayed,
             "backup_refused": self.backup_refused,
+            "backup_orphans": self.backup_orphans,  # kept for a dead key-group owner
         }
