@@ -1,12 +1,13 @@
 """Upstream backup in the framework layer (SAND §4.1-4.2, docs/guarantees.md
 "Partial rollback").
 
-Under a guarantee every worker keeps, per receiver, what it sent since the
-newest checkpoint complete for its failover region
-(:class:`typhoon.checkpoint.output_buffers.OutputBuffers`): the transport is
-wrapped so that every entry that leaves is recorded, in link order.  A few
-times a second the worker reads from the store which checkpoint is complete
-and purges through it.  A ROLLBACK carrying ``replay`` does not roll this
+Under a guarantee with ``partial_rollback: true`` every worker keeps, per
+receiver, what it sent since the newest checkpoint complete for its failover
+region (:class:`typhoon.checkpoint.output_buffers.OutputBuffers`): the
+transport is wrapped so that every entry that leaves is recorded, in link
+order.  Twice a second the worker lists the store for the newest checkpoint
+its region has written and purges through it.  Tuples of key groups whose
+worker died stay on that worker's link for its replacement.  A ROLLBACK carrying ``replay`` does not roll this
 worker back: it tells the listed receivers the new generation (a mark, after
 which they drop what is still in flight from before) and sends each of them
 again what followed the anchor of the restored epoch on its link.  A mixin of
