@@ -186,6 +186,7 @@ class PartialRecovery:
     conf: FaultSettings
     logger: logging.Logger
     clock: Callable[[], float]
+    incidents: list[Incident]
     epochs: dict[tuple[str, int], int | None]
     generations: dict[str, int]
     region_rolled: dict[tuple[str, int], int]
@@ -194,9 +195,20 @@ class PartialRecovery:
     _since: Callable[[Incident], float]  # GuaranteedRecovery's
 
     def _note_backup(self, app: str, wid: int, metrics: dict[str, Any]) -> None:
-        """A METRIC_RESP's ``backup_from`` (only workers of a partial app report one)."""
-        if "backup_from" in metrics:
-            self.partials.setdefault(app, PartialRecoveries(None)).heard(wid, metrics)
+        """A METRIC_RESP's ``backup_from`` (only workers of a partial app report one), and
+        the tuples a replayer resent for each generation: the incident of that generation
+        records them under ``replayed`` (as a source's own replay)."""
+        if "backup_from" not in metrics:
+            return
+        self.partials.setdefault(app, PartialRecoveries(None)).heard(wid, metrics)
+        resent = metrics.get("backup_replayed_tuples")
+        if not isinstance(resent, dict) or not resent:
+            return
+        for i in self.incidents:
+            if i.app == app and i.rollback == PARTIAL and wid in i.replayers:
+                n = resent.get(str(i.generation))
+                if type(n) is int:
+                    i.replayed[wid] = n
 
     def _partial_recovery(
         self,

@@ -9,7 +9,7 @@ output buffers reach), a count worker is SIGKILLed (second test: a split worker)
 Pass: its incident says ``"rollback": "partial"``; its ``region`` is the
 replacement alone (a split's: the replacement and every count worker) and no
 other worker rolled back; the senders of that set are its ``replayers`` and
-resent from their buffers (``backup_replayed``); every worker outside the set
+resent from their buffers (the incident's ``replayed``); every worker outside the set
 reports no restore, no rollback and generation 0, and the source never seeked
 back; the counts are exact and the run report is ok.
 """
@@ -110,8 +110,11 @@ def test_a_dead_count_worker_rolls_back_alone(cluster, tmp_path):
     check_untouched(reports, {new})
     by_worker = {r["worker"]: r for r in reports}
     assert restored_epochs(by_worker[new]["metrics"])[0] == incident["restore_epoch"]
-    for s in splits:  # each resent what followed the anchor on its link
-        assert by_worker[s]["metrics"]["backup_replayed"] > 0, by_worker[s]["metrics"]
+    replayed = {int(w): n for w, n in incident["replayed"].items()}
+    assert set(replayed) == set(splits) and all(n > 0 for n in replayed.values()), incident
+    for s in splits:  # each resent what followed the anchor on its link, as it reports
+        mine = by_worker[s]["metrics"]["backup_replayed_tuples"]
+        assert mine[str(incident["generation"])] >= replayed[s], (mine, replayed)
 
 
 def test_a_dead_split_worker_takes_the_count_workers_and_the_source_replays(cluster, tmp_path):
@@ -131,4 +134,5 @@ def test_a_dead_split_worker_takes_the_count_workers_and_the_source_replays(clus
     report, reports = exact(c, t, name)
     check_untouched(reports, {new, *counts})
     by_worker = {r["worker"]: r for r in reports}
-    assert by_worker[source]["metrics"]["backup_replayed"] > 0
+    resent = by_worker[source]["metrics"]["backup_replayed_tuples"]
+    assert resent[str(incident["generation"])] > 0, resent

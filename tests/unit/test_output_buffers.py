@@ -183,6 +183,7 @@ class Sender(UpstreamBackup):
         self.replayed_gen: dict[int, int] = {}
         self.sent_to: dict[tuple[int, int], int] = {}
         self.pushed = 0
+        self.tuples_replayed: dict[int, int] = {}
 
     def push(self) -> None:
         self.pushed += 1
@@ -209,6 +210,7 @@ def test_a_replay_is_a_mark_then_what_followed_the_anchor():
         ("send", 5, 2, [rows(3)]),
     ]
     assert s.sent_to == {(5, 2): 1}  # the link counts from the receiver's rollback
+    assert s.tuples_replayed == {7: 1}
     s.wire.sent.clear()
     assert s.replay(7, 3, [5]) and s.wire.sent == []  # told this generation already
     assert s.replay(6, 3, [5]) and s.wire.sent == []  # an older one: superseded

@@ -180,6 +180,8 @@ def report_coverage(machine, physical, clock, start=1):
 
 
 def test_the_machine_rolls_back_a_dead_count_worker_alone(machine_job):
+    from test_fault_detector_machine import APP
+
     machine, core, clock, physical, store = machine_job
     everyone = {w.worker_id for w in physical.workers}
     checkpoint(store, physical, everyone, 2)
@@ -199,6 +201,12 @@ def test_the_machine_rolls_back_a_dead_count_worker_alone(machine_job):
     assert core.stored.generation_of(new) == (1, 2)
     assert all(core.stored.generation_of(w) == (0, None) for w in everyone - {victim})
     assert incident.to_dict()["rollback"] == "partial"
+    # the splits say what they resent for that generation: the incident records it
+    split = ids(physical, "split")[0]
+    machine.metrics(APP, split, {"backup_from": 2, "backup_replayed_tuples": {"1": 77}}, 0.0)
+    machine.metrics(APP, ids(physical, "source")[0],
+                    {"backup_from": 2, "backup_replayed_tuples": {"1": 5}}, 0.0)  # fmt: skip
+    assert incident.replayed == {split: 77}
 
 
 def test_the_machine_falls_back_when_a_split_refuses_to_replay(machine_job):

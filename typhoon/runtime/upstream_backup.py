@@ -7,10 +7,11 @@ region (:class:`typhoon.checkpoint.output_buffers.OutputBuffers`): the
 transport is wrapped so that every entry that leaves is recorded, in link
 order.  Twice a second the worker lists the store for the newest checkpoint
 its region has written and purges through it.  Tuples of key groups whose
-worker died stay on that worker's link for its replacement.  A ROLLBACK carrying ``replay`` does not roll this
-worker back: it tells the listed receivers the new generation (a mark, after
-which they drop what is still in flight from before) and sends each of them
-again what followed the anchor of the restored epoch on its link.  A mixin of
+worker died stay on that worker's link for its replacement.  A ROLLBACK
+carrying ``replay`` does not roll this worker back: it tells the listed
+receivers the new generation (a mark, after which they drop what is still in
+flight from before) and sends each of them again what followed the anchor of
+the restored epoch on its link.  A mixin of
 :class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
 """
 
@@ -123,6 +124,7 @@ class UpstreamBackup:
         self.full_since: float | None = None
         self.orphans: dict[int, Router] = {}  # stream -> its route before a dead owner left
         self.backup_orphans = 0
+        self.tuples_replayed: dict[int, int] = {}  # generation -> tuples resent for it
         limit = backup_limit(self.spec.topology)
         if self.ckpt is None or limit == 0:
             return
@@ -286,6 +288,7 @@ class UpstreamBackup:
                 del self.sent_to[key]
             for stream, n in rows.items():
                 self.sent_to[(dst, stream)] = n
+            self.tuples_replayed[gen] = self.tuples_replayed.get(gen, 0) + sum(rows.values())
         return True
 
     def _backup_metrics(self) -> dict[str, Any]:
@@ -297,7 +300,9 @@ class UpstreamBackup:
             "backup_bytes": b.nbytes,
             "backup_from": -2 if start is None else start,  # -2: cannot replay, -1: start
             "backup_trimmed": b.trimmed,
-            "backup_replayed": b.replayed,
+            "backup_replayed": b.replayed,  # entries
+            # tuples resent per generation (METRIC_RESP carries str-keyed maps)
+            "backup_replayed_tuples": {str(g): n for g, n in self.tuples_replayed.items()},
             "backup_refused": self.backup_refused,
             "backup_orphans": self.backup_orphans,  # kept for a dead key-group owner
         }
