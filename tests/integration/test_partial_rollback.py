@@ -82,6 +82,19 @@ def kill_one(c: EmulatedCluster, name: str, node: str, store: Path) -> tuple[dic
     return incident, {w.worker_id: w.node for w in physical.workers}
 
 
+def with_replays(c: EmulatedCluster, name: str, victim: int, replayers: set[int]) -> dict:
+    """The incident once every replayer's METRIC_RESP said what it resent for it."""
+
+    def recorded():
+        for i in c.rest("GET", "/faults")[1]:
+            if i["app"] == name and i["worker"] == victim:
+                if {int(w) for w in i["replayed"]} >= replayers:
+                    return i
+        return None
+
+    return wait(recorded, 30, f"the replay counts of {sorted(replayers)}")
+
+
 def check_untouched(reports: list[dict], rolled: set[int]) -> None:
     """Workers outside the rollback set never restored or rolled back; the source (never
     in the set here) did not seek back: its replays came from the splits' buffers."""
@@ -106,6 +119,7 @@ def test_a_dead_count_worker_rolls_back_alone(cluster, tmp_path):
     assert incident["region"] == [new] and incident["rolled_back"] == [], incident
     assert incident["restore_epoch"] is not None, incident  # a checkpoint, not the start
     assert {int(w): ms for w, ms in incident["replayers"].items()} == {s: [new] for s in splits}
+    incident = with_replays(c, name, incident["worker"], set(splits))
     report, reports = exact(c, t, name)
     check_untouched(reports, {new})
     by_worker = {r["worker"]: r for r in reports}
@@ -131,6 +145,8 @@ def test_a_dead_split_worker_takes_the_count_workers_and_the_source_replays(clus
     assert incident["rolled_back"] == counts, incident
     replayers = {int(w): ms for w, ms in incident["replayers"].items()}
     assert replayers == {source: [new], other: counts}, replayers
+    incident = with_replays(c, name, victim, {source, other})
+    assert all(n > 0 for n in incident["replayed"].values()), incident
     report, reports = exact(c, t, name)
     check_untouched(reports, {new, *counts})
     by_worker = {r["worker"]: r for r in reports}
