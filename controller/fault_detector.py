@@ -343,6 +343,11 @@ class Incident:
     rollback: str = ""
     region: list[int] = field(default_factory=list)
     replayed: dict[int, int] = field(default_factory=dict)
+    # partial rollback (controller/partial_recovery.py): "partial" in ``rollback``, region:
+    # the failed worker and its downstream closure; replayers: sender -> members it resent
+    # its output buffers to; fallback: why a partial app took the region path instead
+    replayers: dict[int, list[int]] = field(default_factory=dict)
+    fallback: str = ""
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)

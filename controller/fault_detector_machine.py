@@ -98,6 +98,8 @@ class FaultMachine(GuaranteedRecovery):
         self.joining: dict[str, set[int]] = {}
         self.rolled: dict[str, int] = {}  # app -> newest generation rolled back to
         self.region_rolled: dict[tuple[str, int], int] = {}  # (app, worker) -> the same
+        self.partials: dict[str, Any] = {}  # app -> PartialRecoveries (partial_recovery.py)
+        self.partial_plans: dict[tuple[str, int], Any] = {}  # (app, generation) -> its plan
         # (app, worker) whose METRIC_RESP said its input is done: its port going down is an end
         self.done: set[tuple[str, int]] = set()
         # replies come every metrics_interval: a longer gap without any means we were deaf
@@ -120,6 +122,7 @@ class FaultMachine(GuaranteedRecovery):
     def metrics(self, app: str, wid: int, metrics: dict[str, Any], at: float) -> None:
         self.heartbeats.seen(app, wid, at)
         self._note_replays(app, wid, metrics)
+        self._note_backup(app, wid, metrics)
         if metrics.get("done"):
             self.done.add((app, wid))
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller.acks import all_acked, send_routes
 from controller.fault_detector import FaultSettings, Incident
+from controller.partial_recovery import PARTIAL, PartialRecovery
 from controller.region_recovery import RegionRecovery
 from controller.waits import WAIT, Check, Task, Tasks
 from typhoon.checkpoint import CheckpointError, open_store
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 RESUME_AFTER_S = 1.0  # after a start, the core reads the coordinator first
 
 
-class GuaranteedRecovery(RegionRecovery):
+class GuaranteedRecovery(RegionRecovery, PartialRecovery):
     """The recovery half of ``FaultMachine`` (a mixin: it shares the machine's state)."""
 
     conf: FaultSettings
@@ -55,6 +56,11 @@ class GuaranteedRecovery(RegionRecovery):
         rollback = self._rollback_set(topology, physical, incident, replacement)
         try:
             store = open_store(topology.config.get("checkpoint_store"), topology.name)
+            partial = self._partial_recovery(
+                topology, physical, generation, incident, replacement, store
+            )
+            if partial is not None:  # the failed worker and its downstream closure only
+                return partial
             epoch = recovery_point(physical, store, set(rollback.workers))
         except CheckpointError as e:
             # no store: start over from the beginning, which is still exactly once
@@ -91,6 +97,8 @@ class GuaranteedRecovery(RegionRecovery):
         yield lambda now: True if not self.joining.get(name) or now > deadline else WAIT
         if incident.rollback == REGION:
             return (yield from self._region_rollback(core, incident, app))
+        if incident.rollback == PARTIAL:
+            return (yield from self._partial_rollback(core, incident, app))
         gen = max(self.generations.get(name, 0), incident.generation or 0)
         if self.rolled.get(name, 0) >= gen:
             self.logger.info(

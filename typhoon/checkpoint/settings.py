@@ -45,6 +45,12 @@ def guarantee_of(topology: Any) -> str:
     return value
 
 
+def partial_enabled(topology: Any) -> bool:
+    """The topology asks for partial rollback (``partial_rollback: true``,
+    docs/guarantees.md "Partial rollback")."""
+    return _config(topology).get("partial_rollback") is True
+
+
 def checkpoint_settings(topology: Any) -> CheckpointSettings:
     """The checkpoint settings of a Topology (or of its config dict), defaults filled in."""
     config = _config(topology)

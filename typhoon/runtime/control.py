@@ -97,9 +97,14 @@ class ControlHandling:
             self.set_batch_size(int(body["size"]))
             self.max_delay = float(body["max_delay_ms"]) / 1000.0
         elif t == Control.ROLLBACK:
-            epoch = body["epoch"]
-            self.rollback(body["generation"], None if epoch < 0 else epoch)
-            self._ack("ROLLBACK", body["generation"])
+            epoch = None if body["epoch"] < 0 else body["epoch"]
+            if "replay" in body:  # upstream backup: the receivers roll back, not this worker
+                links = body.get("replay_from")
+                ok = self.replay(body["generation"], epoch, body["replay"], links)
+                self._ack("ROLLBACK" if ok else "REPLAY_REFUSED", body["generation"])
+            else:
+                self.rollback(body["generation"], epoch)
+                self._ack("ROLLBACK", body["generation"])
         elif t == Control.COMPLETE:
             if not self.may_exit:
                 self.job_complete()

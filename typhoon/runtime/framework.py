@@ -46,6 +46,7 @@ from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.timers import Timers
 from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
+from typhoon.runtime.upstream_backup import FULL_WAIT_S, UpstreamBackup
 from typhoon.runtime.watermarks import WatermarkHandling
 from typhoon.topology.routing import Route, routes_for, upstream_of
 from typhoon.wire import WireError, entry_capacity, unpack_rows
@@ -63,6 +64,7 @@ class Framework(
     OutputBatching,
     ControlHandling,
     GuaranteedProcessing,
+    UpstreamBackup,
     KeyedCheckpoints,
     KeyedMigration,
     WatermarkHandling,
@@ -186,6 +188,7 @@ class Framework(
         self._init_migration(store)
         self._init_keyed_cut()
         self._init_guarantee(store)
+        self._init_backup()
 
     def _input_fields(self) -> list[str]:
         ins = self.spec.topology.inputs_of(self.node.name)
@@ -206,6 +209,7 @@ class Framework(
             self.io.set_balanced(route.stream, route.next_hops)
         router = Router(route, old.emitted if old else 0, self.io.switch_balancing)
         self.routers[route.stream] = router
+        self._orphan_route(old, router)
         self.eos_targets.setdefault(route.stream, set()).update(route.next_hops)
         if getattr(self, "ckpt", None) is not None and self.gen > 0 and self.started:
             new = sorted(set(route.next_hops) - self.marked)
@@ -375,6 +379,8 @@ class Framework(
             return
         if self.ckpt is not None:
             self.maybe_anchor()
+            if self.backup_full():
+                return  # backpressure: emits again once a purge freed its output buffers
         n = SPOUT_CHUNK
         if self.rate > 0:
             elapsed = self.now - self.last_refill
@@ -408,6 +414,8 @@ class Framework(
         """How long a rate-limited spout has nothing to emit."""
         if not self.spout_ready():
             return 0.05
+        if self.ckpt is not None and self.backup_full():
+            return FULL_WAIT_S
         if self.rate <= 0 or self.tokens >= 1:
             return 0.0
         return min(0.05, (1 - self.tokens) / self.rate)
@@ -441,6 +449,7 @@ class Framework(
             self.spout_watermark(False)  # a clock, or an idle source, moves without tuples
         if self.ckpt is not None:
             self.poll_complete()
+            self.poll_purge()
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
             if self.deferred:

@@ -281,6 +281,7 @@ class GuaranteedProcessing:
         self._op_metrics = getattr(self.op, "metrics", None)
         self._anchor_ready = getattr(self.op, "anchor_ready", None)
         self._restore(epoch)
+        self._backup_reset(epoch)
         self._reset_watermarks()
         self.next_anchor_at = self.now + self.interval
         if self.started:
@@ -371,6 +372,7 @@ class GuaranteedProcessing:
             "held": len(self.held),
             "anchors_held": len(self.deferred),
             **self._cut_metrics(),
+            **self._backup_metrics(),
         }
 
 

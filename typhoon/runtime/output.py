@@ -47,7 +47,7 @@ class OutputBatching:
             if r.plain:  # unicast, receiver chosen here: the common case, _buffer inlined
                 dst = r.select(values)
                 if dst < 0:
-                    self.unrouted += 1
+                    self._unrouted(r, values)
                     continue
                 self.serializations += 1
                 key = (dst, sid)
@@ -119,7 +119,7 @@ class OutputBatching:
         r.emitted += 1
         dst = r.select(values)
         if dst < 0:
-            self.unrouted += 1
+            self._unrouted(r, values)
             return
         self.serializations += 1
         self._buffer((dst, r.route.stream), values)

@@ -157,6 +157,11 @@ _CONFIG = {
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
         "checkpoint_store": {"type": "string", "minLength": 1},
+        # a failure rolls back the failed workers and their downstream closure only; their
+        # senders replay from output buffers of upstream backup, at most this many MiB per
+        # worker (docs/guarantees.md "Partial rollback")
+        "partial_rollback": {"type": "boolean"},
+        "upstream_backup_mb": {"type": "number", "minimum": 0},
         # packed (default): fill hosts along the topological order; spread: worker i of
         # every node on host i mod H (typhoon/topology/scheduler.py)
         "placement": {"type": "string", "enum": ["packed", "spread"]},

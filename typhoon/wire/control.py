@@ -207,6 +207,11 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
     Control.ROLLBACK: {
         "generation": (_int(1, U32_MAX), _REQUIRED),
         "epoch": (_int(-1, 2**62), _REQUIRED),
+        # upstream backup: this worker stays; it replays its output buffers to these
+        # receivers, which went back (typhoon/checkpoint/partial.py)
+        "replay": (_list_of(_worker_id), _OMITTED),
+        # whose link each of them takes over (a replacement: its dead predecessor's)
+        "replay_from": (_list_of(_worker_id), _OMITTED),
     },
     Control.COMPLETE: {},
     # key groups move with their keyed state (typhoon/runtime/migration.py): ``prepare``
