@@ -16,13 +16,14 @@ from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
 from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.nexmark import NexmarkSource
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.postgres_sink import PostgresSink
 from typhoon.operators.redis_source import RedisStreamSource
 from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
-from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
+from typhoon.operators.transforms import Busy, Filter, Identity, Map, SplitWords
 from typhoon.operators.windows import WindowAggregate
 
 __all__ = [
@@ -50,6 +51,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "split_words": SplitWords,
     "count_by_key": CountByKey,
     "filter": Filter,
+    "map": Map,
     "identity": Identity,
     "busy": Busy,
     "sequence_check": SequenceCheck,
@@ -71,6 +73,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "window_join": WindowJoin,
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
+    "nexmark_source": NexmarkSource,
 }
 
 
