@@ -14,7 +14,7 @@ from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replaya
 from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
-from typhoon.operators.joins import WindowJoin
+from typhoon.operators.joins import StreamJoin, WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.nexmark import NexmarkSource
 from typhoon.operators.pairs import CountForward, PairSource
@@ -71,6 +71,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "window_aggregate": WindowAggregate,
     "event_source": EventSource,
     "window_join": WindowJoin,
+    "stream_join": StreamJoin,
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
     "nexmark_source": NexmarkSource,
