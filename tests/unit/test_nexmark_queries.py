@@ -235,3 +235,14 @@ def test_a_watermark_tighter_than_the_disorder_finds_late_events():
     net = Net(topo, 1)
     net.run()
     assert net.metric("per_auction", "window_late") > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_q4_average_closing_price_per_category(seed):
+    net, args = run("q4", seed)
+    closing, averages = ref.q4(args["auctions"], args["bids"], args["average"])
+    assert ref.multiset(net.results("prices")) == closing
+    assert windows(net.results("results")) == averages
+    assert sum(closing.values()) > 100 and len(averages) > 10
+    assert net.metric("closing", "window_late") == net.metric("average", "window_late") == 0
+    assert net.metric("closing", "interval_late_right") == 0

@@ -14,6 +14,7 @@ from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replaya
 from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
+from typhoon.operators.interval_join import IntervalJoin
 from typhoon.operators.joins import StreamJoin, WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
 from typhoon.operators.nexmark import NexmarkSource
@@ -72,6 +73,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "event_source": EventSource,
     "window_join": WindowJoin,
     "stream_join": StreamJoin,
+    "interval_join": IntervalJoin,
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
     "nexmark_source": NexmarkSource,

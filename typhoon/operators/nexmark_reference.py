@@ -33,6 +33,7 @@ def _at(kind: str, name: str) -> int:
     return FIELDS[kind].index(name)
 
 
+EXPIRES, CATEGORY = _at(AUCTION, "expires"), _at(AUCTION, "category")
 SELLER, AUCTION_TIME, PERSON_TIME = (
     _at(AUCTION, "seller"),
     _at(AUCTION, "dateTime"),
@@ -128,3 +129,37 @@ def q8(persons: dict[str, Any], auctions: dict[str, Any], join: dict[str, Any]) 
         for s in window_starts(a[AUCTION_TIME], size, slide):
             out += [[a[SELLER], s, s + size, p, a] for p in people.get((a[SELLER], s), [])]
     return multiset(out)
+
+
+def closing_prices(auctions: dict[str, Any], bids: dict[str, Any]) -> Counter:
+    """``[auction, dateTime, expires, highest price, category]`` per auction that got a bid
+    within ``[dateTime, expires)``."""
+    best: dict[int, int] = {}
+    spans = {a[0]: (a[AUCTION_TIME], a[EXPIRES]) for a in events_of(AUCTION, auctions)}
+    for b in events_of(BID, bids):
+        span = spans.get(b[0])
+        if span is not None and span[0] <= b[5] < span[1]:
+            best[b[0]] = max(best.get(b[0], b[2]), b[2])
+    return multiset(
+        [
+            [a[0], a[AUCTION_TIME], a[EXPIRES], best[a[0]], a[CATEGORY]]
+            for a in events_of(AUCTION, auctions)
+            if a[0] in best
+        ]
+    )
+
+
+def q4(
+    auctions: dict[str, Any], bids: dict[str, Any], average: dict[str, Any]
+) -> tuple[Counter, dict[tuple[int, int, int], float]]:
+    """The closing prices, and their average per category in windows of the closing time."""
+    closing = closing_prices(auctions, bids)
+    size = average["size_ms"]
+    slide = average.get("slide_ms") or size
+    sums: dict[tuple[int, int, int], list[int]] = {}
+    for (_, _, end, price, category), n in closing.items():
+        for s in window_starts(end, size, slide):
+            acc = sums.setdefault((category, s, s + size), [0, 0])
+            acc[0] += price * n
+            acc[1] += n
+    return closing, {w: total / n for w, (total, n) in sums.items()}
