@@ -246,3 +246,15 @@ def test_q4_average_closing_price_per_category(seed):
     assert sum(closing.values()) > 100 and len(averages) > 10
     assert net.metric("closing", "window_late") == net.metric("average", "window_late") == 0
     assert net.metric("closing", "interval_late_right") == 0
+
+
+@pytest.mark.parametrize("name", ref.QUERIES)
+def test_expected_and_observed_cover_every_sink_of_every_query(name):
+    """What the tcp and sdn tests (tests/runtime/test_nexmark_tcp.py,
+    tests/integration/test_nexmark_sdn.py) compare with: every sink of each file."""
+    net, args = run(name, 4)
+    sinks = {n for n, node in net.topo.nodes.items() if node.operator == "collect"}
+    want = ref.expected(name, args)
+    assert set(want) == sinks
+    for sink, value in want.items():
+        assert value and ref.observed(name, sink, net.results(sink)) == value
