@@ -172,3 +172,28 @@ def test_quick_peers_runs_typhoon_and_bytewax_on_the_same_data(tmp_path: Path) -
     for workload in ("wordcount", "forward"):
         for t in ("sdn", "tcp"):
             assert any(k.startswith(f"peers {workload} {t} / bytewax -p 2") for k in ratios)
+
+
+def test_quick_nexmark_every_query_exact_on_both_transports(tmp_path: Path) -> None:
+    """``typhoon bench --quick --only nexmark --repeats 1``: every query ran on sdn and tcp,
+    every run's sinks equal the reference (a run that differs is failed), and the table
+    has an events/s for each query and transport."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "nexmark",
+         "--repeats", "1", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "nexmark.png").is_file()
+    doc = json.loads((out / "results.json").read_text())
+    sc = doc["scenarios"]["nexmark"]
+    assert sc["mode"] == "quick" and not sc["error"], sc["error"]
+    assert len(sc["runs"]) == 16 and all(r["ok"] for r in sc["runs"]), sc["runs"]
+    rows = table_rows((out / "results.md").read_text(), "Nexmark queries")
+    assert [r[0] for r in rows] == ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
+    for r in rows:
+        assert r[2] != "–" and r[3] != "–" and r[7] == "0 / 0", r

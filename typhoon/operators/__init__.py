@@ -14,15 +14,17 @@ from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replaya
 from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
 from typhoon.operators.files import FileSource
-from typhoon.operators.joins import WindowJoin
+from typhoon.operators.interval_join import IntervalJoin
+from typhoon.operators.joins import StreamJoin, WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.nexmark import NexmarkSource
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.postgres_sink import PostgresSink
 from typhoon.operators.redis_source import RedisStreamSource
 from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
 from typhoon.operators.sources import SentenceSource, SequenceSource
-from typhoon.operators.transforms import Busy, Filter, Identity, SplitWords
+from typhoon.operators.transforms import Busy, Filter, Identity, Map, SplitWords
 from typhoon.operators.windows import WindowAggregate
 
 __all__ = [
@@ -50,6 +52,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "split_words": SplitWords,
     "count_by_key": CountByKey,
     "filter": Filter,
+    "map": Map,
     "identity": Identity,
     "busy": Busy,
     "sequence_check": SequenceCheck,
@@ -69,8 +72,11 @@ BUILTINS: dict[str, type[Operator]] = {
     "window_aggregate": WindowAggregate,
     "event_source": EventSource,
     "window_join": WindowJoin,
+    "stream_join": StreamJoin,
+    "interval_join": IntervalJoin,
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
+    "nexmark_source": NexmarkSource,
 }
 
 

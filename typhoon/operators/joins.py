@@ -82,20 +82,7 @@ class WindowJoin(Bolt):
     @classmethod
     def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
         """The two inputs are the ``left`` and ``right`` nodes, and have the fields named."""
-        for side in ("left", "right"):
-            node = args.get(side)
-            if node not in inputs:
-                have = ", ".join(sorted(inputs)) or "none"
-                raise ValueError(f"{side} '{node}' is not an input of this node (inputs: {have})")
-            for what in ("key", "time"):
-                field = args.get(f"{side}_{what}")
-                if field not in inputs[node]:
-                    raise ValueError(
-                        f"{side}_{what} '{field}' is not a field '{node}' produces "
-                        f"(it produces: {', '.join(inputs[node]) or 'no fields'})"
-                    )
-        if len(inputs) != 2:
-            raise ValueError(f"a join takes exactly two inputs, not {len(inputs)}")
+        _check_sides(args, inputs, ("key", "time"))
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -186,3 +173,107 @@ class WindowJoin(Bolt):
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {k: sum(r[k] for r in results) for k in ("bad_time", "late", "pairs")}
+
+
+class StreamJoin(Bolt):
+    """Every pair of a ``left`` and a ``right`` tuple with equal keys, whenever they met:
+    an unwindowed (regular) join, as Nexmark q3's.
+
+    Each key's tuples of both sides stay in keyed state (checkpointed, moved on a
+    rescale) for the whole run: a tuple is emitted with every tuple of the other
+    side that came before it, and kept for those after it.  So every pair comes
+    out once, as ``[key, left, right]``, whatever the order the two inputs
+    interleave in; no watermark is needed, and the state grows with the input
+    (use it on streams whose keys are filtered to a bounded set, or use
+    ``window_join``).
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ("key", "left", "right")
+    keyed: ClassVar[bool] = True
+    sees_input: ClassVar[bool] = True
+
+    def __init__(self, left: str, right: str, left_key: str, right_key: str) -> None:
+        super().__init__(left=left, right=right, left_key=left_key, right_key=right_key)
+        if left == right:
+            raise ValueError("left and right must be two different nodes")
+        self.input = ""
+        self.state: Any = {}
+        self.key_at: dict[str, tuple[int, int]] = {}  # node -> (side, key field index)
+        self.pairs = 0
+        self.kept = 0
+        self.unknown_input = 0
+
+    @classmethod
+    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
+        """Each input must be grouped on its own key field."""
+        return WindowJoin.key_fields(args, src)
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        return list(cls.fields)
+
+    @classmethod
+    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
+        """The two inputs are the ``left`` and ``right`` nodes, with the key fields named."""
+        _check_sides(args, inputs, ("key",))
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.state = context.keyed_state("join", default=lambda: [[], []])
+        fields = context.input_nodes
+        self.key_at = {
+            self.args[side]: (i, fields[self.args[side]].index(self.args[f"{side}_key"]))
+            for i, side in ((LEFT, "left"), (RIGHT, "right"))
+        }
+
+    def process(self, values: list, emit: Emit) -> None:
+        at = self.key_at.get(self.input)
+        if at is None:
+            self.unknown_input += 1
+            return
+        side, ki = at
+        k = values[ki]
+        sides = self.state[k]
+        row = list(values)
+        key = _out_key(k)
+        others = sides[1 - side]
+        for other in others:
+            emit([key, row, other] if side == LEFT else [key, other, row])
+        self.pairs += len(others)
+        sides[side].append(row)
+        self.kept += 1
+
+    def snapshot(self) -> Any:
+        return {"counts": [self.pairs, self.kept, self.unknown_input]}
+
+    def restore(self, state: Any) -> None:
+        if state:
+            self.pairs, self.kept, self.unknown_input = state["counts"]
+
+    def metrics(self) -> dict[str, Any]:
+        return {"join_pairs": self.pairs, "join_kept": self.kept}
+
+    def result(self) -> dict[str, Any]:
+        return {"pairs": self.pairs, "kept": self.kept}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        return {k: sum(r[k] for r in results) for k in ("pairs", "kept")}
+
+
+def _check_sides(args: dict[str, Any], inputs: dict[str, list[str]], what: tuple) -> None:
+    """``left`` and ``right`` are the node's two inputs and produce the fields named."""
+    for side in ("left", "right"):
+        node = args.get(side)
+        if node not in inputs:
+            have = ", ".join(sorted(inputs)) or "none"
+            raise ValueError(f"{side} '{node}' is not an input of this node (inputs: {have})")
+        for w in what:
+            field = args.get(f"{side}_{w}")
+            if field not in inputs[node]:
+                raise ValueError(
+                    f"{side}_{w} '{field}' is not a field '{node}' produces "
+                    f"(it produces: {', '.join(inputs[node]) or 'no fields'})"
+                )
+    if len(inputs) != 2:
+        raise ValueError(f"a join takes exactly two inputs, not {len(inputs)}")
