@@ -13,6 +13,7 @@ from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
 from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
+from typhoon.operators.file_sink import FileSink
 from typhoon.operators.files import FileSource
 from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
@@ -71,6 +72,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "window_join": WindowJoin,
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
+    "file_sink": FileSink,
 }
 
 
