@@ -17,6 +17,8 @@ from typhoon.operators.file_sink import FileSink
 from typhoon.operators.files import FileSource
 from typhoon.operators.joins import WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.nats_sink import NatsSink
+from typhoon.operators.nats_source import NatsSource
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.postgres_sink import PostgresSink
 from typhoon.operators.redis_source import RedisStreamSource
@@ -73,6 +75,8 @@ BUILTINS: dict[str, type[Operator]] = {
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
     "file_sink": FileSink,
+    "nats_source": NatsSource,
+    "nats_sink": NatsSink,
 }
 
 

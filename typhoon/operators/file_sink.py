@@ -22,13 +22,12 @@ import csv
 import io
 import json
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import TransactionalSink
+from typhoon.operators.connectors import TransactionalSink, new_run_id
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -48,11 +47,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def new_run_id() -> str:
-    """Sorts by start time; the random part keeps two runs of one second apart."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
 class PartWriter:
