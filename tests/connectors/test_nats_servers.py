@@ -214,6 +214,7 @@ def test_a_commit_cut_short_before_its_record_is_not_published_twice(nats_server
     assert rows_in(nats_server) == [["a", 1], ["b", 1]]
     again = NatsSink(url=nats_server.url, subject="out")
     again.open(Context("job", "sink", 4, 0, 1, input_fields=["w", "n"], guarantee="exactly_once"))
+    again.CHUNK = 1  # acks awaited one message at a time: the same ids either way
     again.restore(snap)
     again.rewind(1, 1)
     assert again.committed_epoch() is None and again.closed == {1: [["a", 1], ["b", 1]]}

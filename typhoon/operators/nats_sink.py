@@ -15,7 +15,7 @@ batches, retried with backoff (at least once).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
 from typhoon.operators.connectors import ConnectorError, TransactionalSink, new_run_id, retry
@@ -38,6 +38,8 @@ class NatsSink(TransactionalSink):
     (``not_json``), or not of one field under ``text`` (``wrong_fields``), is counted
     and left out.
     """
+
+    CHUNK: ClassVar[int] = 1000  # messages whose acks are awaited together
 
     def __init__(
         self,
@@ -123,13 +125,17 @@ class NatsSink(TransactionalSink):
         assert self.conn is not None
         conn = self.conn
         payloads = [self._payload(r) for r in rows]
-        stored, dup = retry(
-            f"{what} on {self.url}",
-            lambda: conn.publish_all(self.subject, payloads, ids),
-            transient(),
-            attempts=10,
-        )
-        self.duplicates += dup
+        stored = 0
+        for i in range(0, len(payloads), self.CHUNK):  # each chunk's acks within one call
+            chunk, chunk_ids = payloads[i : i + self.CHUNK], ids[i : i + self.CHUNK]
+            n, dup = retry(
+                f"{what} on {self.url}",
+                lambda c=chunk, d=chunk_ids: conn.publish_all(self.subject, c, d),
+                transient(),
+                attempts=10,
+            )
+            stored += n
+            self.duplicates += dup
         return stored
 
     # ----- the hooks of TransactionalSink ----------------------------------------------
