@@ -210,3 +210,25 @@ def test_parquet_rows_with_the_wrong_types_are_counted(tmp_path):
     assert f.suffix == ".parquet"
     assert pq.read_table(f).to_pylist() == [{"word": "a", "n": 1}, {"word": "c", "n": 3}]
     assert s.result()["dropped"] == {"wrong_type": 1}
+
+
+def test_a_checkpoint_before_the_first_row_names_the_run_the_rows_commit_under(tmp_path):
+    out = tmp_path / "out"
+    s = sink(out)
+    snap1 = s.snapshot()  # the first anchor comes before any row
+    s.anchor_ready(1)
+    s.process_batch([["a", 1]], None)
+    s.anchor_ready(2)
+    s.checkpoint_complete(2)
+    assert committed(out) == [["a", 1]]
+    # a replacement restored from epoch 1 (the doc's case of a later part failing to
+    # verify): the record under the checkpoint's run says epoch 2 is committed
+    again = FileSink(path=str(out))
+    again.open(ctx("exactly_once"))
+    again.restore(snap1)
+    again.rewind(1, 1)
+    assert again.committed_epoch() == 2
+    again.process_batch([["a", 1]], None)  # the replay of epoch 2
+    again.anchor_ready(2)
+    again.checkpoint_complete(2)
+    assert committed(out) == [["a", 1]]

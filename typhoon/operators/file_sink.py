@@ -320,7 +320,10 @@ class FileSink(TransactionalSink):
         return max((int(n) for n in names if n.isdigit()), default=None)
 
     def reset(self) -> None:
-        self.run = new_run_id()  # epochs start over under a new name; old files stay
+        """Nothing to forget: every instance starts under a run id of its own (a restore
+        puts back the checkpoint's), so a new submission never finds the last one's
+        record.  Changing it here would be wrong: a snapshot taken before the first row
+        already holds the run id."""
 
     def rewind(self, generation: int, epoch: int | None) -> None:
         if epoch is None and self.two_phase:

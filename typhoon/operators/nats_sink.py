@@ -186,7 +186,10 @@ class NatsSink(TransactionalSink):
         return retry(f"reading the committed epoch on {self.url}", read, transient())
 
     def reset(self) -> None:
-        self.run = new_run_id()  # epochs start over under new ids and a new record
+        """Nothing to forget: every instance starts under a run id of its own (a restore
+        puts back the checkpoint's), so a new submission never finds the last one's
+        record.  Changing it here would be wrong: a snapshot taken before the first row
+        already holds the run id."""
 
     def snapshot(self) -> dict[str, Any]:
         return {**super().snapshot(), "run": self.run}
