@@ -43,8 +43,10 @@ EVENTLET_VERSION="0.33.3"
 # and scripts/dashboard_screenshot.py drive through Selenium (a test extra in pyproject.toml);
 # ethtool: tests/integration/machines.py turns off checksum offload on its underlay bridge
 # nftables: `typhoon cluster apply`'s fabric firewall (typhoon/fabric_guard.py) and its tests
+# redis-server, postgresql, nats-server: the connector tests start their own on loopback
+# ports (tests/dbservers.py); the system services stay stopped
 APT_REQUIRED=(openvswitch-switch mininet iproute2 tcpdump zookeeper python3-venv prometheus
-    chromium chromium-driver ethtool nftables redis-server postgresql)
+    chromium chromium-driver ethtool nftables redis-server postgresql nats-server)
 APT_OPTIONAL=(zookeeperd) # init scripts for a system-wide ZooKeeper service
 ZK_JAR=/usr/share/java/zookeeper.jar
 OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl

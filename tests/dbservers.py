@@ -1,6 +1,6 @@
-"""Real, throwaway Redis and PostgreSQL servers for the connector tests.
+"""Real, throwaway Redis, PostgreSQL and NATS servers for the connector tests.
 
-Debian's ``redis-server`` and ``postgresql`` (``scripts/setup.sh`` installs them;
+Debian's ``redis-server``, ``postgresql`` and ``nats-server`` (``scripts/setup.sh`` installs them;
 their system services stay stopped): each test server listens on a free port of
 its own with a temporary data directory, and is stopped by the fixture.
 PostgreSQL refuses to run as root, so its cluster belongs to the ``postgres``
@@ -181,6 +181,62 @@ def start_postgres(address: str = "127.0.0.1") -> PostgresServer:
     return server
 
 
-def remove(server: RedisServer | PostgresServer) -> None:
+@dataclass
+class NatsServer:
+    """``nats-server -js`` with its JetStream store in ``workdir`` (it survives a restart)."""
+
+    port: int
+    workdir: Path
+    address: str = "127.0.0.1"
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.address}:{self.port}"
+
+    def _up(self) -> bool:
+        try:
+            with socket.create_connection((self.address, self.port), timeout=1) as s:
+                s.settimeout(1)
+                return s.recv(4).startswith(b"INFO")  # the server greets every client
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        binary = shutil.which("nats-server")
+        if binary is None:
+            pytest.fail(
+                "nats-server is not installed: the connector tests need Debian's "
+                "`nats-server` package (scripts/setup.sh installs it)",
+                pytrace=False,
+            )
+        with open(self.workdir / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "-js", "-a", self.address, "-p", str(self.port),
+                 "-sd", str(self.workdir / "store")],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        _wait(self._up, f"nats-server on port {self.port}", self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_nats(address: str = "127.0.0.1") -> NatsServer:
+    workdir = Path(tempfile.mkdtemp(prefix="typhoon-nats-"))
+    server = NatsServer(free_port(), workdir, address)
+    server.start()
+    return server
+
+
+def remove(server: RedisServer | PostgresServer | NatsServer) -> None:
     server.stop()
     shutil.rmtree(server.workdir, ignore_errors=True)

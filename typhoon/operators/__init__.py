@@ -13,10 +13,13 @@ from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
 from typhoon.operators.connectors import ConnectorError
 from typhoon.operators.events import EventSource
+from typhoon.operators.file_sink import FileSink
 from typhoon.operators.files import FileSource
 from typhoon.operators.interval_join import IntervalJoin
 from typhoon.operators.joins import StreamJoin, WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.nats_sink import NatsSink
+from typhoon.operators.nats_source import NatsSource
 from typhoon.operators.nexmark import NexmarkSource
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.postgres_sink import PostgresSink
@@ -77,6 +80,9 @@ BUILTINS: dict[str, type[Operator]] = {
     "redis_stream_source": RedisStreamSource,
     "postgres_sink": PostgresSink,
     "nexmark_source": NexmarkSource,
+    "file_sink": FileSink,
+    "nats_source": NatsSource,
+    "nats_sink": NatsSink,
 }
 
 

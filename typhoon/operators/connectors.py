@@ -30,6 +30,7 @@ dead letter by the connector); they never stop the worker.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,12 @@ def retry(what: str, call: Callable[[], Any], transient: tuple[type[BaseExceptio
             time.sleep(wait)
             wait = min(wait * 2, 5.0)
     raise AssertionError("unreachable")
+
+
+def new_run_id() -> str:
+    """A sink's run: it names what one submission commits (its epochs start at 1, so a
+    new submission must not find the last one's record).  Sorts by start time."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
 Entry = tuple[Any, list | None, str]  # (position, row or None if bad, reason if bad)

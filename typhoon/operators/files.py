@@ -2,16 +2,19 @@
 
 The file is read as bytes so the offset is a byte position: a checkpoint
 records it, and a restarted worker seeks there and replays exactly the lines
-that followed (guaranteed processing needs a replayable source).
+that followed (guaranteed processing needs a replayable source).  A ``path``
+that is a directory reads every file in it instead (typhoon.operators.file_dir).
 """
 
 from __future__ import annotations
 
 import codecs
+import os
 import time
 from typing import Any, BinaryIO, ClassVar
 
 from typhoon.operators.base import Context, Emit, Spout
+from typhoon.operators.file_dir import DirectoryReader
 from typhoon.operators.sources import _offset_int
 
 
@@ -25,6 +28,11 @@ class FileSource(Spout):
     line without a newline is emitted at end of file only when not following:
     a writer may still be in the middle of it.  Lines end at a ``\\n`` byte, so
     the encoding must be ASCII-compatible (UTF-8, Latin-1, ...), not UTF-16.
+
+    A ``path`` that is a directory when the worker starts: every file in it whose
+    name matches ``pattern`` (a glob, default ``*``; names starting with a dot are
+    skipped) is read whole by one worker, and with ``follow`` new files are picked
+    up; the offset holds a position per file (typhoon.operators.file_dir).
     """
 
     fields: ClassVar[tuple[str, ...]] = ("line",)
@@ -37,6 +45,7 @@ class FileSource(Spout):
         follow: bool = False,
         idle_timeout_s: float | None = None,
         encoding: str = "utf-8",
+        pattern: str = "*",
     ) -> None:
         if not isinstance(path, str) or not path:
             raise ValueError("path must be a non-empty file path")
@@ -54,9 +63,12 @@ class FileSource(Spout):
             codecs.lookup(encoding)
         except (LookupError, TypeError) as e:
             raise ValueError(f"encoding {encoding!r} is not a known text encoding") from e
+        if not isinstance(pattern, str) or not pattern or "/" in pattern:
+            raise ValueError("pattern must be a file name pattern like *.log")
         super().__init__(
-            path=path, rate=rate, follow=follow, idle_timeout_s=idle_timeout_s, encoding=encoding
-        )
+            path=path, rate=rate, follow=follow, idle_timeout_s=idle_timeout_s, encoding=encoding,
+            pattern=pattern,
+        )  # fmt: skip
         self.path, self.follow, self.encoding = path, follow, encoding
         self.idle_timeout_s = idle_timeout_s
         self.rate = float(rate)
@@ -66,9 +78,15 @@ class FileSource(Spout):
         self.index, self.parallelism = 0, 1
         self._file: BinaryIO | None = None
         self._last_data = 0.0
+        self._dir: DirectoryReader | None = None
+        if os.path.isdir(path):
+            self._dir = DirectoryReader(path, follow, idle_timeout_s, encoding, pattern)
 
     def open(self, context: Context) -> None:
         super().open(context)
+        if self._dir is not None:
+            self._dir.open(context)
+            return
         self.index, self.parallelism = context.index, context.parallelism
         try:
             self._file = open(self.path, "rb")
@@ -79,14 +97,21 @@ class FileSource(Spout):
         self._last_data = time.monotonic()
 
     def close(self) -> None:
+        if self._dir is not None:
+            self._dir.close()
         if self._file is not None:
             self._file.close()
             self._file = None
 
-    def offset(self) -> dict[str, int]:
+    def offset(self) -> dict[str, Any]:
+        if self._dir is not None:
+            return self._dir.offset()
         return {"pos": self.pos, "line": self.line, "emitted": self.emitted}
 
     def seek(self, offset: Any) -> None:
+        if self._dir is not None:
+            self._dir.seek(offset)
+            return
         assert self._file is not None, "open() not called"
         self.pos = _offset_int(offset, "pos", self)
         self.line = _offset_int(offset, "line", self)
@@ -95,6 +120,8 @@ class FileSource(Spout):
         self._file.seek(self.pos)
 
     def next_batch(self, emit: Emit, max_count: int) -> bool:
+        if self._dir is not None:
+            return self._dir.next_batch(emit, max_count)
         f = self._file
         assert f is not None, "open() not called"
         index, parallelism, encoding = self.index, self.parallelism, self.encoding
@@ -140,11 +167,16 @@ class FileSource(Spout):
         return 1
 
     def result(self) -> dict[str, Any]:
+        if self._dir is not None:
+            return self._dir.result()
         return {"emitted": self.emitted, "lines": self.line, "offset": self.pos}
 
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        """Tuples emitted add up; every worker reads the whole file, so lines and offset do not."""
+        """Tuples emitted add up; every worker reads the whole file, so lines and offset do
+        not; over a directory each file has one reader, so everything adds up."""
+        if any("files" in r for r in results):
+            return {k: sum(r[k] for r in results) for k in ("emitted", "lines", "offset", "files")}
         return {
             "emitted": sum(r["emitted"] for r in results),
             "lines": max((r["lines"] for r in results), default=0),
