@@ -44,7 +44,8 @@ def test_query_sinks_equal_the_reference_on_three_hosts(cluster, name):
     topology, reports = finish(cluster, t.name)
     report = build_report(topology, reports)
     assert report["ok"], report["problems"]
-    assert len({w["host"] for w in report["workers"]}) == 3
+    # spread placement: as many hosts as workers, up to the cluster's three
+    assert len({w["host"] for w in report["workers"]}) == min(3, len(report["workers"]))
 
     args = {n: node.args for n, node in t.nodes.items()}
     for n in sources:
