@@ -29,6 +29,7 @@ from controller.mirror import MirrorTap
 from controller.settings import setting
 from typhoon.debug.filter import FilterError, check_fields, parse
 from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
+from typhoon.operators import BUILTINS, import_refusal
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 MAX_OFPORT = 0xFEFF  # highest port OVS assigns on request
@@ -74,6 +75,12 @@ class Limits:
     )
     silent_timeout: float = setting(
         10.0, "end a session whose debug worker sent nothing (not even statistics) this long"
+    )
+    allow_imports: bool = setting(
+        False,
+        "`--operator module:Class` may name code the application does not run (imported by "
+        "the debug worker on the observed worker's host); off: built-in bolts and the "
+        "application's own operators only",
     )
 
 
@@ -180,6 +187,7 @@ class Session:
             "filter": s.filter,
             "sample": s.sample,
             "rate": s.rate,
+            "operator": s.operator,
             "host": s.host,
             "port": s.port,
             "tap": s.tap,
@@ -227,7 +235,8 @@ class DebugSessions:
         ``used_ports``: the switch ports of ``w``'s host that workers hold.
         """
         lim = self.limits
-        unknown = set(request) - {"worker", "direction", "filter", "sample", "last", "rate"}
+        fields = {"worker", "direction", "filter", "sample", "last", "rate", "operator"}
+        unknown = set(request) - fields
         if unknown:
             raise DebugError(400, f"unknown field(s): {', '.join(sorted(unknown))}")
         if len(self.active()) >= lim.max_sessions:
@@ -271,6 +280,7 @@ class DebugSessions:
                 f"'rate' must be an integer number of frames per second in "
                 f"1..{lim.max_mirror_rate} (max_mirror_rate)",
             )
+        operator = self._operator(topology, request.get("operator") or "")
         port = self._free_port(w.host, used_ports)
         spec = DebugSpec(
             session=session_id,
@@ -286,6 +296,7 @@ class DebugSessions:
             filter=text,
             sample=float(sample),
             rate=rate,
+            operator=operator,
             workers={x.worker_id: (x.node, x.index) for x in physical.workers},
             fields={n.name: list(n.output_fields) for n in topology.nodes.values()},
             max_rate=lim.max_rate,
@@ -293,6 +304,28 @@ class DebugSessions:
         session = Session(spec, dpid, ring, now, now, ring=deque(maxlen=ring))
         self.sessions[session_id] = session
         return session
+
+    def _operator(self, topology: Topology, name: Any) -> str:
+        """The ``operator`` of a request, checked without importing anything here: a
+        built-in bolt, or a ``module:Class`` the import gate lets through (the debug
+        worker imports it, and says so if it is no bolt)."""
+        if not isinstance(name, str):
+            raise DebugError(400, "'operator' must be an operator name (built-in or module:Class)")
+        if not name:
+            return ""
+        used = {n.operator for n in topology.nodes.values()}
+        refusal = import_refusal(name, used, self.limits.allow_imports)
+        if refusal:
+            raise DebugError(
+                403,
+                f"{refusal} (or the application's own operators; [live_debugger] "
+                "allow_imports = true in the controller's config allows any)",
+            )
+        if ":" not in name and name not in BUILTINS:
+            raise DebugError(400, f"unknown operator '{name}' (a built-in bolt or module:Class)")
+        if ":" not in name and BUILTINS[name].kind != "bolt":
+            raise DebugError(400, f"operator '{name}' is a spout, not a bolt")
+        return name
 
     def _free_port(self, host: str, used: set[int]) -> int:
         taken = used | {s.spec.port for s in self.active() if s.spec.host == host}

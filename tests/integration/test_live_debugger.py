@@ -53,7 +53,7 @@ def cluster(tmp_path_factory):
         timeout=300,
         config=(
             "metrics_interval = 0.25\n[live_debugger]\nmax_sessions = 3\n"
-            f"max_mirror_rate = {EVERY_FRAME}\n"
+            f"max_mirror_rate = {EVERY_FRAME}\nallow_imports = true\n"
         ),
     ) as c:
         yield c
@@ -67,20 +67,20 @@ def rules_of(c: EmulatedCluster, host: str) -> frozenset:
     return frozenset(f.spec for f in dump_flows(bridge_of(c, host)))
 
 
-def wordcount(name: str):
+def wordcount(name: str, sentences: int = SENTENCES):
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
     t.name = name
-    t.nodes["source"].args.update(count=SENTENCES, seed=7, words=8, vocabulary=500)
+    t.nodes["source"].args.update(count=sentences, seed=7, words=8, vocabulary=500)
     # full batches only (the delay never expires): split[0]'s frames are then determined
     # by what it emits, so two runs can be compared frame for frame
     t.config.update(batch_size=BATCH, max_delay_ms=600_000)
     return t
 
 
-def deploy_held(c: EmulatedCluster, name: str):
+def deploy_held(c: EmulatedCluster, name: str, sentences: int = SENTENCES):
     """Submit with the spouts held back (the controller activates only inactive apps),
     wait until every worker is attached and every bridge holds the compiled rules."""
-    t = wordcount(name)
+    t = wordcount(name, sentences)
     c.submit(t)
     c.coordinator.put_app_state(name, {**c.coordinator.get_app_state(name), "active": True})
     physical = c.coordinator.get_physical(name)
@@ -119,13 +119,14 @@ def start_through_split0(c: EmulatedCluster, name: str, physical) -> None:
         assert status == 202, reply
 
 
-def expected_words() -> list[str]:
-    return [w for s in generate_sentences(SENTENCES, 7, 8, 500) for w in s.split()]
+def expected_words(sentences: int = SENTENCES) -> list[str]:
+    return [w for s in generate_sentences(sentences, 7, 8, 500) for w in s.split()]
 
 
-def ranked_words() -> list[str]:
+def ranked_words(sentences: int = SENTENCES) -> list[str]:
     """The vocabulary, most frequent first (rank 100 occurs ~500 times, rank 200 ~290)."""
-    return [w for w, _ in sorted(Counter(expected_words()).items(), key=lambda kv: (-kv[1], kv[0]))]
+    counts = Counter(expected_words(sentences))
+    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _sigint_default() -> None:
@@ -445,6 +446,68 @@ def test_a_low_rate_session_gets_at_most_its_rate_and_the_run_stays_exact(cluste
     for w in physical.of_node("count"):
         counts.update(reports[w.worker_id]["result"]["counts"])
     assert counts == Counter(expected_words())
+
+
+def test_a_custom_debug_operator_runs_over_the_mirrored_tuples(cluster):
+    """``--operator module:Class`` (paper §4, custom debug logic): the debug worker runs
+    typhoon.debug.examples:Tally over split[0]'s matching output and the attach prints
+    what it emits; a module that does not exist ends its session with one sentence."""
+    name, sentences = "wcop", 2000
+    t, physical = deploy_held(cluster, name, sentences)
+    post = lambda body: cluster.rest("POST", f"/apps/{name}/debug", body)  # noqa: E731
+    wait(lambda: post({"worker": "split[0]", "rate": 0})[0] != 409, 10, "split[0] attached")
+    bad = Attach(cluster, name, "split[0]", "--operator", "nosuch_debug_module:Tally")
+    try:
+        assert bad.proc.wait(timeout=40) == 1
+    finally:
+        bad.kill()
+    for th in bad._threads:
+        th.join(timeout=5)
+    # told by the debug worker itself, or by its agent with its last log line: the sentence
+    assert any(
+        "did not go live" in e
+        and "operator 'nosuch_debug_module:Tally': cannot import module 'nosuch_debug_module'" in e
+        for e in bad.err
+    ), bad.err
+    ranked = ranked_words(sentences)
+    a, b = ranked[20], ranked[60]
+    matching = Counter(w for w in expected_words(sentences) if w in (a, b))
+    attach = Attach(
+        cluster, name, "split[0]", "--format", "json", "--filter", f"word in {a},{b}",
+        "--operator", "typhoon.debug.examples:Tally", "--last", "20000",
+        "--rate", str(EVERY_FRAME),
+    )  # fmt: skip
+    try:
+        sid = attach.session()
+        assert any("through operator typhoon.debug.examples:Tally" in e for e in attach.err)
+        start_through_split0(cluster, name, physical)
+        assert cluster.wait_finished(name)
+        wait(lambda: len(attach.lines) >= sum(matching.values()), 30, "the operator's output")
+        path = f"/apps/{name}/debug/{sid}"
+        stats = wait(
+            lambda: (
+                (st := cluster.rest("GET", path)[1]["stats"]).get("op_emitted", 0)
+                >= sum(matching.values())
+                and st
+            ),
+            30,
+            "the operator's final counters",
+        )
+        assert attach.interrupt() == 0
+    finally:
+        attach.kill()
+        cluster.kill(name)
+    records = [json.loads(line) for line in attach.lines]
+    assert {r["dst_label"] for r in records} == {"op:Tally"}
+    assert {r["src"] for r in records} == {physical.of_node("split")[0].worker_id}
+    # the bolt's own state, in order: the n-th copy of a word is tallied n
+    for word in (a, b):
+        seen = [r["fields"]["seen"] for r in records if r["fields"]["value"] == word]
+        assert seen == list(range(1, matching[word] + 1)), word
+    assert len(records) == sum(matching.values())
+    assert stats["ring_dropped"] == 0 and stats["op_errors"] == 0, stats
+    assert stats["op_tuples"] == stats["matched"] == stats["op_emitted"] == len(records), stats
+    assert any("op_emitted" in e for e in attach.err)  # the detach line
 
 
 def test_bad_requests_and_the_session_limit(cluster):

@@ -228,3 +228,35 @@ def test_mirrors_only_for_sessions_whose_port_is_up_and_worker_present(wc):
     )
     assert sessions.mirrors({}) == []  # the worker is gone: nothing to copy
     assert sessions.at_port(1, 65000) is s and sessions.at_port(2, 65000) is None
+
+
+def test_an_operator_goes_through_the_import_gate(wc):
+    sessions = DebugSessions(Limits())
+    s = attach(sessions, wc, {"worker": "split[0]", "operator": "split_words"}, sid="op0001")
+    assert s.spec.operator == "split_words" and s.to_dict()["operator"] == "split_words"
+    assert attach(sessions, wc, {"worker": "split[0]"}, sid="op0002").spec.operator == ""
+    for request, status, message in [
+        ({"operator": "typhoon.debug.examples:Tally"}, 403, "would import code"),
+        ({"operator": "os:system"}, 403, "allow_imports = true"),
+        ({"operator": "nope"}, 400, "unknown operator 'nope'"),
+        ({"operator": "sentence_source"}, 400, "is a spout, not a bolt"),
+        ({"operator": 5}, 400, "'operator' must be an operator name"),
+    ]:
+        with pytest.raises(DebugError, match=message) as e:
+            attach(sessions, wc, {"worker": "split[0]", **request}, sid="op0003")
+        assert e.value.status == status
+    # the controller's own config may allow any module:Class (the debug worker imports it)
+    allowed = DebugSessions(Limits(allow_imports=True))
+    name = "typhoon.debug.examples:Tally"
+    assert attach(allowed, wc, {"worker": "split[0]", "operator": name}).spec.operator == name
+
+
+def test_the_applications_own_operators_pass_the_gate(wc):
+    topology, physical = wc
+    topology.nodes["count"].operator = "typhoon.debug.examples:Tally"  # as if the file said so
+    s = attach(
+        DebugSessions(Limits()),
+        wc,
+        {"worker": "split[0]", "operator": "typhoon.debug.examples:Tally"},
+    )
+    assert s.spec.operator == "typhoon.debug.examples:Tally"

@@ -142,6 +142,7 @@ def args(**kw) -> argparse.Namespace:
         filter="word=a",
         sample=None,
         rate=None,
+        operator="",
         last=50,
         count=None,
         poll=0.0,
@@ -198,3 +199,20 @@ def test_attach_count_and_errors(wired):
     assert "no node named 'nope'" in err.getvalue()
     wired.pages = [page(1, state="ended")]
     assert cli.cmd_attach(args(), io.StringIO(), err) == cli.EXIT_FAILED
+
+
+def test_attach_sends_the_operator_and_shows_its_statistics(wired):
+    wired.pages = [page(1)]
+    err = io.StringIO()
+    assert cli.cmd_attach(args(count=1, operator="m:Tally"), io.StringIO(), err) == 0
+    assert wired.calls[0][2]["operator"] == "m:Tally"
+    summary = cli._summary({"op_tuples": 5, "op_emitted": 4, "op_errors": 1, "op_error": "E: x"})
+    assert summary == "op_tuples 5, op_emitted 4, op_errors 1; the operator's last error: E: x"
+
+
+def test_the_operator_option_parses():
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    a = parser.parse_args(["debug", "attach", "wc", "split[0]", "--operator", "m:C"])
+    assert a.operator == "m:C"
+    assert parser.parse_args(["debug", "attach", "wc", "split[0]"]).operator == ""

@@ -67,9 +67,12 @@ def format_record(record: dict[str, Any], fmt: str) -> str:
 def _summary(stats: dict[str, Any]) -> str:
     keys = (
         "frames", "tuples", "matched", "sampled_out", "shipped", "seq_gaps", "switch_sampled",
-        "switch_dropped", "ring_dropped", "undecodable",
+        "switch_dropped", "ring_dropped", "undecodable", "op_tuples", "op_emitted", "op_errors",
     )  # fmt: skip
-    return ", ".join(f"{k} {stats[k]}" for k in keys if k in stats) or "no statistics"
+    text = ", ".join(f"{k} {stats[k]}" for k in keys if k in stats) or "no statistics"
+    if stats.get("op_error"):
+        text += f"; the operator's last error: {stats['op_error']}"
+    return text
 
 
 def _raise_interrupt(*_: object) -> None:
@@ -90,6 +93,8 @@ def cmd_attach(
         body["last"] = args.last
     if args.rate is not None:
         body["rate"] = args.rate
+    if args.operator:
+        body["operator"] = args.operator
     try:
         api = client(args)
         session = api.call("POST", f"/apps/{args.name}/debug", body)
@@ -129,7 +134,9 @@ def _follow(
     print(
         f"session {session['session']}: watching {args.name} worker {session['worker']} "
         f"({session['direction']}) through {session['mirrored_rules']} mirrored rules on "
-        f"{session['host']}; Ctrl-C detaches",
+        f"{session['host']}"
+        + (f", through operator {session['operator']}" if session.get("operator") else "")
+        + "; Ctrl-C detaches",
         file=err,
         flush=True,
     )
@@ -236,6 +243,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--rate", type=int, default=None, metavar="F",
         help="frames/s the switch copies to the debugger (the rest are never copied)",
+    )  # fmt: skip
+    a.add_argument(
+        "--operator", default="", metavar="MODULE:CLASS",
+        help="a bolt the debug worker runs over the tuples shown; its output is shown instead",
     )  # fmt: skip
     a.add_argument("--format", choices=["json", "table"], default="table")
     a.add_argument("--last", type=int, default=None, metavar="N", help="ring buffer size")

@@ -48,6 +48,8 @@ class DebugSpec:
     filter: str = ""
     sample: float = 100.0  # percent of matching tuples to keep
     rate: int = 200  # frames/s the switch copies to the debug port (its meter), the rest never
+    # a bolt (built-in name or module:Class) run over the tuples shown; its output is shown
+    operator: str = ""
     # worker id -> [node, index] of every worker of the app, and node -> output fields:
     # the debug worker names the sender, receiver and fields of each tuple with them
     workers: dict[int, tuple[str, int]] = field(default_factory=dict)

@@ -41,6 +41,7 @@ from typhoon import logs
 from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.coordinator import Coordinator, CoordinatorError, open_coordinator
 from typhoon.debug.filter import parse
+from typhoon.debug.operator import DebugOperator
 from typhoon.debug.records import MirrorDecoder
 from typhoon.debug.spec import KEY_HEADER, DebugSpec
 from typhoon.debug.transport import (
@@ -51,6 +52,7 @@ from typhoon.debug.transport import (
     record_size,
     report_failure,
 )
+from typhoon.operators import OperatorError
 
 log = logging.getLogger("typhoon.debug.worker")
 
@@ -245,8 +247,10 @@ class DebugWorker:
         post: Post,
         ring_frames: int = RING_FRAMES,
         on_failure: Callable[[str], None] | None = None,
+        operator: DebugOperator | None = None,
     ) -> None:
         self.spec = spec
+        self.operator = operator  # the user's bolt over what passed the filter (or none)
         self.dev = device
         self.decoder = MirrorDecoder(
             spec.app_id,
@@ -267,7 +271,8 @@ class DebugWorker:
 
     def _stats(self) -> dict[str, Any]:
         with self.lock:
-            return {**self.decoder.stats.to_dict(), "ring_dropped": self.ring.dropped}
+            op = self.operator.stats() if self.operator else {}
+            return {**self.decoder.stats.to_dict(), "ring_dropped": self.ring.dropped, **op}
 
     def stop(self, *_: object) -> None:
         self.stopping = True
@@ -296,6 +301,8 @@ class DebugWorker:
                 with self.lock:
                     for frame in frames:
                         records.extend(self.decoder.feed(frame, now))
+                    if self.operator is not None:
+                        records = self.operator.run(records)
                 self.shipper.add(records)
         finally:
             why = "stopped" if self.stopping else "the controller ended the session"
@@ -303,6 +310,8 @@ class DebugWorker:
             self._reader.join(timeout=5)
             self.shipper.stop()
             self.dev.close()
+            if self.operator is not None:
+                self.operator.close()
         log.info("session %s: %s; %s", self.spec.session, why, self._stats())
 
 
@@ -334,6 +343,14 @@ def delivery(spec: DebugSpec, c: Coordinator | None) -> tuple[Post, Callable[[st
     return post, on_failure
 
 
+def _tell(post: Post, on_failure: Callable[[str], None], error: str) -> None:
+    """Tell the controller why this debug worker gives up, so the CLI can say it."""
+    try:
+        post({"records": [], "stats": {}, "error": error, "final": True})
+    except (OSError, ValueError, ApiCallError, SessionGone, SessionEnded, Undelivered):
+        on_failure(error)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--coordinator"):
@@ -348,18 +365,23 @@ def main(argv: list[str] | None = None) -> int:
     except (CoordinatorError, ValueError) as e:
         log.error("session %s: %s", spec.session, e)
         return 2
+    try:  # before the TAP: a bad operator ends the session before anything is mirrored
+        operator = (
+            DebugOperator.load(spec.operator, spec.app, spec.session) if spec.operator else None
+        )
+    except OperatorError as e:
+        log.error("session %s: %s", spec.session, e)
+        _tell(post, on_failure, str(e))
+        return 1
     from typhoon.runtime.tap import Tap
 
     try:
         device = Tap(spec.tap, mtu=spec.mtu, txqueuelen=TXQUEUELEN)
     except OSError as e:
         log.error("session %s: cannot create TAP %s: %s", spec.session, spec.tap, e)
-        try:  # tell the controller why, so the CLI can say it
-            post({"records": [], "stats": {}, "error": f"cannot create TAP: {e}", "final": True})
-        except (OSError, ValueError, ApiCallError, SessionGone, SessionEnded, Undelivered):
-            on_failure(f"cannot create TAP {spec.tap}: {e}")
+        _tell(post, on_failure, f"cannot create TAP {spec.tap}: {e}")
         return 1
-    worker = DebugWorker(spec, device, post, on_failure=on_failure)
+    worker = DebugWorker(spec, device, post, on_failure=on_failure, operator=operator)
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
     log.info(

@@ -8,6 +8,7 @@ trust, as with any program you run.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
@@ -39,6 +40,7 @@ __all__ = [
     "Operator",
     "OperatorError",
     "Spout",
+    "import_refusal",
     "preflight",
     "replayable",
     "resolve_operator",
@@ -84,6 +86,21 @@ BUILTINS: dict[str, type[Operator]] = {
     "nats_source": NatsSource,
     "nats_sink": NatsSink,
 }
+
+
+def import_refusal(
+    name: str, trusted: Collection[str] = (), allow_imports: bool = False
+) -> str | None:
+    """Why ``name`` may not be resolved here, or None.
+
+    The one gate on user code: a ``module:Class`` name imports code, which only
+    a local file (``allow_imports``) may ask for, or which the running topology
+    already imported (``trusted``: its own operators).  Names from REST pass
+    through here: the topology loader, reconfigurations and the live debugger.
+    """
+    if ":" in name and not allow_imports and name not in trusted:
+        return f"operator '{name}' would import code; only built-in operators are allowed here"
+    return None
 
 
 def resolve_operator(name: str, engine: str | None = None) -> type[Operator]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from typhoon.operators import OperatorError, resolve_operator
+from typhoon.operators import OperatorError, import_refusal, resolve_operator
 from typhoon.reconfig.requests import Insert, ReconfigError, Remove, Request, Reroute, Scale, Swap
 from typhoon.topology.loader import load_topology_text
 from typhoon.topology.model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
@@ -197,11 +197,9 @@ def check_topology(t: Topology, old: Topology, allow_imports: bool = False) -> T
         or (n.operator, n.args) != (old.nodes[n.name].operator, old.nodes[n.name].args)
     ]
     for n in fresh:
-        if ":" in n.operator and n.operator not in known and not allow_imports:
-            raise ReconfigError(
-                f"operator '{n.operator}' would import code; only built-in operators are "
-                "allowed here"
-            )
+        refusal = import_refusal(n.operator, known, allow_imports)
+        if refusal:
+            raise ReconfigError(refusal)
     imports = allow_imports or any(":" in op for op in known)
     text = yaml.safe_dump(topology_document(t), sort_keys=False)
     try:

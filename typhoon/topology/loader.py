@@ -20,7 +20,13 @@ from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.locality.settings import counting_nodes
-from typhoon.operators import BUILTINS, OperatorError, replayable, resolve_operator
+from typhoon.operators import (
+    BUILTINS,
+    OperatorError,
+    import_refusal,
+    replayable,
+    resolve_operator,
+)
 
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
 from .scheduler import topological_order
@@ -210,12 +216,9 @@ class _Builder:
             close = difflib.get_close_matches(name, list(BUILTINS), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else " (or use module:Class)"
             raise self.fail(at, f"{where}: unknown operator '{name}'{hint}")
-        if ":" in name and not self.allow_imports:
-            raise self.fail(
-                at,
-                f"{where}: operator '{name}' would import code; "
-                "only built-in operators are allowed here",
-            )
+        refusal = import_refusal(name, allow_imports=self.allow_imports)
+        if refusal:
+            raise self.fail(at, f"{where}: {refusal}")
         try:
             cls = resolve_operator(name)
         except OperatorError as e:
