@@ -231,6 +231,10 @@ def no_recovery(topology: Topology, conf: FaultSettings) -> str:
     return ""
 
 
+# a worker's states (its agent's status) in which it reads and writes tuples
+LIVE = ("attached", "running")
+
+
 def crashed(state: str, exit_code: int | None) -> bool:
     """A worker its agent saw exit with an error: it will send no METRIC_RESP any more,
     so the heartbeat keeps watching it (and catches it if no port event did)."""

@@ -12,9 +12,12 @@ of ``controller/fault_detector.py``.  A dead worker is handled in steps:
    receivers (UPSTREAM) and awaits their acks;
 3. once the replacement is attached and its rules are in: UPSTREAM to the
    replacement first (its senders as they are now), then ROUTING with it to
-   its senders, ACTIVATE for a source, ROLLBACK under a processing guarantee
-   (the recovery generation, ROLLBACK and resuming after a controller restart
-   are in ``controller/fault_recovery.py``).
+   its senders, ACTIVATE for a source, ROLLBACK under a processing guarantee.
+
+This module detects and does step 1; steps 2 and 3 are ``controller/fault_failover.py``
+(the recovery generation, ROLLBACK and resuming after a controller restart are in
+``controller/fault_recovery.py``), what the machine needs of the controller is
+``controller/fault_core.py``.
 
 The waits are checks the app's timer asks (``step``), never sleeps, so every
 change happens on the app's event loop and the unit tests drive it with a
@@ -23,55 +26,35 @@ fake clock and a fake core.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Generator
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
-from controller import acks
-from controller.acks import send_each, send_routes
+from controller.acks import send_routes
 from controller.composer import Source
 from controller.dead_addresses import dead_address_rules
+from controller.fault_core import Core
 from controller.fault_detector import (
+    LIVE,
     FaultSettings,
     Heartbeats,
     Incident,
     crashed,
-    failover,
     held_up_by_receivers,
-    rejoin,
     reroute,
     senders_to,
-    silent_host,
 )
-from controller.fault_recovery import GuaranteedRecovery
-from controller.waits import WAIT, Check, Task, Tasks
-from typhoon.checkpoint.progress import guaranteed
-from typhoon.wire import Control, ControlTuple
-
-LIVE = ("attached", "running")
-
+from controller.fault_failover import Failover
+from controller.waits import Task, Tasks
 
 ENDING = "every sender of it finished: it ends after their end of stream, or its exit says"
 
 
-class Core(acks.Core, Protocol):
-    """What the machine needs of the controller (``controller/services.py`` has it)."""
+class FaultMachine(Failover):
+    """Detection (port events, heartbeats) and the immediate reroute; the rest is its
+    parents' (``Failover``, ``GuaranteedRecovery``, ``RegionRecovery``)."""
 
-    def rules_ready(self, app: str, version: int) -> bool: ...
-    def reconfiguration(self, app: str) -> Any: ...
-    def stored_topology(self, app: str) -> Any: ...
-    def stored_physical(self, app: str) -> Any: ...
-    def placement(self, app: str) -> Any: ...
-    def update_physical(self, app: str, physical: Any) -> Any: ...
-    def job_progress(self, app: str) -> Any: ...
-    def agent(self, host: str) -> Any: ...
-    def set_rules(self, source: Any, owner: str, value: Any) -> None: ...
-    def clear_rules(self, source: Any, owner: str) -> None: ...
-
-
-class FaultMachine(GuaranteedRecovery):
     def __init__(
         self,
         conf: FaultSettings,
@@ -291,183 +274,6 @@ class FaultMachine(GuaranteedRecovery):
         if wid not in {x.worker_id for x in current.workers if x.active}:
             return "the current physical topology no longer runs it"
         return ""
-
-    # ----- steps 2 and 3: replace, then route to the replacement ---------------------------
-
-    def _failed(self, incident: Incident) -> Callable[[Exception], None]:
-        def report(e: Exception) -> None:  # in the incident; never kill the app
-            incident.state, incident.detail = "failed", f"{type(e).__name__}: {e}"
-            self.logger.error(
-                "app %s worker %d: failover failed", incident.app, incident.worker, exc_info=e
-            )
-
-        return report
-
-    def _follow_up(self, incident: Incident, sent: dict[tuple[int, int], int]) -> Task:
-        """The slow part, off the event handler: acks, the replacement, its rejoin."""
-        core, name, wid = self.core, incident.app, incident.worker
-        problem = yield self._acked(core, name, "ROUTING", sent)
-        incident.reroute_acked_ms = self._since(incident)
-        if problem:
-            self.logger.warning("app %s worker %d: reroute not confirmed: %s", name, wid, problem)
-        else:
-            self.logger.info(
-                "app %s worker %d: senders %s confirmed the reroute (or exited) %.1f ms after "
-                "detection",
-                name, wid, incident.senders, incident.reroute_acked_ms,
-            )  # fmt: skip
-        if not self.conf.replace:
-            incident.state = "rerouted"
-            self.logger.info("app %s worker %d: not replaced (replace = false)", name, wid)
-            return
-        code = yield self._exit_code(core, name, wid)
-        incident.exit_code = code
-        if code == 0:
-            incident.state = "finished"
-            self.logger.info(
-                "app %s worker %d exited with code 0: it finished its input, not replaced "
-                "(the reroute only dropped a receiver that had ended)",
-                name, wid,
-            )  # fmt: skip
-            return
-        new = yield from self._replace(core, incident)
-        if new is not None:
-            yield from self._rejoin(core, incident, new)
-
-    def _exit_code(self, core: Core, name: str, wid: int, timeout: float | None = None) -> Check:
-        """The agent's exit code for ``wid`` within ``timeout`` (``confirm_timeout``); None
-        if unknown."""
-        deadline = self.clock() + (self.conf.confirm_timeout if timeout is None else timeout)
-
-        def check(now: float) -> Any:
-            if now >= deadline:
-                return None
-            app = core.view.apps.get(name)
-            s = app.statuses.get(wid) if app else None
-            if s is not None and s.state == "exited":
-                return s.exit_code
-            return WAIT
-
-        return check
-
-    def _replace(self, core: Core, incident: Incident) -> Generator[Check, Any, int | None]:
-        """Write the physical topology with a replacement; UPSTREAM to the receivers."""
-        name, wid = incident.app, incident.worker
-        record = core.reconfiguration(name)
-        if record is not None and record.running:
-            incident.state = "failed"
-            incident.detail = f"reconfiguration {record.id} started meanwhile: not replaced"
-            self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
-            return None
-        topology = core.stored_topology(name)
-        physical = core.stored_physical(name)
-        if topology is None or physical is None:
-            incident.state, incident.detail = "failed", "the application was killed"
-            return None
-        place = core.placement(name)
-        pending = self.pending.setdefault(name, set())
-        host = physical.by_id(wid).host
-        closed = silent_host(incident.reason, incident.exit_code, host)
-        if core.agent(host) is None:  # its agent's record is gone: the machine is lost
-            closed = [host]
-            incident.detail = f"host {host} is gone (no agent): replaced elsewhere"
-            self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
-        plan = failover(
-            topology, physical, wid, place.hosts, place.first_port,
-            avoid=place.avoid, min_id=place.min_id, pending=pending, closed=closed,
-        )  # fmt: skip
-        progress = core.job_progress(name)
-        if progress is not None and progress.completed_generation == physical.generation:
-            incident.state, incident.detail = "finished", "the job was complete: not replaced"
-            self.logger.info("app %s worker %d: %s", name, wid, incident.detail)
-            return None
-        if guaranteed(topology):
-            after = max(physical.generation, self.generations.get(name, 0))
-            plan = dataclasses.replace(
-                plan,
-                physical=self._recovery(topology, plan.physical, after, incident, plan.replacement),
-            )
-            self.generations[name] = plan.physical.generation
-        core.update_physical(name, plan.physical)
-        pending.add(plan.replacement)
-        self.joining.setdefault(name, set()).add(plan.replacement)
-        new = plan.physical.by_id(plan.replacement)
-        incident.replacement, incident.state = plan.replacement, "replacing"
-        incident.replaced_ms = self._since(incident)
-        self.logger.info(
-            "app %s worker %d: exit code %s; replacement worker %d (%s[%d]) on %s port %d "
-            "written as physical version %d, %.1f ms after detection",
-            name, wid, incident.exit_code, new.worker_id, new.node, new.index, new.host,
-            new.port, plan.physical.version, incident.replaced_ms,
-        )  # fmt: skip
-        bodies = {r: {"add": [new.worker_id], "remove": [wid]} for r in plan.receivers}
-        sent = send_each(core, name, "UPSTREAM", bodies)
-        problem = yield self._acked(core, name, "UPSTREAM", sent)
-        if problem:
-            self.logger.warning("app %s: receivers did not confirm UPSTREAM: %s", name, problem)
-        return plan.replacement
-
-    def _rejoin(self, core: Core, incident: Incident, new: int) -> Task:
-        """Once ``new`` is attached and its rules are in, its senders route to it again."""
-        name = incident.app
-        deadline = self.clock() + self.conf.attach_timeout
-
-        def attached(now: float) -> Any:
-            app = core.view.apps.get(name)
-            if app is None:
-                incident.state, incident.detail = "failed", "the application was killed"
-                return None
-            s = app.statuses.get(new)
-            if s is not None and s.state == "exited":
-                incident.state = "failed"
-                incident.detail = f"replacement {new} exited: {s.error or s.exit_code}"
-                self.logger.error("app %s: %s", name, incident.detail)
-                self.pending.get(name, set()).discard(new)
-                return None
-            if s is not None and s.state in LIVE and core.rules_ready(name, app.physical.version):
-                return app
-            if now > deadline:
-                incident.state = "failed"
-                incident.detail = f"replacement {new} not attached in {self.conf.attach_timeout} s"
-                self.logger.error("app %s: %s", name, incident.detail)
-                return None
-            return WAIT
-
-        app = yield attached
-        if app is None:
-            self.joining.get(name, set()).discard(new)
-            return
-        pending = self.pending.setdefault(name, set())
-        pending.discard(new)
-        gone = {w for a, w in self.handled if a == name}
-        plan = rejoin(app.topology, app.physical, new, pending, gone)
-        sent = send_each(core, name, "UPSTREAM", {new: plan.upstream})
-        problem = yield self._acked(core, name, "UPSTREAM", sent)
-        if problem:
-            self.logger.warning("app %s worker %d: UPSTREAM not confirmed: %s", name, new, problem)
-        routes = {
-            s: r
-            for s, r in plan.routes.items()
-            if (st := app.statuses.get(s)) is None or st.state != "exited"
-        }
-        problem = yield self._acked(core, name, "ROUTING", send_routes(core, name, routes))
-        self.joining.get(name, set()).discard(new)  # routed to, and routing with its peers
-        w = app.physical.by_id(new)
-        if incident.generation is not None:
-            problem = (yield from self._rollback(core, incident, app, new)) or problem
-        if w.node in {n.name for n in app.topology.spouts()}:
-            # after the rollback: a replaced source's first tuples carry its generation's
-            # mark, which rolls its receivers back before every replacement is routed to
-            core.send_control(name, [new], ControlTuple(Control.ACTIVATE, {}))
-        incident.rejoined_ms = self._since(incident)
-        incident.state = "rejoined"
-        incident.detail = "; ".join(x for x in (incident.detail, problem) if x)
-        self.logger.info(
-            "app %s worker %d attached: senders %s route to it again (%s), %.1f ms after the "
-            "detection of worker %d",
-            name, new, sorted(routes), problem or "confirmed", incident.rejoined_ms,
-            incident.worker,
-        )  # fmt: skip
 
     def _count_drops_to(self, name: str, app: Any, wid: int) -> None:
         """A drop rule for the dead worker's address on every bridge: what its senders

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controller.acks import all_acked, send_routes
+from controller.fault_core import Core
 from controller.fault_detector import FaultSettings, Incident
 from controller.partial_recovery import PARTIAL, PartialRecovery
 from controller.region_recovery import RegionRecovery
@@ -24,9 +25,6 @@ from typhoon.checkpoint.progress import guaranteed, recovery_point
 from typhoon.checkpoint.regions import REGION, roll_back
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
-
-if TYPE_CHECKING:
-    from controller.fault_detector_machine import Core
 
 RESUME_AFTER_S = 1.0  # after a start, the core reads the coordinator first
 

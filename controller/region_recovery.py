@@ -22,7 +22,7 @@ from typhoon.checkpoint.regions import RollbackSet, rollback_set
 from typhoon.wire import Control, ControlTuple
 
 if TYPE_CHECKING:
-    from controller.fault_detector_machine import Core
+    from controller.fault_core import Core
     from controller.waits import Check
 
 

@@ -26,9 +26,9 @@ def free_port() -> int:
 
 
 def ryu_manager() -> list[str]:
-    """The controller's command: Ryu's ``ryu-manager``, or controller/manager.py on os-ken."""
+    """The controller's command: Ryu's ``ryu-manager``, or controller/launcher.py on os-ken."""
     if backend.selected() == backend.OS_KEN:
-        return [sys.executable, "-m", "controller.manager"]
+        return [sys.executable, "-m", "controller.launcher"]
     exe = Path(sys.executable).with_name("ryu-manager")
     if not exe.exists():
         raise RuntimeError(f"{exe} not found: run `make setup` first")

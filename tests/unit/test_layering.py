@@ -5,6 +5,11 @@ of controller/, apps/, mininet_env/, pyspark_bridge/, benchmarks/; controller/
 and apps/ never import mininet_env/ or pyspark_bridge/.  ``typhoon_cli/`` is the
 top layer that composes everything: it may import any package, and no package
 imports it.  No file is exempt.
+
+Inside controller/ and typhoon/, no module imports itself back: the graph of their
+imports made when a module loads (its top level, ``if TYPE_CHECKING:`` blocks
+included: a type-only loop is still a loop to a reader) has no cycle.  An import
+inside a function body runs later, when called, so it is not an edge of that graph.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,3 +50,72 @@ CASES = [(pkg, path) for pkg in RULES for path in sorted((ROOT / pkg).rglob("*.p
 def test_imports_go_downward(pkg, path):
     bad = imported_packages(path) & RULES[pkg]
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+CYCLE_PACKAGES = ("controller", "typhoon")
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def load_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it loads: everything but function bodies."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> nx.DiGraph:
+    """Module -> the modules of ``packages`` it imports at load time (``from a import b``
+    names ``a.b`` if that is a module, else ``a``)."""
+    paths = {module_name(root, p): p for pkg in packages for p in (root / pkg).rglob("*.py")}
+    graph = nx.DiGraph()
+    for name, path in paths.items():
+        graph.add_node(name)
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in load_time_imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            for target in targets:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph.add_edge(name, target)
+    return graph
+
+
+def test_no_import_cycle_in_controller_or_typhoon():
+    graph = import_graph(ROOT, CYCLE_PACKAGES)
+    assert graph.number_of_nodes() > 100  # it did read the packages
+    cycles = sorted(" -> ".join(c) for c in nx.simple_cycles(graph))
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_check_sees_a_type_only_loop_and_not_a_deferred_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "machine.py").write_text("from pkg.recovery import Recovery\n")
+    (pkg / "recovery.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.machine import Core\n"
+    )
+    (pkg / "later.py").write_text("from . import machine\ndef f():\n    from pkg import later2\n")
+    (pkg / "later2.py").write_text("import pkg.later\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert sorted(sorted(c) for c in nx.simple_cycles(graph)) == [["pkg.machine", "pkg.recovery"]]
+    assert graph.has_edge("pkg.later", "pkg.machine") and graph.has_edge("pkg.later2", "pkg.later")

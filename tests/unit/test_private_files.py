@@ -83,7 +83,7 @@ def test_private_dir_refuses_another_users_open_directory(tmp_path):
 
 
 def test_the_controllers_ryu_conf_is_0600_even_over_an_old_file(tmp_path, umask, monkeypatch):
-    from controller import manager
+    from controller import launcher
 
     conf = loose(tmp_path / "ryu.conf")
     token = tmp_path / "token"
@@ -94,7 +94,7 @@ def test_the_controllers_ryu_conf_is_0600_even_over_an_old_file(tmp_path, umask,
         seen["text"], seen["mode"] = conf.read_text(), mode(conf)
         return 0
 
-    monkeypatch.setattr(manager, "main", fake_manager)
+    monkeypatch.setattr(launcher, "main", fake_manager)
     argv = ["--runtime-dir", str(tmp_path), "--coordinator", str(tmp_path / "c.db"),
             "--api-token-file", str(token)]  # fmt: skip
     assert daemon.main(argv) == 0

@@ -20,8 +20,8 @@ from controller import backend
 REPO = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("ryu", "os_ken")
 # The only modules allowed to import a framework: the boundary itself, the os-ken port of
-# Ryu's REST framework, and the manager that starts either.
-BOUNDARY = {"controller/ryu_compat.py", "controller/osken_wsgi.py", "controller/manager.py"}
+# Ryu's REST framework, and the launcher that starts either.
+BOUNDARY = {"controller/ryu_compat.py", "controller/osken_wsgi.py", "controller/launcher.py"}
 
 
 def framework_imports(path: Path) -> list[str]:

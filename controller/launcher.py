@@ -1,4 +1,8 @@
-"""``ryu-manager`` for either backend: ``python -m controller.manager [ryu-manager args]``.
+"""The controller's launcher: ``ryu-manager`` for either backend,
+``python -m controller.launcher [ryu-manager args]``.
+
+Not the streaming manager (``typhoon/manager.py``): this one starts the Ryu/os-ken
+process that loads the controller's apps.
 
 On Ryu it is Ryu's own ``ryu.cmd.manager.main`` (after the eventlet fix).
 os-ken dropped its ``osken-manager`` command in 4.0; ``_run_os_ken`` does what
