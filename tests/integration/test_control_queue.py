@@ -14,7 +14,7 @@ import secrets
 import socket
 import subprocess
 
-from controller import control_queue as cq
+from typhoon import control_queue as cq
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from typhoon import wire
