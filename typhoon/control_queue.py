@@ -213,6 +213,17 @@ def tc_key(size: str, value: int, mask: int, off: int) -> tuple[int, int, int]:
     return value << shift, mask << shift, off & ~3
 
 
+def tc_keys(matches: list[Match]) -> frozenset[tuple[int, int, int]]:
+    """The keys of one filter as the kernel keeps them: matches in the same word are one
+    key (tc's pack_key merges them)."""
+    words: dict[int, tuple[int, int]] = {}
+    for m in matches:
+        value, mask, off = tc_key(*m)
+        v, k = words.get(off, (0, 0))
+        words[off] = (v | value, k | mask)
+    return frozenset((v, k, off) for off, (v, k) in words.items())
+
+
 def class_packets(listing: str) -> dict[str, int]:
     """Packets sent per htb class in ``tc -s class show``."""
     return {m.group(1): int(m.group(2)) for m in _SENT.finditer(listing)}
@@ -232,7 +243,7 @@ def problems(link: LinkQueueing, qdiscs: str, class_listing: str, filters: str) 
             out.append(f"{where}: {name} class {cls} under {link.parent} missing (run apply)")
     have = _filters(filters)
     for kind in URGENT_CREDIT_KINDS:
-        want = frozenset(tc_key(*m) for m in control_matches(link, kind))
+        want = tc_keys(control_matches(link, kind))
         if (control, want) not in have:
             out.append(f"{where}: no filter sends credit kind {kind} to {control} (run apply)")
     if (data, frozenset({(0, 0, 0)})) not in have:

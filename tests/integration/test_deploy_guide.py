@@ -242,6 +242,7 @@ def test_the_deploy_guide_runs_as_written(tmp_path):
             assert line is not None, out.stdout
             assert int(line.group(1)) >= after[control] and int(line.group(2)) >= after[data]
             assert moved[host][data] > 0, (host, moved)  # tunnels, OpenFlow, ZooKeeper
+        print(f"packets per class of the underlay interfaces during the run: {moved}")
         # both hosts receive tuples over the tunnels (placement: spread), so both grant
         assert all(moved[h][control] > 0 for h in HOSTS), moved
     finally:

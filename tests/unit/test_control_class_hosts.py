@@ -90,6 +90,9 @@ def test_tc_packs_matches_into_aligned_words_as_tc_filter_show_prints_them():
     assert cq.tc_key("u16", 3, 0xFFFF, 54) == (3, 0xFFFF, 52)
     assert cq.tc_key("u8", 2, 0xFF, 51) == (2, 0xFF, 48)  # the word's last byte
     assert cq.tc_key("u8", 2, 0xFF, 9) == (0x20000, 0xFF0000, 8)
+    # one word, one key: the EtherType and the kind of a tunnelled frame
+    keys = cq.tc_keys([("u16", 0x88B5, 0xFFFF, 48), ("u8", 2, 0xFF, 51)])
+    assert keys == {(0x88B50002, 0xFFFF00FF, 48)}
 
 
 def test_the_host_commands_shape_the_interface_then_split_it_as_the_emulation_does():
@@ -140,8 +143,7 @@ def listing(link: cq.LinkQueueing, drop_filter: int | None = None) -> tuple[str,
                     f"filter protocol all pref {pref} u32 chain 0 fh 80{pref}: ht divisor 1 \n"
                     f"filter protocol all pref {pref} u32 chain 0 fh 80{pref}::800 order 2048 "
                     f"key ht 80{pref} bkt 0 *flowid {flow} not_in_hw \n")  # fmt: skip
-        for size, value, mask, off in keys:
-            v, m, at = cq.tc_key(size, value, mask, off)
+        for v, m, at in sorted(cq.tc_keys(keys), key=lambda k: k[2]):
             filters += f"  match {v:08x}/{m:08x} at {at}\n"
     return qdiscs, classes, filters
 
