@@ -245,6 +245,19 @@ def test_the_deploy_guide_runs_as_written(tmp_path):
         print(f"packets per class of the underlay interfaces during the run: {moved}")
         # both hosts receive tuples over the tunnels (placement: spread), so both grant
         assert all(moved[h][control] > 0 for h in HOSTS), moved
+        # without it, check says so on a line of its own; apply puts it back
+        m = guide.machines["h2"]
+        m.run("tc", "qdisc", "del", "dev", m.nic, "root")
+        conf = guide.substitute("/etc/typhoon/cluster.yaml", "h2")
+        out = guide.run("h2", ["typhoon", "cluster", "check", conf, "--host", "h2"])
+        assert out.returncode == 1
+        assert f"h2: control class on {m.nic} missing: no htb root 5: (run apply)" in (
+            out.stdout.splitlines()
+        ), out.stdout
+        assert f"h2: control class: not installed on {m.nic}" in out.stdout.splitlines()
+        out = guide.run("h2", ["typhoon", "cluster", "apply", conf, "--host", "h2"])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert set(guide.sent("h2")) >= {control, data}
     finally:
         guide.close()
 
