@@ -21,9 +21,9 @@ from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
-from typhoon import control_queue
 from mininet_env.fabric import FabricPlan
 from mininet_env.topo import FabricTopo
+from typhoon import control_queue
 from typhoon.cluster import Cluster
 
 log = logging.getLogger(__name__)
