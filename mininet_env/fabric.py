@@ -34,7 +34,7 @@ class FabricPlan:
     # file's fabric would: 1450 is VXLAN on a 1500-byte underlay); None: jumbo links
     mtu: int | None = None
     # a strict-priority queue for credit frames on every fabric interface
-    # (controller/control_queue.py; docs/flow_control.md "Control traffic apart from data")
+    # (typhoon/control_queue.py; docs/flow_control.md "Control traffic apart from data")
     control_queue: bool = False
 
     def __post_init__(self) -> None:

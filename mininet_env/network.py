@@ -21,9 +21,9 @@ from mininet.log import setLogLevel, warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
-from controller import control_queue
 from mininet_env.fabric import FabricPlan
 from mininet_env.topo import FabricTopo
+from typhoon import control_queue
 from typhoon.cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ class EmulatedNetwork:
 
     def _control_queues(self) -> None:
         """Credit frames get a class of their own, ahead of data, in every fabric
-        interface's shaping (``controller/control_queue.py``)."""
+        interface's shaping (``typhoon/control_queue.py``)."""
         assert self.net is not None and self.plan.bw_mbit is not None
         for link in self.net.links:
             for intf in (link.intf1, link.intf2):

@@ -13,6 +13,7 @@ host of a deployment, so each host can configure its own bridge from it
       key: 4242                           # tunnel VNI (optional, default 0)
       firewall: true                      # nftables: tunnel UDP from these hosts only
       ipsec: {psk_file: /etc/typhoon/fabric-psk}   # optional: OVS IPsec on every tunnel
+      control_class: {rate_mbit: 900}     # optional: credit frames ahead of data (tc htb)
     hosts:
       h1: {address: 10.0.0.1, bridge: br-typhoon, dpid: 0x1}
       h2: {address: 10.0.0.2, bridge: br-typhoon, dpid: 0x2, datapath: netdev}
@@ -55,8 +56,10 @@ _CONTROLLER = re.compile(r"^(tcp|ssl):(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1
 _ZK = re.compile(r"^zk://[^/\s]+(/\S*)?$")
 
 _TOP_KEYS = ("controller", "coordinator", "fabric", "hosts", "links")
-_FABRIC_KEYS = ("type", "mtu", "key", "firewall", "ipsec")
+_FABRIC_KEYS = ("type", "mtu", "key", "firewall", "ipsec", "control_class")
 _IPSEC_KEYS = ("psk_file",)
+_CONTROL_CLASS_KEYS = ("rate_mbit",)
+MAX_RATE_MBIT = 400_000
 _HOST_KEYS = ("address", "bridge", "dpid", "datapath")
 
 
@@ -117,6 +120,9 @@ class ClusterFile:
     # Open vSwitch IPsec with the pre-shared key in this file (mode 0600), opt-in
     firewall: bool = True
     ipsec_psk_file: str | None = None
+    # fabric.control_class: the rate (Mbit/s) the underlay interface is shaped to, its
+    # credit frames in a class ahead of data (typhoon/control_queue.py); None: no shaping
+    control_rate_mbit: float | None = None
 
     @property
     def tunneled(self) -> bool:
@@ -136,6 +142,10 @@ class ClusterFile:
             return self.mtu
         family = max(ipaddress.ip_address(h.address).version for h in self.hosts.values())
         return self.mtu - _IP_HEADER[family] - _TUNNEL_HEADER[self.fabric_type] - ETH_HLEN
+
+    def ip_version(self) -> int:
+        """4 or 6: the tunnels' outer IP (the file's addresses are all of one family)."""
+        return max(ipaddress.ip_address(h.address).version for h in self.hosts.values())
 
     def host_index(self, name: str) -> int:
         """1-based position of host ``name`` in the file."""
@@ -251,8 +261,9 @@ class _Reader:
         if not isinstance(firewall, bool):
             raise self.fail("fabric.firewall", f"must be true or false, not {_show(firewall)}")
         psk_file = self.ipsec(fabric.get("ipsec"), ftype, hosts)
+        rate = self.control_class(fabric.get("control_class"), ftype, psk_file)
         cf = ClusterFile(controllers, coordinator, ftype, mtu, key, hosts, links, self.source,
-                         firewall, psk_file)  # fmt: skip
+                         firewall, psk_file, rate)  # fmt: skip
         if cf.tunneled:
             families = {ipaddress.ip_address(h.address).version for h in hosts.values()}
             if len(families) > 1:
@@ -284,6 +295,29 @@ class _Reader:
                 "use datapath netdev",
             )
         return path
+
+    def control_class(self, value: Any, ftype: str, psk_file: str | None) -> float | None:
+        """The rate of ``fabric.control_class`` (None: none asked for)."""
+        if value is None:
+            return None
+        self.keys("fabric.control_class", value, _CONTROL_CLASS_KEYS, ("rate_mbit",))
+        rate = value["rate_mbit"]
+        if type(rate) not in (int, float) or not 0 < rate <= MAX_RATE_MBIT:
+            raise self.fail(
+                "fabric.control_class.rate_mbit",
+                f"must be a number of Mbit/s in (0, {MAX_RATE_MBIT}], not {_show(rate)}",
+            )
+        if ftype == "ports":
+            raise self.fail(
+                "fabric.control_class", "is for tunnels (an emulated ports fabric has its own)"
+            )
+        if psk_file is not None:
+            raise self.fail(
+                "fabric.control_class",
+                "cannot tell credit frames from data inside IPsec (ESP encrypts the Typhoon "
+                "header): remove one of fabric.ipsec and fabric.control_class",
+            )
+        return float(rate)
 
     def controllers(self, value: Any) -> list[str]:
         items = value if isinstance(value, list) else [value]

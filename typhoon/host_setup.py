@@ -1,8 +1,9 @@
 """The acting side of a cluster file on one host: read OVS, run the plan, record it.
 
 :mod:`typhoon.bridge_plan` and :mod:`typhoon.fabric_guard` decide; this
-module only runs ``ovs-vsctl``, ``ip`` and ``nft`` with argument vectors (never
-a shell; nft scripts go in on stdin), reads the IPsec key file, opens a TCP
+module only runs ``ovs-vsctl``, ``ip``, ``nft`` and ``tc`` with argument vectors
+(never a shell; nft scripts go in on stdin; ``tc``'s come from
+:mod:`typhoon.control_queue`), reads the IPsec key file, opens a TCP
 connection to the controller, and writes the coordinator.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typhoon import fabric_guard
+from typhoon import control_queue, fabric_guard
 from typhoon.bridge_plan import VSCTL, BridgeState, PortState, bridge_plan, problems, shown
 from typhoon.cluster_file import ClusterFile
 from typhoon.coordinator import Coordinator
@@ -269,6 +270,114 @@ def remove_guard() -> list[list[str]]:
     return [argv]
 
 
+# ----- credit frames ahead of data on the underlay (typhoon/control_queue.py) -------------
+
+
+def fabric_interface(cf: ClusterFile, host: str) -> str | None:
+    """The interface this host's tunnel packets leave by (None: no peer to send to): the
+    one the kernel routes the first peer through or, when that is an OVS bridge (the
+    userspace datapath's ``br-phy``), that bridge's one physical port."""
+    tunnels = cf.tunnels(host)
+    if not tunnels:
+        return None
+    proc = _run(["ip", "-j", "route", "get", tunnels[0].remote_ip], check=False)
+    routes = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+    dev = routes[0].get("dev") if routes else None
+    if not dev or not control_queue.valid_iface(dev):
+        raise HostSetupError(f"no route to {tunnels[0].peer} ({tunnels[0].remote_ip})")
+    if _vsctl("br-exists", dev, check=False).returncode != 0:
+        return dev
+    names = set(_vsctl("list-ifaces", dev).stdout.split())
+    physical = sorted(
+        r["name"] for r in _table("Interface", ["name", "type"])
+        if r["name"] in names and r["type"] in ("", "system")
+    )  # fmt: skip
+    if len(physical) != 1 or not control_queue.valid_iface(physical[0]):
+        raise HostSetupError(
+            f"the route to {tunnels[0].peer} goes through OVS bridge {dev}, which has "
+            f"{len(physical)} physical ports ({', '.join(physical) or 'none'}), not one: "
+            "cannot tell which interface to give the control class"
+        )
+    return physical[0]
+
+
+def control_link(cf: ClusterFile, host: str) -> control_queue.LinkQueueing | None:
+    """The control class the file asks for on this host (None: none asked, or no peer)."""
+    if cf.control_rate_mbit is None:
+        return None
+    iface = fabric_interface(cf, host)
+    if iface is None:
+        return None
+    return control_queue.tunnel_queueing(
+        iface, cf.control_rate_mbit, cf.fabric_type, cf.ip_version()
+    )
+
+
+def _tc_listings(link: control_queue.LinkQueueing) -> tuple[str, str, str]:
+    dev = link.iface
+    return (
+        _run(["tc", "qdisc", "show", "dev", dev]).stdout,
+        _run(["tc", "-s", "class", "show", "dev", dev]).stdout,
+        _run(["tc", "filter", "show", "dev", dev, "parent", link.root], check=False).stdout,
+    )
+
+
+def control_class_problems(link: control_queue.LinkQueueing) -> list[str]:
+    return control_queue.problems(link, *_tc_listings(link))
+
+
+def control_class_status(cf: ClusterFile, host: str) -> str | None:
+    """One sentence for apply and check: where the control class is and what went through
+    it (None: the file asks for none)."""
+    if cf.control_rate_mbit is None:
+        return None
+    try:
+        link = control_link(cf, host)
+    except HostSetupError as e:
+        return f"control class: none: {e}"
+    if link is None:
+        return "control class: none: this host has no tunnel"
+    qdiscs, class_listing, filters = _tc_listings(link)
+    if control_queue.problems(link, qdiscs, class_listing, filters):
+        return f"control class: not installed on {link.iface}"
+    control, data = control_queue.classes(link)
+    sent = control_queue.class_packets(class_listing)
+    return (
+        f"control class: credit frames ahead of data on {link.iface} (htb "
+        f"{link.rate_mbit:g} Mbit/s; packets sent: control {control} {sent.get(control, 0)}, "
+        f"data {data} {sent.get(data, 0)})"
+    )
+
+
+def install_control_class(cf: ClusterFile, host: str) -> list[list[str]]:
+    """The control class the file asks for (the commands run; none if it is there already).
+    The interface's root qdisc is replaced."""
+    link = control_link(cf, host)
+    if link is None or not control_class_problems(link):
+        return []
+    _run(control_queue.removal(link), check=False)  # no qdisc of ours yet: nothing to remove
+    commands = control_queue.host_commands(link)
+    for argv in commands:
+        _run(argv)
+    return commands
+
+
+def remove_control_class(cf: ClusterFile, host: str) -> list[list[str]]:
+    """Back to the interface's default qdisc, if it holds the control class."""
+    try:
+        link = control_link(cf, host)
+    except HostSetupError:
+        return []
+    if link is None:
+        return []
+    qdiscs = _run(["tc", "qdisc", "show", "dev", link.iface]).stdout
+    if f"qdisc htb {link.root} root" not in qdiscs:
+        return []
+    argv = control_queue.removal(link)
+    _run(argv)
+    return [argv]
+
+
 @dataclass
 class ApplyResult:
     commands: list[list[str]]
@@ -287,9 +396,13 @@ def apply(cf: ClusterFile, host: str, coordinator: Coordinator | None) -> ApplyR
     for argv in commands:
         _run(argv)
     commands += install_guard(cf, host)
+    commands += install_control_class(cf, host)
     state = read_state(cf, host)
     left = without_datapath(state, problems(cf, host, state, psk))
     left += fabric_guard.firewall_problems(cf, host, read_firewall(), nft_found())
+    link = control_link(cf, host)
+    if link is not None:
+        left += control_class_problems(link)
     left = [p for p in left if "not connected" not in p]  # the controller may start later
     if coordinator is not None:
         coordinator.put_cluster(cf.cluster())
@@ -305,7 +418,15 @@ def teardown(cf: ClusterFile, host: str) -> list[list[str]]:
     """Undo apply on this host: the bridge (with its tunnels) and the fabric filter."""
     done = [[VSCTL, f"--timeout={int(TIMEOUT)}", "--if-exists", "del-br", cf.hosts[host].bridge]]
     _run(done[0])
-    return done + remove_guard()
+    return done + remove_guard() + remove_control_class(cf, host)
+
+
+def _control_class_check(cf: ClusterFile, host: str) -> list[str]:
+    try:
+        link = control_link(cf, host)
+    except HostSetupError as e:
+        return [f"control class: {e}"]
+    return [] if link is None else control_class_problems(link)
 
 
 def check(cf: ClusterFile, host: str, coordinator: Coordinator | None = None) -> list[str]:
@@ -326,6 +447,7 @@ def check(cf: ClusterFile, host: str, coordinator: Coordinator | None = None) ->
         out.append(refusal)
     elif cf.tunneled:
         out += fabric_guard.firewall_problems(cf, host, read_firewall(), nft_found())
+    out += _control_class_check(cf, host)
     if coordinator is not None:
         cluster = coordinator.get_cluster()
         if cluster is None or cluster.to_dict() != cf.cluster().to_dict():

@@ -1,5 +1,6 @@
-"""``typhoon cluster apply|check|show|teardown FILE``: a host's bridge and fabric filter from
-the operator's cluster file (typhoon/host_setup.py, typhoon/fabric_guard.py)."""
+"""``typhoon cluster apply|check|show|teardown FILE``: a host's bridge, fabric filter and
+control class from the operator's cluster file (typhoon/host_setup.py,
+typhoon/fabric_guard.py, typhoon/control_queue.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import json
 import shlex
 
-from typhoon import fabric_guard, host_setup
+from typhoon import control_queue, fabric_guard, host_setup
 from typhoon.bridge_plan import bridge_plan, shown
 from typhoon.cluster_file import load_cluster_file
 from typhoon.coordinator import CoordinatorError, open_coordinator
@@ -23,6 +24,14 @@ def _host(cf, args: argparse.Namespace) -> str:
             f"--host {args.host}: not a host of {cf.source} ({', '.join(cf.hosts)})"
         )
     return args.host
+
+
+def _status(cf, host: str) -> None:
+    """The fabric's protection and (when the file asks for it) its control class."""
+    print(f"{host}: {host_setup.protection(cf, host)}")
+    queueing = host_setup.control_class_status(cf, host)
+    if queueing is not None:
+        print(f"{host}: {queueing}")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -44,6 +53,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print(shlex.join(shown(argv)))
         if cf.tunneled and cf.firewall:
             print(f"{fabric_guard.NFT} -f - <<'EOF'\n{fabric_guard.ruleset(cf, host)}EOF")
+        link = host_setup.control_link(cf, host)
+        if link is not None:
+            print(shlex.join(control_queue.removal(link)))
+            for argv in control_queue.host_commands(link):
+                print(shlex.join(argv))
         return 0
     coordinator = (
         None if args.no_coordinator else open_coordinator(args.coordinator or cf.coordinator)
@@ -57,7 +71,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"ran: {shlex.join(shown(argv))}")
     for p in result.problems:
         print(f"{host}: {p}")
-    print(f"{host}: {host_setup.protection(cf, host)}")
+    _status(cf, host)
     if not result.problems:
         print(f"{host}: bridge {cf.hosts[host].bridge} configured")
     return EXIT_PROBLEMS if result.problems else 0
@@ -80,7 +94,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         if coordinator is not None:
             coordinator.close()
-    print(f"{host}: {host_setup.protection(cf, host)}")
+    _status(cf, host)
     for p in found:
         print(f"{host}: {p}")
     if not found:

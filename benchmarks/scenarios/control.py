@@ -24,7 +24,7 @@ Three modes, run back to back in every round (order rotated):
   of queued data, served between 10 ms slices of work (the default);
 * ``worker+switch``: as ``worker``, and the fabric interfaces carry a strict
   priority qdisc whose first band takes the receivers' credit frames
-  (``controller/control_queue.py``, ``FabricPlan(control_queue=True)``).
+  (``typhoon/control_queue.py``, ``FabricPlan(control_queue=True)``).
 
 Every run must be exact (the run report compares every link's two ends).
 """

@@ -14,9 +14,9 @@ import secrets
 import socket
 import subprocess
 
-from controller import control_queue as cq
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
+from typhoon import control_queue as cq
 from typhoon import wire
 from typhoon.runtime import links as lk
 from typhoon.wire import Kind

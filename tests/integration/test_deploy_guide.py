@@ -20,7 +20,10 @@ the code.  Nothing but these substitutions stands between the text and the run:
 What is asserted beyond "every block exits 0": the debugger printed tuples of
 ``split[1]`` from h2, ``typhoon report`` says finished and ok, its JSON has the
 exact word counts (also after ``typhoon kill``), the kill stopped every worker,
-and no block printed the API token.
+no block printed the API token, and the control class the guide turns on
+(``fabric.control_class``) is on each host's underlay interface after
+``apply``, ``check`` reports it, and the credit frames of the run went through
+it (the kernel's own counters, ``tc -s class show``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from machines import Machine, Underlay
 from test_machines import check_exact, reference
 from zkserver import start_zookeeper
 
+from typhoon import control_queue as cq
 from typhoon.coordinator import open_coordinator
 from typhoon.host_setup import KERNEL_MODULE
 
@@ -158,6 +162,11 @@ class Guide:
         )
         return out
 
+    def sent(self, host: str) -> dict[str, int]:
+        """Packets sent per htb class of the host's underlay interface, as tc counts them."""
+        m = self.machines[host]
+        return cq.class_packets(m.run("tc", "-s", "class", "show", "dev", m.nic))
+
     def logs(self) -> str:
         parts = []
         for host in HOSTS:
@@ -179,11 +188,14 @@ def test_the_deploy_guide_runs_as_written(tmp_path):
     try:
         guide.start()
         labelled = {}
+        applied = {}  # per host: packets per class right after apply, before any job
         for block in guide_blocks(GUIDE.read_text()):
             for host in block.hosts:
                 out = guide.run_block(block, host)
                 if block.label:
                     labelled[block.label] = out
+                if block.label == "apply":
+                    applied[host] = guide.sent(host)
         # the debugger, attached from h1, printed what split[1] on h2 sent
         debug = labelled["debug"]
         tuples = [line for line in debug.stdout.splitlines() if "split[1] -> count[" in line]
@@ -211,6 +223,41 @@ def test_the_deploy_guide_runs_as_written(tmp_path):
             assert set(c.agents()) == set(HOSTS)
         token = (tmp_path / "h1/etc/api-token").read_text().strip()
         assert token and not any(token in o.stdout + o.stderr for o in guide.outputs)
+        # the control class: installed by apply, reported by check, its counters moved
+        control, data = cq.classes(cq.tunnel_queueing("eth0", 900, "vxlan", 4))
+        moved = {}
+        for host in HOSTS:
+            assert {control, data} <= set(applied[host]), applied[host]
+            m = guide.machines[host]
+            after = guide.sent(host)
+            moved[host] = {c: after[c] - applied[host][c] for c in (control, data)}
+            conf = guide.substitute("/etc/typhoon/cluster.yaml", host)
+            out = guide.run(host, ["typhoon", "cluster", "check", conf, "--host", host])
+            assert out.returncode == 0, out.stdout + out.stderr
+            line = re.search(
+                rf"^{host}: control class: credit frames ahead of data on {m.nic} \(htb 900 "
+                rf"Mbit/s; packets sent: control {control} (\d+), data {data} (\d+)\)$",
+                out.stdout, re.M,
+            )  # fmt: skip
+            assert line is not None, out.stdout
+            assert int(line.group(1)) >= after[control] and int(line.group(2)) >= after[data]
+            assert moved[host][data] > 0, (host, moved)  # tunnels, OpenFlow, ZooKeeper
+        print(f"packets per class of the underlay interfaces during the run: {moved}")
+        # both hosts receive tuples over the tunnels (placement: spread), so both grant
+        assert all(moved[h][control] > 0 for h in HOSTS), moved
+        # without it, check says so on a line of its own; apply puts it back
+        m = guide.machines["h2"]
+        m.run("tc", "qdisc", "del", "dev", m.nic, "root")
+        conf = guide.substitute("/etc/typhoon/cluster.yaml", "h2")
+        out = guide.run("h2", ["typhoon", "cluster", "check", conf, "--host", "h2"])
+        assert out.returncode == 1
+        assert f"h2: control class on {m.nic} missing: no htb root 5: (run apply)" in (
+            out.stdout.splitlines()
+        ), out.stdout
+        assert f"h2: control class: not installed on {m.nic}" in out.stdout.splitlines()
+        out = guide.run("h2", ["typhoon", "cluster", "apply", conf, "--host", "h2"])
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert set(guide.sent("h2")) >= {control, data}
     finally:
         guide.close()
 
@@ -225,7 +272,7 @@ def test_an_undeliverable_debugger_says_why_and_a_job_removes_itself(tmp_path):
     try:
         guide.start()
         blocks = guide_blocks(GUIDE.read_text())
-        for block in blocks[: next(i for i, b in enumerate(blocks) if b.label)]:
+        for block in blocks[: next(i for i, b in enumerate(blocks) if b.label == "debug")]:
             for host in block.hosts:
                 guide.run_block(block, host)
         started = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller import control_queue as cq
+from typhoon import control_queue as cq
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
