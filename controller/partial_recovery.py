@@ -40,7 +40,7 @@ from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
 if TYPE_CHECKING:
-    from controller.fault_detector_machine import Core
+    from controller.fault_core import Core
 
 CANNOT_REPLAY = -2  # ``backup_from`` of a worker whose buffers cannot replay at all
 
