@@ -53,6 +53,9 @@ from typhoon.wire import Control, ControlTuple
 LIVE = ("attached", "running")
 
 
+ENDING = "every sender of it finished: it ends after their end of stream, or its exit says"
+
+
 class Core(acks.Core, Protocol):
     """What the machine needs of the controller (``controller/services.py`` has it)."""
 
@@ -101,6 +104,7 @@ class FaultMachine(GuaranteedRecovery):
         self.heartbeats = Heartbeats(conf.heartbeat_timeout, 2 * metrics_interval)
         self.unheard_logged = 0.0
         self.dead: dict[str, set[int]] = {}  # app -> dead workers whose address drops count
+        self.ending: set[tuple[str, int]] = set()  # down after every sender finished: exit?
 
     # ----- events --------------------------------------------------------------------------
 
@@ -197,11 +201,20 @@ class FaultMachine(GuaranteedRecovery):
                 self.heartbeats.forget(name, wid)
                 self.fail(name, wid, f"no METRIC_RESP for {secs:.1f} s", now, unheard)
 
-    def fail(self, name: str, wid: int, reason: str, at: float, unheard_s: float = 0.0) -> None:
-        """React to worker ``wid`` of ``name`` being dead since ``at`` (monotonic)."""
+    def fail(
+        self, name: str, wid: int, reason: str, at: float, unheard_s: float = 0.0, died=False
+    ) -> None:
+        """React to worker ``wid`` of ``name`` being dead since ``at`` (monotonic).
+
+        ``died``: its agent saw it exit with a failure, whatever its senders did."""
         core = self.core
         app = core.view.apps.get(name)
-        why_not = self._why_not(name, wid, app, core)
+        why_not = self._why_not(name, wid, app, core, died)
+        if why_not == ENDING and (name, wid) not in self.ending:
+            # it may be ending after its senders' end of stream, or have died while it still
+            # worked on their last tuples (a Spark batch, a queue): its exit status decides
+            self.ending.add((name, wid))
+            self.tasks.start(self._after_exit(name, wid, reason, at, unheard_s), self._lost(wid))
         if why_not:
             self.logger.info("app %s worker %d: %s; %s: nothing to do", name, wid, reason, why_not)
             return
@@ -229,7 +242,17 @@ class FaultMachine(GuaranteedRecovery):
         )  # fmt: skip
         self.tasks.start(self._follow_up(incident, sent), self._failed(incident))
 
-    def _why_not(self, name: str, wid: int, app: Any, core: Core) -> str:
+    def _after_exit(self, name: str, wid: int, reason: str, at: float, unheard_s: float) -> Task:
+        code = yield self._exit_code(self.core, name, wid, self.conf.heartbeat_timeout)
+        self.ending.discard((name, wid))
+        if code not in (0, None):
+            why = f"{reason}; exited with {code} before its own end of stream"
+            self.fail(name, wid, why, at, unheard_s, died=True)
+
+    def _lost(self, wid: int) -> Callable[[Exception], None]:
+        return lambda e: self.logger.error("worker %d: exit not followed", wid, exc_info=e)
+
+    def _why_not(self, name: str, wid: int, app: Any, core: Core, died: bool = False) -> str:
         """A reason to leave this worker alone, or ''."""
         if app is None:
             return "the application is gone"
@@ -253,8 +276,8 @@ class FaultMachine(GuaranteedRecovery):
         if self._finished(name, wid, app):
             return "it finished its input (end of stream)"
         senders = senders_to(app.topology, app.physical, app.physical.by_id(wid).node)
-        if senders and all(self._finished(name, s, app) for s in senders):
-            return "every sender of it finished: it ends after their end of stream"
+        if not died and senders and all(self._finished(name, s, app) for s in senders):
+            return ENDING
         record = core.reconfiguration(name)
         if record is not None and record.running:
             return f"reconfiguration {record.id} is running and owns the workers"
@@ -308,9 +331,10 @@ class FaultMachine(GuaranteedRecovery):
         if new is not None:
             yield from self._rejoin(core, incident, new)
 
-    def _exit_code(self, core: Core, name: str, wid: int) -> Check:
-        """The agent's exit code for ``wid`` within ``confirm_timeout``; None if unknown."""
-        deadline = self.clock() + self.conf.confirm_timeout
+    def _exit_code(self, core: Core, name: str, wid: int, timeout: float | None = None) -> Check:
+        """The agent's exit code for ``wid`` within ``timeout`` (``confirm_timeout``); None
+        if unknown."""
+        deadline = self.clock() + (self.conf.confirm_timeout if timeout is None else timeout)
 
         def check(now: float) -> Any:
             if now >= deadline:

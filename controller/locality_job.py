@@ -29,7 +29,9 @@ from controller.locality import (
 from controller.settings import setting
 from typhoon.reconfig import ReconfigError, Reroute
 
-FRESH_WAIT_S = 5.0  # longest wait for the METRIC_RESPs asked for
+FRESH_WAIT_S = 10.0  # longest wait for the METRIC_RESPs asked for
+ASK_AGAIN_S = 1.0  # a METRIC_REQ or its answer lost on the way (both are one frame
+# through packet-out/packet-in, unacknowledged): asked again this often while waiting
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class LocalityJob:
     chain: Chain | None = None
     asked: dict[int, Any] = field(default_factory=dict)  # worker -> metrics time before asking
     asked_at: float = 0.0
+    last_ask: float = 0.0
+    requests: int = 0  # METRIC_REQs sent to each worker not yet heard from, this round
     summary: dict[str, Any] = field(default_factory=dict)
     pending: list[Reroute] = field(default_factory=list)
     reconfigs: list[int] = field(default_factory=list)
@@ -142,20 +146,29 @@ class LocalityJob:
         ids = self._workers(view)
         known = core.worker_metrics(self.app)
         self.asked = {w: known.get(w, {}).get("time") for w in ids}
-        self.asked_at = now
+        self.asked_at = self.last_ask = now
+        self.requests = 1
         core.request_metrics(self.app, ids)
 
     def _fresh(self, core: Core, view: Any, now: float) -> bool:
         """Every worker asked answered since (or the wait is over and each has said something)."""
         got = core.worker_metrics(self.app)
-        new = all(w in got and got[w].get("time") != t for w, t in self.asked.items())
-        if new:
+        waiting = [w for w, t in self.asked.items() if w not in got or got[w].get("time") == t]
+        if not waiting:
             return True
         if now - self.asked_at < FRESH_WAIT_S:
+            if now - self.last_ask >= ASK_AGAIN_S:
+                self.last_ask = now
+                self.requests += 1
+                core.request_metrics(self.app, waiting)
             return False
-        if all(w in got for w in self.asked):
-            return True
-        raise LocalityError("the counting workers did not answer METRIC_REQ")
+        silent = [w for w in waiting if w not in got]
+        if not silent:
+            return True  # each has answered once: plan with what they said last
+        raise LocalityError(
+            f"worker(s) {', '.join(map(str, silent))} of '{self.chain.node if self.chain else '?'}'"
+            f" did not answer any of {self.requests} METRIC_REQs in {FRESH_WAIT_S:g} s"
+        )
 
     def _plan(self, core: Core, view: Any, now: float) -> None:
         assert self.chain is not None

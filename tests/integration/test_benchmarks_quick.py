@@ -91,7 +91,9 @@ LOSS_ROWS = {
 @pytest.mark.parametrize(
     "only",
     [
-        "live_debug,logic_swap",
+        # each has an integration test of its own (test_live_debugger, test_reconfiguration's
+        # swap): the scenarios run under `make test-long`, which keeps `make test` under 30 min
+        pytest.param("live_debug,logic_swap", marks=pytest.mark.long),
         # fault and autoscale have integration tests of their own (test_fault_detector,
         # test_autoscaler); their benchmark scenarios run under `make test-long`
         pytest.param("fault,autoscale", marks=pytest.mark.long),
@@ -140,6 +142,7 @@ def test_quick_paper_6_2_scenarios_write_results(tmp_path: Path, only: str) -> N
             assert sink["missing"] == 0 and sink["duplicates"] == 0, (r["label"], sink)
 
 
+@pytest.mark.long  # Bytewax runs: tests/runtime/test_bytewax_peers.py; scenario: test-long
 def test_quick_peers_runs_typhoon_and_bytewax_on_the_same_data(tmp_path: Path) -> None:
     """``typhoon bench --quick --only peers``: sdn, tcp and Bytewax -p 1/-p 2 each ran
     forward and wordcount, every run ok (counts equal to the generator's, every tuple

@@ -74,6 +74,7 @@ def test_counts_equal_reference_and_the_run_ends_by_itself(tmp_path: Path) -> No
     assert r["services"]["spark-driver-h1"]["restarts"] == 0
 
 
+@pytest.mark.long  # a further variant of test_spark_guarantee's killed workers (make test-long)
 def test_driver_killed_mid_run_counts_stay_exact(tmp_path: Path) -> None:
     topo = load_topology(AD_YAML)
     count = 20_000

@@ -39,6 +39,7 @@ def standalone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         cluster.stop()
 
 
+@pytest.mark.long  # ad analytics again, on a standalone Spark cluster (make test-long)
 def test_ad_analytics_on_a_standalone_cluster_counts_exactly(tmp_path: Path, standalone) -> None:
     topo = load_topology(AD_YAML)
     assert topo.config["spark.master"].startswith("local")  # the file's default

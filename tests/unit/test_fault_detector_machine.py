@@ -301,3 +301,22 @@ def test_two_failures_at_once_roll_back_once_after_both_replacements_are_routed(
     assert a.replacement in targets  # started in generation 1: it restores again
     assert b.replacement not in targets  # started restored in generation 2
     assert a.state == b.state == "rejoined", (a, b)
+
+
+def test_a_worker_killed_after_its_senders_finished_is_replaced_and_one_that_ends_is_not(setup):
+    """Every sender of a count worker finished: its port going down may be its own end, or
+    a death while it still worked on their last tuples (CI: a Spark node's bridge killed
+    while Spark was slow).  The agent's exit status decides: -9 is a failure, 0 an end."""
+    machine, core, clock, physical = setup
+    for s in ids(physical, "source") + ids(physical, "split"):
+        machine.metrics(APP, s, {"done": True}, clock.now)
+    killed, ended = ids(physical, "count")[:2]
+    machine.worker_down(APP, killed, "h1", 20, "deleted", clock.now)
+    machine.worker_down(APP, ended, "h1", 21, "deleted", clock.now)
+    machine.step()
+    assert machine.incidents == []  # nothing known yet: no reroute of a worker that may end
+    core.status(killed, "exited", -9)
+    core.status(ended, "exited", 0)
+    machine.step()
+    (incident,) = machine.incidents
+    assert incident.worker == killed and "exited with -9" in incident.reason

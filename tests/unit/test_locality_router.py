@@ -20,7 +20,7 @@ from controller.locality import (
     routed_index,
     sent_links,
 )
-from controller.locality_job import LocalityJob, RouterSettings
+from controller.locality_job import FRESH_WAIT_S, LocalityJob, RouterSettings
 from controller.view import AppView
 from typhoon.operators.pairs import pair_tuple
 from typhoon.reconfig import Reroute
@@ -237,12 +237,36 @@ def test_too_few_pairs_and_a_small_gain_skip():
     assert core.requests == []
 
 
-def test_workers_that_never_answer_fail_the_run():
+def test_workers_that_never_answer_are_asked_again_then_named_when_the_run_fails():
     core = FakeCore(sampled_pairs())
     job = LocalityJob("locality", False, RouterSettings(), 0.0)
     job.begin(core, 0.0)
-    job.step(core, 6.0)
-    assert job.phase == "failed" and "did not answer" in job.reason
+    a_ids = [w.worker_id for w in core.phys.of_node("a")]
+    for t in (0.5, 1.0, 1.5, 2.0):
+        job.step(core, t)
+    # a lost METRIC_REQ or answer is repaired: asked again once a second, no more
+    assert core.requested == [a_ids, a_ids, a_ids] and job.phase == "collecting"
+    job.step(core, FRESH_WAIT_S)
+    assert job.phase == "failed"
+    assert job.reason == (
+        f"worker(s) {', '.join(map(str, a_ids))} of 'a' did not answer any of "
+        f"{len(core.requested)} METRIC_REQs in {FRESH_WAIT_S:g} s"
+    )
+
+
+def test_only_the_workers_still_silent_are_asked_again():
+    core = FakeCore(sampled_pairs())
+    job = LocalityJob("locality", False, RouterSettings(min_pairs=100), 0.0)
+    job.begin(core, 0.0)
+    core.answer()
+    first = min(core.metrics["locality"])
+    core.metrics["locality"][first]["time"] = None  # its answer predates the request
+    job.asked[first] = None
+    job.step(core, 1.0)
+    assert core.requested[-1] == [first] and job.phase == "collecting"
+    core.metrics["locality"][first]["time"] = 99.0
+    job.step(core, 1.1)
+    assert job.phase == "routing"
 
 
 def test_benchmark_workload_installs_the_planned_tables_on_the_spread_placement():
