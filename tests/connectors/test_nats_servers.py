@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 
@@ -126,9 +127,11 @@ def test_source_positions_per_subject_replay_bad_messages_and_from(nats_server):
     assert nats_threads() == [] and NatsConnection.THREADS == 0
 
 
-def test_server_down_or_stream_missing_is_one_sentence(nats_server):
+def test_server_down_or_stream_missing_is_one_sentence(nats_server, caplog):
     with pytest.raises(ConnectorError) as e:
         NatsSource(url="nats://127.0.0.1:1", stream="EV").open(Context("t", "src", 1, 0, 1))
+    # the failed attempts of the first connection are in the sentence, not warnings too
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     (line,) = str(e.value).splitlines()
     assert line.startswith("nats_source: the NATS server at nats://127.0.0.1:1 does not answer (")
     assert "refused" in line.lower() or "failed" in line.lower(), line

@@ -198,6 +198,46 @@ def test_at_least_once_rows_written_before_a_checkpoint_are_visible_at_it(tmp_pa
     assert committed(out) == [["a", 1], ["b", 1], ["c", 1]] and in_progress(out) == []
 
 
+def test_at_least_once_a_restored_instance_never_replaces_a_committed_part(tmp_path):
+    """The framework replaces the operator on every rollback (a relaunch or in place) and
+    restores the checkpoint into the new instance; its parts count from 1 again."""
+    out = tmp_path / "out"
+    s = sink(out, guarantee="at_least_once")
+    s.BATCH = 1
+    s.process_batch([["a", 1]], None)
+    snap = s.snapshot()  # part 1 committed
+    s.process_batch([["b", 1]], None)
+    s.snapshot()  # part 2, after the checkpoint the rollback goes back to
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    assert len(before) == 2
+    s.abandon()
+    again = FileSink(path=str(out))
+    again.open(ctx("at_least_once"))
+    again.restore(snap)
+    again.rewind(1, 1)
+    again.BATCH = 1
+    again.process_batch([["b", 1]], None)  # the replay
+    again.snapshot()
+    again.process_batch([["c", 1]], None)
+    again.close()
+    after = {f.name: f.read_bytes() for f in out.iterdir()}
+    assert {k: after[k] for k in before} == before  # the committed parts as they were
+    assert sorted(committed(out)) == [["a", 1], ["b", 1], ["b", 1], ["c", 1]]
+    assert len(after) == 4 and in_progress(out) == []
+
+
+def test_a_part_is_never_committed_over_an_existing_one(tmp_path):
+    from typhoon.operators.file_sink import PartWriter
+
+    final = tmp_path / "part-x-0000000001.jsonl"
+    final.write_text('["old"]\n')
+    w = PartWriter(final, "jsonl", ["w"], header=False)
+    w.write('["new"]\n')
+    with pytest.raises(FileExistsError, match="committed part"):
+        w.commit()
+    assert final.read_text() == '["old"]\n' and in_progress(tmp_path) == []
+
+
 def test_parquet_rows_with_the_wrong_types_are_counted(tmp_path):
     import pyarrow.parquet as pq  # pyspark[sql] brings it into the venv
 

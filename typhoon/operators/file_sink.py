@@ -13,7 +13,10 @@ commit it; a rename is atomic, so a reader sees all of a part file or nothing.
 * Otherwise rows are appended to the open part file, which is committed once it
   reaches ``roll_bytes`` or ``roll_s``, when the worker closes, and under
   ``at_least_once`` at every checkpoint (the rows written before it must be visible
-  and durable before the checkpoint that no longer holds them is saved).
+  and durable before the checkpoint that no longer holds them is saved).  Each
+  instance, a restored one too, numbers its parts from 1 under a run id of its own:
+  the checkpoint's run would name the parts the dead instance committed, and a
+  replay must add new parts (its rows possibly again), never replace one.
 """
 
 from __future__ import annotations
@@ -103,6 +106,9 @@ class PartWriter:
             if empty:
                 self.temp.unlink(missing_ok=True)
                 return False
+        if self.final.exists():  # a committed part never changes: fail, do not replace it
+            self.discard()
+            raise FileExistsError(f"file_sink: the committed part '{self.final}' exists already")
         os.rename(self.temp, self.final)
         _fsync_dir(self.final.parent)
         return True
@@ -178,7 +184,7 @@ class FileSink(TransactionalSink):
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise OSError(f"file_sink: cannot use the directory '{self.dir}' ({e})") from None
-        self.run = new_run_id()  # a restore or a fresh start under exactly_once sets it again
+        self.run = new_run_id()  # under exactly_once a restore puts back the checkpoint's
         if context.guarantee != "none":  # a dead predecessor's in-progress files: replayed
             for stale in self.dir.glob("." + self.prefix + "*"):
                 stale.unlink(missing_ok=True)
@@ -291,8 +297,12 @@ class FileSink(TransactionalSink):
         return {**super().snapshot(), "run": self.run}
 
     def restore(self, state: Any) -> None:
+        """Under exactly_once the checkpoint's run id names the record of the committed
+        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
+        parts from 1 again, and under the old run id they would replace parts the dead
+        instance committed after its first checkpoint."""
         super().restore(state)
-        if state is not None and isinstance(state.get("run"), str):
+        if self.two_phase and state is not None and isinstance(state.get("run"), str):
             self.run = state["run"]
 
     # exactly_once: one part file per commit, named after its newest epoch

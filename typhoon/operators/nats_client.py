@@ -60,6 +60,7 @@ class NatsConnection:
         self.url, self.who = url, who
         self.loop = asyncio.new_event_loop()
         self.errors: list[BaseException] = []
+        self.connected = False  # before: a failed attempt is in the refusal's sentence only
         self.nc: Any = None
         self.js: Any = None
         self.thread = threading.Thread(target=self._run, name=f"nats {url}", daemon=True)
@@ -74,6 +75,7 @@ class NatsConnection:
             raise ConnectorError(
                 f"{who}: the NATS server at {url} does not answer ({reason})"
             ) from None
+        self.connected = True
         self.js = self.nc.jetstream(timeout=CALL_S / 2)
 
     def _run(self) -> None:
@@ -94,7 +96,9 @@ class NatsConnection:
         async def error(e: Exception) -> None:
             self.errors.append(e)
             del self.errors[:-5]
-            log.warning("%s: NATS at %s: %s", self.who, self.url, e)
+            # the first connection's attempts: the refusal names the last one, once
+            level = logging.WARNING if self.connected else logging.DEBUG
+            log.log(level, "%s: NATS at %s: %s", self.who, self.url, e)
 
         async def disconnected() -> None:
             log.warning("%s: lost the connection to NATS at %s", self.who, self.url)
