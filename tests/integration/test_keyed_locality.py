@@ -14,7 +14,9 @@ KEYGROUPS prepare / ROUTING with handoffs / KEYGROUPS finish; no SIGNAL flush.
 Checked: the sink's maxima equal those of a tcp run of the same job without
 any reconfiguration (and the counts of the source's generator), and after
 the moves each word's state is on exactly one worker of each keyed node: the
-one the senders' final routing tables send it to.
+one the senders' final routing tables send it to: live right after the move
+(each worker's answer to a METRIC_REQ with ``keys``) and at the end (the keys
+in each worker's exit report).
 """
 
 from __future__ import annotations
@@ -73,6 +75,54 @@ def holders(reports: list[dict], node: str, keys_of) -> dict[str, list[int]]:
     return out
 
 
+def placement(c, name: str, node: str) -> dict[int, dict]:
+    """Each worker of ``node``'s answer to a METRIC_REQ with ``keys`` (sent through the
+    REST control API): the groups it owns, keys held per group, direct-table keys held."""
+    status, sent = c.rest(
+        "POST",
+        f"/apps/{name}/control",
+        {"type": "METRIC_REQ", "body": {"keys": True}, "node": node},
+    )
+    assert status == 202, sent
+    rid, ids = sent["request_id"], sent["workers"]
+
+    def answered():
+        got = c.rest("GET", f"/apps/{name}/responses/{rid}")[1]
+        return got if len(got) == len(ids) else None
+
+    got = wait(answered, 10, f"the placement of {node}", 0.05)
+    return {int(w): m["keyed"] for w, m in got.items()}
+
+
+def check_live_placement(c, name: str, node: str) -> int:
+    """Every key group owned by one worker, and held only there; every key a direct table
+    names held by at most one worker, the one every sender routes it to.  Returns how
+    many table-named keys are held."""
+    topo, phys = c.coordinator.get_topology(name), c.coordinator.get_physical(name)
+    where = placement(c, name, node)
+    owner: dict[int, int] = {}
+    for w, k in where.items():
+        for g in map(int, k["owned"]):
+            assert g not in owner, f"{node}: group {g} owned by {owner[g]} and {w}"
+            owner[g] = w
+        assert set(k["held_groups"]) <= set(k["owned"]), (node, w, k)
+    assert sorted(owner) == list(range(len(owner)))
+    senders = [
+        Router(r)
+        for w in phys.active_of_node(topo.inputs_of(node)[0].src)
+        for r in routes_for(topo, phys, w.worker_id)
+        if r.stream in {s.id for s in topo.inputs_of(node)}
+    ]
+    pinned: dict[str, int] = {}
+    for w, k in where.items():
+        for key, here in k["held_pinned"].items():
+            assert here == 1, f"{node}: worker {w} holds {key}, which its table sends elsewhere"
+            assert key not in pinned, f"{node}: {key} on workers {pinned[key]} and {w}"
+            pinned[key] = w
+            assert {r.select([key]) for r in senders} == {w}, (node, key)
+    return len(pinned)
+
+
 def test_locality_move_carries_running_counts_exactly(tmp_path):
     want = tcp_maxima(tmp_path)
     args = job("x", None).nodes["source"].args
@@ -117,7 +167,10 @@ def test_locality_move_carries_running_counts_exactly(tmp_path):
         assert not any(s["what"].startswith("SIGNAL") for s in last["steps"])
         source = physical.of_node("source")[0].worker_id
         assert c.coordinator.worker_statuses(t.name)[source].state != "exited"  # mid-run
-        print(f"\nlocality run: {run['plan']}; {run['seconds']} s")
+        # live, still mid-run: where each node's keyed state is (METRIC_REQ keys)
+        pinned = {n: check_live_placement(c, t.name, n) for n in ("count", "max")}
+        assert pinned["count"] > 0 and pinned["max"] > 0, pinned
+        print(f"\nlocality run: {run['plan']}; {run['seconds']} s; pinned keys held: {pinned}")
         final = c.coordinator.get_physical(t.name)
         topology, reports = finish(c, t.name)
         report = build_report(topology, reports)
