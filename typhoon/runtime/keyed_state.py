@@ -180,6 +180,16 @@ class KeyedStates:
 
     # ----- the framework's view ------------------------------------------------------------
 
+    def set_pins(self, pins: dict[str, bool]) -> None:
+        """The keys the input's ``direct`` tables name (their spelling) -> whether they are
+        routed here; every other key is owned by its group."""
+        self.pinned = dict(pins)
+        self._ok = _NO_KEY
+
+    def forget_checked(self) -> None:
+        """Ownership changed: the last key found owned must be checked again."""
+        self._ok = _NO_KEY
+
     def keys(self) -> int:
         return sum(len(s.data) for s in self.stores.values())
 
