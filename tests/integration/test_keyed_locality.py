@@ -14,9 +14,11 @@ KEYGROUPS prepare / ROUTING with handoffs / KEYGROUPS finish; no SIGNAL flush.
 Checked: the sink's maxima equal those of a tcp run of the same job without
 any reconfiguration (and the counts of the source's generator), and after
 the moves each word's state is on exactly one worker of each keyed node: the
-one the senders' final routing tables send it to: live right after the move
-(each worker's answer to a METRIC_REQ with ``keys``) and at the end (the keys
-in each worker's exit report).
+one the senders' routing tables send it to: live right after the move (each
+worker's answer to a METRIC_REQ with ``keys``), again after a scale-up of the
+counting node that follows it (its key groups move, the keys the table names
+stay where it sends them), and at the end (the keys in each worker's exit
+report).
 """
 
 from __future__ import annotations
@@ -171,6 +173,20 @@ def test_locality_move_carries_running_counts_exactly(tmp_path):
         pinned = {n: check_live_placement(c, t.name, n) for n in ("count", "max")}
         assert pinned["count"] > 0 and pinned["max"] > 0, pinned
         print(f"\nlocality run: {run['plan']}; {run['seconds']} s; pinned keys held: {pinned}")
+
+        # then a scale-up moves key groups: the keys the table names stay where it sends them
+        wait(lambda: counted() >= total // 2, 60, "half of the words counted", 0.05)
+        status, rec = c.rest("POST", f"/apps/{t.name}/scale", {"node": "count", "parallelism": 4})
+        assert status == 202, rec
+
+        def scaled():
+            record = c.rest("GET", f"/apps/{t.name}/reconfig")[1]
+            return record if record["state"] != "running" else None
+
+        rec = wait(scaled, 60, "the scale of count", 0.05)
+        assert rec["state"] == "done", rec
+        assert c.coordinator.worker_statuses(t.name)[source].state != "exited"  # mid-run
+        assert check_live_placement(c, t.name, "count") == pinned["count"]
         final = c.coordinator.get_physical(t.name)
         topology, reports = finish(c, t.name)
         report = build_report(topology, reports)
