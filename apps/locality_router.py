@@ -5,8 +5,9 @@ On ``POST /typhoon/apps/NAME/locality`` (``typhoon locality NAME``), or every
 counting node (``config: {locality: ...}``) from METRIC_RESPs, partitions the
 key graph over the hosts (``controller/locality.py``) and installs the tables
 as ``direct`` groupings on the node's input and output streams, one stable
-reroute after the other (stateful receivers are flushed by the executor, so
-counts stay exact).  ``GET /typhoon/apps/NAME/locality`` (or
+reroute after the other (a keyed receiver hands each key whose worker changes
+to its new owner with its state, docs/keyed_state.md; only ``stateful: true``
+receivers are flushed).  ``GET /typhoon/apps/NAME/locality`` (or
 ``/typhoon/locality``) shows the last run: the plan (table sizes, predicted
 local pair weight against today's routing) and the measured fraction of the
 node's output tuples that crossed hosts before the switch and since.  The

@@ -144,7 +144,7 @@ class Record:
     seconds: float = 0.0
     # after the update, per worker of each node whose keyed state moved: the key groups
     # it owns and the groups of the keys its keyed state holds
-    placement: dict[str, dict[int, dict[str, list[int]]]] = field(default_factory=dict)
+    placement: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     physical: PhysicalTopology | None = None  # the final physical topology
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,7 +302,7 @@ class Executor:
 
         self._wait(answered, lambda: f"workers {sorted(pending.values())} did not confirm {ctype}")
 
-    def _placement(self, nodes: list[str]) -> dict[str, dict[int, dict[str, list[int]]]]:
+    def _placement(self, nodes: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
         """Ask the keyed nodes' running workers which groups they own and hold keys of."""
         c = self.c
         asked: dict[int, int] = {}
@@ -318,12 +318,14 @@ class Executor:
             return all(c.replies.get(w, (None,))[0] == rid for w, rid in asked.items())
 
         self._wait(replied, lambda: f"workers {sorted(asked)} did not report their key groups")
-        out: dict[str, dict[int, dict[str, list[int]]]] = {}
+        out: dict[str, dict[int, dict[str, Any]]] = {}
         for w, _ in asked.items():
             keyed = c.replies[w][1].get("keyed", {})
             out.setdefault(c.physical.by_id(w).node, {})[w] = {
                 "owned": sorted(int(g) for g in keyed.get("owned", {})),
                 "held": sorted(int(g) for g in keyed.get("held_groups", {})),
+                # keys a direct table names: 1 routed here, 0 misplaced
+                "pinned": dict(keyed.get("held_pinned", {})),
             }
         return out
 

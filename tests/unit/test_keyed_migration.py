@@ -336,3 +336,29 @@ def test_a_direct_table_reroute_moves_each_pinned_keys_state(seed):
     check_ownership(net)
     net.run(net.done)
     assert net.maxima() == REFERENCE
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("to", [5, 4])
+def test_a_rescale_after_a_locality_move_keeps_table_keys_where_the_table_sends_them(seed, to):
+    """A table that names keys on the worker their group already had (they do not move)
+    and on others (they do); then a rescale moves groups: every named key stays where the
+    table sends it, whatever its group does, and the counts stay exact."""
+    from typhoon.reconfig import Reroute
+
+    net = Net(seed)
+    net.run(lambda: sum(fw.tuples_in.get(1, 0) for fw in net.fws.values()) >= COUNT // 4)
+    holders = net.holders()
+    ids = [w.worker_id for w in net.phys.active_of_node("count")]
+    table = {
+        k: ids.index(ws[0]) if i % 2 else (ids.index(ws[0]) + 1) % len(ids)
+        for i, (k, ws) in enumerate(sorted(holders.items()))
+    }
+    net.reconfigure(Reroute(1, "direct", ("word",), tuple(sorted(table.items()))))
+    check_ownership(net)
+    net.run(lambda: sum(fw.tuples_in.get(1, 0) for fw in net.fws.values()) >= COUNT // 2)
+    net.reconfigure(Scale("count", to))
+    check_ownership(net)
+    net.run(net.done)
+    assert net.maxima() == REFERENCE
+    check_ownership(net)

@@ -302,7 +302,8 @@ def _routes(old, new, live: list[int]) -> tuple[Bodies, Bodies, set[str]]:
     return routing, release, remapped
 
 
-Moving = dict[str, dict[str, dict]]  # node -> {"groups": {g: (a, b)}, "keys": {k: (a, b)}}
+# node -> {"groups": {g: (a, b)}, "keys": {k: (a, b)}, "pins": {worker: {k: routed there}}}
+Moving = dict[str, dict[str, dict]]
 
 
 def _key_groups(
@@ -334,14 +335,20 @@ def _key_groups(
             for g, (a, b) in moves(old_table, new_table).items()
             if a in old_ids and b in new_ids
         }
-        pinned = {k for s in old_t.inputs_of(name) + ins for k in s.grouping.table}
+        named_before = {k for s in old_t.inputs_of(name) for k in s.grouping.table}
+        named = {k for s in ins for k in s.grouping.table}
         keys = {}
-        for k in sorted(pinned):
+        for k in sorted(named_before | named):
             a, b = _key_owner(old_t, old_p, name, k), _key_owner(new_t, trans, name, k)
             if a is not None and b is not None and a != b:
                 keys[k] = (a, b)
-        if groups or keys:
-            migrating[name] = {"groups": groups, "keys": keys}
+        if groups or keys or named != named_before:
+            # every worker learns which keys the new tables name, and whether for it: a
+            # named key stays where its table sends it when its group moves later
+            owner = {k: _key_owner(new_t, trans, name, k) for k in sorted(named)}
+            ids = sorted({w.worker_id for w in before + after})
+            pins = {w: {k: o == w for k, o in owner.items()} for w in ids}
+            migrating[name] = {"groups": groups, "keys": keys, "pins": pins}
     return migrating
 
 
@@ -365,9 +372,13 @@ def _migration_steps(
     bodies: dict[int, dict] = {}
 
     def body(w: int) -> dict:
-        return bodies.setdefault(w, {"out": {}, "in": {}, "keys_out": {}, "keys_in": {}})
+        return bodies.setdefault(
+            w, {"out": {}, "in": {}, "keys_out": {}, "keys_in": {}, "pins": {}}
+        )
 
     for moved in migrating.values():
+        for w, pins in moved.get("pins", {}).items():
+            body(w)["pins"] = pins
         for g, (a, b) in moved["groups"].items():
             body(a)["out"][str(g)] = b
             body(b)["in"][str(g)] = a

@@ -68,6 +68,8 @@ class ControlHandling:
                 keyed = metrics["keyed"]
                 keyed["owned"] = {str(g): 1 for g in sorted(self.keyed.owned)}
                 keyed["held_groups"] = {str(g): n for g, n in self.keyed.held_groups().items()}
+                # keys a direct table names are owned by key, not by group (a locality move)
+                keyed["held_pinned"] = self.keyed.held_pinned()
             self.io.reply(
                 ControlTuple(
                     Control.METRIC_RESP,

@@ -180,17 +180,41 @@ class KeyedStates:
 
     # ----- the framework's view ------------------------------------------------------------
 
+    def set_pins(self, pins: dict[str, bool]) -> None:
+        """The keys the input's ``direct`` tables name (their spelling) -> whether they are
+        routed here; every other key is owned by its group."""
+        self.pinned = dict(pins)
+        self._ok = _NO_KEY
+
+    def forget_checked(self) -> None:
+        """Ownership changed: the last key found owned must be checked again."""
+        self._ok = _NO_KEY
+
     def keys(self) -> int:
         return sum(len(s.data) for s in self.stores.values())
 
     def held_groups(self) -> dict[int, int]:
-        """Keys held here per key group (where the state really is), by group."""
+        """Keys held here per key group (where the state really is), by group; keys a
+        ``direct`` table names are left out (:meth:`held_pinned` has them)."""
         held: dict[int, int] = {}
         for s in self.stores.values():
             for k in s.data:
+                if self.pinned and self.key_str(k) in self.pinned:
+                    continue
                 g = self.group_of(k)
                 held[g] = held.get(g, 0) + 1
         return dict(sorted(held.items()))
+
+    def held_pinned(self) -> dict[str, int]:
+        """The keys held here that a ``direct`` table names (as it spells them): 1 if the
+        table sends the key here, 0 if it sends it to another worker (a misplaced key)."""
+        out: dict[str, int] = {}
+        for s in self.stores.values():
+            for k in s.data:
+                mine = self.pinned.get(self.key_str(k)) if self.pinned else None
+                if mine is not None:
+                    out[self.key_str(k)] = int(mine)
+        return dict(sorted(out.items()))
 
     def reset(self) -> None:
         """Forget every key (a rollback restores them from the checkpoint)."""

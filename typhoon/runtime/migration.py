@@ -50,6 +50,7 @@ class Migration:
     expect: set[tuple[int, int]]  # (sender, stream) handoffs still awaited
     keys_out: dict[str, int] = field(default_factory=dict)  # direct-table keys leaving
     keys_in: dict[str, int] = field(default_factory=dict)  # direct-table keys coming
+    pins: dict[str, bool] | None = None  # every key the new tables name: routed here?
     shipped: bool = False
     waiting: set[int] = field(default_factory=set)  # old owners whose state is not here yet
     ack: int | None = None  # version of the KEYGROUPS finish to ack once done
@@ -111,8 +112,12 @@ class KeyedMigration:
             self.holding.update(incoming)
             self.holding_keys.update(m.keys_in)
             self.keyed.owned |= set(incoming)
-            for k in m.keys_in:
-                self.keyed.pinned[k] = True
+            m.pins = body.get("pins")
+            if m.pins is None:  # a plan without the new tables' keys
+                for k in m.keys_in:
+                    self.keyed.pinned[k] = True
+            else:  # the keys the new tables name; leaving ones stay until shipped
+                self.keyed.set_pins({**m.pins, **dict.fromkeys(m.keys_out, True)})
             self._ack("KEYGROUPS", body["version"])
             self._maybe_ship()
             return
@@ -173,7 +178,11 @@ class KeyedMigration:
         m.ship_ms = (time.monotonic() - t0) * 1000
         self.keyed.owned -= set(m.out)
         for k in m.keys_out:
-            self.keyed.pinned[k] = False
+            if m.pins is not None and k not in m.pins:
+                self.keyed.pinned.pop(k, None)  # no table names it now: its group decides
+            else:
+                self.keyed.pinned[k] = False
+        self.keyed.forget_checked()
         m.shipped = True
         if not self._holding():
             self.watermark_released()  # held while the leaving keys were still here

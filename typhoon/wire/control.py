@@ -228,6 +228,8 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         # single keys a direct grouping's table moves (the table's spelling of the key)
         "keys_out": (_str_key_dict(_worker_id), {}),
         "keys_in": (_str_key_dict(_worker_id), {}),
+        # every key the node's new direct tables name -> routed to this worker
+        "pins": (_str_key_dict(_bool), _OMITTED),
     },
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
