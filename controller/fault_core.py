@@ -3,8 +3,8 @@
 Its own module, below every part of the machine (``fault_detector_machine.py``,
 ``fault_failover.py``, ``fault_recovery.py``, ``region_recovery.py``,
 ``partial_recovery.py``): each part types its ``core`` with it, so none of them
-imports another to learn it, and the parts import each other in one direction only.  ``controller/services.py`` is the
-real one; the unit tests pass a fake.
+imports another to learn it, and the parts import each other in one direction
+only.  ``controller/services.py`` is the real one; the unit tests pass a fake.
 """
 
 from __future__ import annotations
