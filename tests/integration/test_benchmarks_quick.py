@@ -174,6 +174,8 @@ def test_quick_peers_runs_typhoon_and_bytewax_on_the_same_data(tmp_path: Path) -
             assert any(k.startswith(f"peers {workload} {t} / bytewax -p 2") for k in ratios)
 
 
+@pytest.mark.long  # ~55 s; the queries' exactness: tests/runtime/test_nexmark_tcp.py and
+# tests/integration/test_nexmark_sdn.py; the scenario itself: `make test-long`
 def test_quick_nexmark_every_query_exact_on_both_transports(tmp_path: Path) -> None:
     """``typhoon bench --quick --only nexmark --repeats 1``: every query ran on sdn and tcp,
     every run's sinks equal the reference (a run that differs is failed), and the table

@@ -8,15 +8,13 @@ and the slow worker's fair share a seventh.  Two hosts on a line: the source
 and worker 0 on h1, workers 1 and 2 on h2, so the select group on h1 has a
 local bucket and two that leave through the fabric.
 
-The same topology runs twice in one cluster, back to back: with ``shuffle``
-(the sender deals round robin among the receivers its credits allow) and with ``sdn``
-(the app's select group, weights from the workers' metrics).  Pass: with
-both groupings no tuple is lost; with sdn,
-within 30 s of activation every worker's share of the tuples is its share of
-the node's capacity (3/7, 3/7, 1/7) +- 5 points, and it stays there in every
-5 s window sampled over the 20 s after that.  How much
-faster sdn is than shuffle is a benchmark's question (``typhoon bench``), not
-this test's.
+The topology runs with ``sdn`` grouping (the app's select group, weights from
+the workers' metrics).  Pass: no tuple is lost, and within 30 s of activation
+every worker's share of the tuples is its share of the node's capacity (3/7,
+3/7, 1/7) +- 5 points, and it stays there in every 5 s window sampled over the
+20 s after that.  How ``shuffle`` compares (its shares drift with the credit
+queues) and how much faster sdn is are a benchmark's questions (``typhoon
+bench``), not this test's.
 
 A second test restarts the controller under a running balanced topology with
 a group changed behind its back and a stale one added: the restarted
@@ -161,7 +159,9 @@ def shares(rates: dict[int, float], work: list[int]) -> list[float]:
 def test_each_worker_gets_its_capacity_share_and_keeps_it(cluster):
     windows: dict[str, list[tuple[float, list[float]]]] = {}
     results = {}
-    for grouping in ("shuffle", "sdn"):
+    # sdn only: shuffle's shares drift with the queues under credit-based flow control
+    # (measured: 43/43/14 at 6 s, 36/36/27 at 15 s); a comparison, not a behaviour to test
+    for grouping in ("sdn",):
         name = f"lb-{grouping}"
         t = topology(name, grouping)
         cluster.submit(t)
@@ -171,7 +171,7 @@ def test_each_worker_gets_its_capacity_share_and_keeps_it(cluster):
         work = [w.worker_id for w in physical.of_node("work")]
         assert {w.host for w in physical.of_node("work")} == {"h1", "h2"}
         sampler = Sampler(cluster, name, work)
-        sampler.run(activated + (CONVERGE_S + STAY_S if grouping == "sdn" else 16.0))
+        sampler.run(activated + CONVERGE_S + STAY_S)
         windows[grouping] = [
             (sampler.samples[i][0] - activated, shares(r, work))
             for i in range(len(sampler.samples))
@@ -205,19 +205,17 @@ def test_each_worker_gets_its_capacity_share_and_keeps_it(cluster):
 
     print(
         "\nshares of work[0]/work[1]/work[2] (%) per 5 s window"
-        + f"\n  shuffle: {fmt(windows['shuffle'])}\n  sdn:     {fmt(windows['sdn'])}"
+        + f"\n  sdn: {fmt(windows['sdn'])}"
         + f"\nconfigured {json.dumps(lb['configured'])} achieved {json.dumps(lb['achieved'])} "
         f"({lb['difference_points']} points, {lb['frames_counted']} frames)"
-        + f"\nemitted: shuffle {results['shuffle']['emitted']}, sdn {results['sdn']['emitted']}"
+        + f"\nemitted: sdn {results['sdn']['emitted']}"
         f", source lb stats {results['sdn']['source'].get('lb')}"
     )
 
     def in_band(sh: list[float], want: list[float]) -> bool:
         return all(abs(x - y) <= BAND for x, y in zip(sh, want, strict=True))
 
-    # shuffle's shares are printed for comparison only: with credit-based flow control
-    # they drift with the queues (measured: 43/43/14 at 6 s, 36/36/27 at 15 s)
-    # sdn: every window that ends after the claimed convergence time is in the band, and
+    # every window that ends after the claimed convergence time is in the band, and
     # those windows cover the STAY_S seconds after it (sampling did not stop at 30 s)
     after = [(at, sh) for at, sh in windows["sdn"] if at >= CONVERGE_S]
     assert after and after[-1][0] - after[0][0] >= STAY_S - 2 * WINDOW_S, windows["sdn"]
