@@ -408,6 +408,10 @@ class TyphoonRest(ControllerBase):
         if stored is not None and (app is None or app.state.get("finished")):
             return 200, stored
         report = read_job_report(self.core.coordinator, name)  # also just submitted
+        if report is None and stored is not None:
+            # removed since the view's last poll (--remove-when-done runs right after the
+            # report is stored): the stored report is its final one
+            return 200, stored
         if report is None:
             raise ApiError(404, f"no application named '{name}' and no stored report of one")
         return 200, report

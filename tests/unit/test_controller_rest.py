@@ -390,6 +390,26 @@ def test_report_of_a_job_running_then_finished_and_removed(app, core, server, ca
     assert status == 404 and "no application named 'nope'" in body["error"]
 
 
+def test_a_report_asked_while_its_job_is_being_removed_is_the_stored_one(app, core, monkeypatch):
+    """CI: ``typhoon report --wait`` polled between the stored report and the view's
+    next poll, while the job's nodes were being deleted: the live report could not be
+    read and the answer was 404 instead of the stored report."""
+    from controller.job_end import finish_jobs
+    from typhoon.coordinator import WorkerStatus
+
+    c = core.coordinator
+    c.put_app_state("fwd", {"active": True})
+    for w in c.get_physical("fwd").workers:
+        c.put_worker_status("fwd", WorkerStatus(w.worker_id, w.host, "exited", exit_code=0))
+    stale = core.view  # the controller's view before its next coordinator poll
+    assert finish_jobs(core.view, c, core.manager, core.logger) == []
+    c.delete_application("fwd")  # removed meanwhile (--remove-when-done, or a kill)
+    monkeypatch.setattr(type(core), "view", property(lambda self: stale))
+    assert not core.view.apps["fwd"].state.get("finished")  # listed, not finished
+    status, body = call(app, "GET", "/apps/fwd/report")
+    assert status == 200 and body["finished"] and body["topology"] == "fwd", body
+
+
 def test_submit_remove_when_done_reaches_the_app_state(app, core, server, capsys, tmp_path):
     topo = tmp_path / "t.yaml"
     topo.write_text(FORWARD.replace("name: fwd", "name: once"))
