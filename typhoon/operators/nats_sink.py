@@ -195,8 +195,12 @@ class NatsSink(TransactionalSink):
         return {**super().snapshot(), "run": self.run}
 
     def restore(self, state: Any) -> None:
+        """Under exactly_once the checkpoint's run id names the record of the committed
+        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
+        batches from 1 again, and under the old run id the stream would drop them as
+        sent before (their message ids within its duplicate window)."""
         super().restore(state)
-        if state is not None and isinstance(state.get("run"), str):
+        if self.two_phase and state is not None and isinstance(state.get("run"), str):
             self.run = state["run"]
 
     def rewind(self, generation: int, epoch: int | None) -> None:
