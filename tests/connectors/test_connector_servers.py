@@ -90,3 +90,43 @@ def test_redis_source_reads_several_streams_from_an_id_and_seeks_back(redis_serv
     assert after.splits == ["s1"] and got == ["3", "4", "late"]
     for s in (src, again, after):
         s.close()
+
+
+def open_at_once(postgres_server, n: int) -> list[str]:
+    """``n`` sinks of one node open together (a barrier): the errors they raised."""
+    import threading
+
+    start, errors, sinks = threading.Barrier(n), [], []
+
+    def one(index: int) -> None:
+        s = PostgresSink(dsn=postgres_server.dsn, table="kv", key=["k"])
+        ctx = Context("t", "sink", 9 + index, index, n, input_fields=["k", "v"],
+                      guarantee="exactly_once")  # fmt: skip
+        start.wait()
+        try:
+            s.open(ctx)
+            sinks.append(s)
+        except Exception as e:  # noqa: BLE001 - the failure under test
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in sinks:
+        s.close()
+    return errors
+
+
+def test_sinks_opening_at_once_on_a_new_database_all_start(postgres_server):
+    """Run A here: two sink workers of a fresh job ran ``CREATE TABLE IF NOT EXISTS`` for
+    the epoch record at the same moment; PostgreSQL let one of them fail on its catalog's
+    unique index (``pg_type_typname_nsp_index``) and that worker exited with 1."""
+    with postgres_server.connect() as c:
+        c.execute("DROP TABLE IF EXISTS kv")
+        c.execute("CREATE TABLE kv (k text PRIMARY KEY, v bigint)")
+    for _ in range(5):  # the race is a window of microseconds: several rounds of 8
+        with postgres_server.connect() as c:
+            c.execute(f"DROP TABLE IF EXISTS {EPOCHS_TABLE}")
+        assert open_at_once(postgres_server, 8) == []

@@ -19,6 +19,7 @@ from typhoon.operators.connectors import ConnectorError, TransactionalSink, retr
 log = logging.getLogger(__name__)
 
 EPOCHS_TABLE = "typhoon_sink_epochs"
+EPOCHS_LOCK = 0x7479_7068_6F6F_6E65  # advisory lock key ("typhoone") for creating that table
 
 
 def _identifier(name: str) -> Any:
@@ -130,11 +131,20 @@ class PostgresSink(TransactionalSink):
     def _open_conn(self) -> Any:
         conn = _connect(self.dsn)
         if self.two_phase:
-            with conn.transaction():
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {EPOCHS_TABLE} (sink text NOT NULL,"
-                    " part text NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (sink, part))"
-                )
+            try:
+                with conn.transaction():
+                    # the sink workers of a new job start together, and two concurrent
+                    # CREATE TABLE IF NOT EXISTS can both miss the table and one fail on
+                    # the catalog's unique index: the first takes this lock, the rest
+                    # wait for its commit and find the table
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (EPOCHS_LOCK,))
+                    conn.execute(
+                        f"CREATE TABLE IF NOT EXISTS {EPOCHS_TABLE} (sink text NOT NULL,"
+                        " part text NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (sink, part))"
+                    )
+            except BaseException:
+                conn.close()
+                raise
         return conn
 
     def _run(self, what: str, work: Any) -> Any:
