@@ -16,16 +16,15 @@ from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
 from typhoon.operators.windowing import WindowSpec, is_time, window_starts
-from typhoon.operators.windows import LATE_STREAM, _out_key
+from typhoon.operators.windows import WatermarkClosed, _out_key
 
 LEFT, RIGHT = 0, 1
 
 
-class WindowJoin(Bolt):
+class WindowJoin(WatermarkClosed):
     """Pairs of ``left`` and ``right`` tuples with one key in one window."""
 
     fields: ClassVar[tuple[str, ...]] = ("key", "window_start", "window_end", "left", "right")
-    keyed: ClassVar[bool] = True
     sees_input: ClassVar[bool] = True  # the framework sets ``self.input`` (the sending node)
 
     def __init__(
@@ -60,7 +59,6 @@ class WindowJoin(Bolt):
         self.state: Any = {}
         # node -> (side, time field index, key field index)
         self.time_at: dict[str, tuple[int, int, int]] = {}
-        self.wm = float("-inf")
         self.bad_time = 0
         self.late = 0
         self.pairs = 0
@@ -68,12 +66,7 @@ class WindowJoin(Bolt):
 
     @classmethod
     def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        """Each input must be grouped on its own key field."""
-        if src == args.get("left"):
-            return [args.get("left_key")]
-        if src == args.get("right"):
-            return [args.get("right_key")]
-        return None
+        return side_key_fields(args, src)
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -121,44 +114,25 @@ class WindowJoin(Bolt):
             w[1 + side].append(list(values))
         if not hit:
             self.late += 1
-            if not windows:
-                del self.state[k]
             pair = [list(values), None] if side == LEFT else [None, list(values)]
-            emit([_out_key(k), ts, ts, *pair], LATE_STREAM)
+            self.emit_late(k, windows, ts, pair, emit)
 
-    def on_watermark(self, wm: float, emit: Emit) -> None:
+    def close_key(self, k: Any, windows: Any, wm: float, emit: Emit) -> bool:
         """Every pair of each window the watermark closes; the window is then gone."""
-        if wm <= self.wm:
-            return
-        self.wm = wm
-        data = self.state.data
-        empty = []
-        for k, windows in data.items():
-            done = sorted(s for s, w in windows.items() if w[0] <= wm)
-            key = _out_key(k)
-            for s in done:
-                end, lefts, rights = windows.pop(s)
-                for lv in lefts:
-                    for rv in rights:
-                        emit([key, s, end, lv, rv])
-                self.pairs += len(lefts) * len(rights)
-            if not windows:
-                empty.append(k)
-        for k in empty:
-            del data[k]
+        key = _out_key(k)
+        for start in sorted(s for s, w in windows.items() if w[0] <= wm):
+            end, lefts, rights = windows.pop(start)
+            for lv in lefts:
+                for rv in rights:
+                    emit([key, start, end, lv, rv])
+            self.pairs += len(lefts) * len(rights)
+        return bool(windows)
 
-    def snapshot(self) -> Any:
-        return {
-            "wm": None if self.wm == float("-inf") else self.wm,
-            "counts": [self.bad_time, self.late, self.pairs, self.unknown_input],
-        }
+    def counts_state(self) -> Any:
+        return [self.bad_time, self.late, self.pairs, self.unknown_input]
 
-    def restore(self, state: Any) -> None:
-        if not state:
-            return
-        if state.get("wm") is not None:
-            self.wm = state["wm"]
-        self.bad_time, self.late, self.pairs, self.unknown_input = state["counts"]
+    def restore_counts(self, counts: Any) -> None:
+        self.bad_time, self.late, self.pairs, self.unknown_input = counts
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -206,7 +180,7 @@ class StreamJoin(Bolt):
     @classmethod
     def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
         """Each input must be grouped on its own key field."""
-        return WindowJoin.key_fields(args, src)
+        return side_key_fields(args, src)
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -259,6 +233,15 @@ class StreamJoin(Bolt):
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {k: sum(r[k] for r in results) for k in ("pairs", "kept")}
+
+
+def side_key_fields(args: dict[str, Any], src: str) -> list[str] | None:
+    """A join's inputs are each grouped on their own key field."""
+    if src == args.get("left"):
+        return [args.get("left_key")]
+    if src == args.get("right"):
+        return [args.get("right_key")]
+    return None
 
 
 def _check_sides(args: dict[str, Any], inputs: dict[str, list[str]], what: tuple) -> None:
