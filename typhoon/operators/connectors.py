@@ -190,6 +190,56 @@ class SplitSource(Spout):
         return {"connector_dropped": self.drops.total}
 
 
+class RangeSplitSource(SplitSource):
+    """A split source read from ``from`` and, with ``until: end``, up to the end.
+
+    ``from`` is ``start`` (``FIRST``, the position before any entry), ``end`` (the
+    split's last position when the job opened) or a position; ``until: end`` stops
+    each split at its last position when the job opened (``ends``, filled by the
+    subclass's ``open``).  The offset holds those ends, so a replacement that seeks
+    stops where the first instance would have, whatever was added since.  A
+    subclass whose positions do not compare as they are says how in ``order``.
+    """
+
+    FIRST: ClassVar[Any] = 0
+
+    def __init__(self, start: Any, **args: Any) -> None:
+        until, rate = args.get("until"), args.get("rate", 0.0)
+        if until not in (None, "end"):
+            raise ValueError("until must be 'end' (or left out for an endless source)")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+            raise ValueError("rate must be a non-negative number")
+        super().__init__(**args)
+        self.start, self.until, self.rate = start, until, float(rate)
+        self.ends: dict[str, Any] = {}
+
+    def order(self, position: Any) -> Any:
+        """A position as something that compares in the split's order."""
+        return position
+
+    def initial_position(self, split: str) -> Any:
+        if self.start == "start":
+            return self.FIRST
+        if self.start == "end":
+            return self.ends[split]
+        return self.start
+
+    def ended(self, split: str, position: Any) -> bool:
+        return self.until == "end" and self.order(position) >= self.order(self.ends[split])
+
+    def past_end(self, split: str, position: Any) -> bool:
+        """True for a position after the split's end under ``until: end`` (not read)."""
+        return self.until == "end" and self.order(position) > self.order(self.ends[split])
+
+    def offset(self) -> dict[str, Any]:
+        return {**super().offset(), "until": dict(self.ends)}
+
+    def seek(self, offset: Any) -> None:
+        super().seek(offset)
+        if isinstance(offset, dict) and isinstance(offset.get("until"), dict):
+            self.ends.update(offset["until"])  # bounded by what was there when the job began
+
+
 class TransactionalSink(Bolt):
     """Two-phase commit on checkpoints; subclasses implement the writing hooks.
 
