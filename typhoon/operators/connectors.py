@@ -29,6 +29,7 @@ dead letter by the connector); they never stop the worker.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -90,6 +91,23 @@ def new_run_id() -> str:
     """A sink's run: it names what one submission commits (its epochs start at 1, so a
     new submission must not find the last one's record).  Sorts by start time."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def json_ok(rows: Any) -> bool:
+    """True when JSON can carry ``rows`` (a row or a list of them) as they are."""
+    try:
+        json.dumps(rows, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def epochs_after(epochs: dict[int, list[list]], done: int | None) -> dict[int, list[list]]:
+    """The closed epochs a commit still has to write, ascending: those after ``done``,
+    the newest epoch recorded.  Empty when the record already covers them all (a
+    commit retried after its answer was lost, or a replayed one): nothing is written
+    twice and the record is left as it is."""
+    return {e: epochs[e] for e in sorted(epochs) if done is None or e > done}
 
 
 Entry = tuple[Any, list | None, str]  # (position, row or None if bad, reason if bad)
@@ -251,6 +269,9 @@ class TransactionalSink(Bolt):
     * ``reset()`` -> forget what a previous run recorded (a fresh submission's epochs
       start over, so a stale record would hide them).
 
+    A sink that keeps a connection in ``conn`` has it closed by ``close()``, also
+    when the last write failed.
+
     Under ``exactly_once`` rows wait in epochs as described in the module docstring;
     otherwise they are written once ``batch`` of them are there, on SIGNAL and at the
     end of the stream.
@@ -268,6 +289,7 @@ class TransactionalSink(Bolt):
         self.fresh = True  # no restore so far: a new submission, not a replacement
         self.last_closed = -1  # newest epoch pre-committed
         self.drops = Drops()
+        self.conn: Any = None
 
     def write(self, rows: list[list]) -> int:
         raise NotImplementedError
@@ -310,8 +332,13 @@ class TransactionalSink(Bolt):
             self._write_open()
 
     def close(self) -> None:
-        if not self.two_phase:
-            self._write_open()
+        try:
+            if not self.two_phase:
+                self._write_open()
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
 
     # ----- the two phases ------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import TransactionalSink, new_run_id
+from typhoon.operators.connectors import TransactionalSink, epochs_after, json_ok, new_run_id
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -205,11 +205,11 @@ class FileSink(TransactionalSink):
     def _good(self, rows: list[list]) -> list[list]:
         n = len(self.columns) if self.columns else None
         good: list[list] = []
-        json_ok = self.fmt != "jsonl" or _json_ok(rows)  # row by row only if not all are
+        all_ok = self.fmt != "jsonl" or json_ok(rows)  # row by row only if not all are
         for r in rows:
             if n is not None and len(r) != n:
                 self._bad("wrong_fields", r)
-            elif self.fmt == "jsonl" and not json_ok and not _json_ok(r):
+            elif self.fmt == "jsonl" and not all_ok and not json_ok(r):
                 self._bad("not_json", r)
             else:
                 good.append(r)
@@ -308,10 +308,8 @@ class FileSink(TransactionalSink):
     # exactly_once: one part file per commit, named after its newest epoch
     def commit(self, epochs: dict[int, list[list]]) -> int:
         last = max(epochs)
-        done = self.committed_epoch()
-        if done is not None and done >= last:
-            return 0
-        rows = [r for e in sorted(epochs) if done is None or e > done for r in epochs[e]]
+        todo = epochs_after(epochs, self.committed_epoch())
+        rows = [r for epoch_rows in todo.values() for r in epoch_rows]
         if not rows:
             return 0  # nothing to write twice: an epoch without rows needs no record
         part = self._new_part(last)
@@ -359,11 +357,3 @@ class FileSink(TransactionalSink):
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         merged = super().merge_results(results)
         return {**merged, "files": sum(r.get("files", 0) for r in results)}
-
-
-def _json_ok(row: list) -> bool:
-    try:
-        json.dumps(row, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -18,7 +18,14 @@ import json
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import ConnectorError, TransactionalSink, new_run_id, retry
+from typhoon.operators.connectors import (
+    ConnectorError,
+    TransactionalSink,
+    epochs_after,
+    json_ok,
+    new_run_id,
+    retry,
+)
 from typhoon.operators.nats_client import (
     NatsConnection,
     check_url,
@@ -99,13 +106,13 @@ class NatsSink(TransactionalSink):
         super().process_batch(self._good(rows), emit)
 
     def _good(self, rows: list[list]) -> list[list]:
-        if self.fmt == "json" and _json_ok(rows):
+        if self.fmt == "json" and json_ok(rows):
             return rows
         good = []
         for r in rows:
             if self.fmt == "text" and len(r) != 1:
                 self._bad("wrong_fields", r)
-            elif self.fmt == "json" and not _json_ok(r):
+            elif self.fmt == "json" and not json_ok(r):
                 self._bad("not_json", r)
             else:
                 good.append(r)
@@ -147,15 +154,14 @@ class NatsSink(TransactionalSink):
 
     def commit(self, epochs: dict[int, list[list]]) -> int:
         last = max(epochs)
-        done = self.committed_epoch()
-        if done is not None and done >= last:
+        todo = epochs_after(epochs, self.committed_epoch())
+        if not todo:
             return 0
         ids: list[str] = []
         rows: list[list] = []
-        for e in sorted(epochs):
-            if done is None or e > done:
-                ids += [f"{self.key}.{self.run}.e{e}.{i}" for i in range(len(epochs[e]))]
-                rows += epochs[e]
+        for e, epoch_rows in todo.items():
+            ids += [f"{self.key}.{self.run}.e{e}.{i}" for i in range(len(epoch_rows))]
+            rows += epoch_rows
         stored = self._publish(rows, ids, f"committing epoch {last}") if rows else 0
         assert self.conn is not None
         conn = self.conn
@@ -204,14 +210,6 @@ class NatsSink(TransactionalSink):
             self.run = new_run_id()  # nothing of the old instance was committed
         super().rewind(generation, epoch)
 
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
-
     def result(self) -> dict[str, Any]:
         return {**super().result(), "duplicates": self.duplicates}
 
@@ -219,14 +217,6 @@ class NatsSink(TransactionalSink):
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         merged = super().merge_results(results)
         return {**merged, "duplicates": sum(r.get("duplicates", 0) for r in results)}
-
-
-def _json_ok(rows: Any) -> bool:
-    try:
-        json.dumps(rows, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _stream_of(conn: NatsConnection, subject: str) -> str:
