@@ -234,6 +234,25 @@ def test_a_commit_cut_short_before_its_record_is_not_published_twice(nats_server
         x.close()
 
 
+def test_a_replacement_without_exactly_once_publishes_under_a_run_of_its_own(nats_server):
+    """Its batches count from 1 again: under the dead instance's run id the stream
+    would drop them as sent before (message ids within the duplicate window)."""
+    fresh_stream(nats_server, "OUT", ["out"])
+    s = open_sink(nats_server, guarantee="at_least_once")
+    snap = s.snapshot()
+    s.process_batch([["a", 1]], None)
+    s.on_signal(None)  # the first instance's batch 1
+    s.close()
+    again = open_sink(nats_server, guarantee="at_least_once")
+    again.restore(snap)
+    assert again.run != s.run
+    again.process_batch([["b", 1]], None)
+    again.on_signal(None)  # the replacement's batch 1
+    assert rows_in(nats_server) == [["a", 1], ["b", 1]]
+    assert again.result()["duplicates"] == 0
+    again.close()
+
+
 def test_sink_without_a_guarantee_batches_and_dead_letters_bad_rows(nats_server):
     fresh_stream(nats_server, "OUT", ["out"])
     fresh_stream(nats_server, "DEAD", ["dead"])

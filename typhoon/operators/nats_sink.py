@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 from typhoon.operators.base import Context, Emit
 from typhoon.operators.connectors import (
     ConnectorError,
-    TransactionalSink,
+    RunIdSink,
     epochs_after,
     json_ok,
-    new_run_id,
     retry,
 )
 from typhoon.operators.nats_client import (
@@ -36,7 +35,7 @@ from typhoon.operators.nats_client import (
 EPOCHS_BUCKET = "typhoon_sink_epochs"
 
 
-class NatsSink(TransactionalSink):
+class NatsSink(RunIdSink):
     """Publishes each tuple to ``subject`` (a stream must capture it).
 
     Args: ``url``; ``subject``; ``format``: ``json`` (the tuple as a JSON array,
@@ -65,7 +64,6 @@ class NatsSink(TransactionalSink):
         self.conn: NatsConnection | None = None
         self.kv: Any = None
         self.key = ""
-        self.run = new_run_id()
         self.batches = 0
         self.duplicates = 0  # messages the stream dropped as sent before
 
@@ -145,7 +143,7 @@ class NatsSink(TransactionalSink):
             self.duplicates += dup
         return stored
 
-    # ----- the hooks of TransactionalSink ----------------------------------------------
+    # ----- the hooks of TransactionalSink (RunIdSink keeps the run id) ----------------
 
     def write(self, rows: list[list]) -> int:
         self.batches += 1
@@ -190,25 +188,6 @@ class NatsSink(TransactionalSink):
             return int(entry.value.decode())
 
         return retry(f"reading the committed epoch on {self.url}", read, transient())
-
-    def reset(self) -> None:
-        """Nothing to forget: every instance starts under a run id of its own (a restore
-        puts back the checkpoint's), so a new submission never finds the last one's
-        record.  Changing it here would be wrong: a snapshot taken before the first row
-        already holds the run id."""
-
-    def snapshot(self) -> dict[str, Any]:
-        return {**super().snapshot(), "run": self.run}
-
-    def restore(self, state: Any) -> None:
-        super().restore(state)
-        if state is not None and isinstance(state.get("run"), str):
-            self.run = state["run"]
-
-    def rewind(self, generation: int, epoch: int | None) -> None:
-        if epoch is None and self.two_phase:
-            self.run = new_run_id()  # nothing of the old instance was committed
-        super().rewind(generation, epoch)
 
     def result(self) -> dict[str, Any]:
         return {**super().result(), "duplicates": self.duplicates}
