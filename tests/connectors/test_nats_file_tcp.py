@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import signal
 import threading
 import time
 from collections import Counter
@@ -22,9 +21,9 @@ from pathlib import Path
 
 import nats
 import pytest
+from midrun_kill import checkpointed, first_workers, run_killing, sent_by
 
 from typhoon.checkpoint.store import open_store
-from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
@@ -138,31 +137,23 @@ def test_nats_to_files_survives_sigkills(nats_server, tmp_path, monkeypatch, gua
     try:
         cluster.start()
         cluster.activate()
-        store = open_store(str(store_dir), t.name)
-        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
-        source_id = cluster.physical.of_node("source")[0].worker_id
+        done = checkpointed(cluster, open_store(str(store_dir), t.name))
+        sent = sent_by(cluster)
 
-        def sent() -> int:
-            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
-
-        def kill() -> None:
-            deadline = time.monotonic() + 60
-            while store.latest_complete(parts) is None or sent() < sentences // 4 or not seen:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.02)
+        def record() -> None:
             at_kill.append(sum(rows_of(committed(out)).values()))
             at_kill.append(sent())
-            for node in victims:
-                wid = cluster.physical.of_node(node)[0].worker_id
-                cluster.procs[wid].send_signal(signal.SIGKILL)
 
         watcher = threading.Thread(target=reader)
         watcher.start()
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        clean = run_killing(
+            cluster,
+            first_workers(cluster, victims),
+            lambda: done() is not None and sent() >= sentences // 4 and bool(seen),
+            kill_on_timeout=False,
+            at_kill=record,
+            poll_s=0.02,
+        )
         report = cluster.report(clean)
     finally:
         stop.set()
