@@ -21,13 +21,14 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from model_net import Links
 
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.operators import BUILTINS, Bolt, Spout
 from typhoon.report import restored_epochs
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control
 
@@ -165,23 +166,6 @@ class MemoryStore:
     def latest_complete(self, expected: set[str]) -> int | None:
         done = [e for e, ps in self.parts.items() if expected <= set(ps)]
         return max(done) if done else None
-
-
-class Links(Transport):
-    """One worker's I/O layer: frames go into per-link FIFOs of the model network."""
-
-    def __init__(self, net: Net, me: int) -> None:
-        super().__init__()
-        self.net, self.me = net, me
-
-    def poll(self, timeout: float) -> list:
-        return []
-
-    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        self.net.links[(self.me, dst)].append((stream, list(payloads)))
-
-    def reply(self, ct: ControlTuple) -> None:
-        pass
 
 
 class Net:
