@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.joins import LEFT, RIGHT, _check_sides, side_key_fields
+from typhoon.operators.joins import LEFT, RIGHT, JoinInputs, _check_two
 from typhoon.operators.windowing import NUMERIC, add, is_time, new_acc, value_of
 from typhoon.operators.windows import WatermarkClosed, _out_key
 
@@ -31,10 +31,10 @@ OUT = ("key", "start", "end", "value")
 S, E, ACC, N, CARRY = range(5)  # a left interval: [start, end, acc, matches, carried fields]
 
 
-class IntervalJoin(WatermarkClosed):
+class IntervalJoin(JoinInputs, WatermarkClosed):
     """Per left tuple, an aggregate of the right tuples of its key within its interval."""
 
-    sees_input: ClassVar[bool] = True
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key", "time")
 
     def __init__(
         self,
@@ -73,10 +73,6 @@ class IntervalJoin(WatermarkClosed):
         self.counts = {"bad": 0, "late": 0, "late_right": 0, "emitted": 0, "unknown_input": 0}
 
     @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        return side_key_fields(args, src)
-
-    @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
         _check_args(args)
         return [*OUT, *(args.get("carry") or [])]
@@ -84,7 +80,7 @@ class IntervalJoin(WatermarkClosed):
     @classmethod
     def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
         """Both inputs are there with the fields named (key, times, field, carried ones)."""
-        _check_sides(args, inputs, ("key", "time"))
+        super().check_inputs(args, inputs)
         named = [(args.get("left"), "left_end", args.get("left_end"))]
         named += [(args.get("left"), "carry", f) for f in args.get("carry") or []]
         if args.get("field") is not None:
@@ -207,8 +203,7 @@ def _check_args(args: dict[str, Any]) -> None:
         raise ValueError(f"aggregate must be count, {', '.join(NUMERIC)}, not {agg!r}")
     if agg != "count" and args.get("field") is None:
         raise ValueError(f"aggregate '{agg}' needs 'field' (the right tuples' field it reads)")
-    if args.get("left") == args.get("right"):
-        raise ValueError("left and right must be two different nodes")
+    _check_two(args.get("left"), args.get("right"))
     carry = args.get("carry") or []
     if not isinstance(carry, list) or not all(isinstance(f, str) for f in carry):
         raise ValueError("carry must be a list of field names of the left tuples")

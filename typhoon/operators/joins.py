@@ -21,11 +21,30 @@ from typhoon.operators.windows import WatermarkClosed, _out_key
 LEFT, RIGHT = 0, 1
 
 
-class WindowJoin(WatermarkClosed):
+class JoinInputs:
+    """What every join says of its two inputs, the nodes ``left`` and ``right``: each is
+    grouped on its own key field (``left_key``, ``right_key``), the framework tells which
+    one a frame came on (``self.input``), and the loader checks that they are the node's
+    two inputs and produce the fields ``left_<f>`` and ``right_<f>`` names, for each
+    ``f`` of ``SIDE_FIELDS``."""
+
+    sees_input: ClassVar[bool] = True
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key",)
+
+    @classmethod
+    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
+        return side_key_fields(args, src)
+
+    @classmethod
+    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
+        _check_sides(args, inputs, cls.SIDE_FIELDS)
+
+
+class WindowJoin(JoinInputs, WatermarkClosed):
     """Pairs of ``left`` and ``right`` tuples with one key in one window."""
 
     fields: ClassVar[tuple[str, ...]] = ("key", "window_start", "window_end", "left", "right")
-    sees_input: ClassVar[bool] = True  # the framework sets ``self.input`` (the sending node)
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key", "time")
 
     def __init__(
         self,
@@ -51,8 +70,7 @@ class WindowJoin(WatermarkClosed):
         problem = WindowSpec(size_ms, slide_ms).problem()
         if problem:
             raise ValueError(problem)
-        if left == right:
-            raise ValueError("left and right must be two different nodes")
+        _check_two(left, right)
         self.size = size_ms
         self.slide = slide_ms or size_ms
         self.input = ""
@@ -63,19 +81,6 @@ class WindowJoin(WatermarkClosed):
         self.late = 0
         self.pairs = 0
         self.unknown_input = 0
-
-    @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        return side_key_fields(args, src)
-
-    @classmethod
-    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        return list(cls.fields)
-
-    @classmethod
-    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
-        """The two inputs are the ``left`` and ``right`` nodes, and have the fields named."""
-        _check_sides(args, inputs, ("key", "time"))
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -149,7 +154,7 @@ class WindowJoin(WatermarkClosed):
         return {k: sum(r[k] for r in results) for k in ("bad_time", "late", "pairs")}
 
 
-class StreamJoin(Bolt):
+class StreamJoin(JoinInputs, Bolt):
     """Every pair of a ``left`` and a ``right`` tuple with equal keys, whenever they met:
     an unwindowed (regular) join, as Nexmark q3's.
 
@@ -164,32 +169,16 @@ class StreamJoin(Bolt):
 
     fields: ClassVar[tuple[str, ...]] = ("key", "left", "right")
     keyed: ClassVar[bool] = True
-    sees_input: ClassVar[bool] = True
 
     def __init__(self, left: str, right: str, left_key: str, right_key: str) -> None:
         super().__init__(left=left, right=right, left_key=left_key, right_key=right_key)
-        if left == right:
-            raise ValueError("left and right must be two different nodes")
+        _check_two(left, right)
         self.input = ""
         self.state: Any = {}
         self.key_at: dict[str, tuple[int, int]] = {}  # node -> (side, key field index)
         self.pairs = 0
         self.kept = 0
         self.unknown_input = 0
-
-    @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        """Each input must be grouped on its own key field."""
-        return side_key_fields(args, src)
-
-    @classmethod
-    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        return list(cls.fields)
-
-    @classmethod
-    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
-        """The two inputs are the ``left`` and ``right`` nodes, with the key fields named."""
-        _check_sides(args, inputs, ("key",))
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -242,6 +231,11 @@ def side_key_fields(args: dict[str, Any], src: str) -> list[str] | None:
     if src == args.get("right"):
         return [args.get("right_key")]
     return None
+
+
+def _check_two(left: Any, right: Any) -> None:
+    if left == right:
+        raise ValueError("left and right must be two different nodes")
 
 
 def _check_sides(args: dict[str, Any], inputs: dict[str, list[str]], what: tuple) -> None:
