@@ -56,12 +56,21 @@ def _wait(check, what: str, proc: subprocess.Popen | None = None) -> None:  # no
 
 
 @dataclass
-class RedisServer:
+class Spawned:
+    """A server that is one child process of pytest's, on ``port`` with ``workdir``."""
+
     port: int
     workdir: Path
     address: str = "127.0.0.1"
     proc: subprocess.Popen | None = None
 
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+@dataclass
+class RedisServer(Spawned):
     @property
     def url(self) -> str:
         return f"redis://{self.address}:{self.port}/0"
@@ -88,10 +97,6 @@ class RedisServer:
                 return False
 
         _wait(up, f"redis-server on port {self.port}", self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
 
 
 def start_redis(address: str = "127.0.0.1") -> RedisServer:
@@ -174,13 +179,8 @@ def start_postgres(address: str = "127.0.0.1") -> PostgresServer:
 
 
 @dataclass
-class NatsServer:
+class NatsServer(Spawned):
     """``nats-server -js`` with its JetStream store in ``workdir`` (it survives a restart)."""
-
-    port: int
-    workdir: Path
-    address: str = "127.0.0.1"
-    proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -205,10 +205,6 @@ class NatsServer:
                 preexec_fn=die_with_parent,
             )  # fmt: skip
         _wait(self._up, f"nats-server on port {self.port}", self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
 
 
 def start_nats(address: str = "127.0.0.1") -> NatsServer:
