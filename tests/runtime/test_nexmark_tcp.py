@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from midrun_kill import run_killing, sent_by
+from test_tcp_runs import typhoon
 
 from typhoon.operators import nexmark_reference as ref
 from typhoon.operators.nexmark import kind_count
@@ -34,17 +32,6 @@ QUERIES = ROOT / "topologies" / "nexmark"
 COUNT = 30_000
 
 pytestmark = pytest.mark.slow
-
-
-def typhoon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
 
 
 def sources(name: str) -> list[str]:
