@@ -221,6 +221,15 @@ class RangeSplitSource(SplitSource):
 
     FIRST: ClassVar[Any] = 0
 
+    @staticmethod
+    def take_from(who: str, more: dict[str, Any]) -> Any:
+        """The ``from`` argument (a Python keyword, so it comes in ``**more``; default
+        ``start``); a ValueError naming any other argument ``who`` does not have."""
+        start = more.pop("from", "start")
+        if more:
+            raise ValueError(f"{who} has no argument {', '.join(sorted(more))}")
+        return start
+
     def __init__(self, start: Any, **args: Any) -> None:
         until, rate = args.get("until"), args.get("rate", 0.0)
         if until not in (None, "end"):

@@ -66,9 +66,7 @@ class NatsSource(RangeSplitSource):
         dead_letter: str | None = None,
         **more: Any,
     ) -> None:
-        start = more.pop("from", "start")
-        if more:
-            raise ValueError(f"nats_source has no argument {', '.join(sorted(more))}")
+        start = self.take_from("nats_source", more)
         check_url(url)
         if not isinstance(stream, str) or not stream or any(c in stream for c in " .*>"):
             raise ValueError("stream must be a JetStream stream name")

@@ -70,9 +70,7 @@ class RedisStreamSource(RangeSplitSource):
         dead_letter: str | None = None,
         **more: Any,
     ) -> None:
-        start = more.pop("from", "start")
-        if more:
-            raise ValueError(f"redis_stream_source has no argument {', '.join(sorted(more))}")
+        start = self.take_from("redis_stream_source", more)
         streams = [stream] if isinstance(stream, str) else stream
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("url must be a redis:// URL")
