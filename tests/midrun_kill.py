@@ -79,3 +79,31 @@ def run_killing(
     clean = cluster.wait()
     killer.join()
     return clean
+
+
+def run_killing_after_commits(
+    cluster: Any,
+    store: Any,
+    victims: Iterable[str],
+    sent_at_least: int,
+    committed: Callable[[], int],
+    at_kill: list[int],
+) -> Any:
+    """``run_killing`` as the sink tests want it: the first workers of the nodes
+    ``victims`` die once a global checkpoint is complete in ``store``, the source sent
+    ``sent_at_least`` tuples and the sink committed rows (``committed()``, a count, is
+    above 0).  ``at_kill`` then gets the rows committed and the tuples sent; it stays
+    empty if that never happened within 60 s (nothing is killed then)."""
+    done, sent = checkpointed(cluster, store), sent_by(cluster)
+
+    def record() -> None:
+        at_kill.extend([committed(), sent()])
+
+    return run_killing(
+        cluster,
+        first_workers(cluster, victims),
+        lambda: done() is not None and sent() >= sent_at_least and committed() > 0,
+        kill_on_timeout=False,
+        at_kill=record,
+        poll_s=0.02,
+    )

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from midrun_kill import checkpointed, first_workers, run_killing, sent_by
+from midrun_kill import run_killing_after_commits
 
 from typhoon.checkpoint.store import open_store
 from typhoon.live import data_tuples
@@ -128,24 +128,14 @@ def test_redis_to_postgres_survives_sigkills(
     try:
         cluster.start()
         cluster.activate()
-        done = checkpointed(cluster, open_store(str(store_dir), t.name))
-        sent = sent_by(cluster)
 
         def committed() -> int:
             with postgres_server.connect() as c:
                 return c.execute("SELECT count(*) FROM word_counts").fetchone()[0]
 
-        def record() -> None:
-            at_kill.append(committed())
-            at_kill.append(sent())
-
-        clean = run_killing(
-            cluster,
-            first_workers(cluster, victims),
-            lambda: done() is not None and sent() >= sentences // 4 and committed() > 0,
-            kill_on_timeout=False,
-            at_kill=record,
-            poll_s=0.02,
+        store = open_store(str(store_dir), t.name)
+        clean = run_killing_after_commits(
+            cluster, store, victims, sentences // 4, committed, at_kill
         )
         report = cluster.report(clean)
     finally:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from midrun_kill import checkpointed, first_workers, run_killing, sent_by
+from midrun_kill import run_killing_after_commits
 
 from typhoon.checkpoint.store import open_store
 from typhoon.operators.sources import generate_sentences
@@ -137,22 +137,15 @@ def test_nats_to_files_survives_sigkills(nats_server, tmp_path, monkeypatch, gua
     try:
         cluster.start()
         cluster.activate()
-        done = checkpointed(cluster, open_store(str(store_dir), t.name))
-        sent = sent_by(cluster)
 
-        def record() -> None:
-            at_kill.append(sum(rows_of(committed(out)).values()))
-            at_kill.append(sent())
+        def rows_committed() -> int:  # once the reader saw a committed part
+            return sum(rows_of(committed(out)).values()) if seen else 0
 
         watcher = threading.Thread(target=reader)
         watcher.start()
-        clean = run_killing(
-            cluster,
-            first_workers(cluster, victims),
-            lambda: done() is not None and sent() >= sentences // 4 and bool(seen),
-            kill_on_timeout=False,
-            at_kill=record,
-            poll_s=0.02,
+        store = open_store(str(store_dir), t.name)
+        clean = run_killing_after_commits(
+            cluster, store, victims, sentences // 4, rows_committed, at_kill
         )
         report = cluster.report(clean)
     finally:

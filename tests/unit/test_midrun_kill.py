@@ -11,7 +11,13 @@ import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from midrun_kill import checkpointed, first_workers, run_killing, sent_by
+from midrun_kill import (
+    checkpointed,
+    first_workers,
+    run_killing,
+    run_killing_after_commits,
+    sent_by,
+)
 
 
 @dataclass
@@ -111,3 +117,34 @@ def test_sent_by_counts_data_tuples_and_checkpointed_asks_for_every_worker():
 
     assert checkpointed(c, Store())() == 4
     assert asked == [{"source-0", "count-0", "count-1"}]
+
+
+def test_after_commits_waits_for_a_checkpoint_the_sent_tuples_and_committed_rows():
+    c = Cluster(until_killed=[2])
+    state = {"epoch": None, "rows": 0}
+    c.metrics[1] = {"out": {"default": 500}}
+    asked = threading.Event()
+
+    class Store:
+        def latest_complete(self, parts: set) -> int | None:
+            asked.set()
+            return state["epoch"]
+
+    def committed() -> int:
+        return state["rows"]
+
+    def feed() -> None:  # one condition after the other: the kill waits for all three
+        asked.wait(5)
+        state["epoch"] = 3
+        c.metrics[1] = {"out": {"default": 1000}}
+        early.extend(c.procs[2].signals)
+        state["rows"] = 7
+
+    early: list[int] = []
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    at_kill: list[int] = []
+    assert run_killing_after_commits(c, Store(), ["count"], 1000, committed, at_kill) == "clean"
+    feeder.join()
+    assert early == [] and at_kill == [7, 1000]
+    assert c.procs[2].signals == [signal.SIGKILL] and c.procs[3].signals == []
