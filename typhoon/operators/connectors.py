@@ -7,7 +7,8 @@ docs/connectors.md has the whole picture; in short:
   same assignment from the sorted split names (:func:`assign_splits`), reads
   only its own, and its offset is a position per split: the checkpoint holds
   it and a recovery seeks each split back there.  A subclass says how to list
-  and fetch, nothing about checkpoints.
+  and fetch, nothing about checkpoints; one with ``from``/``until: end``
+  builds on :class:`RangeSplitSource`.
 * A **transactional sink** (:class:`TransactionalSink`) is Flink's
   ``TwoPhaseCommitSinkFunction`` on our checkpoints.  Rows since the last anchor
   form the open epoch; the anchor closes it (pre-commit: its rows are in this
@@ -17,7 +18,8 @@ docs/connectors.md has the whole picture; in short:
   closed epochs in one transaction that also records the newest epoch, so a
   replayed epoch is never written twice.  A rollback drops what was not
   committed (abort); the rows come again by replay.  COMPLETE (the job ended,
-  no rollback can follow) commits the rest.
+  no rollback can follow) commits the rest.  A sink that names its commits by a
+  run id of its own (files, message ids) builds on :class:`RunIdSink`.
 * An **idempotent sink** writes rows under a deterministic id (an upsert key):
   a replay rewrites the same rows, so it needs no transaction.  Without
   ``exactly_once`` a transactional sink writes like that: in batches, as they
