@@ -9,12 +9,10 @@ user (``runuser``).  A missing installation is a test failure, not a skip.
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -23,20 +21,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from serverprocs import die_with_parent, free_port, stop_process
 
 START_TIMEOUT = 30.0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _binary(name: str) -> str:
+    """The server binary ``name`` (Debian's package of that name), or a test failure."""
+    binary = shutil.which(name)
+    if binary is None:
+        pytest.fail(
+            f"{name} is not installed: the connector tests need Debian's `{name}` package "
+            "(scripts/setup.sh installs it)",
+            pytrace=False,
+        )
+    return binary
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM the server when pytest exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _in_tempdir(cls, prefix: str, address: str):  # noqa: ANN001, ANN202
+    """A ``cls`` server on a free port with a new temporary directory, started."""
+    server = cls(free_port(), Path(tempfile.mkdtemp(prefix=prefix)), address)
+    server.start()
+    return server
 
 
 def _wait(check, what: str, proc: subprocess.Popen | None = None) -> None:  # noqa: ANN001
@@ -50,12 +56,21 @@ def _wait(check, what: str, proc: subprocess.Popen | None = None) -> None:  # no
 
 
 @dataclass
-class RedisServer:
+class Spawned:
+    """A server that is one child process of pytest's, on ``port`` with ``workdir``."""
+
     port: int
     workdir: Path
     address: str = "127.0.0.1"
     proc: subprocess.Popen | None = None
 
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+
+@dataclass
+class RedisServer(Spawned):
     @property
     def url(self) -> str:
         return f"redis://{self.address}:{self.port}/0"
@@ -66,19 +81,13 @@ class RedisServer:
         return redis.Redis(host=self.address, port=self.port)
 
     def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail(
-                "redis-server is not installed: the connector tests need Debian's "
-                "`redis-server` package (scripts/setup.sh installs it)",
-                pytrace=False,
-            )
+        binary = _binary("redis-server")
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", self.address, "--dir",
              str(self.workdir), "--save", "", "--appendonly", "no", "--protected-mode", "no"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )  # fmt: skip
 
         def up() -> bool:
@@ -89,21 +98,9 @@ class RedisServer:
 
         _wait(up, f"redis-server on port {self.port}", self.proc)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
 
 def start_redis(address: str = "127.0.0.1") -> RedisServer:
-    workdir = Path(tempfile.mkdtemp(prefix="typhoon-redis-"))
-    server = RedisServer(free_port(), workdir, address)
-    server.start()
-    return server
+    return _in_tempdir(RedisServer, "typhoon-redis-", address)
 
 
 def _pg_bin() -> Path:
@@ -182,13 +179,8 @@ def start_postgres(address: str = "127.0.0.1") -> PostgresServer:
 
 
 @dataclass
-class NatsServer:
+class NatsServer(Spawned):
     """``nats-server -js`` with its JetStream store in ``workdir`` (it survives a restart)."""
-
-    port: int
-    workdir: Path
-    address: str = "127.0.0.1"
-    proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -203,38 +195,20 @@ class NatsServer:
             return False
 
     def start(self) -> None:
-        binary = shutil.which("nats-server")
-        if binary is None:
-            pytest.fail(
-                "nats-server is not installed: the connector tests need Debian's "
-                "`nats-server` package (scripts/setup.sh installs it)",
-                pytrace=False,
-            )
+        binary = _binary("nats-server")
         with open(self.workdir / "server.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [binary, "-js", "-a", self.address, "-p", str(self.port),
                  "-sd", str(self.workdir / "store")],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )  # fmt: skip
         _wait(self._up, f"nats-server on port {self.port}", self.proc)
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
 
 def start_nats(address: str = "127.0.0.1") -> NatsServer:
-    workdir = Path(tempfile.mkdtemp(prefix="typhoon-nats-"))
-    server = NatsServer(free_port(), workdir, address)
-    server.start()
-    return server
+    return _in_tempdir(NatsServer, "typhoon-nats-", address)
 
 
 def remove(server: RedisServer | PostgresServer | NatsServer) -> None:

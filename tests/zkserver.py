@@ -9,10 +9,8 @@ stops even when pytest itself is killed.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from serverprocs import die_with_parent, free_port, stop_process
 
 ZK_JAR = Path(os.environ.get("TYPHOON_ZK_JAR", "/usr/share/java/zookeeper.jar"))
 # Optional slf4j binding, so the server's own log explains a failed start.
@@ -69,19 +68,7 @@ class ZooKeeperServer:
         self.proc, self.started_in = again.proc, again.started_in
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        stop_process(self.proc)
 
 
 def _serving(port: int, address: str = "127.0.0.1") -> bool:
@@ -100,12 +87,6 @@ def _serving(port: int, address: str = "127.0.0.1") -> bool:
     except OSError:
         return False
     return b"Mode: standalone" in reply
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM the JVM when pytest exits, however it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _java() -> str:
@@ -155,7 +136,7 @@ def start_zookeeper(
         t0 = time.monotonic()
         with open(workdir / "zookeeper.log", "ab") as out:  # restarts append
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+                cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
             )
         server = ZooKeeperServer(port, workdir, proc, 0.0, address)
         deadline = t0 + START_TIMEOUT

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from midrun_kill import run_killing_after_commits
 
 from typhoon.checkpoint.store import open_store
 from typhoon.live import data_tuples
@@ -128,35 +128,15 @@ def test_redis_to_postgres_survives_sigkills(
     try:
         cluster.start()
         cluster.activate()
-        store = open_store(str(store_dir), t.name)
-        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
-        source_id = cluster.physical.of_node("source")[0].worker_id
-
-        def sent() -> int:
-            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
 
         def committed() -> int:
             with postgres_server.connect() as c:
                 return c.execute("SELECT count(*) FROM word_counts").fetchone()[0]
 
-        def kill() -> None:
-            deadline = time.monotonic() + 60
-            while (
-                store.latest_complete(parts) is None or sent() < sentences // 4 or not committed()
-            ):
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.02)
-            at_kill.append(committed())
-            at_kill.append(sent())
-            for node in victims:
-                wid = cluster.physical.of_node(node)[0].worker_id
-                cluster.procs[wid].send_signal(signal.SIGKILL)
-
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        store = open_store(str(store_dir), t.name)
+        clean = run_killing_after_commits(
+            cluster, store, victims, sentences // 4, committed, at_kill
+        )
         report = cluster.report(clean)
     finally:
         cluster.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import signal
 import threading
 import time
 from collections import Counter
@@ -22,9 +21,9 @@ from pathlib import Path
 
 import nats
 import pytest
+from midrun_kill import run_killing_after_commits
 
 from typhoon.checkpoint.store import open_store
-from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
@@ -138,31 +137,16 @@ def test_nats_to_files_survives_sigkills(nats_server, tmp_path, monkeypatch, gua
     try:
         cluster.start()
         cluster.activate()
-        store = open_store(str(store_dir), t.name)
-        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
-        source_id = cluster.physical.of_node("source")[0].worker_id
 
-        def sent() -> int:
-            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
-
-        def kill() -> None:
-            deadline = time.monotonic() + 60
-            while store.latest_complete(parts) is None or sent() < sentences // 4 or not seen:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.02)
-            at_kill.append(sum(rows_of(committed(out)).values()))
-            at_kill.append(sent())
-            for node in victims:
-                wid = cluster.physical.of_node(node)[0].worker_id
-                cluster.procs[wid].send_signal(signal.SIGKILL)
+        def rows_committed() -> int:  # once the reader saw a committed part
+            return sum(rows_of(committed(out)).values()) if seen else 0
 
         watcher = threading.Thread(target=reader)
         watcher.start()
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        store = open_store(str(store_dir), t.name)
+        clean = run_killing_after_commits(
+            cluster, store, victims, sentences // 4, rows_committed, at_kill
+        )
         report = cluster.report(clean)
     finally:
         stop.set()

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from serverprocs import free_port, stop_process
 
 from mininet_env.processes import ryu_manager as controller_command
 
@@ -50,12 +51,6 @@ def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "cond
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Ovs:
@@ -181,13 +176,7 @@ class RyuProcess:
         wait_for(listening, timeout, what=f"ryu-manager on port {self.ofp_port}")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self._log.close()
 
 

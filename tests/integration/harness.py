@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from serverprocs import stop_process
 
 from mininet_env.fabric import FabricPlan
 from mininet_env.processes import free_port, ryu_manager
@@ -148,13 +149,3 @@ def ryu_apps(tmp_path: Path, apps: Sequence[str], config: str = "") -> Iterator[
             yield RyuApps(proc, f"http://127.0.0.1:{port}/typhoon", log_path)
         finally:
             stop_process(proc)
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL if it is still there after 10 s; reaped either way."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)

@@ -18,6 +18,22 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
+def quick_bench(
+    only: str, out: Path, *more: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """``typhoon bench --quick --only <only> --out <out>``; it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", only, *more,
+         "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def table_rows(markdown: str, section: str) -> list[list[str]]:
     """Cells of the table rows in the ``## <section>`` part of results.md."""
     part = markdown.split(f"## {section}", 1)[1].split("\n## ", 1)[0]
@@ -30,15 +46,7 @@ def table_rows(markdown: str, section: str) -> list[list[str]]:
 
 def test_quick_forwarding_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "forwarding",
-         "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = quick_bench("forwarding", out, timeout=300)
     for name in (
         "results.md",
         "results.json",
@@ -105,15 +113,7 @@ def test_quick_paper_6_2_scenarios_write_results(tmp_path: Path, only: str) -> N
     design promises it."""
     out = tmp_path / "results"
     names = only.split(",")
-    proc = subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", only,
-         "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    quick_bench(only, out)
     for name in names:
         fig = FIGURES[name]
         assert (out / fig).is_file() and (out / fig).stat().st_size > 0, fig
@@ -149,15 +149,7 @@ def test_quick_peers_runs_typhoon_and_bytewax_on_the_same_data(tmp_path: Path) -
     once), a rate for every system, the four ratios and the plot."""
     pytest.importorskip("bytewax", reason="the bench extra brings Bytewax")
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "peers",
-         "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    quick_bench("peers", out)
     assert (out / "peers.png").stat().st_size > 0
     sc = json.loads((out / "results.json").read_text())["scenarios"]["peers"]
     assert not sc["error"] and len(sc["runs"]) == 8 and all(r["ok"] for r in sc["runs"])
@@ -181,15 +173,7 @@ def test_quick_nexmark_every_query_exact_on_both_transports(tmp_path: Path) -> N
     every run's sinks equal the reference (a run that differs is failed), and the table
     has an events/s for each query and transport."""
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", "bench", "--quick", "--only", "nexmark",
-         "--repeats", "1", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    quick_bench("nexmark", out, "--repeats", "1", timeout=1200)
     assert (out / "nexmark.png").is_file()
     doc = json.loads((out / "results.json").read_text())
     sc = doc["scenarios"]["nexmark"]

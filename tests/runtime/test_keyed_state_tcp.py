@@ -11,15 +11,12 @@ keyed state, and the maxima stay exact.
 from __future__ import annotations
 
 import copy
-import signal
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from midrun_kill import first_workers, run_killing, sent_by
 
-from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
@@ -49,26 +46,11 @@ def run(tmp_path: Path, guarantee: str, victims: list[str]) -> tuple[dict, dict,
         cluster.start()
         cluster.activate()
 
-        source_id = cluster.physical.of_node("source")[0].worker_id
-
-        def sent() -> int:
-            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
-
-        def kill() -> None:
-            if not victims:
-                return
-            # mid-run by count (the source's METRIC_RESPs), not a sleep
-            deadline = time.monotonic() + 60
-            while sent() < args["count"] // 4 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            for node in victims:
-                wid = cluster.physical.of_node(node)[0].worker_id
-                cluster.procs[wid].send_signal(signal.SIGKILL)
-
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        sent = sent_by(cluster)
+        # mid-run by count (the source's METRIC_RESPs), not a sleep
+        clean = run_killing(
+            cluster, first_workers(cluster, victims), lambda: sent() >= args["count"] // 4
+        )
         report = cluster.report(clean)
     finally:
         cluster.close()

@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from midrun_kill import run_killing, sent_by
+from test_tcp_runs import typhoon
 
-from typhoon.live import data_tuples
 from typhoon.operators import nexmark_reference as ref
 from typhoon.operators.nexmark import kind_count
 from typhoon.tcp_cluster import RunOptions, TcpCluster
@@ -37,17 +32,6 @@ QUERIES = ROOT / "topologies" / "nexmark"
 COUNT = 30_000
 
 pytestmark = pytest.mark.slow
-
-
-def typhoon(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "typhoon_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
 
 
 def sources(name: str) -> list[str]:
@@ -114,24 +98,12 @@ def test_query_stays_exact_through_a_sigkill_under_exactly_once(tmp_path, name, 
     try:
         cluster.start()
         cluster.activate()
-        source = cluster.physical.of_node(first)[0].worker_id
         workers = cluster.physical.of_node(victim)
         target = workers[len(workers) // 2].worker_id
-
-        def kill() -> None:
-            # mid-run by count (the source's METRIC_RESPs), not a sleep
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                sent = data_tuples(cluster.metrics.get(source, {}).get("out", {}))
-                if sent >= 0.4 * total / len(cluster.physical.of_node(first)):
-                    break
-                time.sleep(0.01)
-            cluster.procs[target].send_signal(signal.SIGKILL)
-
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        sent = sent_by(cluster, first)
+        mid = 0.4 * total / len(cluster.physical.of_node(first))
+        # mid-run by count (the source's METRIC_RESPs), not a sleep
+        clean = run_killing(cluster, [target], lambda: sent() >= mid, deadline_s=90)
         report = cluster.report(clean)
     finally:
         cluster.close()

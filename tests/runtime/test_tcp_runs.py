@@ -10,8 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from midrun_kill import checkpointed, first_workers, run_killing, sent_by
 
-from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
 
@@ -215,9 +215,6 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     the start with a full replay would be exact too), and the source replayed from
     the offset its checkpoint holds."""
     import copy
-    import signal
-    import threading
-    import time
 
     import msgpack
 
@@ -238,34 +235,24 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         cluster.activate()
 
         store = open_store(str(tmp_path / "ck"), t.name)
-        parts = {f"{w.node}-{w.index}" for w in cluster.physical.workers}
-        before: list[int] = []
-        source_id = cluster.physical.of_node("source")[0].worker_id
+        done, sent = checkpointed(cluster, store), sent_by(cluster)
         mid = args["count"] // 4
+        before: list[int] = []
         sent_at_kill: list[int] = []
 
-        def sent() -> int:
-            return data_tuples(cluster.metrics.get(source_id, {}).get("out", {}))
-
-        def kill() -> None:
-            # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
-            # sleep, and after a completed global checkpoint (a restore to the start would
-            # be exact too)
-            deadline = time.monotonic() + 60
-            while (done := store.latest_complete(parts)) is None or sent() < mid:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-            before.append(done)
+        def at_kill() -> None:
+            before.append(done())
             sent_at_kill.append(sent())
-            for node in victims:
-                wid = cluster.physical.of_node(node)[0].worker_id
-                cluster.procs[wid].send_signal(signal.SIGKILL)
 
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
+        # sleep, and after a completed global checkpoint (a restore to the start would
+        # be exact too)
+        clean = run_killing(
+            cluster,
+            first_workers(cluster, victims),
+            lambda: done() is not None and sent() >= mid,
+            at_kill=at_kill,
+        )
         report = cluster.report(clean)
     finally:
         cluster.close()
@@ -293,8 +280,6 @@ def test_tcp_guaranteed_run_lists_its_incident_and_is_ok(tmp_path: Path) -> None
     ``incidents`` name the dead worker, the epoch restored and the workers rolled back."""
     import copy
     import signal
-    import threading
-    import time
 
     from typhoon.tcp_cluster import RunOptions, TcpCluster
     from typhoon.topology import load_topology
@@ -312,21 +297,15 @@ def test_tcp_guaranteed_run_lists_its_incident_and_is_ok(tmp_path: Path) -> None
         cluster.start()
         cluster.activate()
         victim = cluster.physical.of_node("count")[0].worker_id
-
-        def kill() -> None:
-            deadline = time.monotonic() + 60
+        clean = run_killing(
+            cluster,
+            [victim],
             # a completed global checkpoint, as the run coordinator heard of it
-            while cluster.progress.global_epoch(cluster.physical) is None:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.05)
-            cluster.procs[victim].send_signal(signal.SIGKILL)
-            killed.append(victim)
-
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+            lambda: cluster.progress.global_epoch(cluster.physical) is not None,
+            kill_on_timeout=False,
+            at_kill=lambda: killed.append(victim),
+            poll_s=0.05,
+        )
         report = cluster.report(clean)
     finally:
         cluster.close()

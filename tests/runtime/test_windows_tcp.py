@@ -15,14 +15,11 @@ the windows stay exact.
 from __future__ import annotations
 
 import copy
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from midrun_kill import run_killing, sent_by
 
-from typhoon.live import data_tuples
 from typhoon.operators.events import BAD, event, expected_windows
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
@@ -84,22 +81,10 @@ def test_windows_stay_exact_through_a_sigkill_under_exactly_once(tmp_path):
     try:
         cluster.start()
         cluster.activate()
-        source = cluster.physical.of_node("events")[0].worker_id
         victim = cluster.physical.of_node("window")[1].worker_id
-
-        def kill() -> None:
-            # mid-run by count (the source's METRIC_RESPs), not a sleep
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if data_tuples(cluster.metrics.get(source, {}).get("out", {})) >= 8_000:
-                    break
-                time.sleep(0.01)
-            cluster.procs[victim].send_signal(signal.SIGKILL)
-
-        killer = threading.Thread(target=kill)
-        killer.start()
-        clean = cluster.wait()
-        killer.join()
+        sent = sent_by(cluster, "events")
+        # mid-run by count (the source's METRIC_RESPs), not a sleep
+        clean = run_killing(cluster, [victim], lambda: sent() >= 8_000)
         report = cluster.report(clean)
     finally:
         cluster.close()

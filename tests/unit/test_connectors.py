@@ -7,7 +7,13 @@ import pytest
 
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context
-from typhoon.operators.connectors import SplitSource, TransactionalSink, assign_splits
+from typhoon.operators.connectors import (
+    SplitSource,
+    TransactionalSink,
+    assign_splits,
+    epochs_after,
+    json_ok,
+)
 from typhoon.operators.redis_source import decode_entry, parse_id
 
 
@@ -47,6 +53,41 @@ def test_connector_arguments_are_checked():
         sink(dsn="postgresql://h/db", table="t")
     with pytest.raises(ValueError, match="either key"):
         sink(dsn="postgresql://h/db", table="t", key=["a"], append=True)
+
+    for name, args in (
+        ("redis_stream_source", {"url": "redis://h:1/0", "stream": "s", "fields": ["a"]}),
+        ("nats_source", {"url": "nats://h:1", "stream": "S"}),
+    ):
+        with pytest.raises(ValueError, match=f"^{name} has no argument bogus, to$"):
+            resolve_operator(name)(**args, **{"from": "end", "to": 1, "bogus": 2})
+        with pytest.raises(ValueError, match="rate must be a non-negative number"):
+            resolve_operator(name)(**args, rate=-1)
+
+
+def test_from_and_until_end_bound_each_split_by_the_ends_kept_in_the_offset():
+    """``RangeSplitSource`` (both sources' positions): ``from`` start, end or a
+    position; ``until: end`` stops at the end found at open, and a seek puts back the
+    checkpoint's ends, not the ones a replacement would find."""
+    redis = resolve_operator("redis_stream_source")
+    src = redis(url="redis://h:1/0", stream=["a", "b"], fields=["f"], until="end")
+    src.ends = {"a": "10-2", "b": "0-0"}
+    src.splits = ["a", "b"]
+    assert src.initial_position("a") == "0-0"  # from: start
+    assert not src.ended("a", "9-9") and src.ended("a", "10-2") and src.ended("b", "0-0")
+    assert not src.past_end("a", "10-2") and src.past_end("a", "10-10")  # (10,10) > (10,2)
+    saved = {**src.offset(), "positions": {"a": "3-0", "b": "0-0"}}
+    assert saved["until"] == {"a": "10-2", "b": "0-0"}
+    again = redis(url="redis://h:1/0", stream=["a", "b"], fields=["f"], until="end")
+    again.splits, again.ends = ["a", "b"], {"a": "99-0", "b": "5-0"}  # what is there now
+    again.seek(saved)
+    assert again.ends == {"a": "10-2", "b": "0-0"} and again.positions["a"] == "3-0"
+    endless = redis(url="redis://h:1/0", stream="a", fields=["f"], **{"from": "end"})
+    endless.ends = {"a": "7-1"}
+    assert endless.initial_position("a") == "7-1" and not endless.ended("a", "99-0")
+    nats = resolve_operator("nats_source")(url="nats://h:1", stream="S", **{"from": 41})
+    nats.ends = {">": 50}
+    assert nats.initial_position(">") == 41 and nats.list_splits() == [">"]
+    assert not nats.ended(">", 50)  # no until: endless
 
 
 class MemorySplits(SplitSource):
@@ -195,3 +236,11 @@ def test_without_exactly_once_rows_are_written_in_batches_and_at_the_end():
     s.process_batch([["d"]], None)
     s.on_signal(None)
     assert len(db["rows"]) == 4 and s.result()["written"] == 4
+
+
+def test_a_commit_writes_only_the_epochs_after_the_recorded_one():
+    epochs = {4: [["d"]], 2: [["b"]], 3: [["c"]]}
+    assert list(epochs_after(epochs, None).items()) == [(2, [["b"]]), (3, [["c"]]), (4, [["d"]])]
+    assert epochs_after(epochs, 2) == {3: [["c"]], 4: [["d"]]}
+    assert epochs_after(epochs, 4) == {} and epochs_after(epochs, 9) == {}
+    assert json_ok([["a", 1, None]]) and not json_ok([[b"x"]]) and not json_ok([float("nan")])

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from typing import ClassVar
 
 import pytest
 from socketport import Port
-from test_debug_worker import frame, spec
+from test_debug_worker import frame, run_worker, spec
 
 from typhoon.debug import worker as dw
 from typhoon.debug.examples import Tally
@@ -89,17 +87,8 @@ def test_the_debug_worker_ships_what_the_bolt_emitted():
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     op = DebugOperator.load(f"{HERE}:Upper", "wc", "s1")
     worker = dw.DebugWorker(spec(operator=f"{HERE}:Upper"), Port(ours), posted.append, operator=op)
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        theirs.send(frame(["a", "skip", "boom", "bc"], 0))
-        deadline = time.monotonic() + 5
-        while sum(len(b["records"]) for b in posted) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        worker.stop()
-        thread.join(timeout=5)
-        theirs.close()
+    frames = [frame(["a", "skip", "boom", "bc"], 0)]
+    thread = run_worker(worker, theirs, frames, lambda: sum(len(b["records"]) for b in posted) >= 2)
     assert [r["values"] for b in posted for r in b["records"]] == [["A", 1], ["BC", 2]]
     final = posted[-1]["stats"]
     assert final["op_tuples"] == 3 and final["op_emitted"] == 2 and final["op_errors"] == 1

@@ -42,22 +42,31 @@ def frame(words: list[str], seq: int) -> bytes:
     return f
 
 
-def test_frames_in_records_out_then_final_statistics():
-    posted: list[dict] = []
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    worker = dw.DebugWorker(spec(), Port(ours), posted.append)
+def run_worker(worker, theirs, frames: list[bytes], done, timeout: float = 5):  # noqa: ANN001, ANN201
+    """Run ``worker`` in a thread, send ``frames`` on its port's other end, wait until
+    ``done()`` (at most ``timeout``), then stop it and close that end; the thread,
+    joined (for 5 s at most), is returned."""
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        theirs.send(frame(["a", "skip", "b"], 0))
-        theirs.send(frame(["c"], 1))
-        deadline = time.monotonic() + 5
-        while sum(len(b["records"]) for b in posted) < 3 and time.monotonic() < deadline:
+        for f in frames:
+            theirs.send(f)
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
             time.sleep(0.02)
     finally:
         worker.stop()
         thread.join(timeout=5)
         theirs.close()
+    return thread
+
+
+def test_frames_in_records_out_then_final_statistics():
+    posted: list[dict] = []
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = dw.DebugWorker(spec(), Port(ours), posted.append)
+    frames = [frame(["a", "skip", "b"], 0), frame(["c"], 1)]
+    run_worker(worker, theirs, frames, lambda: sum(len(b["records"]) for b in posted) >= 3)
     records = [r for b in posted for r in b["records"]]
     assert [r["fields"]["word"] for r in records] == ["a", "b", "c"]
     final = posted[-1]
@@ -88,21 +97,12 @@ def test_a_slow_decoder_loses_copies_in_the_ring_not_in_the_switch():
         return feed(data, now)
 
     worker.decoder.feed = slow_feed
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        for seq in range(40):
-            theirs.send(frame(["w"], seq))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            st = worker._stats()
-            if st["frames"] + st["ring_dropped"] == 40:
-                break
-            time.sleep(0.05)
-    finally:
-        worker.stop()
-        thread.join(timeout=5)
-        theirs.close()
+
+    def all_seen() -> bool:
+        st = worker._stats()
+        return st["frames"] + st["ring_dropped"] == 40
+
+    run_worker(worker, theirs, [frame(["w"], seq) for seq in range(40)], all_seen, timeout=10)
     final = posted[-1]["stats"]
     assert final["ring_dropped"] > 0 and final["frames"] + final["ring_dropped"] == 40, final
     assert final["tuples"] == final["frames"]

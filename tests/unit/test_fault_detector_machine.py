@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -104,14 +105,19 @@ class FakeCore:
         self.app.physical = self.stored
 
 
-@pytest.fixture
-def setup():
-    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+def machine_for(topology: Any) -> tuple[FaultMachine, FakeCore, Clock, Any]:
+    """A fault machine over ``topology`` scheduled on HOSTS, with its fake core and clock
+    (and the physical topology)."""
     physical = schedule(topology, HOSTS, 0x42, first_port=10)
     core, clock = FakeCore(topology, physical), Clock()
     conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
     machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
     return machine, core, clock, physical
+
+
+@pytest.fixture
+def setup():
+    return machine_for(load_topology(ROOT / "topologies" / "wordcount.yaml"))
 
 
 def ids(physical, node):

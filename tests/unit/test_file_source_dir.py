@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from test_file_source import read_all
 
 from typhoon.operators import Context
 from typhoon.operators.file_dir import owner
@@ -18,14 +19,8 @@ def opened(path, index: int = 0, parallelism: int = 1, **args) -> FileSource:
     return src
 
 
-def read(src: FileSource, batch: int = 3, calls: int = 200) -> tuple[list[str], bool]:
-    out: list[str] = []
-    more = True
-    for _ in range(calls):
-        more = src.next_batch(lambda v, stream="default": out.append(v[0]), batch)
-        if not more:
-            break
-    return out, more
+def read(src: FileSource, calls: int = 200) -> tuple[list[str], bool]:
+    return read_all(src, batch=3, calls=calls)
 
 
 def test_workers_share_the_files_and_skip_dot_files(tmp_path):

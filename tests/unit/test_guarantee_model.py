@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from model_net import Links
 
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.operators import BUILTINS, Bolt, Spout
 from typhoon.report import restored_epochs
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control
 
@@ -166,28 +168,23 @@ class MemoryStore:
         return max(done) if done else None
 
 
-class Links(Transport):
-    """One worker's I/O layer: frames go into per-link FIFOs of the model network."""
-
-    def __init__(self, net: Net, me: int) -> None:
-        super().__init__()
-        self.net, self.me = net, me
-
-    def poll(self, timeout: float) -> list:
-        return []
-
-    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        self.net.links[(self.me, dst)].append((stream, list(payloads)))
-
-    def reply(self, ct: ControlTuple) -> None:
-        pass
-
-
 class Net:
-    def __init__(self, guarantee: str, mid: str = "model_keyed") -> None:
-        self.topo = load_topology_text(JOB.format(guarantee=guarantee, mid=mid))
+    """The model network of a job: this file's (``guarantee``, the ``mid`` operator), or
+    ``job``, another topology text (the region and upstream-backup models'), with a
+    ``store`` of the caller's if it needs more than ``MemoryStore``."""
+
+    def __init__(
+        self,
+        guarantee: str = "exactly_once",
+        mid: str = "model_keyed",
+        *,
+        job: str | None = None,
+        store: MemoryStore | None = None,
+    ) -> None:
+        text = JOB.format(guarantee=guarantee, mid=mid) if job is None else job
+        self.topo = load_topology_text(text)
         self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
-        self.store = MemoryStore()
+        self.store = MemoryStore() if store is None else store
         self.now = 0.0
         self.links: dict[tuple[int, int], collections.deque] = collections.defaultdict(
             collections.deque
@@ -229,17 +226,30 @@ class Net:
         fw.now = self.now
         fw.deliver(Inbound(link[0], stream, payloads))
 
-    def kill(self, wid: int) -> None:
-        """The worker dies with what it holds and what is in flight to it."""
+    def lose_inbound(self, wid: int) -> None:
+        """The worker dies: what is in flight to it is gone (the checkpoint writes the
+        workers started are settled first)."""
         self.settle_writes()
         for link in [k for k in self.links if k[1] == wid]:
             self.links[link].clear()
-        self.generation += 1
-        epoch = recovery_point(self.phys, self.store)  # what the real recoveries call
-        # the reference: the newest epoch every worker's part is in (read here, not asked)
-        parts = {f"{w.node}-{w.index}" for w in self.phys.workers}
+
+    def check_recovery_point(self, epoch: int | None, workers: set[int] | None = None) -> None:
+        """``epoch`` (what the real recoveries compute) is the newest one every part of
+        ``workers`` (default: all) is in, read from the store here, not asked."""
+        parts = {
+            f"{w.node}-{w.index}"
+            for w in self.phys.workers
+            if workers is None or w.worker_id in workers
+        }
         complete = [e for e, ps in self.store.parts.items() if parts <= set(ps)]
         assert epoch == (max(complete) if complete else None), (epoch, complete)
+
+    def kill(self, wid: int) -> None:
+        """The worker dies with what it holds and what is in flight to it."""
+        self.lose_inbound(wid)
+        self.generation += 1
+        epoch = recovery_point(self.phys, self.store)  # what the real recoveries call
+        self.check_recovery_point(epoch)
         self.restored.append(epoch)
         phys = dataclasses.replace(self.phys, generation=self.generation, restore_epoch=epoch)
         self.fws[wid] = self.start(phys, wid)
@@ -321,7 +331,15 @@ actions = st.lists(
 )
 
 
-def play(net: Net, script: list[tuple[str, int]], kills: int) -> None:
+def play(
+    net: Net,
+    script: list[tuple[str, int]],
+    kills: int,
+    kill: Callable[[int, int], None] | None = None,
+) -> None:
+    """Run Hypothesis' ``script`` of actions on ``net``, at most ``kills`` of them kills
+    (``kill(worker, n)``, default ``net.kill(worker)``), then run the job out."""
+    kill = kill or (lambda wid, n: net.kill(wid))
     for what, n in script:
         if what == "step":
             net.step(net.ids[n % len(net.ids)])
@@ -333,7 +351,7 @@ def play(net: Net, script: list[tuple[str, int]], kills: int) -> None:
             net.now += (n % 10) * 0.002
         elif what == "kill" and kills > 0:
             kills -= 1
-            net.kill(net.ids[n % len(net.ids)])
+            kill(net.ids[n % len(net.ids)], n)
         elif what == "control" and net.controls:
             net.control(n % len(net.controls))
         net.settle_writes()

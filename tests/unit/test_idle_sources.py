@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_windows_model import Net
+from model_net import SeededNet
 
 from typhoon.operators import BUILTINS
 from typhoon.operators.events import EventSource
@@ -64,13 +64,13 @@ def _pausing():
     BUILTINS.pop("model_pausing", None)
 
 
-def closed_ends(net: Net) -> int:
+def closed_ends(net: SeededNet) -> int:
     return max((row[2] for row in net.results("results")), default=0)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_idle_source_stops_holding_the_watermark(seed):
-    net = Net(JOB.format(idle=", idle_timeout_ms: 100"), seed)
+    net = SeededNet(JOB.format(idle=", idle_timeout_ms: 100"), seed)
     fast = net.fws[net.phys.of_node("fast")[0].worker_id]
     net.run(400_000, until=lambda: fast.done and not any(net.links.values()))
     # the pausing source stopped near time 100; windows went on closing without it
@@ -85,7 +85,7 @@ def test_idle_source_stops_holding_the_watermark(seed):
     assert sum(fw.metrics()["window_late"] for fw in windows) == len(late)
 
 
-def last_rows(net: Net) -> list:
+def last_rows(net: SeededNet) -> list:
     final = {}
     for key, start, end, value in net.results("results"):
         final[(key, start, end)] = [key, start, end, value]
@@ -93,7 +93,7 @@ def last_rows(net: Net) -> list:
 
 
 def test_without_idle_timeout_a_silent_source_holds_the_windows():
-    net = Net(JOB.format(idle=""), 0)
+    net = SeededNet(JOB.format(idle=""), 0)
     fast = net.fws[net.phys.of_node("fast")[0].worker_id]
     net.run(400_000, until=lambda: fast.done and not any(net.links.values()))
     assert closed_ends(net) <= 200  # nothing after the pausing source's time closes

@@ -18,6 +18,7 @@ import collections
 import random
 from typing import Any, ClassVar
 
+import model_net
 import pytest
 
 from typhoon.operators import BUILTINS, Spout
@@ -25,7 +26,7 @@ from typhoon.reconfig import Scale, plan
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound, Transport
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control
@@ -97,16 +98,8 @@ class Blobs:
         self.blobs.pop(name, None)
 
 
-class Links(Transport):
-    def __init__(self, net: Net, me: int) -> None:
-        super().__init__()
-        self.net, self.me = net, me
-
-    def poll(self, timeout: float) -> list:
-        return []
-
-    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        self.net.links[(self.me, dst)].append((stream, list(payloads)))
+class Links(model_net.Links):
+    """The model network's links; the migration acks a worker replies are noted."""
 
     def reply(self, ct: ControlTuple) -> None:
         m = ct.body["metrics"]

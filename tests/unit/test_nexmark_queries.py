@@ -13,95 +13,20 @@ apart), within the watermark's ``out_of_order_ms``: nothing may be late.
 
 from __future__ import annotations
 
-import collections
 import copy
-import random
 from pathlib import Path
 
 import pytest
+from model_net import SeededNet
 
-from typhoon.operators import BUILTINS
 from typhoon.operators import nexmark_reference as ref
 from typhoon.operators.nexmark import BID, events_of, kind_count
-from typhoon.runtime.framework import Framework
-from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound, Transport
-from typhoon.topology import Topology, load_topology, schedule
-from typhoon.wire import Control, ControlTuple
+from typhoon.topology import Topology, load_topology
 
 QUERIES = Path(__file__).resolve().parents[2] / "topologies" / "nexmark"
 # 6,000 events 2 ms apart: 12 s of event time, 5,520 bids, 360 auctions, 120 people
 SMALL = {"count": 6000, "step_us": 2000}
 SPAN_S = 2.0  # every source emits its events over 2 s of the scheduler's clock
-
-
-class Links(Transport):
-    def __init__(self, net: Net, me: int) -> None:
-        super().__init__()
-        self.net, self.me = net, me
-
-    def poll(self, timeout: float) -> list:
-        return []
-
-    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        self.net.links[(self.me, dst)].append((stream, list(payloads)))
-
-    def reply(self, ct: ControlTuple) -> None:
-        pass
-
-
-class Net:
-    """Every worker of ``topo`` on one in-memory network, driven by a seeded scheduler."""
-
-    def __init__(self, topo: Topology, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.topo = topo
-        self.phys = schedule(topo, ["h1"], 3, first_port=10)
-        self.now = 0.0
-        self.links: dict[tuple[int, int], collections.deque] = collections.defaultdict(
-            collections.deque
-        )
-        self.fws: dict[int, Framework] = {}
-        for w in self.phys.workers:
-            node = topo.nodes[w.node]
-            spec = WorkerSpec(topo, self.phys, w.worker_id, batch_size=16, max_delay_ms=0.0)
-            op = BUILTINS[node.operator](**node.args)
-            fw = Framework(spec, op, Links(self, w.worker_id), clock=lambda: self.now)
-            fw.now = self.now
-            self.fws[w.worker_id] = fw
-        for fw in self.fws.values():
-            if fw.is_spout:
-                fw.control(ControlTuple(Control.ACTIVATE, {}))
-
-    def run(self, steps: int = 2_000_000) -> None:
-        rng = self.rng
-        for _ in range(steps):
-            busy = [k for k, q in self.links.items() if q]
-            if all(fw.done for fw in self.fws.values()) and not busy:
-                return
-            self.now += rng.choice([0.0, 0.0005, 0.002])
-            if busy and rng.random() < 0.7:
-                src, dst = rng.choice(busy)
-                stream, payloads = self.links[(src, dst)].popleft()
-                fw = self.fws[dst]
-                fw.now = self.now
-                if not fw.done:
-                    fw.deliver(Inbound(src, stream, payloads))
-                continue
-            fw = self.fws[rng.choice(list(self.fws))]
-            fw.now = self.now
-            if fw.is_spout and not fw.done:
-                fw.step_spout()
-            if not fw.done:
-                fw.tick()
-        raise AssertionError("the query did not finish")
-
-    def results(self, node: str) -> list[list]:
-        (w,) = self.phys.of_node(node)
-        return self.fws[w.worker_id].op.result()["tuples"]
-
-    def metric(self, node: str, name: str) -> int:
-        return sum(self.fws[w.worker_id].metrics()[name] for w in self.phys.of_node(node))
 
 
 def query(name: str, seed: int) -> tuple[Topology, dict[str, dict]]:
@@ -117,10 +42,10 @@ def query(name: str, seed: int) -> tuple[Topology, dict[str, dict]]:
     return topo, {n: node.args for n, node in topo.nodes.items()}
 
 
-def run(name: str, seed: int) -> tuple[Net, dict[str, dict]]:
+def run(name: str, seed: int) -> tuple[SeededNet, dict[str, dict]]:
     topo, args = query(name, seed)
-    net = Net(topo, seed)
-    net.run()
+    net = SeededNet(topo, seed, batch_size=16)
+    net.run(2_000_000)
     for w in net.phys.workers:  # the watermark rose many times before the end
         if topo.nodes[w.node].kind == "spout":
             assert net.fws[w.worker_id].metrics()["watermarks_sent"] > 50
@@ -232,8 +157,8 @@ def test_a_watermark_tighter_than_the_disorder_finds_late_events():
     the exact results above are not for want of out-of-order events)."""
     topo, _ = query("q7", 1)
     topo.nodes["bids"].watermark["out_of_order_ms"] = 0
-    net = Net(topo, 1)
-    net.run()
+    net = SeededNet(topo, 1, batch_size=16)
+    net.run(2_000_000)
     assert net.metric("per_auction", "window_late") > 0
 
 
@@ -267,7 +192,7 @@ def test_two_sources_one_far_behind(name):
     topo, args = query(name, 2)
     first = next(n for n, node in topo.nodes.items() if node.operator == "nexmark_source")
     topo.nodes[first].args["rate"] /= 4
-    net = Net(topo, 2)
+    net = SeededNet(topo, 2, batch_size=16)
     net.run(4_000_000)
     for sink, value in ref.expected(name, args).items():
         assert ref.observed(name, sink, net.results(sink)) == value

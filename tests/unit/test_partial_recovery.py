@@ -139,21 +139,13 @@ def test_metrics_that_are_not_a_coverage_are_ignored(wordcount):
 
 @pytest.fixture
 def machine_job(tmp_path):
-    import logging
-
-    from test_fault_detector_machine import HOSTS, Clock, FakeCore
-
-    from controller.fault_detector import FaultSettings
-    from controller.fault_detector_machine import FaultMachine
+    from test_fault_detector_machine import machine_for
 
     topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
     topology.config.update(
         guarantee="exactly_once", checkpoint_store=str(tmp_path), partial_rollback=True
     )
-    physical = schedule(topology, HOSTS, 0x42, first_port=10)
-    core, clock = FakeCore(topology, physical), Clock()
-    conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
-    machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
+    machine, core, clock, physical = machine_for(topology)
     store = CheckpointStore.local(str(tmp_path), topology.name)
     return machine, core, clock, physical, store
 

@@ -21,17 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_guarantee_model import (
     REFERENCE,
-    MemoryStore,
     Net,
     Numbers,
     Tally,
+    actions,
     model_operators,  # noqa: F401 - the module's fixture registers the model operators
+    play,
 )
 
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import REGION, failover_regions, roll_back, rollback_set
 from typhoon.runtime.framework import Framework
-from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple
 
 JOB = """
@@ -54,37 +54,21 @@ streams:
 
 
 class RegionNet(Net):
-    def __init__(self) -> None:  # Net's, with this file's job
-        self.topo = load_topology_text(JOB)
-        self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
-        self.store = MemoryStore()
-        self.now = 0.0
-        self.links = collections.defaultdict(collections.deque)
-        self.fws: dict[int, Framework] = {}
-        self.controls: list[tuple[int, ControlTuple]] = []
-        self.generation = 0
-        self.restored: list[int | None] = []
-        Numbers.seeks = []
-        for w in self.phys.workers:
-            self.fws[w.worker_id] = self.start(self.phys, w.worker_id)
-        self.ids = sorted(self.fws)
+    def __init__(self) -> None:
+        super().__init__(job=JOB)
         self.touched: set[int] = set()  # workers of a region a kill rolled back
         self.replay_checks: list[tuple[Framework, int, int]] = []  # (source, gen, tuples)
 
     def kill(self, wid: int) -> None:
         """The worker dies; its region (and only it) goes back to the newest checkpoint
         complete for that region's workers (what fault_recovery.py does)."""
-        self.settle_writes()
-        for link in [k for k in self.links if k[1] == wid]:
-            self.links[link].clear()
+        self.lose_inbound(wid)
         self.generation += 1
         rollback = rollback_set(self.topo, self.phys, [wid])
         assert rollback.path == REGION and wid in rollback.workers
         region = set(rollback.workers)
         epoch = recovery_point(self.phys, self.store, region)
-        parts = {f"{w.node}-{w.index}" for w in self.phys.workers if w.worker_id in region}
-        complete = [e for e, ps in self.store.parts.items() if parts <= set(ps)]
-        assert epoch == (max(complete) if complete else None), (epoch, complete)
+        self.check_recovery_point(epoch, region)
         self.restored.append(epoch)
         self.phys = roll_back(self.phys, region, self.generation, epoch)
         self.fws[wid] = self.start(self.phys, wid)
@@ -163,31 +147,8 @@ def test_region_rollbacks_at_every_point_of_a_run_stay_exact(second):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["step", "deliver", "time", "kill", "control"]), st.integers(0, 99)
-        ),
-        max_size=250,
-    ),
-    st.integers(0, 3),
-)
+@given(actions, st.integers(0, 3))
 def test_region_failover_is_exact_whatever_the_interleaving(script: list[Any], kills: int):
     net = RegionNet()
-    for what, n in script:
-        if what == "step":
-            net.step(net.ids[n % len(net.ids)])
-        elif what == "deliver":
-            busy = [k for k, q in net.links.items() if q]
-            if busy:
-                net.deliver(busy[n % len(busy)])
-        elif what == "time":
-            net.now += (n % 10) * 0.002
-        elif what == "kill" and kills > 0:
-            kills -= 1
-            net.kill(net.ids[n % len(net.ids)])
-        elif what == "control" and net.controls:
-            net.control(n % len(net.controls))
-        net.settle_writes()
-    net.run_out()
+    play(net, script, kills)
     net.check()

@@ -5,16 +5,13 @@ are never sent anything."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
-from test_fault_detector_machine import APP, HOSTS, Clock, FakeCore
+from test_fault_detector_machine import APP, machine_for
 
-from controller.fault_detector import FaultSettings
-from controller.fault_detector_machine import FaultMachine
 from typhoon.checkpoint.store import CheckpointStore
-from typhoon.topology import load_topology, schedule
+from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def job(tmp_path):
     topology = load_topology(ROOT / "topologies" / "pipelines.yaml")
     topology.config.update(checkpoint_store=str(tmp_path))
-    physical = schedule(topology, HOSTS, 0x42, first_port=10)
-    core, clock = FakeCore(topology, physical), Clock()
-    conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
-    machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
+    machine, core, clock, physical = machine_for(topology)
     store = CheckpointStore.local(str(tmp_path), topology.name)
     return machine, core, clock, physical, store
 
@@ -131,10 +125,7 @@ def test_two_failures_in_one_pipeline_roll_it_back_once_to_the_newer_generation(
 def test_a_connected_job_still_rolls_back_globally(tmp_path):
     topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
     topology.config.update(guarantee="exactly_once", checkpoint_store=str(tmp_path))
-    physical = schedule(topology, HOSTS, 0x42, first_port=10)
-    core, clock = FakeCore(topology, physical), Clock()
-    conf = FaultSettings(confirm_timeout=2.0, ack_timeout=5.0, attach_timeout=30.0)
-    machine = FaultMachine(conf, core, 1.0, logging.getLogger("test"), clock)
+    machine, core, clock, physical = machine_for(topology)
     victim = physical.active_of_node("count")[0].worker_id
     kill(machine, core, victim)
     (incident,) = machine.incidents

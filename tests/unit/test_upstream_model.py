@@ -16,7 +16,6 @@ reach back far enough, falls back to region rollback, and stays exact.
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import pytest
@@ -27,8 +26,9 @@ from test_guarantee_model import (
     MemoryStore,
     Net,
     Numbers,
-    Tally,
+    actions,
     model_operators,  # noqa: F401 - the module's fixture registers the model operators
+    play,
 )
 
 from controller.fault_detector import without
@@ -36,7 +36,6 @@ from typhoon.checkpoint.partial import PARTIAL, downstream_closure, partial_roll
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import roll_back, worker_edges
 from typhoon.runtime import upstream_backup
-from typhoon.runtime.framework import Framework
 from typhoon.topology import load_topology_text, schedule
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
@@ -109,21 +108,9 @@ class ListedStore(MemoryStore):
 
 
 class UpstreamNet(Net):
-    def __init__(self, job: str, mb: float | str = 64) -> None:  # Net's, with this file's jobs
+    def __init__(self, job: str, mb: float | str = 64) -> None:
         text, self.sources = JOBS[job]
-        self.topo = load_topology_text(text.format(mb=mb))
-        self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
-        self.store = ListedStore()
-        self.now = 0.0
-        self.links = collections.defaultdict(collections.deque)
-        self.fws: dict[int, Framework] = {}
-        self.controls: list[tuple[int, ControlTuple]] = []
-        self.generation = 0
-        self.restored: list[int | None] = []
-        Numbers.seeks = []
-        for w in self.phys.workers:
-            self.fws[w.worker_id] = self.start(self.phys, w.worker_id)
-        self.ids = sorted(self.fws)
+        super().__init__(job=text.format(mb=mb), store=ListedStore())
         self.touched: set[int] = set()  # workers some kill's rollback set held
         self.dead: set[int] = set()
         self.version = 0
@@ -164,9 +151,7 @@ class UpstreamNet(Net):
         self.recover(wid)
 
     def fail(self, wid: int) -> None:
-        self.settle_writes()
-        for link in [k for k in self.links if k[1] == wid]:
-            self.links[link].clear()
+        self.lose_inbound(wid)
         self.dead.add(wid)
         around = without(self.phys, {wid})
         for sender in self.senders_of(wid):
@@ -188,9 +173,7 @@ class UpstreamNet(Net):
         members = set(plan.workers)
         if plan.path != PARTIAL:
             epoch = recovery_point(self.phys, self.store, members)
-        parts = {f"{w.node}-{w.index}" for w in self.phys.workers if w.worker_id in members}
-        complete = [e for e, ps in self.store.parts.items() if parts <= set(ps)]
-        assert epoch == (max(complete) if complete else None), (epoch, complete)
+        self.check_recovery_point(epoch, members)
         self.paths.append(plan.path)
         self.restored.append(epoch)
         self.phys = roll_back(self.phys, members, self.generation, epoch)
@@ -209,13 +192,6 @@ class UpstreamNet(Net):
             self.replayers.add(sender)
             replay = {**body, "replay": list(receivers)}
             self.controls.append((sender, ControlTuple(Control.ROLLBACK, replay)))
-
-    def counts(self) -> dict[int, int]:
-        merged: collections.Counter = collections.Counter()
-        for fw in self.fws.values():
-            if isinstance(fw.op, Tally):
-                merged.update(fw.op.counts)
-        return dict(merged)
 
     def check(self) -> None:
         want = {k: n * self.sources for k, n in REFERENCE.items()}
@@ -335,36 +311,12 @@ def test_buffers_too_small_to_reach_back_fall_back_and_stay_exact(monkeypatch):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.sampled_from(["chain", "fanin"]),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["step", "deliver", "time", "kill", "control"]), st.integers(0, 99)
-        ),
-        max_size=250,
-    ),
-    st.integers(0, 3),
-)
+@given(st.sampled_from(["chain", "fanin"]), actions, st.integers(0, 3))
 def test_partial_rollback_is_exact_whatever_the_interleaving(job: str, script: Any, kills: int):
     """Kills of any worker (a source's falls back), controls (ROLLBACK and replays) heard
     in any order, deliveries interleaved at random: exact counts."""
     net = UpstreamNet(job)
-    for what, n in script:
-        if what == "step":
-            net.step(net.ids[n % len(net.ids)])
-        elif what == "deliver":
-            busy = [k for k, q in net.links.items() if q]
-            if busy:
-                net.deliver(busy[n % len(busy)])
-        elif what == "time":
-            net.now += (n % 10) * 0.002
-        elif what == "kill" and kills > 0:
-            kills -= 1
-            net.kill(net.ids[n % len(net.ids)], outage=n % 7 * 5)
-        elif what == "control" and net.controls:
-            net.control(n % len(net.controls))
-        net.settle_writes()
-    net.run_out()
+    play(net, script, kills, kill=lambda wid, n: net.kill(wid, outage=n % 7 * 5))
     net.check()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from test_windows_model import Net
+from model_net import SeededNet
 
 from typhoon.operators.base import Context
 from typhoon.operators.events import event
@@ -67,7 +67,7 @@ def expected(left: dict, right: dict, size: int, slide: int) -> list:
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("slide", ["", ", slide_ms: 20"], ids=["tumbling", "sliding"])
 def test_join_pairs_equal_the_reference(seed, slide):
-    net = Net(JOB.format(seed=seed, other=seed + 100, slide=slide, right_field="key"), seed)
+    net = SeededNet(JOB.format(seed=seed, other=seed + 100, slide=slide, right_field="key"), seed)
     net.run(400_000)
     t = net.topo
     want = expected(t.nodes["bids"].args, t.nodes["asks"].args, 40, 20 if slide else 40)

@@ -11,18 +11,10 @@ its inputs, and end of stream closes every window.
 
 from __future__ import annotations
 
-import collections
-import random
-
 import pytest
+from model_net import SeededNet
 
-from typhoon.operators import BUILTINS
 from typhoon.operators.events import expected_windows
-from typhoon.runtime.framework import Framework
-from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Inbound, Transport
-from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple
 
 JOB = """
 name: wmodel
@@ -49,73 +41,6 @@ streams:
 """
 
 
-class Links(Transport):
-    def __init__(self, net: Net, me: int) -> None:
-        super().__init__()
-        self.net, self.me = net, me
-
-    def poll(self, timeout: float) -> list:
-        return []
-
-    def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
-        self.net.links[(self.me, dst)].append((stream, list(payloads)))
-
-    def reply(self, ct: ControlTuple) -> None:
-        pass
-
-
-class Net:
-    def __init__(self, text: str, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.topo = load_topology_text(text)
-        self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
-        self.now = 0.0
-        self.links: dict[tuple[int, int], collections.deque] = collections.defaultdict(
-            collections.deque
-        )
-        self.fws: dict[int, Framework] = {}
-        for w in self.phys.workers:
-            node = self.topo.nodes[w.node]
-            spec = WorkerSpec(self.topo, self.phys, w.worker_id, batch_size=8, max_delay_ms=0.0)
-            fw = Framework(spec, BUILTINS[node.operator](**node.args), Links(self, w.worker_id),
-                           clock=lambda: self.now)  # fmt: skip
-            fw.now = self.now
-            self.fws[w.worker_id] = fw
-        for fw in self.fws.values():
-            if fw.is_spout:
-                fw.control(ControlTuple(Control.ACTIVATE, {}))
-
-    def run(self, steps: int = 200_000, until=None) -> None:
-        """Until every worker finished and the links are empty (or ``until()``)."""
-        rng = self.rng
-        for _ in range(steps):
-            busy = [k for k, q in self.links.items() if q]
-            if until is not None and until():
-                return
-            if all(fw.done for fw in self.fws.values()) and not busy:
-                return
-            self.now += rng.choice([0.0, 0.0005, 0.002])
-            if busy and rng.random() < 0.7:
-                src, dst = rng.choice(busy)
-                stream, payloads = self.links[(src, dst)].popleft()
-                fw = self.fws[dst]
-                fw.now = self.now
-                if not fw.done:
-                    fw.deliver(Inbound(src, stream, payloads))
-                continue
-            fw = self.fws[rng.choice(list(self.fws))]
-            fw.now = self.now
-            if fw.is_spout and not fw.done:
-                fw.step_spout()
-            if not fw.done:
-                fw.tick()
-        raise AssertionError("the job did not finish")
-
-    def results(self, node: str) -> list[list]:
-        (w,) = self.phys.of_node(node)
-        return self.fws[w.worker_id].op.result()["tuples"]
-
-
 def last_per_window(rows: list[list]) -> dict:
     out = {}
     for key, start, end, value in rows:
@@ -130,7 +55,7 @@ def test_windows_equal_the_reference_with_late_tuples(seed, slide):
     rate leaves time for a watermark that covers them to go out before them, on the
     same link)."""
     job = dict(count=3000, seed=seed, tardy_every=13, late_every=17, sources=1)
-    net = Net(JOB.format(slide=slide, **job), seed)
+    net = SeededNet(JOB.format(slide=slide, **job), seed)
     net.run()
     args = net.topo.nodes["events"].args
     window = net.topo.nodes["window"].args
@@ -151,7 +76,7 @@ def test_two_sources_minimum_of_their_watermarks(seed):
     """Two sources, no late events: every window is exact whatever one source's lead
     (a window worker that followed the faster source alone would close windows early
     and drop the slower one's events as late)."""
-    net = Net(JOB.format(slide="", count=3000, seed=seed, tardy_every=0, late_every=0,
+    net = SeededNet(JOB.format(slide="", count=3000, seed=seed, tardy_every=0, late_every=0,
                          sources=2), seed)  # fmt: skip
     # let one source run ahead: the other gets a turn only every fourth time
     slow = net.phys.of_node("events")[1].worker_id

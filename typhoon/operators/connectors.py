@@ -7,7 +7,8 @@ docs/connectors.md has the whole picture; in short:
   same assignment from the sorted split names (:func:`assign_splits`), reads
   only its own, and its offset is a position per split: the checkpoint holds
   it and a recovery seeks each split back there.  A subclass says how to list
-  and fetch, nothing about checkpoints.
+  and fetch, nothing about checkpoints; one with ``from``/``until: end``
+  builds on :class:`RangeSplitSource`.
 * A **transactional sink** (:class:`TransactionalSink`) is Flink's
   ``TwoPhaseCommitSinkFunction`` on our checkpoints.  Rows since the last anchor
   form the open epoch; the anchor closes it (pre-commit: its rows are in this
@@ -17,7 +18,8 @@ docs/connectors.md has the whole picture; in short:
   closed epochs in one transaction that also records the newest epoch, so a
   replayed epoch is never written twice.  A rollback drops what was not
   committed (abort); the rows come again by replay.  COMPLETE (the job ended,
-  no rollback can follow) commits the rest.
+  no rollback can follow) commits the rest.  A sink that names its commits by a
+  run id of its own (files, message ids) builds on :class:`RunIdSink`.
 * An **idempotent sink** writes rows under a deterministic id (an upsert key):
   a replay rewrites the same rows, so it needs no transaction.  Without
   ``exactly_once`` a transactional sink writes like that: in batches, as they
@@ -29,6 +31,7 @@ dead letter by the connector); they never stop the worker.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -90,6 +93,23 @@ def new_run_id() -> str:
     """A sink's run: it names what one submission commits (its epochs start at 1, so a
     new submission must not find the last one's record).  Sorts by start time."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def json_ok(rows: Any) -> bool:
+    """True when JSON can carry ``rows`` (a row or a list of them) as they are."""
+    try:
+        json.dumps(rows, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def epochs_after(epochs: dict[int, list[list]], done: int | None) -> dict[int, list[list]]:
+    """The closed epochs a commit still has to write, ascending: those after ``done``,
+    the newest epoch recorded.  Empty when the record already covers them all (a
+    commit retried after its answer was lost, or a replayed one): nothing is written
+    twice and the record is left as it is."""
+    return {e: epochs[e] for e in sorted(epochs) if done is None or e > done}
 
 
 Entry = tuple[Any, list | None, str]  # (position, row or None if bad, reason if bad)
@@ -190,6 +210,65 @@ class SplitSource(Spout):
         return {"connector_dropped": self.drops.total}
 
 
+class RangeSplitSource(SplitSource):
+    """A split source read from ``from`` and, with ``until: end``, up to the end.
+
+    ``from`` is ``start`` (``FIRST``, the position before any entry), ``end`` (the
+    split's last position when the job opened) or a position; ``until: end`` stops
+    each split at its last position when the job opened (``ends``, filled by the
+    subclass's ``open``).  The offset holds those ends, so a replacement that seeks
+    stops where the first instance would have, whatever was added since.  A
+    subclass whose positions do not compare as they are says how in ``order``.
+    """
+
+    FIRST: ClassVar[Any] = 0
+
+    @staticmethod
+    def take_from(who: str, more: dict[str, Any]) -> Any:
+        """The ``from`` argument (a Python keyword, so it comes in ``**more``; default
+        ``start``); a ValueError naming any other argument ``who`` does not have."""
+        start = more.pop("from", "start")
+        if more:
+            raise ValueError(f"{who} has no argument {', '.join(sorted(more))}")
+        return start
+
+    def __init__(self, start: Any, **args: Any) -> None:
+        until, rate = args.get("until"), args.get("rate", 0.0)
+        if until not in (None, "end"):
+            raise ValueError("until must be 'end' (or left out for an endless source)")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+            raise ValueError("rate must be a non-negative number")
+        super().__init__(**args)
+        self.start, self.until, self.rate = start, until, float(rate)
+        self.ends: dict[str, Any] = {}
+
+    def order(self, position: Any) -> Any:
+        """A position as something that compares in the split's order."""
+        return position
+
+    def initial_position(self, split: str) -> Any:
+        if self.start == "start":
+            return self.FIRST
+        if self.start == "end":
+            return self.ends[split]
+        return self.start
+
+    def ended(self, split: str, position: Any) -> bool:
+        return self.until == "end" and self.order(position) >= self.order(self.ends[split])
+
+    def past_end(self, split: str, position: Any) -> bool:
+        """True for a position after the split's end under ``until: end`` (not read)."""
+        return self.until == "end" and self.order(position) > self.order(self.ends[split])
+
+    def offset(self) -> dict[str, Any]:
+        return {**super().offset(), "until": dict(self.ends)}
+
+    def seek(self, offset: Any) -> None:
+        super().seek(offset)
+        if isinstance(offset, dict) and isinstance(offset.get("until"), dict):
+            self.ends.update(offset["until"])  # bounded by what was there when the job began
+
+
 class TransactionalSink(Bolt):
     """Two-phase commit on checkpoints; subclasses implement the writing hooks.
 
@@ -200,6 +279,9 @@ class TransactionalSink(Bolt):
     * ``committed_epoch()`` -> the newest epoch recorded for this worker (None: none);
     * ``reset()`` -> forget what a previous run recorded (a fresh submission's epochs
       start over, so a stale record would hide them).
+
+    A sink that keeps a connection in ``conn`` has it closed by ``close()``, also
+    when the last write failed.
 
     Under ``exactly_once`` rows wait in epochs as described in the module docstring;
     otherwise they are written once ``batch`` of them are there, on SIGNAL and at the
@@ -218,6 +300,7 @@ class TransactionalSink(Bolt):
         self.fresh = True  # no restore so far: a new submission, not a replacement
         self.last_closed = -1  # newest epoch pre-committed
         self.drops = Drops()
+        self.conn: Any = None
 
     def write(self, rows: list[list]) -> int:
         raise NotImplementedError
@@ -260,8 +343,13 @@ class TransactionalSink(Bolt):
             self._write_open()
 
     def close(self) -> None:
-        if not self.two_phase:
-            self._write_open()
+        try:
+            if not self.two_phase:
+                self._write_open()
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
 
     # ----- the two phases ------------------------------------------------------------------
 
@@ -342,3 +430,37 @@ class TransactionalSink(Bolt):
     def metrics(self) -> dict[str, Any]:
         pending = len(self.open_rows) + sum(map(len, self.closed.values()))
         return {"sink_written": self.written, "sink_pending": pending, "sink_commits": self.commits}
+
+
+class RunIdSink(TransactionalSink):
+    """A transactional sink that records its commits under a run id of its own (in
+    part file names, in message ids) instead of under a record a new submission
+    must clear: every instance draws one, so ``reset()`` has nothing to forget.
+
+    Under ``exactly_once`` the checkpoint carries the run id, so a replacement
+    finds what its predecessor committed; a rollback to before any checkpoint
+    draws a new one (nothing of the old run was committed).  Otherwise a
+    replacement keeps the run id it drew: it numbers its batches from 1 again,
+    and under the old run id they would be taken for the dead instance's.
+    """
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.run = new_run_id()
+
+    def reset(self) -> None:
+        """Nothing to forget (see the class).  Changing the run id here would be wrong:
+        a snapshot taken before the first row already holds it."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "run": self.run}
+
+    def restore(self, state: Any) -> None:
+        super().restore(state)
+        if self.two_phase and state is not None and isinstance(state.get("run"), str):
+            self.run = state["run"]
+
+    def rewind(self, generation: int, epoch: int | None) -> None:
+        if epoch is None and self.two_phase:
+            self.run = new_run_id()  # nothing of the old instance was committed
+        super().rewind(generation, epoch)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import TransactionalSink, new_run_id
+from typhoon.operators.connectors import RunIdSink, epochs_after, json_ok
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -121,7 +121,7 @@ class PartWriter:
         self.temp.unlink(missing_ok=True)
 
 
-class FileSink(TransactionalSink):
+class FileSink(RunIdSink):
     """Rows of the input tuples in part files of the directory ``path``.
 
     Args: ``format``: ``jsonl`` (each row the tuple as a JSON array), ``csv`` (with
@@ -168,7 +168,6 @@ class FileSink(TransactionalSink):
         self.dead_letter = dead_letter
         self.columns: list[str] = []
         self.prefix = ""
-        self.run = ""
         self.seq = 0
         self.part: PartWriter | None = None
         self.schema: Any = None  # parquet: fixed by the first good row
@@ -184,7 +183,6 @@ class FileSink(TransactionalSink):
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise OSError(f"file_sink: cannot use the directory '{self.dir}' ({e})") from None
-        self.run = new_run_id()  # under exactly_once a restore puts back the checkpoint's
         if context.guarantee != "none":  # a dead predecessor's in-progress files: replayed
             for stale in self.dir.glob("." + self.prefix + "*"):
                 stale.unlink(missing_ok=True)
@@ -205,11 +203,11 @@ class FileSink(TransactionalSink):
     def _good(self, rows: list[list]) -> list[list]:
         n = len(self.columns) if self.columns else None
         good: list[list] = []
-        json_ok = self.fmt != "jsonl" or _json_ok(rows)  # row by row only if not all are
+        all_ok = self.fmt != "jsonl" or json_ok(rows)  # row by row only if not all are
         for r in rows:
             if n is not None and len(r) != n:
                 self._bad("wrong_fields", r)
-            elif self.fmt == "jsonl" and not json_ok and not _json_ok(r):
+            elif self.fmt == "jsonl" and not all_ok and not json_ok(r):
                 self._bad("not_json", r)
             else:
                 good.append(r)
@@ -294,24 +292,13 @@ class FileSink(TransactionalSink):
         if not self.two_phase:
             self._write_open()  # at_least_once: what the checkpoint will not hold is visible
             self._roll()
-        return {**super().snapshot(), "run": self.run}
-
-    def restore(self, state: Any) -> None:
-        """Under exactly_once the checkpoint's run id names the record of the committed
-        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
-        parts from 1 again, and under the old run id they would replace parts the dead
-        instance committed after its first checkpoint."""
-        super().restore(state)
-        if self.two_phase and state is not None and isinstance(state.get("run"), str):
-            self.run = state["run"]
+        return super().snapshot()
 
     # exactly_once: one part file per commit, named after its newest epoch
     def commit(self, epochs: dict[int, list[list]]) -> int:
         last = max(epochs)
-        done = self.committed_epoch()
-        if done is not None and done >= last:
-            return 0
-        rows = [r for e in sorted(epochs) if done is None or e > done for r in epochs[e]]
+        todo = epochs_after(epochs, self.committed_epoch())
+        rows = [r for epoch_rows in todo.values() for r in epoch_rows]
         if not rows:
             return 0  # nothing to write twice: an epoch without rows needs no record
         part = self._new_part(last)
@@ -328,17 +315,6 @@ class FileSink(TransactionalSink):
         start = f"{self.prefix}{self.run}-"
         names = [p.name[len(start) : -len(self.fmt) - 1] for p in self.dir.glob(f"{start}*")]
         return max((int(n) for n in names if n.isdigit()), default=None)
-
-    def reset(self) -> None:
-        """Nothing to forget: every instance starts under a run id of its own (a restore
-        puts back the checkpoint's), so a new submission never finds the last one's
-        record.  Changing it here would be wrong: a snapshot taken before the first row
-        already holds the run id."""
-
-    def rewind(self, generation: int, epoch: int | None) -> None:
-        if epoch is None and self.two_phase:
-            self.run = new_run_id()  # nothing of the old instance was committed
-        super().rewind(generation, epoch)
 
     def close(self) -> None:
         super().close()
@@ -359,11 +335,3 @@ class FileSink(TransactionalSink):
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         merged = super().merge_results(results)
         return {**merged, "files": sum(r.get("files", 0) for r in results)}
-
-
-def _json_ok(row: list) -> bool:
-    try:
-        json.dumps(row, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from typhoon.operators.base import Bolt, Context, Emit
-from typhoon.operators.joins import LEFT, RIGHT, _check_sides
+from typhoon.operators.base import Context, Emit
+from typhoon.operators.joins import LEFT, RIGHT, JoinInputs, _check_two
 from typhoon.operators.windowing import NUMERIC, add, is_time, new_acc, value_of
-from typhoon.operators.windows import LATE_STREAM, _out_key
+from typhoon.operators.windows import WatermarkClosed, _out_key
 
 OUT = ("key", "start", "end", "value")
 S, E, ACC, N, CARRY = range(5)  # a left interval: [start, end, acc, matches, carried fields]
 
 
-class IntervalJoin(Bolt):
+class IntervalJoin(JoinInputs, WatermarkClosed):
     """Per left tuple, an aggregate of the right tuples of its key within its interval."""
 
-    keyed: ClassVar[bool] = True
-    sees_input: ClassVar[bool] = True
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key", "time")
 
     def __init__(
         self,
@@ -71,17 +70,7 @@ class IntervalJoin(Bolt):
         self.state: Any = {}
         self.left_at: tuple[int, int, int, list[int]] = (0, 0, 0, [])
         self.right_at: tuple[int, int, int | None] = (0, 0, None)
-        self.wm = float("-inf")
         self.counts = {"bad": 0, "late": 0, "late_right": 0, "emitted": 0, "unknown_input": 0}
-
-    @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        """Each input must be grouped on its own key field."""
-        if src == args.get("left"):
-            return [args.get("left_key")]
-        if src == args.get("right"):
-            return [args.get("right_key")]
-        return None
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -91,7 +80,7 @@ class IntervalJoin(Bolt):
     @classmethod
     def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
         """Both inputs are there with the fields named (key, times, field, carried ones)."""
-        _check_sides(args, inputs, ("key", "time"))
+        super().check_inputs(args, inputs)
         named = [(args.get("left"), "left_end", args.get("left_end"))]
         named += [(args.get("left"), "carry", f) for f in args.get("carry") or []]
         if args.get("field") is not None:
@@ -168,42 +157,28 @@ class IntervalJoin(Bolt):
 
     def _late(self, k: Any, sides: list, t: Any, values: list, emit: Emit) -> None:
         self.counts["late"] += 1
-        if not sides[LEFT] and not sides[RIGHT]:
-            del self.state[k]
-        emit([_out_key(k), t, t, list(values)], LATE_STREAM)
+        self.emit_late(k, sides[LEFT] or sides[RIGHT], t, [list(values)], emit)
 
-    def on_watermark(self, wm: float, emit: Emit) -> None:
+    def close_key(self, k: Any, sides: Any, wm: float, emit: Emit) -> bool:
         """Emit the intervals the watermark ended; forget right tuples no left can take."""
-        if wm <= self.wm:
-            return
-        self.wm = wm
-        data = self.state.data
-        empty = []
-        for k, (lefts, rights) in data.items():
-            done = [w for w in lefts if w[E] <= wm]
-            if done:
-                key = _out_key(k)
-                for w in sorted(done, key=lambda w: (w[E], w[S])):
-                    if w[N] or self.emit_empty:
-                        self.counts["emitted"] += 1
-                        emit([key, w[S], w[E], value_of(self.agg, w[ACC]), *w[CARRY]])
-                lefts[:] = [w for w in lefts if w[E] > wm]
-            if any(r[0] < wm for r in rights):
-                rights[:] = [r for r in rights if r[0] >= wm]
-            if not lefts and not rights:
-                empty.append(k)
-        for k in empty:
-            del data[k]
+        lefts, rights = sides
+        done = [w for w in lefts if w[E] <= wm]
+        if done:
+            key = _out_key(k)
+            for w in sorted(done, key=lambda w: (w[E], w[S])):
+                if w[N] or self.emit_empty:
+                    self.counts["emitted"] += 1
+                    emit([key, w[S], w[E], value_of(self.agg, w[ACC]), *w[CARRY]])
+            lefts[:] = [w for w in lefts if w[E] > wm]
+        if any(r[0] < wm for r in rights):
+            rights[:] = [r for r in rights if r[0] >= wm]
+        return bool(lefts or rights)
 
-    def snapshot(self) -> Any:
-        return {"wm": None if self.wm == float("-inf") else self.wm, "counts": dict(self.counts)}
+    def counts_state(self) -> Any:
+        return dict(self.counts)
 
-    def restore(self, state: Any) -> None:
-        if not state:
-            return
-        if state.get("wm") is not None:
-            self.wm = state["wm"]
-        self.counts.update(state["counts"])
+    def restore_counts(self, counts: Any) -> None:
+        self.counts.update(counts)
 
     def metrics(self) -> dict[str, Any]:
         c = self.counts
@@ -228,8 +203,7 @@ def _check_args(args: dict[str, Any]) -> None:
         raise ValueError(f"aggregate must be count, {', '.join(NUMERIC)}, not {agg!r}")
     if agg != "count" and args.get("field") is None:
         raise ValueError(f"aggregate '{agg}' needs 'field' (the right tuples' field it reads)")
-    if args.get("left") == args.get("right"):
-        raise ValueError("left and right must be two different nodes")
+    _check_two(args.get("left"), args.get("right"))
     carry = args.get("carry") or []
     if not isinstance(carry, list) or not all(isinstance(f, str) for f in carry):
         raise ValueError("carry must be a list of field names of the left tuples")

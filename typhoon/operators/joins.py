@@ -16,17 +16,35 @@ from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
 from typhoon.operators.windowing import WindowSpec, is_time, window_starts
-from typhoon.operators.windows import LATE_STREAM, _out_key
+from typhoon.operators.windows import WatermarkClosed, _out_key
 
 LEFT, RIGHT = 0, 1
 
 
-class WindowJoin(Bolt):
+class JoinInputs:
+    """What every join says of its two inputs, the nodes ``left`` and ``right``: each is
+    grouped on its own key field (``left_key``, ``right_key``), the framework tells which
+    one a frame came on (``self.input``), and the loader checks that they are the node's
+    two inputs and produce the fields ``left_<f>`` and ``right_<f>`` names, for each
+    ``f`` of ``SIDE_FIELDS``."""
+
+    sees_input: ClassVar[bool] = True
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key",)
+
+    @classmethod
+    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
+        return side_key_fields(args, src)
+
+    @classmethod
+    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
+        _check_sides(args, inputs, cls.SIDE_FIELDS)
+
+
+class WindowJoin(JoinInputs, WatermarkClosed):
     """Pairs of ``left`` and ``right`` tuples with one key in one window."""
 
     fields: ClassVar[tuple[str, ...]] = ("key", "window_start", "window_end", "left", "right")
-    keyed: ClassVar[bool] = True
-    sees_input: ClassVar[bool] = True  # the framework sets ``self.input`` (the sending node)
+    SIDE_FIELDS: ClassVar[tuple[str, ...]] = ("key", "time")
 
     def __init__(
         self,
@@ -52,37 +70,17 @@ class WindowJoin(Bolt):
         problem = WindowSpec(size_ms, slide_ms).problem()
         if problem:
             raise ValueError(problem)
-        if left == right:
-            raise ValueError("left and right must be two different nodes")
+        _check_two(left, right)
         self.size = size_ms
         self.slide = slide_ms or size_ms
         self.input = ""
         self.state: Any = {}
         # node -> (side, time field index, key field index)
         self.time_at: dict[str, tuple[int, int, int]] = {}
-        self.wm = float("-inf")
         self.bad_time = 0
         self.late = 0
         self.pairs = 0
         self.unknown_input = 0
-
-    @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        """Each input must be grouped on its own key field."""
-        if src == args.get("left"):
-            return [args.get("left_key")]
-        if src == args.get("right"):
-            return [args.get("right_key")]
-        return None
-
-    @classmethod
-    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        return list(cls.fields)
-
-    @classmethod
-    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
-        """The two inputs are the ``left`` and ``right`` nodes, and have the fields named."""
-        _check_sides(args, inputs, ("key", "time"))
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -121,44 +119,25 @@ class WindowJoin(Bolt):
             w[1 + side].append(list(values))
         if not hit:
             self.late += 1
-            if not windows:
-                del self.state[k]
             pair = [list(values), None] if side == LEFT else [None, list(values)]
-            emit([_out_key(k), ts, ts, *pair], LATE_STREAM)
+            self.emit_late(k, windows, ts, pair, emit)
 
-    def on_watermark(self, wm: float, emit: Emit) -> None:
+    def close_key(self, k: Any, windows: Any, wm: float, emit: Emit) -> bool:
         """Every pair of each window the watermark closes; the window is then gone."""
-        if wm <= self.wm:
-            return
-        self.wm = wm
-        data = self.state.data
-        empty = []
-        for k, windows in data.items():
-            done = sorted(s for s, w in windows.items() if w[0] <= wm)
-            key = _out_key(k)
-            for s in done:
-                end, lefts, rights = windows.pop(s)
-                for lv in lefts:
-                    for rv in rights:
-                        emit([key, s, end, lv, rv])
-                self.pairs += len(lefts) * len(rights)
-            if not windows:
-                empty.append(k)
-        for k in empty:
-            del data[k]
+        key = _out_key(k)
+        for start in sorted(s for s, w in windows.items() if w[0] <= wm):
+            end, lefts, rights = windows.pop(start)
+            for lv in lefts:
+                for rv in rights:
+                    emit([key, start, end, lv, rv])
+            self.pairs += len(lefts) * len(rights)
+        return bool(windows)
 
-    def snapshot(self) -> Any:
-        return {
-            "wm": None if self.wm == float("-inf") else self.wm,
-            "counts": [self.bad_time, self.late, self.pairs, self.unknown_input],
-        }
+    def counts_state(self) -> Any:
+        return [self.bad_time, self.late, self.pairs, self.unknown_input]
 
-    def restore(self, state: Any) -> None:
-        if not state:
-            return
-        if state.get("wm") is not None:
-            self.wm = state["wm"]
-        self.bad_time, self.late, self.pairs, self.unknown_input = state["counts"]
+    def restore_counts(self, counts: Any) -> None:
+        self.bad_time, self.late, self.pairs, self.unknown_input = counts
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -175,7 +154,7 @@ class WindowJoin(Bolt):
         return {k: sum(r[k] for r in results) for k in ("bad_time", "late", "pairs")}
 
 
-class StreamJoin(Bolt):
+class StreamJoin(JoinInputs, Bolt):
     """Every pair of a ``left`` and a ``right`` tuple with equal keys, whenever they met:
     an unwindowed (regular) join, as Nexmark q3's.
 
@@ -190,32 +169,16 @@ class StreamJoin(Bolt):
 
     fields: ClassVar[tuple[str, ...]] = ("key", "left", "right")
     keyed: ClassVar[bool] = True
-    sees_input: ClassVar[bool] = True
 
     def __init__(self, left: str, right: str, left_key: str, right_key: str) -> None:
         super().__init__(left=left, right=right, left_key=left_key, right_key=right_key)
-        if left == right:
-            raise ValueError("left and right must be two different nodes")
+        _check_two(left, right)
         self.input = ""
         self.state: Any = {}
         self.key_at: dict[str, tuple[int, int]] = {}  # node -> (side, key field index)
         self.pairs = 0
         self.kept = 0
         self.unknown_input = 0
-
-    @classmethod
-    def key_fields(cls, args: dict[str, Any], src: str) -> list[str] | None:
-        """Each input must be grouped on its own key field."""
-        return WindowJoin.key_fields(args, src)
-
-    @classmethod
-    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        return list(cls.fields)
-
-    @classmethod
-    def check_inputs(cls, args: dict[str, Any], inputs: dict[str, list[str]]) -> None:
-        """The two inputs are the ``left`` and ``right`` nodes, with the key fields named."""
-        _check_sides(args, inputs, ("key",))
 
     def open(self, context: Context) -> None:
         super().open(context)
@@ -259,6 +222,20 @@ class StreamJoin(Bolt):
     @classmethod
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         return {k: sum(r[k] for r in results) for k in ("pairs", "kept")}
+
+
+def side_key_fields(args: dict[str, Any], src: str) -> list[str] | None:
+    """A join's inputs are each grouped on their own key field."""
+    if src == args.get("left"):
+        return [args.get("left_key")]
+    if src == args.get("right"):
+        return [args.get("right_key")]
+    return None
+
+
+def _check_two(left: Any, right: Any) -> None:
+    if left == right:
+        raise ValueError("left and right must be two different nodes")
 
 
 def _check_sides(args: dict[str, Any], inputs: dict[str, list[str]], what: tuple) -> None:

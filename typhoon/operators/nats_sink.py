@@ -18,7 +18,13 @@ import json
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import ConnectorError, TransactionalSink, new_run_id, retry
+from typhoon.operators.connectors import (
+    ConnectorError,
+    RunIdSink,
+    epochs_after,
+    json_ok,
+    retry,
+)
 from typhoon.operators.nats_client import (
     NatsConnection,
     check_url,
@@ -29,7 +35,7 @@ from typhoon.operators.nats_client import (
 EPOCHS_BUCKET = "typhoon_sink_epochs"
 
 
-class NatsSink(TransactionalSink):
+class NatsSink(RunIdSink):
     """Publishes each tuple to ``subject`` (a stream must capture it).
 
     Args: ``url``; ``subject``; ``format``: ``json`` (the tuple as a JSON array,
@@ -58,7 +64,6 @@ class NatsSink(TransactionalSink):
         self.conn: NatsConnection | None = None
         self.kv: Any = None
         self.key = ""
-        self.run = new_run_id()
         self.batches = 0
         self.duplicates = 0  # messages the stream dropped as sent before
 
@@ -99,13 +104,13 @@ class NatsSink(TransactionalSink):
         super().process_batch(self._good(rows), emit)
 
     def _good(self, rows: list[list]) -> list[list]:
-        if self.fmt == "json" and _json_ok(rows):
+        if self.fmt == "json" and json_ok(rows):
             return rows
         good = []
         for r in rows:
             if self.fmt == "text" and len(r) != 1:
                 self._bad("wrong_fields", r)
-            elif self.fmt == "json" and not _json_ok(r):
+            elif self.fmt == "json" and not json_ok(r):
                 self._bad("not_json", r)
             else:
                 good.append(r)
@@ -138,7 +143,7 @@ class NatsSink(TransactionalSink):
             self.duplicates += dup
         return stored
 
-    # ----- the hooks of TransactionalSink ----------------------------------------------
+    # ----- the hooks of TransactionalSink (RunIdSink keeps the run id) ----------------
 
     def write(self, rows: list[list]) -> int:
         self.batches += 1
@@ -147,15 +152,14 @@ class NatsSink(TransactionalSink):
 
     def commit(self, epochs: dict[int, list[list]]) -> int:
         last = max(epochs)
-        done = self.committed_epoch()
-        if done is not None and done >= last:
+        todo = epochs_after(epochs, self.committed_epoch())
+        if not todo:
             return 0
         ids: list[str] = []
         rows: list[list] = []
-        for e in sorted(epochs):
-            if done is None or e > done:
-                ids += [f"{self.key}.{self.run}.e{e}.{i}" for i in range(len(epochs[e]))]
-                rows += epochs[e]
+        for e, epoch_rows in todo.items():
+            ids += [f"{self.key}.{self.run}.e{e}.{i}" for i in range(len(epoch_rows))]
+            rows += epoch_rows
         stored = self._publish(rows, ids, f"committing epoch {last}") if rows else 0
         assert self.conn is not None
         conn = self.conn
@@ -185,37 +189,6 @@ class NatsSink(TransactionalSink):
 
         return retry(f"reading the committed epoch on {self.url}", read, transient())
 
-    def reset(self) -> None:
-        """Nothing to forget: every instance starts under a run id of its own (a restore
-        puts back the checkpoint's), so a new submission never finds the last one's
-        record.  Changing it here would be wrong: a snapshot taken before the first row
-        already holds the run id."""
-
-    def snapshot(self) -> dict[str, Any]:
-        return {**super().snapshot(), "run": self.run}
-
-    def restore(self, state: Any) -> None:
-        """Under exactly_once the checkpoint's run id names the record of the committed
-        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
-        batches from 1 again, and under the old run id the stream would drop them as
-        sent before (their message ids within its duplicate window)."""
-        super().restore(state)
-        if self.two_phase and state is not None and isinstance(state.get("run"), str):
-            self.run = state["run"]
-
-    def rewind(self, generation: int, epoch: int | None) -> None:
-        if epoch is None and self.two_phase:
-            self.run = new_run_id()  # nothing of the old instance was committed
-        super().rewind(generation, epoch)
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
-
     def result(self) -> dict[str, Any]:
         return {**super().result(), "duplicates": self.duplicates}
 
@@ -223,14 +196,6 @@ class NatsSink(TransactionalSink):
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         merged = super().merge_results(results)
         return {**merged, "duplicates": sum(r.get("duplicates", 0) for r in results)}
-
-
-def _json_ok(rows: Any) -> bool:
-    try:
-        json.dumps(rows, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _stream_of(conn: NatsConnection, subject: str) -> str:

@@ -16,7 +16,7 @@ import secrets
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context
-from typhoon.operators.connectors import ConnectorError, Entry, SplitSource, retry
+from typhoon.operators.connectors import ConnectorError, Entry, RangeSplitSource, retry
 from typhoon.operators.nats_client import NatsConnection, check_url, transient
 
 WHOLE = ">"  # the split name of the whole stream (no subject given)
@@ -39,7 +39,7 @@ def decode_message(fmt: str, fields: list[str], data: bytes) -> tuple[list | Non
     return row, ""
 
 
-class NatsSource(SplitSource):
+class NatsSource(RangeSplitSource):
     """Tuples of ``fields`` from the messages of JetStream stream ``stream``.
 
     Args: ``url`` (``nats://host:port``); ``subject``: one literal subject or a list
@@ -66,9 +66,7 @@ class NatsSource(SplitSource):
         dead_letter: str | None = None,
         **more: Any,
     ) -> None:
-        start = more.pop("from", "start")
-        if more:
-            raise ValueError(f"nats_source has no argument {', '.join(sorted(more))}")
+        start = self.take_from("nats_source", more)
         check_url(url)
         if not isinstance(stream, str) or not stream or any(c in stream for c in " .*>"):
             raise ValueError("stream must be a JetStream stream name")
@@ -93,17 +91,11 @@ class NatsSource(SplitSource):
             isinstance(start, bool) or not isinstance(start, int) or start < 0
         ):
             raise ValueError("from must be start, end or a stream sequence number")
-        if until not in (None, "end"):
-            raise ValueError("until must be 'end' (or left out for an endless source)")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
-            raise ValueError("rate must be a non-negative number")
-        super().__init__(url=url, stream=stream, subject=subjects, fields=fields, format=format,
-                         rate=rate, until=until)  # fmt: skip
+        super().__init__(start, url=url, stream=stream, subject=subjects, fields=fields,
+                         format=format, rate=rate, until=until)  # fmt: skip
         self.url, self.stream, self.subjects = url, stream, subjects
         self.entry_fields, self.fmt = list(fields), format
-        self.start, self.until, self.dead_letter = start, until, dead_letter
-        self.rate = float(rate)
-        self.ends: dict[str, int] = {}
+        self.dead_letter = dead_letter
         self.conn: NatsConnection | None = None
         self.consumers: dict[str, tuple[str, int, Any]] = {}  # split -> (name, next seq, sub)
 
@@ -155,24 +147,6 @@ class NatsSource(SplitSource):
 
     def list_splits(self) -> list[str]:
         return list(self.subjects) or [WHOLE]
-
-    def initial_position(self, split: str) -> int:
-        if self.start == "start":
-            return 0
-        if self.start == "end":
-            return self.ends[split]
-        return int(self.start)
-
-    def ended(self, split: str, position: Any) -> bool:
-        return self.until == "end" and position >= self.ends[split]
-
-    def offset(self) -> dict[str, Any]:
-        return {**super().offset(), "until": dict(self.ends)}
-
-    def seek(self, offset: Any) -> None:
-        super().seek(offset)
-        if isinstance(offset, dict) and isinstance(offset.get("until"), dict):
-            self.ends.update(offset["until"])  # bounded by what was there when the job began
 
     # ----- reading ---------------------------------------------------------------------
 
@@ -259,7 +233,7 @@ class NatsSource(SplitSource):
         for seq, data, subject in got:
             if seq <= position:
                 continue
-            if self.until == "end" and seq > self.ends[split]:
+            if self.past_end(split, seq):
                 break
             row, reason = decode_message(self.fmt, self.entry_fields, data)
             if row is None and self.dead_letter:

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from typhoon.operators.base import Context
-from typhoon.operators.connectors import ConnectorError, TransactionalSink, retry
+from typhoon.operators.connectors import ConnectorError, TransactionalSink, epochs_after, retry
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,6 @@ class PostgresSink(TransactionalSink):
         super().__init__(dsn=dsn, table=table, key=key, append=append, columns=columns)
         self.dsn, self.table, self.key = dsn, table, list(key or [])
         self.columns = list(columns or [])
-        self.conn: Any = None
         self.stmt: Any = None
         self.sink_name = ""
         self.part = ""
@@ -180,11 +179,10 @@ class PostgresSink(TransactionalSink):
         last = max(epochs)
 
         def work(conn: Any) -> int:
-            done = self._committed(conn)
-            if done is not None and done >= last:
+            todo = epochs_after(epochs, self._committed(conn))
+            if not todo:
                 return 0  # a retry after the commit went through but its answer was lost
-            rows = [r for e in sorted(epochs) if done is None or e > done for r in epochs[e]]
-            good = self._rows(rows)
+            good = self._rows([r for rows in todo.values() for r in rows])
             if good:
                 conn.cursor().executemany(self.stmt, good)
             conn.execute(
@@ -214,14 +212,6 @@ class PostgresSink(TransactionalSink):
                 (self.sink_name, self.part),
             ),
         )
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            if self.conn is not None:
-                self.conn.close()
-                self.conn = None
 
 
 def _redact(dsn: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context
-from typhoon.operators.connectors import ConnectorError, Entry, SplitSource, retry
+from typhoon.operators.connectors import ConnectorError, Entry, RangeSplitSource, retry
 
 START = "0-0"
 
@@ -48,7 +48,7 @@ def _transient() -> tuple[type[BaseException], ...]:
     return (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
 
 
-class RedisStreamSource(SplitSource):
+class RedisStreamSource(RangeSplitSource):
     """Tuples of ``fields`` from the entries of ``stream`` (one name or a list).
 
     Args: ``url`` (``redis://host:port/db``); ``from``: ``start`` (default), ``end``
@@ -58,6 +58,7 @@ class RedisStreamSource(SplitSource):
     """
 
     READ: ClassVar[int] = 500  # entries per XRANGE
+    FIRST: ClassVar[str] = START
 
     def __init__(
         self,
@@ -69,9 +70,7 @@ class RedisStreamSource(SplitSource):
         dead_letter: str | None = None,
         **more: Any,
     ) -> None:
-        start = more.pop("from", "start")
-        if more:
-            raise ValueError(f"redis_stream_source has no argument {', '.join(sorted(more))}")
+        start = self.take_from("redis_stream_source", more)
         streams = [stream] if isinstance(stream, str) else stream
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("url must be a redis:// URL")
@@ -91,15 +90,9 @@ class RedisStreamSource(SplitSource):
             raise ValueError("fields must not repeat a name")
         if start not in ("start", "end"):
             parse_id(str(start))
-        if until not in (None, "end"):
-            raise ValueError("until must be 'end' (or left out for an endless source)")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
-            raise ValueError("rate must be a non-negative number")
-        super().__init__(url=url, stream=streams, fields=fields, rate=rate, until=until)
+        super().__init__(str(start), url=url, stream=streams, fields=fields, rate=rate, until=until)
         self.url, self.streams, self.entry_fields = url, streams, list(fields)
-        self.start, self.until, self.dead_letter = str(start), until, dead_letter
-        self.rate = float(rate)
-        self.ends: dict[str, str] = {}
+        self.dead_letter = dead_letter
         self.redis: Any = None
 
     @classmethod
@@ -138,23 +131,8 @@ class RedisStreamSource(SplitSource):
     def list_splits(self) -> list[str]:
         return list(self.streams)
 
-    def initial_position(self, split: str) -> str:
-        if self.start == "start":
-            return START
-        if self.start == "end":
-            return self.ends[split]
-        return self.start
-
-    def ended(self, split: str, position: Any) -> bool:
-        return self.until == "end" and parse_id(position) >= parse_id(self.ends[split])
-
-    def offset(self) -> dict[str, Any]:
-        return {**super().offset(), "until": dict(self.ends)}
-
-    def seek(self, offset: Any) -> None:
-        super().seek(offset)
-        if isinstance(offset, dict) and isinstance(offset.get("until"), dict):
-            self.ends.update(offset["until"])  # bounded by what was there when the job began
+    def order(self, position: Any) -> tuple[int, int]:
+        return parse_id(position)
 
     def fetch(self, split: str, position: Any, max_count: int) -> list[Entry]:
         n = min(max_count, self.READ)
@@ -167,7 +145,7 @@ class RedisStreamSource(SplitSource):
         out: list[Entry] = []
         for raw_id, values in got:
             entry_id = raw_id.decode()
-            if self.until == "end" and parse_id(entry_id) > parse_id(self.ends[split]):
+            if self.past_end(split, entry_id):
                 break
             row, reason = decode_entry(self.entry_fields, values)
             if row is None and self.dead_letter:

@@ -29,11 +29,64 @@ def _key_fields(key: Any) -> list[str]:
     return [key] if isinstance(key, str) else list(key)
 
 
-class WindowAggregate(Bolt):
+class WatermarkClosed(Bolt):
+    """A keyed bolt whose state per key the watermark closes (windows, joins).
+
+    It keeps the highest watermark seen (checkpointed with the counts, so a replay
+    never closes anything again for a lower one), closes every key's state when
+    the watermark rises and forgets the keys left empty, and sends tuples too late
+    for any of it to the stream ``late``.  A subclass says what closing a key's
+    state emits (``close_key``) and which counts it checkpoints.
+    """
+
+    keyed: ClassVar[bool] = True
+    wm: float = float("-inf")
+    state: Any
+
+    def close_key(self, k: Any, entry: Any, wm: float, emit: Emit) -> bool:
+        """Emit what watermark ``wm`` ends in key ``k``'s state; True while some is left."""
+        raise NotImplementedError
+
+    def counts_state(self) -> Any:
+        """The counts a checkpoint holds."""
+        raise NotImplementedError
+
+    def restore_counts(self, counts: Any) -> None:
+        raise NotImplementedError
+
+    def on_watermark(self, wm: float, emit: Emit) -> None:
+        """Close every key's state up to the watermark; forget the keys left empty."""
+        if wm <= self.wm:
+            return
+        self.wm = wm
+        data = self.state.data
+        empty = [k for k, entry in data.items() if not self.close_key(k, entry, wm, emit)]
+        for k in empty:
+            del data[k]
+
+    def emit_late(self, k: Any, kept: Any, ts: Any, tail: list, emit: Emit) -> None:
+        """``[key, ts, ts, *tail]`` to the stream ``late``; the key's state is forgotten
+        unless ``kept`` (it still holds something)."""
+        if not kept:
+            del self.state[k]
+        emit([_out_key(k), ts, ts, *tail], LATE_STREAM)
+
+    def snapshot(self) -> Any:
+        """The watermark seen and the counts; the state per key is keyed state."""
+        return {"wm": None if self.wm == float("-inf") else self.wm, "counts": self.counts_state()}
+
+    def restore(self, state: Any) -> None:
+        if not state:
+            return
+        if state.get("wm") is not None:
+            self.wm = state["wm"]
+        self.restore_counts(state["counts"])
+
+
+class WindowAggregate(WatermarkClosed):
     """Tumbling, sliding or session windows per key, with an aggregate over a field."""
 
     fields: ClassVar[tuple[str, ...]] = ("key", "window_start", "window_end", "value")
-    keyed: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -67,7 +120,6 @@ class WindowAggregate(Bolt):
         self.key_of: Any = None
         self.ti = 0
         self.fi: int | None = None
-        self.wm: float = float("-inf")
         self.bad_time = 0
         self.bad_value = 0
         self.late = 0
@@ -127,48 +179,27 @@ class WindowAggregate(Bolt):
         updates = self.windows.add(windows, ts, value, self.wm)
         if updates is None:
             self.late += 1
-            if not windows:
-                del self.state[k]
-            emit([_out_key(k), ts, ts, list(values)], LATE_STREAM)
+            self.emit_late(k, windows, ts, [list(values)], emit)
             return
         key = _out_key(k)
         for start, end, v in updates:
             emit([key, start, end, v])
 
-    def on_watermark(self, wm: float, emit: Emit) -> None:
+    def close_key(self, k: Any, windows: Any, wm: float, emit: Emit) -> bool:
         """Emit every window the watermark completes; forget those past their lateness."""
-        if wm <= self.wm:
-            return
-        self.wm = wm
-        data = self.state.data
-        empty = []
-        fire = self.windows.fire
-        for k, windows in data.items():
-            done = fire(windows, wm)
-            if done:
-                key = _out_key(k)
-                self.fired += len(done)
-                for start, end, v in done:
-                    emit([key, start, end, v])
-            if not windows:
-                empty.append(k)
-        for k in empty:
-            del data[k]
+        done = self.windows.fire(windows, wm)
+        if done:
+            key = _out_key(k)
+            self.fired += len(done)
+            for start, end, v in done:
+                emit([key, start, end, v])
+        return bool(windows)
 
-    def snapshot(self) -> Any:
-        """The watermark the windows saw (a replay never fires them again for a lower one)
-        and the counts; the windows themselves are keyed state."""
-        return {
-            "wm": None if self.wm == float("-inf") else self.wm,
-            "counts": [self.bad_time, self.bad_value, self.late, self.fired],
-        }
+    def counts_state(self) -> Any:
+        return [self.bad_time, self.bad_value, self.late, self.fired]
 
-    def restore(self, state: Any) -> None:
-        if not state:
-            return
-        if state.get("wm") is not None:
-            self.wm = state["wm"]
-        self.bad_time, self.bad_value, self.late, self.fired = state["counts"]
+    def restore_counts(self, counts: Any) -> None:
+        self.bad_time, self.bad_value, self.late, self.fired = counts
 
     def metrics(self) -> dict[str, Any]:
         return {
