@@ -35,7 +35,7 @@ from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import recover
+from typhoon.tcp_recovery import recover, restart
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -185,6 +185,10 @@ class TcpCluster:
 
     def next_version(self) -> int:
         return next(self.request_ids)
+
+    def restart(self, topology: Topology, physical: PhysicalTopology, reason: str) -> None:
+        """Every worker again in ``physical``, from a checkpoint (a death mid-rescale)."""
+        restart(self, topology, physical, reason)
 
     def hosts(self) -> list[str]:
         return list(self.options.hosts)

@@ -58,15 +58,20 @@ def test_a_keyed_node_may_be_rescaled_on_tcp():
     assert tcp_refusal(topo(), Scale("split", 3)) is None  # stateless: nothing to move
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_guaranteed_job_may_be_rescaled_on_tcp(guarantee):
+    assert tcp_refusal(topo(guarantee=guarantee), Scale("count", 6)) is None
+    assert tcp_refusal(topo(guarantee=guarantee), Scale("count", 2)) is None
+
+
 @pytest.mark.parametrize(
     ("t", "request_", "words"),
     [
         (topo(), Reroute("split->count", "shuffle"), "only 'scale'"),
-        (topo(guarantee="exactly_once"), Scale("count", 6), "guarantee 'exactly_once'"),
         (topo(), Scale("nope", 2), "no node named 'nope'"),
         (topo(WORDCOUNT), Scale("count", 3), "not keyed (stateful: true"),
     ],
-    ids=["reroute", "guarantee", "unknown", "flush"],
+    ids=["reroute", "unknown", "flush"],
 )
 def test_what_tcp_cannot_rescale_is_refused_with_one_sentence(t, request_, words):
     sentence = tcp_refusal(t, request_)
@@ -137,15 +142,27 @@ def test_metric_req_may_ask_for_keys_and_nothing_else():
 class Proc:
     def __init__(self) -> None:
         self.code: int | None = None
+        self.terminated = False
 
     def poll(self) -> int | None:
         return self.code
+
+    def terminate(self) -> None:
+        self.terminated = True
+        self.code = 0
 
 
 class FakeCluster:
     """Workers that ack every control tuple on the next pump, and report key groups."""
 
-    def __init__(self, t, drain_code: int = 0, silent: set[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        t,
+        drain_code: int = 0,
+        silent: set[int] = frozenset(),
+        die: tuple[str, int] | None = None,
+        restart_fails: bool = False,
+    ) -> None:
         self.topology = t
         self.physical = schedule(t, ["h1"], app_id_for(t.name), first_port=0)
         self.procs: dict[int, Any] = {w.worker_id: Proc() for w in self.physical.workers}
@@ -156,6 +173,9 @@ class FakeCluster:
         self.version = 0
         self.drain_code = drain_code
         self.silent = set(silent)
+        self.die = die  # (control type, worker): it dies instead of acking that control
+        self.restart_fails = restart_fails
+        self.restarts: list[tuple[Any, Any, str]] = []
 
     def launch_workers(self, ids: list[int]) -> None:
         self.log.append(("launch", ids))
@@ -177,9 +197,21 @@ class FakeCluster:
     def hosts(self) -> list[str]:
         return ["h1"]
 
+    def restart(self, t, physical, reason: str) -> None:
+        self.log.append(("restart", sorted(w.worker_id for w in physical.workers)))
+        if self.restart_fails:
+            raise RuntimeError("workers [4] did not say hello in time")
+        self.restarts.append((t, physical, reason))
+        self.topology, self.physical = t, physical
+        self.procs = {w.worker_id: Proc() for w in physical.workers}
+        self.die = None
+
     def pump(self, timeout: float) -> None:
         for w, ct in self.inbox:
             if w in self.silent:
+                continue
+            if self.die == (ct.type.name, w):
+                self.procs[w].code = -9
                 continue
             if ct.type == Control.METRIC_REQ:
                 index = self.physical.by_id(w).index
@@ -240,13 +272,107 @@ def test_an_unconfirmed_step_fails_after_its_timeout(monkeypatch):
 
 
 def test_a_refused_rescale_changes_nothing_and_the_run_goes_on():
-    c = FakeCluster(topo(guarantee="at_least_once"))
+    c = FakeCluster(topo(WORDCOUNT, guarantee="at_least_once"))
     before = c.physical
-    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    r = Rescaler(c, [(0.0, Scale("count", 3))])
     assert r.turn(0.0)
-    assert r.records[0].state == "refused" and "guarantee" in r.records[0].error
+    assert r.records[0].state == "refused" and "not keyed" in r.records[0].error
     assert c.physical is before and not c.log
     assert r.report()[0]["state"] == "refused"
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_guaranteed_rescale_runs_the_same_plan(guarantee):
+    c = FakeCluster(topo(guarantee=guarantee))
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert r.turn(0.0)
+    (rec,) = r.records
+    assert rec.state == "done", rec.error
+    kinds = [k for k, _ in c.log if k != "METRIC_REQ"]
+    order = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert order == ["launch", "peers", "UPSTREAM", "KEYGROUPS", "ROUTING", "KEYGROUPS"]
+    assert not c.restarts
+
+
+def test_a_guaranteed_scale_down_stops_the_drained_workers():
+    """Under a guarantee a drained worker would wait for COMPLETE (to roll back): the
+    coordinator stops it once it acked DRAIN, as sdn's agents do."""
+    c = FakeCluster(topo(guarantee="exactly_once"))
+
+    def pump(timeout: float, pump=c.pump) -> None:  # a drained worker stays, as under a
+        for w, ct in c.inbox:  # guarantee: it acks DRAIN and waits
+            if ct.type == Control.DRAIN:
+                c.acks.append({"worker": w, "ack": "DRAIN", "version": ct.body["version"]})
+        c.inbox = [(w, ct) for w, ct in c.inbox if ct.type != Control.DRAIN]
+        pump(timeout)
+
+    c.pump = pump
+    r = Rescaler(c)
+    rec = r.request(Scale("count", 2))
+    assert r.turn(0.0) and rec.state == "done", rec.error
+    assert [w for w in (4, 5, 6, 7) if c.procs[w].terminated] == [6, 7]
+
+
+@pytest.mark.parametrize(
+    ("ctype", "victim"),
+    [("UPSTREAM", 8), ("KEYGROUPS", 4), ("ROUTING", 2), ("KEYGROUPS", 11)],
+    ids=["upstream-receiver", "keygroups-old-owner", "routing-sender", "keygroups-added"],
+)
+def test_a_death_during_a_guaranteed_rescale_restarts_every_worker_in_the_final_topology(
+    ctype, victim
+):
+    c = FakeCluster(topo(guarantee="exactly_once"), die=(ctype, victim))
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert r.turn(0.0)  # the run goes on
+    (rec,) = r.records
+    assert rec.state == "restarted", rec.error
+    assert rec.error.startswith(f"workers [{victim}] died (step ")
+    assert f"worker {victim} exited (code -9) before it confirmed {ctype}" in rec.error
+    ((t, physical, reason),) = c.restarts
+    assert physical.version == rec.physical.version and len(physical.of_node("count")) == 6
+    assert all(w.active for w in physical.workers)
+    assert t.nodes["count"].parallelism == 6 and c.topology is t
+    assert reason.startswith("during rescale 1 (scale count to 6), at step ")
+    assert [s["state"] for s in rec.steps][-1] == "failed"
+    where = rec.placement["count"]  # asked again after the restart
+    assert sorted(where) == [4, 5, 6, 7, 10, 11]
+
+
+def test_a_death_during_a_guaranteed_scale_down_restarts_without_the_drained_workers():
+    c = FakeCluster(topo(guarantee="at_least_once"), die=("KEYGROUPS", 6))
+    r = Rescaler(c, [(0.0, Scale("count", 2))])
+    assert r.turn(0.0)
+    (rec,) = r.records
+    assert rec.state == "restarted", rec.error
+    ((_, physical, _),) = c.restarts
+    assert [w.worker_id for w in physical.of_node("count")] == [4, 5]
+
+
+def test_without_a_guarantee_a_death_during_a_rescale_fails_it():
+    c = FakeCluster(topo(), die=("KEYGROUPS", 4))
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert not r.turn(0.0)
+    assert r.records[0].state == "failed" and "worker 4 exited (code -9)" in r.records[0].error
+    assert not c.restarts
+
+
+def test_a_restart_that_fails_fails_the_update():
+    c = FakeCluster(topo(guarantee="exactly_once"), die=("KEYGROUPS", 4), restart_fails=True)
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert not r.turn(0.0)
+    (rec,) = r.records
+    assert rec.state == "failed" and "the restart after it failed: workers [4]" in rec.error
+    assert r.failed() == [f"rescale 1 (scale count to 6): {rec.error}"]
+
+
+def test_a_worker_that_dies_after_the_steps_is_left_out_of_the_placement():
+    """The update is done: the run loop's recovery takes the dead worker (tcp_recovery)."""
+    c = FakeCluster(topo(guarantee="exactly_once"), die=("METRIC_REQ", 10))
+    r = Rescaler(c, [(0.0, Scale("count", 6))])
+    assert r.turn(0.0)
+    (rec,) = r.records
+    assert rec.state == "done" and not c.restarts
+    assert sorted(rec.placement["count"]) == [4, 5, 6, 7, 11]
 
 
 def test_records_are_json_ready():
