@@ -378,3 +378,143 @@ def test_a_worker_that_dies_after_the_steps_is_left_out_of_the_placement():
 def test_records_are_json_ready():
     rec = Record(1, Scale("count", 6))
     assert rec.to_dict()["request"] == "scale count to 6"
+
+
+# ----- the restart after a death during a guaranteed rescale (typhoon/tcp_recovery.py) -------
+
+
+class RestartProc:
+    def __init__(self, code: int | None = None) -> None:
+        self.code, self.killed, self.closed = code, False, False
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def kill(self) -> None:
+        self.killed, self.code = True, -9
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.code
+
+    def close_log(self) -> None:
+        self.closed = True
+
+
+class Sock:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Sel:
+    def __init__(self) -> None:
+        self.unregistered: list[Any] = []
+
+    def unregister(self, sock: Any) -> None:
+        self.unregistered.append(sock)
+
+
+class Conn:
+    def __init__(self) -> None:
+        self.sock = Sock()
+
+
+class Coordinator:
+    """What ``tcp_recovery.restart`` uses of ``TcpCluster``, recording what it does."""
+
+    def __init__(self, t, physical, dead: dict[int, int]) -> None:
+        self.topology, self.physical, self.generation = t, physical, physical.generation
+        self.launched = {w.worker_id: w for w in physical.workers}
+        self.procs = {w: RestartProc(dead.get(w)) for w in self.launched}
+        self.conns = {w: Conn() for w in self.launched if w not in dead}
+        self.sel = Sel()
+        self.peers: dict[int, tuple[str, int]] = {}
+        self.recovered: list[int] = []
+        self.incidents: list[dict[str, Any]] = []
+        self.sent: list[tuple[int, str]] = []
+        self.specs: list[tuple[int, int, int | None]] = []
+        self.broadcasts = 0
+
+    def _launch_worker(self, w) -> None:
+        self.specs.append((w.worker_id, self.physical.generation, self.physical.restore_epoch))
+        self.procs[w.worker_id] = RestartProc()
+
+    def _accept_hellos(self, expected: set[int]) -> dict[int, tuple[str, int]]:
+        self.conns = {w: Conn() for w in expected}
+        return {w: ("127.0.0.1", 9000 + w) for w in expected}
+
+    def _broadcast_peers(self) -> None:
+        self.broadcasts += 1
+
+    def send(self, w: int, ct: ControlTuple) -> None:
+        self.sent.append((w, ct.type.name))
+
+
+def written(tmp_path, t, physical, epochs: dict[int, dict[str, list[int] | None]]) -> None:
+    import msgpack
+
+    from typhoon.checkpoint import open_store
+
+    store = open_store(t.config["checkpoint_store"], t.name)
+    for epoch, parts in epochs.items():
+        for w in physical.workers:
+            name = f"{w.node}-{w.index}"
+            if name in parts:
+                body = {"plan": 1} if parts[name] is None else {"plan": 1, "groups": parts[name]}
+                store.write(epoch, name, msgpack.packb(body))
+
+
+@pytest.mark.parametrize("to", [6, 2])
+def test_restart_stops_every_worker_and_starts_the_final_ones_from_a_checkpoint(tmp_path, to):
+    from typhoon.tcp_recovery import restart
+
+    t = topo(guarantee="exactly_once", checkpoint_store=f"file://{tmp_path}")
+    before = schedule(t, ["h1"], app_id_for(t.name), first_port=0)
+    p = plan(Scale("count", to), t, before, ["h1"], 0, min_id=10)
+    # the transition topology is what the coordinator had when the worker died
+    c = Coordinator(t, p.physical, dead={5: -9})
+    old = {w.worker_id: w for w in p.physical.workers}
+    procs, conns = dict(c.procs), dict(c.conns)
+    every = {f"{w.node}-{w.index}": None for w in p.physical.workers if w.node != "count"}
+    counts = {f"count-{i}": list(range(16 * i, 16 * i + 16)) for i in range(4)}
+    written(tmp_path, t, p.physical, {3: {**every, **counts}})
+    restart(c, p.topology, p.final, "during rescale 1 (scale count to 6), at step 'x'")
+    final = {w.worker_id for w in p.final.workers}
+    # every old process was killed (the dead one was not) and its log closed
+    assert all(pr.killed == (w != 5) and pr.closed for w, pr in procs.items())
+    assert all(conn.sock.closed for conn in conns.values())
+    assert sorted(c.procs) == sorted(final)  # the drained ones are gone for good
+    # each final worker started again in one new generation, from the complete epoch:
+    # after a scale-up only a start over has the added workers' parts
+    epoch = 3 if to < 4 else None
+    assert sorted(c.specs) == sorted((w, 1, epoch) for w in final)
+    assert (c.physical.generation, c.physical.restore_epoch, c.generation) == (1, epoch, 1)
+    assert c.topology is p.topology and c.broadcasts == 1 and sorted(c.peers) == sorted(final)
+    assert c.sent == [(1, "ACTIVATE")]
+    assert c.recovered == [5]
+    (incident,) = c.incidents
+    assert incident["state"] == "rejoined" and incident["rollback"] == "restart"
+    assert incident["worker"] == 5 and incident["node"] == old[5].node
+    assert incident["replacement"] == 5 and incident["restore_epoch"] == epoch
+    assert incident["rolled_back"] == sorted(final - {5})
+    assert "exited with -9 during rescale 1" in incident["reason"]
+
+
+def test_restart_after_a_scale_down_skips_an_epoch_without_the_drained_groups(tmp_path):
+    """Epoch 4 has the two staying count workers' parts, but not the drained ones' (they
+    were skipped while the groups moved): its groups 32-63 are in no part, so the
+    restart takes epoch 3."""
+    from typhoon.tcp_recovery import restart
+
+    t = topo(guarantee="at_least_once", checkpoint_store=f"file://{tmp_path}")
+    before = schedule(t, ["h1"], app_id_for(t.name), first_port=0)
+    p = plan(Scale("count", 2), t, before, ["h1"], 0, min_id=10)
+    every = {f"{w.node}-{w.index}": None for w in p.physical.workers if w.node != "count"}
+    counts = {f"count-{i}": list(range(16 * i, 16 * i + 16)) for i in range(4)}
+    staying = {k: v for k, v in counts.items() if k in ("count-0", "count-1")}
+    written(tmp_path, t, p.physical, {3: {**every, **counts}, 4: {**every, **staying}})
+    c = Coordinator(t, p.physical, dead={6: -9})
+    restart(c, p.topology, p.final, "during rescale 1 (scale count to 2), at step 'x'")
+    assert c.physical.restore_epoch == 3
+    assert c.incidents[0]["replacement"] is None  # the dead worker was a drained one
