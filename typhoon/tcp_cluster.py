@@ -35,7 +35,7 @@ from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import recover, restart
+from typhoon.tcp_recovery import drop_left_links, recover, restart
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -428,6 +428,8 @@ class TcpCluster:
     def report(self, clean: bool) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started_at
         workers = read_worker_reports(self.report_dir)
+        left = {w for r in self.rescaler.records for w in r.removed}
+        drop_left_links(workers, left, self.generation)
         exit_codes = {k: p.returncode for k, p in self.procs.items()}
         failures = worker_failures(
             list(self.launched.values()),

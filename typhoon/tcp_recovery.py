@@ -158,3 +158,15 @@ def restart(cluster: Any, topology: Topology, physical: PhysicalTopology, reason
                 "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
             }
         )
+
+
+def drop_left_links(reports: list[dict[str, Any]], left: set[int], generation: int) -> None:
+    """Link counts of the workers a rescale removed (``left``) whose report ends in an
+    older generation than ``generation``: their receivers rolled back since, and a
+    rollback starts every link count over, so the two ends no longer count the same
+    tuples.  The report then leaves those links out (``report.link_problems`` skips a
+    report without ``links``); what they sent was replayed from the checkpoint."""
+    for r in reports:
+        gen = (r.get("metrics") or {}).get("generation", 0)
+        if r.get("worker") in left and isinstance(gen, int) and gen < generation:
+            r["links"] = None

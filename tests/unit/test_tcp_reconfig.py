@@ -518,3 +518,34 @@ def test_restart_after_a_scale_down_skips_an_epoch_without_the_drained_groups(tm
     restart(c, p.topology, p.final, "during rescale 1 (scale count to 2), at step 'x'")
     assert c.physical.restore_epoch == 3
     assert c.incidents[0]["replacement"] is None  # the dead worker was a drained one
+
+
+def test_the_links_of_a_drained_worker_are_left_out_once_its_receivers_rolled_back():
+    from typhoon.report import link_problems
+    from typhoon.tcp_recovery import drop_left_links
+
+    def report(w: int, gen: int, out: dict, into: dict) -> dict[str, Any]:
+        return {
+            "worker": w,
+            "node": "count" if w < 8 else "max",
+            "index": w,
+            "metrics": {"generation": gen},
+            "links": {"out": out, "in": into},
+        }
+
+    # worker 6 (drained, generation 0) sent 40 to max 8; max 8 rolled back to generation 1
+    # and counts only what came since (10 from worker 4)
+    reports = [
+        report(6, 0, {"8:2": 40}, {}),
+        report(4, 1, {"8:2": 10}, {}),
+        report(8, 1, {}, {"6:2": 0, "4:2": 10}),
+    ]
+    assert link_problems(reports)  # compared as they are: 40 sent, 0 received
+    drop_left_links(reports, left={6}, generation=1)
+    assert reports[0]["links"] is None and reports[1]["links"] is not None
+    assert link_problems(reports) == []
+    # the same generation: still compared (a drained worker's last tuples must arrive)
+    same = [report(6, 1, {"8:2": 40}, {}), report(8, 1, {}, {"6:2": 39})]
+    drop_left_links(same, left={6}, generation=1)
+    (problem,) = link_problems(same)
+    assert "stream 2: 40 tuples sent, 39 received (1 missing)" in problem
