@@ -40,7 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from typhoon.checkpoint.settings import guarantee_of
-from typhoon.reconfig import MAX_PARALLELISM, Plan, ReconfigError, Scale, Step, describe, plan
+from typhoon.reconfig import (
+    MAX_PARALLELISM,
+    Plan,
+    ReconfigError,
+    Reroute,
+    Scale,
+    Step,
+    describe,
+    plan,
+)
 from typhoon.reconfig.requests import Request
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
@@ -78,10 +87,13 @@ class StepFailed(Exception):
 
 def tcp_refusal(topology: Topology, request: Request) -> str | None:
     """One sentence saying why tcp refuses ``request`` on ``topology``; None: it may run."""
+    if isinstance(request, Reroute) and request.policy == "direct":
+        return None  # a locality move: senders route by the table themselves (plan checks it)
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale' is "
-            "(reroute, swap, insert and remove need the sdn controller)"
+            f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
+            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert and "
+            "remove need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
@@ -138,7 +150,7 @@ class Record:
     """One rescale of a tcp run, as the run report lists it."""
 
     id: int
-    request: Scale
+    request: Request  # a Scale, or a direct Reroute (a locality move)
     # pending | done | refused | failed | restarted (a worker died during it, under a
     # guarantee: every worker started again in the final topology from a checkpoint)
     state: str = "pending"
@@ -171,15 +183,16 @@ class Record:
 class Rescaler:
     """Rescale requests of one tcp run (thread-safe :meth:`request`, run by the run loop)."""
 
-    def __init__(self, cluster: Cluster, scheduled: list[tuple[float, Scale]] = ()) -> None:
+    def __init__(self, cluster: Cluster, scheduled: list[tuple[float, Request]] = ()) -> None:
         self.cluster = cluster
         self.scheduled = sorted(scheduled, key=lambda s: s[0])
         self.pending: queue.Queue[Record] = queue.Queue()
         self.records: list[Record] = []
 
-    def request(self, scale: Scale) -> Record:
-        """Queue a rescale; the run loop performs it on its next turn (``record.state``)."""
-        rec = Record(len(self.records) + 1, scale)
+    def request(self, request: Request) -> Record:
+        """Queue a rescale (or a locality move); the run loop performs it on its next turn
+        (``record.state``)."""
+        rec = Record(len(self.records) + 1, request)
         self.records.append(rec)
         self.pending.put(rec)
         return rec

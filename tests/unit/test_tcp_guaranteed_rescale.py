@@ -375,3 +375,43 @@ def test_a_recovery_point_holds_every_key_group_of_each_keyed_node():
     assert holds_every_group(store, 1, {"count": 16})
     assert recovery_point(final, store) == 1
     assert recovery_point(net.phys, store) == 1  # the old table needs count-2's part anyway
+
+
+# ----- a locality move (a direct-table reroute with key moves) on tcp --------------------------
+
+
+def locality_move(net: TcpNet, kill_at: int | None, victim: Any) -> tuple[Any, ModelCluster]:
+    """Every key held so far pinned to the next count worker (all of them move), run by
+    the tcp executor: the locality router's update, ``Reroute(..., "direct", ...)``."""
+    from typhoon.reconfig import Reroute
+
+    ids = counts_of(net)
+    table = {k: (ids.index(ws[0]) + 1) % len(ids) for k, ws in net.holders().items()}
+    c = ModelCluster(net, kill_at, victim)
+    r = Rescaler(c)
+    rec = r.request(Reroute(1, "direct", ("word",), tuple(sorted(table.items()))))
+    assert r.turn(0.0), r.failed()
+    return rec, c
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kill", ["none", "during", "after"])
+def test_a_tcp_locality_move_under_exactly_once_moves_each_pinned_keys_state(seed, kill):
+    net = TcpNet(seed)
+    net.run(lambda: ran(net, net.rng.randrange(COUNT // 6, COUNT // 3)))
+    during = 1 + net.rng.randrange(3) if kill == "during" else None
+    rec, c = locality_move(net, during, VICTIMS[["newest", "staying"][seed % 2]])
+    if kill == "during":
+        assert rec.state == "restarted" and c.killed is not None, (rec.state, rec.error)
+        # the workers started again follow the table (the update's final topology)
+        assert any(s.grouping.type == "direct" for s in net.topo.streams)
+    else:
+        assert rec.state == "done", rec.error
+        prepare = [s for s in rec.steps if s["what"].startswith("KEYGROUPS")]
+        assert [s["state"] for s in prepare] == ["done", "done"]
+        check_ownership(net)  # the pinned keys' state is where the table sends them
+    if kill == "after":
+        net.die(counts_of(net)[seed % 3])
+    finish(net, c, rec)
+    assert net.maxima() == REFERENCE, net.restored
+    check_ownership(net)

@@ -58,6 +58,29 @@ def test_a_keyed_node_may_be_rescaled_on_tcp():
     assert tcp_refusal(topo(), Scale("split", 3)) is None  # stateless: nothing to move
 
 
+def test_a_direct_reroute_is_a_locality_move_tcp_runs():
+    table = (("a", 0), ("b", 3))
+    assert tcp_refusal(topo(), Reroute("split->count", "direct", ("word",), table)) is None
+    sentence = tcp_refusal(topo(), Reroute("split->count", "fields", ("word",)))
+    assert sentence is not None and "a 'direct' reroute (a locality move)" in sentence
+
+
+def test_the_executor_runs_a_direct_reroute_with_its_key_moves():
+    c = FakeCluster(topo(guarantee="exactly_once"))
+    r = Rescaler(c)
+    rec = r.request(Reroute("split->count", "direct", ("word",), (("a", 0), ("b", 3))))
+    assert r.turn(0.0) and rec.state == "done", rec.error
+    kinds = [k for k, _ in c.log if k != "METRIC_REQ"]
+    order = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert order == ["launch", "KEYGROUPS", "ROUTING", "KEYGROUPS"]
+    assert c.log[0] == ("launch", []) and rec.added == []  # the same workers
+    prepare = next(ct for _, ct in c.inbox_log if ct.type == Control.KEYGROUPS)
+    assert prepare.body["phase"] == "prepare"
+    assert rec.to_dict()["request"].startswith("reroute")
+    assert sorted(rec.placement["count"]) == [4, 5, 6, 7]
+    assert c.topology.streams[1].grouping.type == "direct"
+
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_a_guaranteed_job_may_be_rescaled_on_tcp(guarantee):
     assert tcp_refusal(topo(guarantee=guarantee), Scale("count", 6)) is None
@@ -170,6 +193,7 @@ class FakeCluster:
         self.replies: dict[int, tuple[int, dict[str, Any]]] = {}
         self.log: list[tuple[str, Any]] = []
         self.inbox: list[tuple[int, ControlTuple]] = []
+        self.inbox_log: list[tuple[int, ControlTuple]] = []
         self.version = 0
         self.drain_code = drain_code
         self.silent = set(silent)
@@ -189,6 +213,7 @@ class FakeCluster:
         encode_control(ct)  # every body is valid on the wire
         self.log.append((ct.type.name, w))
         self.inbox.append((w, ct))
+        self.inbox_log.append((w, ct))
 
     def next_version(self) -> int:
         self.version += 1
