@@ -76,7 +76,7 @@ def test_the_executor_runs_a_direct_reroute_with_its_key_moves():
     assert c.log[0] == ("launch", []) and rec.added == []  # the same workers
     prepare = next(ct for _, ct in c.inbox_log if ct.type == Control.KEYGROUPS)
     assert prepare.body["phase"] == "prepare"
-    assert rec.to_dict()["request"].startswith("reroute")
+    assert rec.to_dict()["request"] == "route stream split->count by direct on word"
     assert sorted(rec.placement["count"]) == [4, 5, 6, 7]
     assert c.topology.streams[1].grouping.type == "direct"
 
