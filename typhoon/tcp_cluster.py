@@ -71,6 +71,8 @@ class RunOptions:
     workdir: Path | None = None
     # (seconds, typhoon.reconfig.Scale): rescales while the job runs (typhoon.tcp_reconfig)
     scales: list[tuple[float, Any]] = field(default_factory=list)
+    # called as f(cluster, elapsed) on every turn of the run loop (a locality run, say)
+    on_turn: list[Callable[[Any, float], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -378,6 +380,8 @@ class TcpCluster:
                 log.error("a worker failed; stopping the others")
                 self.stop()
                 return False
+            for hook in o.on_turn:
+                hook(self, elapsed)
             if not self.rescaler.turn(elapsed):  # a rescale failed half-way: the run fails
                 log.error("%s; stopping the run", "; ".join(self.rescaler.failed()))
                 self.stop()
