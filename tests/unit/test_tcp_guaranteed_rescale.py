@@ -415,3 +415,51 @@ def test_a_tcp_locality_move_under_exactly_once_moves_each_pinned_keys_state(see
     finish(net, c, rec)
     assert net.maxima() == REFERENCE, net.restored
     check_ownership(net)
+
+
+class LocalityCluster(ModelCluster):
+    """The model cluster with what the locality job reads (``typhoon_cli/tcp_locality``)."""
+
+    def __init__(self, net: TcpNet) -> None:
+        super().__init__(net, None, None)
+        self.rescaler = Rescaler(self)
+
+    @property
+    def metrics(self) -> dict[int, dict[str, Any]]:
+        return {w: m for w, (_, m) in self.net.replies.items() if w in self.net.fws}
+
+    @property
+    def conns(self) -> dict[int, None]:
+        return {w: None for w in self.net.fws if w not in self.net.stopped}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_locality_router_on_a_tcp_run_moves_keys_exactly_under_exactly_once(seed):
+    """``--locality``: the real pair counters of the count workers, the sdn locality job
+    (plan and two direct reroutes), the tcp executor, a kill right after the move."""
+    from controller.locality_job import RouterSettings
+    from typhoon_cli.tcp_locality import TcpLocality
+
+    net = TcpNet(seed)
+    net.topo.config["locality"] = {"pairs": 500, "sample": 1}
+    for w in list(net.fws):  # the workers start again with the counting config
+        net.start(net.phys, w)
+    c = LocalityCluster(net)
+    driver = TcpLocality(0.0, RouterSettings(min_pairs=50))
+    net.run(lambda: ran(net, COUNT // 4))
+    for turn in range(2000):
+        driver(c, float(turn))
+        assert c.rescaler.turn(float(turn)), c.rescaler.failed()
+        c.pump(0.0)
+        if not driver.job.running:
+            break
+    report = driver.report()
+    assert report["phase"] == "done", report
+    assert [r.state for r in c.rescaler.records] == ["done", "done"]
+    assert [s.grouping.type for s in net.topo.streams] == ["direct", "direct"]
+    check_ownership(net)
+    if not all(fw.done for fw in net.fws.values()):
+        net.die(counts_of(net)[seed % 3])
+    finish(net, c, None)
+    assert net.maxima() == REFERENCE, net.restored
+    check_ownership(net)
