@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp
 
-        locality = tcp_locality(topo, args.locality)
+        locality = locality_run(topo, args.locality)
         options = RunOptions(
             hosts=hosts_list(args.hosts),
             duration=args.duration,
@@ -206,7 +206,7 @@ def tcp_scales(topology: Topology, items: list[str]) -> list[tuple[float, Any]]:
     return out
 
 
-def tcp_locality(topology: Topology, at: str | None) -> Any:
+def locality_run(topology: Topology, at: str | None) -> Any:
     """``--locality AT``: the locality router's run AT seconds into a tcp run, or None."""
     if at is None:
         return None

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from test_tcp_reconfig import RUNNING, FakeCluster
 
+import typhoon_cli
 from controller.locality_job import RouterSettings
 from typhoon.tcp_reconfig import Rescaler
 from typhoon.topology import load_topology_text
-from typhoon_cli import UsageError, tcp_locality
+from typhoon_cli import UsageError, locality_run
 from typhoon_cli.tcp_locality import TcpLocality, check_locality, parse_locality_option
 
 COUNTING = RUNNING.replace("name: rm\n", "name: rm\nconfig: {locality: {pairs: 1000, sample: 1}}\n")
@@ -61,11 +62,11 @@ def test_a_job_that_counts_no_pairs_is_refused_before_the_run():
     sentence = check_locality(topo(RUNNING))
     assert sentence is not None and "does not count key pairs" in sentence
     with pytest.raises(UsageError, match="--locality 3: 'rm' does not count key pairs"):
-        tcp_locality(topo(RUNNING), "3")
+        locality_run(topo(RUNNING), "3")
     with pytest.raises(UsageError, match="number of seconds"):
-        tcp_locality(topo(), "x")
-    assert tcp_locality(topo(), None) is None
-    assert tcp_locality(topo(), "3").at == 3.0
+        locality_run(topo(), "x")
+    assert locality_run(topo(), None) is None
+    assert locality_run(topo(), "3").at == 3.0
 
 
 @pytest.mark.parametrize("guarantee", ["none", "exactly_once"])
@@ -110,3 +111,52 @@ def test_a_locality_job_with_too_few_pairs_is_skipped_and_changes_nothing():
         c.metrics[key]["pairs"] = {"a": {"a": 1}}
     driver(c, 1.0)
     assert driver.report()["phase"] == "skipped" and not c.rescaler.records
+
+
+# ----- the command line ----------------------------------------------------------------------
+
+
+def cli(monkeypatch, capsys, tmp_path, text: str, *argv: str, phase: str = "done"):
+    """``typhoon run`` with ``run_tcp`` replaced: the options it got, and the exit code."""
+    import typhoon.tcp_cluster
+    from typhoon.report import build_report
+
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    seen: dict[str, Any] = {}
+
+    def fake_run_tcp(topology, options):
+        seen["options"] = options
+
+        class Job:  # how the locality job ended in the run
+            def report(self, core):
+                return {"phase": phase, "reason": "the reroute's record is gone"}
+
+        options.on_turn[0].job = Job()
+        return {**build_report(topology, []), "elapsed_s": 0.5}
+
+    monkeypatch.setattr(typhoon.tcp_cluster, "run_tcp", fake_run_tcp)
+    code = typhoon_cli.main(["run", str(path), "-q", "--report", str(tmp_path / "r.json"), *argv])
+    capsys.readouterr()
+    return code, seen
+
+
+def test_the_cli_refuses_locality_where_it_cannot_run(monkeypatch, capsys, tmp_path):
+    code, seen = cli(monkeypatch, capsys, tmp_path, RUNNING, "--locality", "3")
+    assert code == 2 and not seen  # refused before the run: no counting node
+    code, seen = cli(monkeypatch, capsys, tmp_path, COUNTING, "--locality", "3",
+                     "--transport", "sdn")  # fmt: skip
+    assert code == 2 and not seen
+
+
+@pytest.mark.parametrize(("phase", "code"), [("done", 0), ("skipped", 0), ("failed", 1)])
+def test_the_cli_hooks_the_locality_run_and_reports_it(monkeypatch, capsys, tmp_path, phase, code):
+    import json
+
+    got, seen = cli(monkeypatch, capsys, tmp_path, COUNTING, "--locality", "2.5", phase=phase)
+    (hook,) = seen["options"].on_turn
+    assert isinstance(hook, TcpLocality) and hook.at == 2.5
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["locality"]["phase"] == phase and got == code
+    if phase == "failed":
+        assert "locality move: the reroute's record is gone" in report["problems"]
