@@ -108,7 +108,7 @@ def test_a_tcp_locality_move_under_exactly_once_is_exact(plain, tmp_path, kill):
 def test_typhoon_run_locality_option_moves_a_tcp_run(tmp_path):
     out = tmp_path / "r.json"
     argv = ["run", str(ROOT / "topologies" / "running_max.yaml"), "--transport", "tcp", "-q"]
-    argv += ["--hosts", "3", "--arg", "source.count=12000", "--arg", "source.rate=2000"]
+    argv += ["--hosts", "3", "--arg", "source.count=16000", "--arg", "source.rate=2000"]
     topo = tmp_path / "running_max_locality.yaml"
     text = (ROOT / "topologies" / "running_max.yaml").read_text()
     topo.write_text(text.replace("name: running_max\n", "name: running_max\nconfig:\n"
@@ -125,6 +125,6 @@ def test_typhoon_run_locality_option_moves_a_tcp_run(tmp_path):
     report = json.loads(out.read_text())
     assert report["locality"]["phase"] == "done", report["locality"]
     assert [r["state"] for r in report["reconfigurations"]] == ["done", "done"]
-    args = {"count": 12000, "seed": 7, "words": 8, "vocabulary": 500}  # running_max.yaml's
+    args = {"count": 16000, "seed": 7, "words": 8, "vocabulary": 500}  # running_max.yaml's
     assert report["results"]["max"]["max"] == words_of(args)
     assert report["results"]["max"]["keys_on_several_workers"] == 0
