@@ -48,7 +48,7 @@ CANNOT_REPLAY = -2  # ``backup_from`` of a worker whose buffers cannot replay at
 class _NoStore:
     """A store that cannot be read: no checkpoint, a rollback goes to the start."""
 
-    def latest_complete(self, parts: set[str]) -> None:
+    def latest_complete(self, parts: set[str], accept: Any = None) -> None:
         return None
 
 

@@ -35,7 +35,7 @@ from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import recover
+from typhoon.tcp_recovery import drop_left_links, recover, restart
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -71,6 +71,8 @@ class RunOptions:
     workdir: Path | None = None
     # (seconds, typhoon.reconfig.Scale): rescales while the job runs (typhoon.tcp_reconfig)
     scales: list[tuple[float, Any]] = field(default_factory=list)
+    # called as f(cluster, elapsed) on every turn of the run loop (a locality run, say)
+    on_turn: list[Callable[[Any, float], None]] = field(default_factory=list)
 
 
 @dataclass
@@ -185,6 +187,10 @@ class TcpCluster:
 
     def next_version(self) -> int:
         return next(self.request_ids)
+
+    def restart(self, topology: Topology, physical: PhysicalTopology, reason: str) -> None:
+        """Every worker again in ``physical``, from a checkpoint (a death mid-rescale)."""
+        restart(self, topology, physical, reason)
 
     def hosts(self) -> list[str]:
         return list(self.options.hosts)
@@ -374,6 +380,8 @@ class TcpCluster:
                 log.error("a worker failed; stopping the others")
                 self.stop()
                 return False
+            for hook in o.on_turn:
+                hook(self, elapsed)
             if not self.rescaler.turn(elapsed):  # a rescale failed half-way: the run fails
                 log.error("%s; stopping the run", "; ".join(self.rescaler.failed()))
                 self.stop()
@@ -424,6 +432,8 @@ class TcpCluster:
     def report(self, clean: bool) -> dict[str, Any]:
         elapsed = time.monotonic() - self.started_at
         workers = read_worker_reports(self.report_dir)
+        left = {w for r in self.rescaler.records for w in r.removed}
+        drop_left_links(workers, left, self.generation)
         exit_codes = {k: p.returncode for k, p in self.procs.items()}
         failures = worker_failures(
             list(self.launched.values()),

@@ -16,9 +16,18 @@ they held), ROUTING with ``release``, DRAIN.  What differs on tcp:
   connection, in order);
 * drained workers exit by themselves (``wait_stopped`` waits for the process).
 
-A step not confirmed in time, or a worker that exits non-zero during it, fails
-the update; the tcp run then stops as failed (a half-done update is not undone
-on tcp).  :func:`tcp_refusal` names, in one sentence, what tcp refuses.
+Under a guarantee the workers align the update with their checkpoints as on
+sdn (``typhoon/runtime/keyed_cut.py``: a part taken while groups move is not
+written; a rollback restores each group on its current owner), so a death
+after the update is recovered by the usual tcp recovery
+(``typhoon/tcp_recovery.py``).  A worker that exits non-zero *during* the
+update leaves the others half-way through it; under a guarantee the
+coordinator then restarts every worker in the update's final topology from
+the newest checkpoint complete under it (``tcp_recovery.restart``), and the
+update ends ``restarted``.  Otherwise, or when a step is not confirmed in
+time, the update fails and the tcp run stops as failed (a half-done update is
+not undone on tcp).  :func:`tcp_refusal` names, in one sentence, what tcp
+refuses.
 """
 
 from __future__ import annotations
@@ -31,7 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from typhoon.checkpoint.settings import guarantee_of
-from typhoon.reconfig import MAX_PARALLELISM, Plan, ReconfigError, Scale, Step, describe, plan
+from typhoon.reconfig import (
+    MAX_PARALLELISM,
+    Plan,
+    ReconfigError,
+    Reroute,
+    Scale,
+    Step,
+    describe,
+    plan,
+)
 from typhoon.reconfig.requests import Request
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
@@ -52,6 +70,7 @@ class Cluster(Protocol):
     replies: dict[int, tuple[int, dict[str, Any]]]
 
     def launch_workers(self, worker_ids: list[int]) -> None: ...
+    def restart(self, topology: Topology, physical: PhysicalTopology, reason: str) -> None: ...
     def await_workers(self, worker_ids: list[int]) -> None: ...
     def send(self, worker_id: int, ct: ControlTuple) -> None: ...
     def pump(self, timeout: float) -> None: ...
@@ -68,17 +87,13 @@ class StepFailed(Exception):
 
 def tcp_refusal(topology: Topology, request: Request) -> str | None:
     """One sentence saying why tcp refuses ``request`` on ``topology``; None: it may run."""
+    if isinstance(request, Reroute) and request.policy == "direct":
+        return None  # a locality move: senders route by the table themselves (plan checks it)
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale' is "
-            "(reroute, swap, insert and remove need the sdn controller)"
-        )
-    guarantee = guarantee_of(topology)
-    if guarantee != "none":
-        return (
-            f"a tcp job under guarantee '{guarantee}' cannot be rescaled: a recovery would "
-            "restore key groups where a checkpoint before the move left them while routing "
-            "follows the new table (docs/keyed_state.md, Limits)"
+            f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
+            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert and "
+            "remove need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
@@ -135,8 +150,10 @@ class Record:
     """One rescale of a tcp run, as the run report lists it."""
 
     id: int
-    request: Scale
-    state: str = "pending"  # pending | done | refused | failed
+    request: Request  # a Scale, or a direct Reroute (a locality move)
+    # pending | done | refused | failed | restarted (a worker died during it, under a
+    # guarantee: every worker started again in the final topology from a checkpoint)
+    state: str = "pending"
     error: str = ""
     added: list[int] = field(default_factory=list)
     removed: list[int] = field(default_factory=list)
@@ -166,15 +183,16 @@ class Record:
 class Rescaler:
     """Rescale requests of one tcp run (thread-safe :meth:`request`, run by the run loop)."""
 
-    def __init__(self, cluster: Cluster, scheduled: list[tuple[float, Scale]] = ()) -> None:
+    def __init__(self, cluster: Cluster, scheduled: list[tuple[float, Request]] = ()) -> None:
         self.cluster = cluster
         self.scheduled = sorted(scheduled, key=lambda s: s[0])
         self.pending: queue.Queue[Record] = queue.Queue()
         self.records: list[Record] = []
 
-    def request(self, scale: Scale) -> Record:
-        """Queue a rescale; the run loop performs it on its next turn (``record.state``)."""
-        rec = Record(len(self.records) + 1, scale)
+    def request(self, request: Request) -> Record:
+        """Queue a rescale (or a locality move); the run loop performs it on its next turn
+        (``record.state``)."""
+        rec = Record(len(self.records) + 1, request)
         self.records.append(rec)
         self.pending.put(rec)
         return rec
@@ -237,21 +255,46 @@ class Executor:
                 getattr(self, f"_do_{step.action}")(step)
             except StepFailed as e:
                 rec.steps.append(_step(step, "failed", s0, str(e)))
-                rec.state, rec.error = "failed", f"step '{step.what}' failed: {e}"
+                rec.error = f"step '{step.what}' failed: {e}"
+                if self._dead() and guarantee_of(c.topology) != "none":
+                    return self._restart(p, t0)
+                rec.state = "failed"
                 rec.seconds = time.monotonic() - t0
                 log.error("rescale %s: %s", describe(rec.request), rec.error)
                 return False
             rec.steps.append(_step(step, "done", s0))
         c.physical = p.final  # (a scale-up has no write_final: the same workers, new version)
+        return self._finish(p, "done", t0)
+
+    def _finish(self, p: Plan, state: str, t0: float) -> bool:
+        rec = self.rec
         try:
             rec.placement = self._placement(keyed_nodes(p))
         except StepFailed as e:
             rec.state, rec.error = "failed", f"the placement after the update: {e}"
             return False
-        rec.state, rec.physical = "done", p.final
+        rec.state, rec.physical = state, self.c.physical
         rec.seconds = time.monotonic() - t0
-        log.info("rescale %s done in %.2f s", describe(rec.request), rec.seconds)
+        log.info("rescale %s %s in %.2f s", describe(rec.request), state, rec.seconds)
         return True
+
+    def _dead(self) -> list[int]:
+        return sorted(w for w in self.c.procs if self._ended(w) not in (None, 0))
+
+    def _restart(self, p: Plan, t0: float) -> bool:
+        """A worker died during the update under a guarantee: every worker again in the
+        final topology, from the newest checkpoint complete under it (tcp_recovery)."""
+        rec, dead = self.rec, self._dead()
+        why = f"during rescale {rec.id} ({describe(rec.request)}), at {rec.error}"
+        try:
+            self.c.restart(p.topology, p.final, why)
+        except RuntimeError as e:
+            rec.state, rec.error = "failed", f"{rec.error}; the restart after it failed: {e}"
+            rec.seconds = time.monotonic() - t0
+            return False
+        rec.error = f"workers {dead} died ({rec.error}); every worker restarted"
+        self.gone.clear()
+        return self._finish(p, "restarted", t0)
 
     # ----- waiting -------------------------------------------------------------------------
 
@@ -315,11 +358,17 @@ class Executor:
                     asked[w.worker_id] = rid
 
         def replied() -> bool:
-            return all(c.replies.get(w, (None,))[0] == rid for w, rid in asked.items())
+            # one that died since is left out: the run loop recovers it (tcp_recovery)
+            return all(
+                c.replies.get(w, (None,))[0] == rid or self._ended(w) is not None
+                for w, rid in asked.items()
+            )
 
         self._wait(replied, lambda: f"workers {sorted(asked)} did not report their key groups")
         out: dict[str, dict[int, dict[str, Any]]] = {}
-        for w, _ in asked.items():
+        for w, rid in asked.items():
+            if c.replies.get(w, (None,))[0] != rid:
+                continue
             keyed = c.replies[w][1].get("keyed", {})
             out.setdefault(c.physical.by_id(w).node, {})[w] = {
                 "owned": sorted(int(g) for g in keyed.get("owned", {})),
@@ -367,6 +416,13 @@ class Executor:
         self.c.physical = self.plan.final
 
     def _do_wait_stopped(self, step: Step) -> None:
+        if guarantee_of(self.c.topology) != "none":
+            # a drained worker stays to roll back until COMPLETE; it never has to (it owns
+            # no group, and its links ended ``leaving``): stopped, as sdn's agents stop it
+            for w in step.workers:
+                if self._ended(w) is None:
+                    self.c.procs[w].terminate()
+
         def stopped() -> bool | str:
             for w in step.workers:
                 code = self._ended(w)

@@ -122,17 +122,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     report: dict[str, Any]
     if args.scale and args.transport != "tcp":
         raise UsageError("--scale is for tcp runs; on sdn, `typhoon scale` a submitted job")
+    if args.locality is not None and args.transport != "tcp":
+        raise UsageError(
+            "--locality is for tcp runs; on sdn, load apps/locality_router.py and "
+            "`typhoon locality` a submitted job"
+        )
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp
 
+        locality = locality_run(topo, args.locality)
         options = RunOptions(
             hosts=hosts_list(args.hosts),
             duration=args.duration,
             live=not args.quiet,
             workdir=Path(args.workdir) if args.workdir else None,
             scales=tcp_scales(topo, args.scale or []),
+            on_turn=[locality] if locality is not None else [],
         )
         report = run_tcp(topo, options)
+        if locality is not None:
+            report["locality"] = moved = locality.report()
+            if moved["phase"] == "failed":  # asked for and not done: the run is not ok
+                report["problems"].append(f"locality move: {moved['reason']}")
+                report["ok"] = False
     else:
         # the CLI is the top layer: the only core module that reaches into mininet_env
         from mininet_env.fabric import FabricPlan
@@ -194,6 +206,22 @@ def tcp_scales(topology: Topology, items: list[str]) -> list[tuple[float, Any]]:
     return out
 
 
+def locality_run(topology: Topology, at: str | None) -> Any:
+    """``--locality AT``: the locality router's run AT seconds into a tcp run, or None."""
+    if at is None:
+        return None
+    from typhoon_cli.tcp_locality import TcpLocality, check_locality, parse_locality_option
+
+    try:
+        seconds = parse_locality_option(at)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    refusal = check_locality(topology)
+    if refusal is not None:
+        raise UsageError(f"--locality {at}: {refusal}")
+    return TcpLocality(seconds)
+
+
 def print_summary(report: dict[str, Any], out: Any) -> None:
     """Problems, the failed workers' tracebacks, and one line per node's result."""
     for line in summary_lines(report):
@@ -236,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AT:NODE=N",
         help="tcp: at AT seconds, rescale NODE to N workers; keyed state moves with its "
         "key groups (docs/keyed_state.md); repeatable",
+    )
+    r.add_argument(
+        "--locality",
+        metavar="AT",
+        help="tcp: at AT seconds, run the locality router once: the counting node's pairs, "
+        "then two direct reroutes that move the pinned keys with their state "
+        "(docs/locality.md)",
     )
     r.add_argument(
         "--fabric",

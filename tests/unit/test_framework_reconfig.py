@@ -142,6 +142,26 @@ def test_upstream_without_reopen_tells_a_replacement_its_senders():
     assert fw.done
 
 
+def test_drain_of_a_worker_that_every_sender_released_is_acked_at_once():
+    """A scale-down's removed worker often finished already, its senders having released
+    it.  Under a guarantee it does not exit (it waits for COMPLETE), so the DRAIN that
+    follows must be acked by the finished worker itself, or the update times out."""
+    from test_guaranteed_migration import Store
+
+    t, phys = deployed()
+    t.config.update(guarantee="exactly_once")
+    mid = phys.of_node("mid")[1].worker_id
+    src = phys.of_node("source")[0].worker_id
+    io = Recorder()
+    spec = WorkerSpec(t, phys, mid, batch_size=1)
+    fw = Framework(spec, resolve_operator("identity")(), io, store=Store())
+    fw.deliver(Inbound(src, EOS_STREAM, [EOS_PAYLOAD]))
+    fw.tick()
+    assert fw.done and not fw.may_exit  # finished, staying to roll back if asked
+    ctl(fw, Control.DRAIN, {"version": 12})
+    assert io.replies[-1].body["metrics"] == {"ack": "DRAIN", "version": 12}
+
+
 def test_routes_skip_draining_workers_and_new_workers_do_not_wait_for_them():
     t, phys = deployed()
     p = plan(Scale("mid", 1), t, phys, ["h1"], 100)

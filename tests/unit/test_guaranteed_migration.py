@@ -66,8 +66,12 @@ class Store:
     def parts(self, epoch: int) -> set[str]:
         return set(self.epoch_parts.get(epoch, {}))
 
-    def latest_complete(self, expected: set[str]) -> int | None:
-        done = [e for e, ps in self.epoch_parts.items() if expected <= set(ps)]
+    def latest_complete(self, expected: set[str], accept=None) -> int | None:
+        done = [
+            e
+            for e, ps in self.epoch_parts.items()
+            if expected <= set(ps) and (accept is None or accept(e))
+        ]
         return max(done) if done else None
 
     def put_blob(self, name: str, data: bytes) -> None:

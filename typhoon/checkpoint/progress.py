@@ -11,12 +11,18 @@ all verify in the store (a corrupt part sends it to the one before).
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.topology.model import PhysicalTopology, Topology
+
+log = logging.getLogger(__name__)
 
 
 def guaranteed(topology: Topology) -> bool:
@@ -113,10 +119,52 @@ def recovery_point(
     one whose parts all exist and verify in ``store`` (None: none yet, start over from
     the beginning).  A failover region's workers checkpoint apart from the others'
     (``typhoon.checkpoint.regions``), so only their parts count.
+
+    With keyed state the parts must also hold every key group of each keyed node
+    (:func:`holds_every_group`): after a scale-down the final workers' parts of an epoch
+    are all there while the drained worker's part of it may not be (it was skipped while
+    the groups moved), and its groups would be lost.
     """
     parts = parts_of(physical)
     if workers is not None:
         parts = {
             f"{w.node}-{w.index}" for w in physical.workers if w.active and w.worker_id in workers
         }
-    return store.latest_complete(parts)
+    keyed = {
+        node: len(table)
+        for node, table in physical.key_groups.items()
+        if any(p.rpartition("-")[0] == node for p in parts)
+    }
+    if not keyed:
+        return store.latest_complete(parts)
+    return store.latest_complete(parts, accept=lambda e: holds_every_group(store, e, keyed))
+
+
+def holds_every_group(store: Any, epoch: int, keyed: Mapping[str, int]) -> bool:
+    """Whether the parts of ``epoch`` of each node in ``keyed`` (node -> its number of key
+    groups) record every group between them (``typhoon/runtime/keyed_cut.py`` writes
+    ``groups``).  A node with a part that records none (not keyed state, or a part from
+    before the record) is not judged."""
+    for node, count in keyed.items():
+        mine = re.compile(re.escape(node) + r"-\d+")
+        held: set[int] = set()
+        for part in store.parts(epoch):
+            if not mine.fullmatch(part):
+                continue
+            try:
+                groups = msgpack.unpackb(
+                    store.read(epoch, part), raw=False, strict_map_key=False
+                ).get("groups")
+            except (ValueError, AttributeError, msgpack.UnpackException):
+                groups = None
+            if not isinstance(groups, list):
+                break
+            held.update(g for g in groups if isinstance(g, int))
+        else:
+            if not held >= set(range(count)):
+                log.warning(
+                    "checkpoint epoch %d: the parts of %s hold %d of its %d key groups; "
+                    "skipping it", epoch, node, len(held & set(range(count))), count,
+                )  # fmt: skip
+                return False
+    return True

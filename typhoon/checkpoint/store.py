@@ -25,6 +25,7 @@ import re
 import shutil
 import struct
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -310,8 +311,11 @@ class CheckpointStore:
             if not is_dir and name.endswith(_SUFFIX) and not name.startswith(".")
         }
 
-    def latest_complete(self, expected_parts: set[str]) -> int | None:
-        """Newest epoch whose every expected part is there and verifies; None if there is none.
+    def latest_complete(
+        self, expected_parts: set[str], accept: Callable[[int], bool] | None = None
+    ) -> int | None:
+        """Newest epoch whose every expected part is there and verifies (and that
+        ``accept`` takes, if given); None if there is none.
 
         A damaged or incomplete epoch is skipped with a warning, so a crash
         during a checkpoint (or a bad disk block) costs one epoch, not the job.
@@ -331,6 +335,8 @@ class CheckpointStore:
                     self.read(epoch, part)
             except CheckpointError as e:
                 log.warning("checkpoint epoch %d of %s is unusable: %s", epoch, self.app, e)
+                continue
+            if accept is not None and not accept(epoch):
                 continue
             return epoch
         return None

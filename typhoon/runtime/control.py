@@ -117,7 +117,11 @@ class ControlHandling:
             self.draining = True
             self.drain_version = body["version"]
             self.last_input = self.now
-            if self.is_spout:
+            if self.done:
+                # finished already (every sender released us): nothing left to drain.
+                # Under a guarantee it stays, waiting for COMPLETE, and would never ack
+                self._ack("DRAIN", body["version"])
+            elif self.is_spout:
                 self.exhausted = True
                 self.finish()
         else:
