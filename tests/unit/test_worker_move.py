@@ -35,9 +35,10 @@ HOSTS = ["h1", "h2", "h3"]
 def _operators():
     BUILTINS["model_words"] = Words
     BUILTINS["model_totals"] = Totals
+    BUILTINS["model_tally"] = Tally
     yield
-    BUILTINS.pop("model_words", None)
-    BUILTINS.pop("model_totals", None)
+    for name in ("model_words", "model_totals", "model_tally"):
+        BUILTINS.pop(name, None)
 
 
 class Totals(Bolt):
@@ -56,6 +57,40 @@ class Totals(Bolt):
     def process(self, values: list, emit: Any) -> None:
         self.totals[values[0]] += values[1]
 
+
+class Tally(Bolt):
+    """Sink: words per word length, a dict with int keys (snapshot() state, not keyed)."""
+
+    fields: ClassVar[tuple[str, ...]] = ()
+    as_set = False  # a test makes its snapshot unpackable
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_len: collections.Counter = collections.Counter()
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        return []
+
+    def process(self, values: list, emit: Any) -> None:
+        self.by_len[len(values[0])] += 1
+
+    def snapshot(self) -> Any:
+        return set(self.by_len) if self.as_set else dict(self.by_len)
+
+    def restore(self, state: Any) -> None:
+        self.by_len = collections.Counter(state or {})
+
+
+TALLY = """
+name: mig
+spouts:
+  - {id: source, operator: model_words, parallelism: 2}
+bolts:
+  - {id: tally, operator: model_tally, parallelism: 2}
+streams:
+  - {from: source, to: tally, grouping: shuffle}
+"""
 
 # count_by_key behind a shuffle keeps plain per-worker counts: its snapshot() is the state
 SHUFFLED = """
@@ -396,3 +431,29 @@ def test_data_reaching_a_moved_worker_is_counted_not_processed():
     old.deliver(Inbound(source, 1, [encode_rows([["k1"], ["k2"]])]))
     assert old.io.stats.drops["moved_away"] == 2
     assert dict(old.keyed.stores["counts"].data) == before == {}
+
+
+def test_an_operator_snapshot_with_int_keys_moves_as_it_is():
+    net = MoveNet(5, TALLY)
+    net.run(lambda: net.tuples_into("tally") >= COUNT // 3)
+    w = net.phys.active_of_node("tally")[0]
+    before = dict(net.fws[w.worker_id].op.by_len)
+    assert before
+    p = net.reconfigure(Move(w.worker_id, other_host(net.phys, w.worker_id)))
+    assert all(net.fws[p.added[0]].op.by_len[n] >= c for n, c in before.items())
+    net.run(net.done)
+    live = [fw.op.by_len for fw in net.fws.values() if fw.node.name == "tally" and not fw.moved_to]
+    want = collections.Counter(len(k) for k, n in REFERENCE.items() for _ in range(n))
+    assert sum(live, collections.Counter()) == want
+
+
+def test_a_snapshot_that_cannot_travel_fails_the_old_worker_with_a_sentence():
+    net = MoveNet(6, TALLY)
+    net.run(lambda: net.tuples_into("tally") >= COUNT // 3)
+    w = net.phys.active_of_node("tally")[1]
+    net.fws[w.worker_id].op.as_set = True
+    with pytest.raises(TypeError) as e:
+        net.reconfigure(Move(w.worker_id, other_host(net.phys, w.worker_id)))
+    assert str(e.value).startswith(
+        f"operator 'model_tally' of 'tally' (worker {w.worker_id}) cannot move to worker "
+    ) and "snapshot() is not msgpack-able plain data" in str(e.value)

@@ -203,7 +203,14 @@ class KeyedMigration:
                 moved["timers"] = self.context.timers.snapshot()
             # with the newest epoch written before it left: a new owner's parts up to that
             # epoch would hold it twice (typhoon.runtime.keyed_cut)
-            blob = msgpack.packb(moved, use_bin_type=True)
+            try:
+                blob = msgpack.packb(moved, use_bin_type=True)
+            except TypeError as e:  # only the operator's part is not bytes already
+                raise TypeError(
+                    f"operator '{self.node.operator}' of '{self.node.name}' (worker "
+                    f"{self.worker_id}) cannot move to worker {dst}: its snapshot() is not "
+                    f"msgpack-able plain data ({e})"
+                ) from None
             self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", blob)
             size = len(moved["keyed"] or b"") if not whole else len(blob)
             m.moved_bytes += size
@@ -279,7 +286,7 @@ class KeyedMigration:
             if blob is None:
                 continue
             t0 = time.monotonic()
-            moved = msgpack.unpackb(blob, raw=False)
+            moved = msgpack.unpackb(blob, raw=False, strict_map_key=False)  # snapshot keys
             data = moved["keyed"]
             self._moved_in(moved["epoch"])
             if self.keyed is not None:
