@@ -71,7 +71,7 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
     if not isinstance(request, Scale):
         return (
             f"{describe(request)} is not supported on the tcp transport: only 'scale' is "
-            "(reroute, swap, insert and remove need the sdn controller)"
+            "(reroute, swap, insert, remove and move need the sdn controller)"
         )
     guarantee = guarantee_of(topology)
     if guarantee != "none":

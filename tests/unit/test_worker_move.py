@@ -457,3 +457,33 @@ def test_a_snapshot_that_cannot_travel_fails_the_old_worker_with_a_sentence():
     assert str(e.value).startswith(
         f"operator 'model_tally' of 'tally' (worker {w.worker_id}) cannot move to worker "
     ) and "snapshot() is not msgpack-able plain data" in str(e.value)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_worker_holding_keys_a_direct_table_pins_moves_them_all(seed):
+    """After a locality-style reroute (a direct table names keys), the moved worker's
+    named keys go with it: the new worker is where the table sends them now."""
+    from test_keyed_migration import check_ownership
+
+    from typhoon.reconfig import Reroute
+
+    net = MoveNet(seed)
+    net.run(lambda: net.tuples_into("count") >= COUNT // 4)
+    ids = [w.worker_id for w in net.phys.active_of_node("count")]
+    holders = net.holders()
+    table = {k: (ids.index(ws[0]) + 1) % len(ids) for k, ws in holders.items()}
+    net.reconfigure(Reroute(1, "direct", ("word",), tuple(sorted(table.items()))))
+    net.run(lambda: net.tuples_into("count") >= COUNT // 2)
+    w = net.phys.active_of_node("count")[1]
+    pinned = {k for k, i in table.items() if i == 1}
+    assert pinned
+    p = net.reconfigure(Move(w.worker_id, other_host(net.phys, w.worker_id)))
+    (new,) = p.added
+    prepare = dict(next(s for s in p.steps if s.control == "KEYGROUPS").bodies)
+    assert set(prepare[w.worker_id]["keys_out"]) == pinned
+    assert set(prepare[new]["keys_in"]) == pinned
+    assert pinned <= set(net.fws[new].keyed.stores["counts"].data)
+    check_ownership(net)
+    net.run(net.done)
+    assert net.maxima() == REFERENCE
+    check_ownership(net)
