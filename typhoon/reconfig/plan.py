@@ -415,9 +415,11 @@ def _migration_steps(
     nodes = ", ".join(sorted(migrating))
     n = sum(len(m["groups"]) for m in migrating.values())
     k = sum(len(m["keys"]) for m in migrating.values())
+    whole = [m["worker"] for m in migrating.values() if "worker" in m]
+    also = "".join(f" with worker {a}'s operator state (to {b})" for a, b in whole)
     return (
         _control(
-            f"KEYGROUPS: {n} key groups and {k} pinned keys of {nodes} prepare to move "
+            f"KEYGROUPS: {n} key groups and {k} pinned keys of {nodes}{also} prepare to move "
             "(new owners hold their tuples)",
             "KEYGROUPS",
             prepare,
