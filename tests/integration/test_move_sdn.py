@@ -188,6 +188,8 @@ def test_a_moved_running_count_worker_keeps_every_count_exact(tmp_path):
     assert merged["keys_on_several_workers"] == 0
     assert merged["max"] == want
 
+    shown = {w["worker"]: w.get("moved_to") for w in report["workers"]}
+    assert shown[old.worker_id] == new and shown[new] is None
     by_id = {r["worker"]: r for r in reports}
     gone, successor = by_id[old.worker_id], by_id[new]
     assert gone["moved_to"] == new and gone["result"] is None

@@ -336,6 +336,9 @@ def test_a_keyed_worker_moved_mid_run_keeps_every_running_count_exact(seed):
     assert old_fw.io.stats.drops.get("moved_away", 0) == 0
     m = new_fw.last_migration
     assert m["in"] == len(groups) and m["keys"] >= len(held)
+    # every moved group waited from the first tuple held to the state's arrival
+    assert set(m["group_pause_ms"]) == {str(g) for g in groups}
+    assert all(p >= 0 for p in m["group_pause_ms"].values())
 
 
 @pytest.mark.parametrize("seed", range(10))

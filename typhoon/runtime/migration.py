@@ -247,6 +247,9 @@ class KeyedMigration:
         """The rows of groups and keys not moving here; the others wait for their state
         (held with the old owner they wait for)."""
         if self.hold_from is not None:  # a move: nothing runs before the operator's state
+            m = self.migration
+            if rows and m is not None and not m.first_held:  # every group waits from now
+                m.first_held = dict.fromkeys(m.incoming, time.monotonic())
             self.held_rows.extend((self.hold_from, src, r) for r in rows)
             return []
         keyed, holding, held = self.keyed, self.holding, self.held_rows
