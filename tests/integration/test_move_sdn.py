@@ -119,12 +119,13 @@ def test_a_moved_running_count_worker_keeps_every_count_exact(tmp_path):
         to = next(h for h in hosts if h != old.host)
         groups = set(owned_groups(t, before, "count", old.worker_id))
         source = before.of_node("source")[0]
+        elsewhere = next(h for h in hosts if h != source.host)
 
         # bad input: one line, exit 2, nothing started
         for argv, words in [
             ([str(old.worker_id), old.host], f"already runs on {old.host}"),
             ([str(old.worker_id), "nohost"], "no host named 'nohost'"),
-            ([str(source.worker_id), to], f"belongs to the spout '{source.node}'"),
+            ([str(source.worker_id), elsewhere], f"belongs to the spout '{source.node}'"),
         ]:
             r = typhoon(c, "move", name, *argv)
             assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r
