@@ -19,6 +19,7 @@ planned in full before its first step runs).
     POST   /typhoon/apps/NAME/swap             {"node": N, "operator": OP, "args": {..}}
     POST   /typhoon/apps/NAME/insert           {"node": N, "operator": OP, "from": A, "to": B, ..}
     POST   /typhoon/apps/NAME/remove           {"node": N}
+    POST   /typhoon/apps/NAME/move             {"worker": ID, "host": H} (with its state)
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
     POST   /typhoon/apps/NAME/control          one control tuple to workers {"type": T, "body":
                                                {..}, "node": N | "workers": [..]}; protocol
@@ -386,6 +387,11 @@ class TyphoonRest(ControllerBase):
     @handler(mutating=True)
     def api_remove(self, req, name, **_):
         return self._reconfigure(req, name, "remove")
+
+    @route(API, PREFIX + "/apps/{name}/move", methods=["POST"])
+    @handler(mutating=True)
+    def api_move(self, req, name, **_):
+        return self._reconfigure(req, name, "move")
 
     @route(API, PREFIX + "/apps/{name}/reconfig", methods=["GET"])
     @handler()

@@ -1,13 +1,8 @@
 """CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
 
-``typhoon submit FILE [--remove-when-done]``, ``list``, ``status NAME [--watch S]``,
-``report NAME [--wait]`` (the merged run report of a submitted job), ``scale NAME
-NODE N``, ``route NAME STREAM POLICY [--fields F ...]``, ``swap NAME NODE
-OPERATOR [--args JSON]``, ``insert NAME NODE OPERATOR --from A --to B``,
-``remove NAME NODE``, ``reconfig NAME`` (the last reconfiguration), ``kill
-NAME``, ``control NAME NODE --input-rate N | ...`` (Table 2: :mod:`typhoon.ctl_control`),
-``locality NAME [--show]`` (locality-aware key routing, run or shown),
-and the apps' reports ``faults``, ``autoscaler``, ``lb [NAME]``.
+``typhoon submit|list|status|report|scale|route|swap|insert|remove|move|reconfig|kill``,
+``control`` (Table 2: :mod:`typhoon.ctl_control`), ``locality`` and the apps' reports
+``faults|autoscaler|lb``: :func:`add_parsers` gives each one's arguments.
 Where the controller is and the token: see :mod:`typhoon.client`.
 
 ``--json`` on every verb prints one JSON document on stdout instead of text,
@@ -85,6 +80,8 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             "parallelism": args.parallelism,
             "grouping": args.grouping,
         }
+    if args.command == "move":
+        return "move", {"worker": args.worker, "host": args.host}
     return "remove", {"node": args.node}
 
 
@@ -478,6 +475,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = verb("remove", cmd_reconfigure, "take a node out; its input goes to its output")
     p.add_argument("name")
     p.add_argument("node")
+    waits(p)
+    p = verb("move", cmd_reconfigure, "move a running worker, with its state, to another host")
+    p.add_argument("name")
+    p.add_argument("worker", type=int, help="worker ID (typhoon status NAME lists them)")
+    p.add_argument("host")
     waits(p)
     verb("reconfig", cmd_reconfig, "the running or last reconfiguration").add_argument("name")
     verb("kill", cmd_kill, "stop an application and remove it").add_argument("name")

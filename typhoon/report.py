@@ -345,6 +345,7 @@ def build_report(
                 "finished": r["finished"],
                 "error": r["error"],
                 "cpu_s": r.get("cpu_s"),
+                **({"moved_to": r["moved_to"]} if r.get("moved_to") else {}),  # typhoon move
                 "in": m["in"],
                 "out": m["out"],
                 "drops": m["drops"],

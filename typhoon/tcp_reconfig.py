@@ -92,8 +92,8 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
     if not isinstance(request, Scale):
         return (
             f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
-            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert and "
-            "remove need the sdn controller)"
+            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert, "
+            "remove and move need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:

@@ -308,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "coordinator and controller/agent logs)",
     )
     r.set_defaults(func=cmd_run)
-    ctl.add_parsers(sub)  # typhoon submit|list|status|scale|route|swap|...|kill (REST)
+    ctl.add_parsers(sub)  # typhoon submit|list|status|scale|...|move|kill (REST)
 
     debug_cli.add_parser(sub)  # typhoon debug attach|detach|list|tuples (live debugger)
     bench_cli.add_parser(sub)  # typhoon bench: the paper's experiments (benchmarks/)

@@ -46,13 +46,14 @@ bolts:
 streams:
   - {from: source, to: sink, grouping: shuffle}
 """
-VERBS = ["scale", "route", "swap", "insert", "remove"]
+VERBS = ["scale", "route", "swap", "insert", "remove", "move"]
 GOOD = {
     "scale": {"node": "sink", "parallelism": 2},
     "route": {"stream": 1, "policy": "fields", "fields": ["seq"]},
     "swap": {"node": "sink", "operator": "sequence_check", "args": {"ts": "ts"}},
     "insert": {"node": "mid", "operator": "identity", "from": "source", "to": "sink"},
     "remove": {"node": "sink"},  # refused by the planner (a sink has no output)
+    "move": {"worker": 2, "host": "h1"},  # the sink, from h2
 }
 
 
@@ -177,6 +178,27 @@ def test_a_refused_plan_is_a_4xx_and_changes_nothing(app, core):
     assert core.reconfigs.get("fwd") is None
 
 
+def test_a_move_is_planned_and_bad_moves_are_refused_with_a_sentence(app, core):
+    for body, status, words in [
+        ({"worker": 9, "host": "h1"}, 404, "'fwd' has no worker 9 (workers: 1, 2)"),
+        ({"worker": 2, "host": "h7"}, 404, "no host named 'h7' in the cluster (hosts: h1, h2)"),
+        ({"worker": 2, "host": "h2"}, 400, "worker 2 ('sink' #0) already runs on h2"),
+        ({"worker": 1, "host": "h2"}, 400, "worker 1 belongs to the spout 'source'"),
+        ({"worker": "2", "host": "h1"}, 400, "'worker' must be a worker ID"),
+    ]:
+        status_, reply = call(app, "POST", "/apps/fwd/move", body)
+        assert status_ == status and reply["error"].startswith(words), reply
+        assert reply["error"].count(". ") == 0  # one sentence
+    assert core.reconfigs.get("fwd") is None
+    status, body = call(app, "POST", "/apps/fwd/move", GOOD["move"])
+    assert status == 202 and body["request"] == "move worker 2 to h1", body
+    assert body["removed"] == [2] and len(body["added"]) == 1
+    plan = core.reconfigs.get("fwd").plan
+    (new,) = plan.added
+    assert (plan.final.by_id(new).host, plan.final.by_id(new).node) == ("h1", "sink")
+    assert core.coordinator.get_physical("fwd").version == 1  # planned, nothing written
+
+
 def test_submit_status_list_and_kill(app, core):
     text = FORWARD.replace("name: fwd", "name: other")
     status, body = call(app, "POST", "/apps", {"topology": text})
@@ -249,7 +271,7 @@ json_values = st.recursive(
 )
 field_names = st.sampled_from(
     ["node", "parallelism", "stream", "policy", "fields", "operator", "args", "from", "to",
-     "grouping", "table", "topology", "type", "body", "workers", "stateful"]
+     "grouping", "table", "topology", "type", "body", "workers", "stateful", "worker", "host"]
 )  # fmt: skip
 bodies = st.dictionaries(field_names | st.text(max_size=8), json_values, max_size=6) | json_values
 
@@ -323,6 +345,10 @@ def test_cli_verbs_with_flags_env_and_config_file(server, core, capsys, monkeypa
     old_sinks = {w.worker_id for w in swap.old_physical.of_node("sink")}
     assert old_sinks and set(swap.removed) == old_sinks, (swap.removed, old_sinks)
     assert len(swap.added) == len(old_sinks) and not set(swap.added) & old_sinks
+    code, out, _ = typhoon(capsys, "move", "fwd", "2", "h1")
+    assert code == 0 and "move worker 2 to h1" in out and "reconfiguration 4 done" in out, out
+    move = core.reconfigs.get("fwd").plan
+    assert move.removed == [2] and move.final.by_id(move.added[0]).host == "h1"
     code, out, _ = typhoon(capsys, "status", "fwd")
     assert code == 0 and "stream 1: source -> sink [shuffle]" in out and "  sink  " in out
     monkeypatch.delenv("TYPHOON_CONTROLLER")
@@ -345,6 +371,11 @@ def test_cli_verbs_with_flags_env_and_config_file(server, core, capsys, monkeypa
         (["swap", "fwd", "sink", "identity", "--args", "{"], "error: --args is not valid JSON"),
         (["route", "fwd", "7", "shuffle"], "error: no stream 7"),
         (["kill", "nope"], "error: no application named 'nope'"),
+        (["move", "fwd", "1", "h2"], "error: worker 1 belongs to the spout 'source'"),
+        (["move", "fwd", "2", "h2"], "error: worker 2 ('sink' #0) already runs on h2"),
+        (["move", "fwd", "5", "h1"], "error: 'fwd' has no worker 5"),
+        (["move", "fwd", "2", "h9"], "error: no host named 'h9'"),
+        (["move", "nope", "2", "h1"], "error: no running application named 'nope'"),
     ],
 )
 def test_cli_bad_requests_exit_2_with_one_line(server, capsys, argv, message):

@@ -211,3 +211,42 @@ def test_a_kill_during_the_update_aborts_it(setup):
     core.sleep = kill_while_waiting
     rec = run(core, m, Scale("sink", 3))
     assert rec.state == "aborted" and rec.rollback == [] and core.kept == {}
+
+
+def test_a_move_runs_through_the_executor_and_leaves_the_worker_on_its_new_host(setup):
+    """``typhoon move``: the controller's step is the executor's (no path of its own):
+    the new worker is launched on h2, the state moves by KEYGROUPS around the senders'
+    ROUTING, the old worker is released and drained, and only the new one stays."""
+    from typhoon.reconfig import Move
+
+    core, m, phys = setup
+    c = core.coordinator
+    c.put_cluster(
+        Cluster(
+            {
+                h: HostInfo(h, f"br{i}", i, first_worker_port=100)
+                for i, h in enumerate(["h1", "h2"], 1)
+            }
+        )
+    )
+    (sink,) = phys.of_node("sink")
+    rec = run(core, m, Move(sink.worker_id, "h2"))
+    assert rec.state == "done", rec.to_dict()
+    (new,) = rec.plan.added
+    sent = [(w, t, b.get("phase", "")) for w, t, b in core.sent]
+    assert sent == [
+        (sink.worker_id, "KEYGROUPS", "prepare"),
+        (new, "KEYGROUPS", "prepare"),
+        (1, "ROUTING", ""),
+        (sink.worker_id, "KEYGROUPS", "finish"),
+        (new, "KEYGROUPS", "finish"),
+        (1, "ROUTING", ""),
+        (sink.worker_id, "DRAIN", ""),
+    ]
+    bodies = [b for _, t, b in core.sent]
+    assert bodies[0]["operator_out"] == new and bodies[1]["operator_in"] == sink.worker_id
+    assert bodies[2]["handoff"] and bodies[2]["next_hops"] == [new]
+    assert bodies[5]["release"] == [sink.worker_id]
+    final = c.get_physical("fwd")
+    assert [(w.worker_id, w.host) for w in final.of_node("sink")] == [(new, "h2")]
+    assert not final.draining() and core.kept == {}

@@ -9,7 +9,7 @@ process, no route sends to them), the final one, and the ordered steps the
 controller's executor (``controller/reconfigure.py``) runs, each confirmed
 before the next.
 
-One procedure serves every request (scale, reroute, swap, insert, remove),
+One procedure serves every request (scale, reroute, swap, insert, remove, move),
 because each one is "some workers join, some leave, some routes change":
 
 1. keep the old rules while the update runs (make before break: a stream
@@ -38,6 +38,7 @@ from typhoon.reconfig.requests import (
     KINDS,
     MAX_PARALLELISM,
     Insert,
+    Move,
     ReconfigError,
     Remove,
     Request,
@@ -53,6 +54,7 @@ __all__ = [
     "KINDS",
     "MAX_PARALLELISM",
     "Insert",
+    "Move",
     "Plan",
     "ReconfigError",
     "Remove",

@@ -15,7 +15,16 @@ from typing import Any
 import yaml
 
 from typhoon.operators import OperatorError, import_refusal, resolve_operator
-from typhoon.reconfig.requests import Insert, ReconfigError, Remove, Request, Reroute, Scale, Swap
+from typhoon.reconfig.requests import (
+    Insert,
+    Move,
+    ReconfigError,
+    Remove,
+    Request,
+    Reroute,
+    Scale,
+    Swap,
+)
 from typhoon.topology.loader import load_topology_text
 from typhoon.topology.model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
 from typhoon.topology.routing import node_index
@@ -91,6 +100,8 @@ def apply_request(topology: Topology, request: Request) -> tuple[Topology, set[s
         return t, {node.name}
     if isinstance(request, Insert):
         return _insert(t, request), set()
+    if isinstance(request, Move):  # the logical topology stays; typhoon.reconfig.move
+        return t, set()
     return _remove(t, request), set()
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.edit import apply_request, check_topology
-from typhoon.reconfig.requests import ReconfigError, Request, describe
+from typhoon.reconfig.move import add_worker_move, check_move
+from typhoon.reconfig.requests import Move, ReconfigError, Request, describe
 from typhoon.topology.keygroups import (
     KEY_ROUTED,
     key_group,
     max_parallelism,
-    moves,
     owners,
     rebalance,
     table_of,
@@ -125,11 +125,22 @@ def plan(
         raise ReconfigError(
             f"'{topology.name}' still has draining workers from an earlier update", 409
         )
+    moving, move = None, None
+    if isinstance(request, Move):  # typhoon.reconfig.move
+        moving = check_move(request, topology, physical, hosts, exited)
+        move = {moving.worker_id: request.host}
     new_topo, replace = apply_request(topology, request)
     new_topo = check_topology(new_topo, topology, allow_imports)
     try:
         placed = reschedule(
-            new_topo, physical, hosts, first_port, replace=replace, avoid=avoid, min_id=min_id
+            new_topo,
+            physical,
+            hosts,
+            first_port,
+            replace=replace,
+            avoid=avoid,
+            min_id=min_id,
+            move=move,
         )
     except ValueError as e:
         raise ReconfigError(f"cannot place the workers: {e}", 409) from None
@@ -159,6 +170,8 @@ def plan(
         worker_generations=_generations(physical, placed.workers),
     )
     migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
+    if moving is not None:  # the operator's own state travels too
+        add_worker_move(migrating, moving, trans)
     added = sorted(kept - old_ids)
     removed = [w.worker_id for w in draining]
     _check_engine_nodes(topology, new_topo, draining)
@@ -330,10 +343,11 @@ def _key_groups(
             continue
         old_ids = {w.index: w.worker_id for w in before}
         new_ids = {w.index: w.worker_id for w in after}
+        # by worker ID: a moved worker keeps its index (and groups) under a new ID
         groups = {
             g: (old_ids[a], new_ids[b])
-            for g, (a, b) in moves(old_table, new_table).items()
-            if a in old_ids and b in new_ids
+            for g, (a, b) in enumerate(zip(old_table, new_table, strict=True))
+            if a in old_ids and b in new_ids and old_ids[a] != new_ids[b]
         }
         named_before = {k for s in old_t.inputs_of(name) for k in s.grouping.table}
         named = {k for s in ins for k in s.grouping.table}
@@ -385,12 +399,15 @@ def _migration_steps(
         for k, (a, b) in moved["keys"].items():
             body(a)["keys_out"][k] = b
             body(b)["keys_in"][k] = a
+        if "worker" in moved:  # a move: all of a's state (operator too) goes to b
+            a, b = moved["worker"]
+            body(a)["operator_out"], body(b)["operator_in"] = b, a
     if not bodies:
         return None, None
     prepare = []
     for w, body in sorted(bodies.items()):
         expect = []
-        if body["out"] or body["keys_out"]:
+        if body["out"] or body["keys_out"] or "operator_out" in body:
             expect = [
                 [s, sid] for sid, ss in upstream_of(*old, w).items() for s in ss if s not in exited
             ]
@@ -398,9 +415,11 @@ def _migration_steps(
     nodes = ", ".join(sorted(migrating))
     n = sum(len(m["groups"]) for m in migrating.values())
     k = sum(len(m["keys"]) for m in migrating.values())
+    whole = [m["worker"] for m in migrating.values() if "worker" in m]
+    also = "".join(f" with worker {a}'s operator state (to {b})" for a, b in whole)
     return (
         _control(
-            f"KEYGROUPS: {n} key groups and {k} pinned keys of {nodes} prepare to move "
+            f"KEYGROUPS: {n} key groups and {k} pinned keys of {nodes}{also} prepare to move "
             "(new owners hold their tuples)",
             "KEYGROUPS",
             prepare,

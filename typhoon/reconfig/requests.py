@@ -14,7 +14,7 @@ from typing import Any
 from typhoon.topology.model import GROUPINGS
 
 MAX_PARALLELISM = 1000
-KINDS = ("scale", "route", "swap", "insert", "remove")
+KINDS = ("scale", "route", "swap", "insert", "remove", "move")
 
 
 class ReconfigError(Exception):
@@ -78,7 +78,16 @@ class Remove:
     node: str
 
 
-Request = Scale | Reroute | Swap | Insert | Remove
+@dataclass(frozen=True)
+class Move:
+    """Move one running worker, with its state, to another host (paper §8: pause and resume
+    elsewhere); ``typhoon.reconfig.move``."""
+
+    worker: int
+    host: str
+
+
+Request = Scale | Reroute | Swap | Insert | Remove | Move
 
 
 def _need(body: dict, key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -137,6 +146,7 @@ def parse_request(kind: str, body: Any) -> Request:
         "insert": {"node", "operator", "args", "parallelism", "from", "to", "grouping"}
         | {"fields", "stateful"},
         "remove": {"node"},
+        "move": {"worker", "host"},
     }[kind]
     unknown = sorted(str(k) for k in set(body) - allowed)
     if unknown:
@@ -175,6 +185,11 @@ def parse_request(kind: str, body: Any) -> Request:
             _fields(body),
             stateful,
         )
+    if kind == "move":
+        worker = _need(body, "worker", int, "a worker ID (typhoon status NAME lists them)")
+        if worker < 1:
+            raise ReconfigError(f"'worker' must be a worker ID (1 or more), not {worker}")
+        return Move(worker, _name(body, "host", "a host name of the cluster"))
     return Remove(_name(body, "node"))
 
 
@@ -189,4 +204,6 @@ def describe(request: Request) -> str:
         return f"swap {request.node} to {request.operator} {request.args}"
     if isinstance(request, Insert):
         return f"insert {request.node} ({request.operator}) between {request.src} and {request.dst}"
+    if isinstance(request, Move):
+        return f"move worker {request.worker} to {request.host}"
     return f"remove {request.node}"

@@ -197,6 +197,7 @@ class ControlHandling:
             **(self._guarantee_metrics() if self.ckpt is not None else {}),
             **(self._watermark_metrics() if self._event_time() else {}),
             **(self._migration_metrics() if self.keyed is not None else {}),
+            **({"moved_to": self.moved_to} if self.moved_to else {}),  # typhoon move
             **(self._op_metrics() if self._op_metrics is not None else {}),
             **(self.pairs.metrics(self.sent_to) if self.pairs is not None else {}),
         }

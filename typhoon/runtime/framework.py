@@ -258,6 +258,9 @@ class Framework(
             return
         if self.ckpt is not None and not self._admit(item):
             return
+        if self.moved_to is not None:  # moved: its state (and its senders) left for another
+            self.io.stats.drop("moved_away", sum(map(rows_in, item.payloads)))
+            return
         if src in self.finished_upstream:
             # after its end of stream (a release): one-to-many frames the switch still
             # copies here; the sender no longer counts them as sent to us
@@ -277,7 +280,7 @@ class Framework(
             if rows is None:
                 continue
             good += len(rows)
-            if self.holding or self.holding_keys:  # keys moving here wait for their state
+            if self.holding or self.holding_keys or self.hold_from:  # wait for their state
                 rows = self._hold(src, rows)
             n = len(rows)
             step = self._slice_rows(n)
@@ -364,7 +367,7 @@ class Framework(
     def end_of_input(self) -> None:
         """No more input: finish now, or once the operator's pump has nothing in flight."""
         self.input_done = True
-        if self._pump is None and not (self.holding or self.holding_keys):
+        if self._pump is None and not (self.holding or self.holding_keys or self.hold_from):
             # (else once the moving state came and the tuples held for it ran)
             self.finish()
 
@@ -424,7 +427,8 @@ class Framework(
 
     def finish(self) -> None:
         """Flush state and batches, then tell every receiver this link is finished."""
-        self.op.on_signal(self.emit)
+        if self.moved_to is None:  # a moved worker's state is flushed where it went
+            self.op.on_signal(self.emit)
         self.flush(force=True)
         # end of stream goes direct: it must not overtake balanced or one-to-many frames
         self.io.drain_balanced()

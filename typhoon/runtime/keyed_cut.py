@@ -75,6 +75,7 @@ class KeyedCheckpoints:
             getattr(self, "migration", None) is not None
             or self.holding
             or self.holding_keys
+            or self.hold_from
             or self.held_rows
         )
 

@@ -18,7 +18,15 @@ The plan (``typhoon.reconfig.plan``) runs three steps per migration, each acked:
    keys and runs the held tuples, oldest first.
 
 No SIGNAL flush is involved, and nothing but the moving groups waits: the
-other keys go on being processed.  A mixin of
+other keys go on being processed.
+
+A worker *move* (``typhoon move``, ``typhoon.reconfig.move``) is the same
+migration of all the old worker's groups, plus ``operator_out``/``operator_in``:
+the old worker ships every key it holds, its operator's ``snapshot()`` and its
+plain timers in the one blob, and from then on is retired (its operator
+neither flushes nor reports a result; data that still reaches it is counted as
+dropped); the new worker holds *every* tuple until the blob is loaded and the
+operator restored.  A mixin of
 :class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
 """
 
@@ -51,6 +59,8 @@ class Migration:
     keys_out: dict[str, int] = field(default_factory=dict)  # direct-table keys leaving
     keys_in: dict[str, int] = field(default_factory=dict)  # direct-table keys coming
     pins: dict[str, bool] | None = None  # every key the new tables name: routed here?
+    operator_to: int | None = None  # a move: the whole state (operator too) leaves for it
+    operator_from: int | None = None  # a move: the whole state comes from it
     shipped: bool = False
     waiting: set[int] = field(default_factory=set)  # old owners whose state is not here yet
     ack: int | None = None  # version of the KEYGROUPS finish to ack once done
@@ -69,7 +79,7 @@ class Migration:
 
     @property
     def leaving(self) -> bool:
-        return bool(self.out or self.keys_out)
+        return bool(self.out or self.keys_out or self.operator_to)
 
     @property
     def done(self) -> bool:
@@ -91,6 +101,8 @@ class KeyedMigration:
         self.migrations_done = 0
         self.last_migration: dict[str, Any] = {}
         self.migration_log: dict[str, dict[str, Any]] = {}  # migration ID -> its figures
+        self.hold_from: int | None = None  # a move: every tuple waits for this worker's state
+        self.moved_to: int | None = None  # a move: this worker's state left for it
 
     # ----- control -------------------------------------------------------------------------
 
@@ -98,7 +110,8 @@ class KeyedMigration:
         """A KEYGROUPS control tuple (prepare or finish)."""
         mid = body["migration"]
         if body["phase"] == "prepare":
-            if self.keyed is None:
+            moving = body.get("operator_out") or body.get("operator_in")
+            if self.keyed is None and not moving:
                 raise ValueError(
                     f"worker {self.worker_id} of '{self.node.name}' keeps no keyed state"
                 )
@@ -106,18 +119,18 @@ class KeyedMigration:
             out = {int(g): w for g, w in body["out"].items()}
             expect = {(s, st) for s, st in body["expect"] if s not in self.finished_upstream}
             m = Migration(mid, out, incoming, expect, body["keys_out"], body["keys_in"])
+            m.operator_to, m.operator_from = body.get("operator_out"), body.get("operator_in")
             self.migration = m
             self.plan_version = max(self.plan_version, mid)  # the table this update installs
             m.waiting = set(incoming.values()) | set(m.keys_in.values())
+            if m.operator_from is not None:
+                m.waiting.add(m.operator_from)
+                self.hold_from = m.operator_from
             self.holding.update(incoming)
             self.holding_keys.update(m.keys_in)
-            self.keyed.owned |= set(incoming)
             m.pins = body.get("pins")
-            if m.pins is None:  # a plan without the new tables' keys
-                for k in m.keys_in:
-                    self.keyed.pinned[k] = True
-            else:  # the keys the new tables name; leaving ones stay until shipped
-                self.keyed.set_pins({**m.pins, **dict.fromkeys(m.keys_out, True)})
+            if self.keyed is not None:
+                self._prepare_keyed(m)
             self._ack("KEYGROUPS", body["version"])
             self._maybe_ship()
             return
@@ -128,6 +141,14 @@ class KeyedMigration:
         m.ack = body["version"]
         self._maybe_ship()
         self._migration_done()
+
+    def _prepare_keyed(self, m: Migration) -> None:
+        self.keyed.owned |= set(m.incoming)
+        if m.pins is None:  # a plan without the new tables' keys
+            for k in m.keys_in:
+                self.keyed.pinned[k] = True
+        else:  # the keys the new tables name; leaving ones stay until shipped
+            self.keyed.set_pins({**m.pins, **dict.fromkeys(m.keys_out, True)})
 
     def send_handoffs(self, stream: int, migration: int, hops: list[int]) -> None:
         """After a ROUTING with ``handoff``: the old receivers learn our old table ended."""
@@ -164,25 +185,42 @@ class KeyedMigration:
             by_dst.setdefault(dst, (set(), set()))[0].add(g)
         for k, dst in m.keys_out.items():
             by_dst.setdefault(dst, (set(), set()))[1].add(k)
+        if m.operator_to is not None:
+            by_dst.setdefault(m.operator_to, (set(), set()))
         for dst, (groups, keys) in sorted(by_dst.items()):
-            before = self.keyed.keys()
-            # names a key that cannot be packed
-            data = self.keyed.pack(groups, remove=True, keys=keys)
+            whole = dst == m.operator_to  # a move: every key, whatever its group
+            moved: dict[str, Any] = {"epoch": self.epoch, "keyed": None}
+            if self.keyed is not None:
+                before = self.keyed.keys()
+                # names a key that cannot be packed
+                data = self.keyed.pack(
+                    None if whole else groups, remove=True, keys=None if whole else keys
+                )
+                moved["keyed"] = data
+                m.moved_keys += before - self.keyed.keys()
+            if whole:
+                moved["operator"] = self.op.snapshot()
+                moved["timers"] = self.context.timers.snapshot()
             # with the newest epoch written before it left: a new owner's parts up to that
             # epoch would hold it twice (typhoon.runtime.keyed_cut)
-            blob = msgpack.packb({"epoch": self.epoch, "keyed": data}, use_bin_type=True)
+            try:
+                blob = msgpack.packb(moved, use_bin_type=True)
+            except TypeError as e:  # only the operator's part is not bytes already
+                raise TypeError(
+                    f"operator '{self.node.operator}' of '{self.node.name}' (worker "
+                    f"{self.worker_id}) cannot move to worker {dst}: its snapshot() is not "
+                    f"msgpack-able plain data ({e})"
+                ) from None
             self._store().put_blob(f"{m.id}-{self.worker_id}-{dst}", blob)
-            m.moved_bytes += len(data)
-            m.shipped_bytes[dst] = len(data)
-            m.moved_keys += before - self.keyed.keys()
+            size = len(moved["keyed"] or b"") if not whole else len(blob)
+            m.moved_bytes += size
+            m.shipped_bytes[dst] = size
         m.ship_ms = (time.monotonic() - t0) * 1000
-        self.keyed.owned -= set(m.out)
-        for k in m.keys_out:
-            if m.pins is not None and k not in m.pins:
-                self.keyed.pinned.pop(k, None)  # no table names it now: its group decides
-            else:
-                self.keyed.pinned[k] = False
-        self.keyed.forget_checked()
+        if self.keyed is not None:
+            self._shipped_keyed(m)
+        if m.operator_to is not None:  # retired: its state lives on the new worker now
+            self.moved_to = m.operator_to
+            self.context.timers.restore(None)
         m.shipped = True
         if not self._holding():
             self.watermark_released()  # held while the leaving keys were still here
@@ -192,11 +230,28 @@ class KeyedMigration:
         )  # fmt: skip
         self._migration_done()
 
+    def _shipped_keyed(self, m: Migration) -> None:
+        self.keyed.owned -= set(m.out)
+        if m.operator_to is not None:
+            self.keyed.owned.clear()
+        for k in m.keys_out:
+            if m.pins is not None and k not in m.pins:
+                self.keyed.pinned.pop(k, None)  # no table names it now: its group decides
+            else:
+                self.keyed.pinned[k] = False
+        self.keyed.forget_checked()
+
     # ----- the new owner -------------------------------------------------------------------
 
     def _hold(self, src: int, rows: list[list]) -> list[list]:
         """The rows of groups and keys not moving here; the others wait for their state
         (held with the old owner they wait for)."""
+        if self.hold_from is not None:  # a move: nothing runs before the operator's state
+            m = self.migration
+            if rows and m is not None and not m.first_held:  # every group waits from now
+                m.first_held = dict.fromkeys(m.incoming, time.monotonic())
+            self.held_rows.extend((self.hold_from, src, r) for r in rows)
+            return []
         keyed, holding, held = self.keyed, self.holding, self.held_rows
         keys, key_str = self.holding_keys, keyed.key_str
         key, group_of = keyed.key, keyed.group_of
@@ -234,17 +289,22 @@ class KeyedMigration:
             if blob is None:
                 continue
             t0 = time.monotonic()
-            moved = msgpack.unpackb(blob, raw=False)
+            moved = msgpack.unpackb(blob, raw=False, strict_map_key=False)  # snapshot keys
             data = moved["keyed"]
             self._moved_in(moved["epoch"])
-            m.moved_keys += self.keyed.load(data)
-            m.moved_bytes += len(data)
+            if self.keyed is not None:
+                m.moved_keys += self.keyed.load(data)
+            m.moved_bytes += len(data or b"") if src != m.operator_from else len(blob)
+            if src == m.operator_from:  # a move: the operator resumes where it stopped
+                self.op.restore(moved.get("operator"))
+                self.context.timers.restore(moved.get("timers"))
+                self.hold_from = None
             self._store().delete_blob(name)
             m.waiting.discard(src)
             done = time.monotonic()
             m.loaded[src] = {
                 "at": time.time(),  # wall clock: against the old owner's ship_started
-                "bytes": len(data),
+                "bytes": len(data or b"") if src != m.operator_from else len(blob),
                 "load_ms": round((done - t0) * 1000, 3),
                 "window_ms": round((done - m.started) * 1000, 3),  # since prepare
             }

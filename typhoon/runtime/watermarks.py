@@ -264,7 +264,10 @@ class WatermarkHandling:
         came here after it does not cover them).  docs/windows.md."""
         m = self.migration
         return bool(
-            self.holding or self.holding_keys or (m is not None and m.leaving and not m.shipped)
+            self.holding
+            or self.holding_keys
+            or self.hold_from
+            or (m is not None and m.leaving and not m.shipped)
         )
 
     def _recompute_watermark(self) -> None:

@@ -187,7 +187,10 @@ class Worker:
                 "cpu_s": round(time.process_time() - self.cpu_start, 6),
                 "metrics": self.fw.metrics(),
                 "links": self.fw.link_counts(),
-                "result": self.operator.result(),
+                # moved (typhoon move): its operator's state, result included, went on
+                # to the worker named; reporting it here too would count it twice
+                "moved_to": self.fw.moved_to,
+                "result": None if self.fw.moved_to else self.operator.result(),
             }
         )
 

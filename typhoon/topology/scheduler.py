@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from .model import PhysicalTopology, Topology, WorkerAssignment
 
@@ -103,6 +103,7 @@ def reschedule(
     avoid: Collection[tuple[str, int]] = (),
     min_id: int = 1,
     closed: Collection[str] = (),
+    move: Mapping[int, str] | None = None,
 ) -> PhysicalTopology:
     """Adapt ``old`` to a changed ``topology`` (parallelism, nodes) or host list.
 
@@ -117,12 +118,15 @@ def reschedule(
     applications).  New IDs are at least ``min_id``: an application never
     reuses the ID of a worker that ran before (its status and report remain).
     Hosts in ``closed`` keep their workers but get no new ones (a host whose
-    agent went silent), unless every host is closed.
+    agent went silent), unless every host is closed.  ``move`` (worker ID ->
+    host): those workers are not kept; the new worker of their (node, index)
+    goes to that host (``typhoon move``), a port chosen as above.
     The result holds only the kept and new workers.
     """
     _check_hosts(hosts)
     if topology.name != old.name:
         raise ValueError(f"cannot reschedule '{old.name}' as '{topology.name}'")
+    move = move or {}
     kept = [
         w
         for w in old.workers
@@ -131,8 +135,10 @@ def reschedule(
         and w.node not in replace
         and w.index < topology.nodes[w.node].parallelism
         and w.host in hosts
+        and w.worker_id not in move
     ]
     have = {(w.node, w.index) for w in kept}
+    target = {(w.node, w.index): move[w.worker_id] for w in old.workers if w.worker_id in move}
     load = dict.fromkeys(hosts, 0)
     for w in kept:
         load[w.host] += 1
@@ -147,7 +153,9 @@ def reschedule(
             if next_id > MAX_ID:
                 raise ValueError("no 16-bit worker IDs left for new workers")
             home = {w.host for w in workers if w.node == name}
-            host = min(open_hosts, key=lambda h: (load[h], h not in home, hosts.index(h)))
+            host = target.get((name, index)) or min(
+                open_hosts, key=lambda h: (load[h], h not in home, hosts.index(h))
+            )
             port = first_port
             while (host, port) in used:
                 port += 1

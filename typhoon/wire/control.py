@@ -32,7 +32,7 @@ class Control(IntEnum):
     FLOW_CONTROL = 11  # the bytes this worker may have in flight (its share of the fabric)
     ROLLBACK = 12  # go back to a global checkpoint as a new generation (guaranteed processing)
     COMPLETE = 13  # every worker of the application finished: a finished worker may exit
-    KEYGROUPS = 14  # key groups move between workers with their keyed state (a rescale)
+    KEYGROUPS = 14  # key groups move between workers with their keyed state (a rescale, a move)
 
 
 # Control tuples a worker handles ahead of the data queued before them (docs/flow_control.md,
@@ -230,6 +230,11 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "keys_in": (_str_key_dict(_worker_id), {}),
         # every key the node's new direct tables name -> routed to this worker
         "pins": (_str_key_dict(_bool), _OMITTED),
+        # a worker move (``typhoon move``): all of this worker's state, its operator's
+        # snapshot and plain timers too, goes to the worker named (out); or comes from it
+        # (in: every tuple here waits for it, docs/reconfiguration.md "Moving a worker")
+        "operator_out": (_worker_id, _OMITTED),
+        "operator_in": (_worker_id, _OMITTED),
     },
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
