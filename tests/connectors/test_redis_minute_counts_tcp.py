@@ -101,6 +101,7 @@ def test_minute_counts_from_redis_equal_the_reference(
     assert sorted(d[b"_reason"] for _, d in dead) == [b"bad_value", b"not_utf8"]
 
 
+@pytest.mark.long  # recovery of window_aggregate is tested elsewhere; this is the example's
 def test_minute_counts_are_exact_after_a_window_worker_is_killed(
     redis_server, postgres_server, tmp_path, monkeypatch
 ):
