@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
 from typhoon.operators.connectors import ConnectorError, TransactionalSink, retry
-from typhoon.operators.redis_source import _client
+from typhoon.operators.redis_source import redis_client
 
 EPOCHS_PREFIX = "typhoon_sink_epochs:"
 
@@ -124,12 +124,17 @@ class RedisStreamSink(TransactionalSink):
     def preflight(cls, args: dict[str, Any]) -> None:
         """Submit time: the server answers and ``stream`` is a stream or not there yet."""
         url, stream = str(args.get("url", "")), args.get("stream", "")
+        client = None
         try:
-            kind = _client(url).type(stream)
+            client = redis_client(url)
+            kind = client.type(stream)
         except Exception as e:
             raise ConnectorError(
                 f"redis_stream_sink: the Redis server at {url} does not answer ({e})"
             ) from None
+        finally:
+            if client is not None:
+                client.close()
         if kind not in (b"stream", b"none"):
             raise ConnectorError(
                 f"redis_stream_sink: the key '{stream}' at {url} is a {kind.decode()}, not a stream"
@@ -141,7 +146,7 @@ class RedisStreamSink(TransactionalSink):
             self.entry_fields = list(context.input_fields)
         self.record = f"{EPOCHS_PREFIX}{context.topology}/{context.node}/{self.stream}/"
         self.record += str(context.index)
-        self.redis = _client(self.url)
+        self.redis = redis_client(self.url)
         try:
             self.redis.ping()
         except _transient() as e:

@@ -55,7 +55,7 @@ def decode_entry(
     return row, ""
 
 
-def _client(url: str) -> Any:
+def redis_client(url: str) -> Any:
     import redis  # imported late: only jobs that use Redis need the client
 
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=3)
@@ -141,14 +141,14 @@ class RedisStreamSource(SplitSource):
         """Submit time: the server answers (ConnectorError naming it otherwise)."""
         url = args.get("url", "")
         try:
-            _client(url).ping()
+            redis_client(url).ping()
         except Exception as e:
             raise ConnectorError(
                 f"redis_stream_source: the Redis server at {url} does not answer ({e})"
             ) from None
 
     def open(self, context: Context) -> None:
-        self.redis = _client(self.url)
+        self.redis = redis_client(self.url)
         try:
             self.ends = {s: self._last_id(s) for s in self.streams}
         except _transient() as e:
