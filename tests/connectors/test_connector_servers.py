@@ -130,3 +130,87 @@ def test_sinks_opening_at_once_on_a_new_database_all_start(postgres_server):
         with postgres_server.connect() as c:
             c.execute(f"DROP TABLE IF EXISTS {EPOCHS_TABLE}")
         assert open_at_once(postgres_server, 8) == []
+
+
+def test_the_minute_counts_example_in_this_process_equals_the_reference(
+    redis_server, postgres_server, monkeypatch
+):
+    """``topologies/redis_minute_counts.yaml``'s operators, built from the file's args and
+    chained here (no workers): Redis events -> counts per key per minute -> upserts.
+    The tcp run of the file is tests/connectors/test_redis_minute_counts_tcp.py."""
+    import random
+    from collections import Counter
+    from pathlib import Path
+
+    from typhoon.operators import BUILTINS
+    from typhoon.runtime.keyed_state import KeyedStates
+    from typhoon.topology import load_topology
+
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("PG_DSN", postgres_server.dsn)
+    t = load_topology(Path(__file__).resolve().parents[2] / "topologies/redis_minute_counts.yaml")
+    r = redis_server.client()
+    r.delete("events", "events_dead")
+    rng, ts, want = random.Random(2), 1_764_201_600_000, Counter()
+    r.xadd("events", {"key": "k0", "ts": "not a time"})
+    for _ in range(3000):
+        ts += rng.randint(0, 90)
+        late = max(1_764_201_600_000, ts - rng.randint(0, 3000))  # within out_of_order_ms
+        key = f"k{rng.randint(0, 4)}"
+        r.xadd("events", {"key": key, "ts": str(late)})
+        want[(key, late // 60_000 * 60_000)] += 1
+    with postgres_server.connect() as c:
+        c.execute("DROP TABLE IF EXISTS minute_counts")
+        c.execute(
+            "CREATE TABLE minute_counts (key text NOT NULL, minute bigint NOT NULL,"
+            " minute_end bigint NOT NULL, n bigint NOT NULL, PRIMARY KEY (key, minute))"
+        )
+    node = t.nodes
+    src = BUILTINS["redis_stream_source"](**{**node["source"].args, "until": "end"})
+    src.open(Context("ex", "source", 1, 0, 1))
+    window = BUILTINS["window_aggregate"](**node["window"].args)
+    keyed = KeyedStates("window_aggregate", "window", 2, [0], 1, {0})
+    window.open(
+        Context("ex", "window", 2, 0, 1, input_fields=["key", "ts"], operator="window_aggregate",
+                keyed=keyed, keyed_declared=True)
+    )  # fmt: skip
+    sink = BUILTINS["postgres_sink"](**node["sink"].args)
+    sink.open(
+        Context("ex", "sink", 3, 0, 1, input_fields=list(window.fields), guarantee="exactly_once")
+    )
+    lag = t.nodes["source"].watermark["out_of_order_ms"]
+    epoch, newest = 0, float("-inf")
+    events: list = []
+    out: list = []
+
+    def to_window(v, stream="default"):
+        events.append(v)
+
+    def to_sink(v, stream="default"):
+        out.append(v)
+
+    while True:
+        events.clear()
+        out.clear()
+        more = src.next_batch(to_window, 200)
+        for e in events:
+            newest = max(newest, e[1])
+            window.process(e, to_sink)
+        if not more:
+            window.on_watermark(float("inf"), to_sink)
+        elif events:
+            window.on_watermark(newest - lag, to_sink)
+        sink.process_batch(list(out), None)
+        epoch += 1
+        sink.anchor_ready(epoch)
+        sink.checkpoint_complete(epoch)
+        if not more:
+            break
+    sink.job_complete()
+    with postgres_server.connect() as c:
+        rows = c.execute("SELECT key, minute, minute_end, n FROM minute_counts").fetchall()
+    assert {(k, m): n for k, m, _, n in rows} == dict(want)
+    assert all(end - m == 60_000 for _, m, end, _ in rows)
+    assert src.result()["dropped"] == {"bad_value": 1} and window.late == 0
+    for op in (src, sink):
+        op.close()

@@ -35,6 +35,12 @@ def test_redis_entries_decode_in_field_order_and_bad_ones_say_why():
     assert decode_entry(["a"], {b"a": b"\xff"}) == (None, "not_utf8")
     assert decode_entry(["a", "b"], {b"a": b"1"}) == (None, "wrong_fields")
     assert decode_entry(["a"], {b"a": b"1", b"c": b"3"}) == (None, "wrong_fields")
+    # types: numbers for the fields named (an event time), text for the rest
+    assert decode_entry(["k", "ts"], {b"k": b"a", b"ts": b"17"}, {"ts": "int"}) == (["a", 17], "")
+    assert decode_entry(["v"], {b"v": b"2.5"}, {"v": "float"}) == ([2.5], "")
+    for bad in (b"soon", b"1.5", b""):
+        assert decode_entry(["ts"], {b"ts": bad}, {"ts": "int"}) == (None, "bad_value")
+    assert decode_entry(["v"], {b"v": b"nan"}, {"v": "float"}) == (None, "bad_value")
     assert parse_id("17-3") == (17, 3) and parse_id("2-0") < parse_id("10-0")
     with pytest.raises(ValueError):
         parse_id("latest")
@@ -48,6 +54,10 @@ def test_connector_arguments_are_checked():
         src(url="redis://h:1/0", stream="s", fields=["a"], **{"from": "yesterday"})
     with pytest.raises(ValueError, match="until"):
         src(url="redis://h:1/0", stream="s", fields=["a"], until="forever")
+    with pytest.raises(ValueError, match="types"):
+        src(url="redis://h:1/0", stream="s", fields=["a"], types={"b": "int"})
+    with pytest.raises(ValueError, match="types"):
+        src(url="redis://h:1/0", stream="s", fields=["a"], types={"a": "date"})
     sink = resolve_operator("postgres_sink")
     with pytest.raises(ValueError, match="either key"):
         sink(dsn="postgresql://h/db", table="t")

@@ -505,7 +505,7 @@ def test_two_sided_joins_restored_from_keyed_state_and_snapshot_behave_the_same(
 # sinks into an outside system: their snapshot is the two-phase commit's pending rows,
 # tested on the TransactionalSink state machine (tests/unit/test_connectors.py) and with
 # a real server (tests/connectors/) or real files (tests/unit/test_file_sink.py)
-CONNECTOR_SINKS = ["postgres_sink", "nats_sink", "file_sink"]
+CONNECTOR_SINKS = ["postgres_sink", "redis_stream_sink", "nats_sink", "file_sink"]
 
 
 def test_every_builtin_bolt_is_covered():

@@ -24,6 +24,7 @@ from typhoon.operators.nats_source import NatsSource
 from typhoon.operators.nexmark import NexmarkSource
 from typhoon.operators.pairs import CountForward, PairSource
 from typhoon.operators.postgres_sink import PostgresSink
+from typhoon.operators.redis_sink import RedisStreamSink
 from typhoon.operators.redis_source import RedisStreamSource
 from typhoon.operators.running import MaxByKey, RunningCount
 from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
@@ -80,6 +81,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "stream_join": StreamJoin,
     "interval_join": IntervalJoin,
     "redis_stream_source": RedisStreamSource,
+    "redis_stream_sink": RedisStreamSink,
     "postgres_sink": PostgresSink,
     "nexmark_source": NexmarkSource,
     "file_sink": FileSink,

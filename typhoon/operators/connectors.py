@@ -35,7 +35,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -110,6 +110,50 @@ def epochs_after(epochs: dict[int, list[list]], done: int | None) -> dict[int, l
     commit retried after its answer was lost, or a replayed one): nothing is written
     twice and the record is left as it is."""
     return {e: epochs[e] for e in sorted(epochs) if done is None or e > done}
+
+
+class CommitTiming:
+    """How long a sink's writes take, for its metrics (``typhoon bench --only connectors``).
+
+    * ``sink_commit_s_*``: one ``write``/``commit`` call, each a transaction (or batch);
+    * ``sink_visible_s_*`` (two-phase only): from an epoch's anchor (pre-commit) to the
+      end of the commit that makes its rows visible, what exactly-once adds to latency.
+
+    p50/p95/max over the last ``KEEP`` of each."""
+
+    KEEP: ClassVar[int] = 512
+
+    def __init__(self) -> None:
+        self.commit_s: list[float] = []
+        self.visible_s: list[float] = []
+        self._anchored: dict[int, float] = {}  # epoch -> when it was pre-committed
+
+    def took(self, seconds: float) -> None:
+        self._keep(self.commit_s, seconds)
+
+    def closed(self, epoch: int) -> None:
+        self._anchored[epoch] = time.monotonic()
+
+    def committed(self, epochs: Collection[int]) -> None:
+        now = time.monotonic()
+        for e in epochs:
+            t = self._anchored.pop(e, None)
+            if t is not None:  # None: closed by an earlier instance (a restore)
+                self._keep(self.visible_s, now - t)
+
+    def _keep(self, samples: list[float], value: float) -> None:
+        samples.append(value)
+        del samples[: max(0, len(samples) - self.KEEP)]
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, samples in (("commit", self.commit_s), ("visible", self.visible_s)):
+            if samples:
+                s = sorted(samples)
+                out[f"sink_{name}_s_p50"] = round(s[len(s) // 2], 6)
+                out[f"sink_{name}_s_p95"] = round(s[min(len(s) - 1, int(len(s) * 0.95))], 6)
+                out[f"sink_{name}_s_max"] = round(s[-1], 6)
+        return out
 
 
 Entry = tuple[Any, list | None, str]  # (position, row or None if bad, reason if bad)
@@ -301,6 +345,7 @@ class TransactionalSink(Bolt):
         self.last_closed = -1  # newest epoch pre-committed
         self.drops = Drops()
         self.conn: Any = None
+        self.timing = CommitTiming()
 
     def write(self, rows: list[list]) -> int:
         raise NotImplementedError
@@ -335,7 +380,9 @@ class TransactionalSink(Bolt):
     def _write_open(self) -> None:
         if self.open_rows:
             rows, self.open_rows = self.open_rows, []
+            t0 = time.monotonic()
             self.written += self.write(rows)
+            self.timing.took(time.monotonic() - t0)
             self.commits += 1
 
     def on_signal(self, emit: Emit) -> None:
@@ -369,6 +416,7 @@ class TransactionalSink(Bolt):
             self.closed[epoch] = self.open_rows
             self.open_rows = []
             self.last_closed = epoch
+            self.timing.closed(epoch)
         return True
 
     def rewind(self, generation: int, epoch: int | None) -> None:
@@ -394,7 +442,10 @@ class TransactionalSink(Bolt):
             return
         ready = {e: self.closed[e] for e in sorted(self.closed) if e <= epoch}
         if ready:
+            t0 = time.monotonic()
             self.written += self.commit(ready)
+            self.timing.took(time.monotonic() - t0)
+            self.timing.committed(ready)
             for e in ready:
                 del self.closed[e]
             self.commits += 1
@@ -429,7 +480,12 @@ class TransactionalSink(Bolt):
 
     def metrics(self) -> dict[str, Any]:
         pending = len(self.open_rows) + sum(map(len, self.closed.values()))
-        return {"sink_written": self.written, "sink_pending": pending, "sink_commits": self.commits}
+        return {
+            "sink_written": self.written,
+            "sink_pending": pending,
+            "sink_commits": self.commits,
+            **self.timing.metrics(),
+        }
 
 
 class RunIdSink(TransactionalSink):

@@ -9,6 +9,8 @@ counted and, with ``dead_letter``, copied to that stream with the reason.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context
@@ -25,18 +27,35 @@ def parse_id(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def decode_entry(fields: list[str], values: dict[bytes, bytes]) -> tuple[list | None, str]:
-    """The tuple of one entry, its ``fields`` in order; ``(None, reason)`` if it is bad."""
+TYPES: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float}
+
+
+def decode_entry(
+    fields: list[str], values: dict[bytes, bytes], types: dict[str, str] | None = None
+) -> tuple[list | None, str]:
+    """The tuple of one entry, its ``fields`` in order, each text unless ``types`` names
+    ``int`` or ``float`` for it; ``(None, reason)`` if it is bad: ``not_utf8``,
+    ``wrong_fields``, ``bad_value`` (not a number of that type, or not finite)."""
     try:
         text = {k.decode("utf-8"): v.decode("utf-8") for k, v in values.items()}
     except UnicodeDecodeError:
         return None, "not_utf8"
     if len(text) != len(fields) or any(f not in text for f in fields):
         return None, "wrong_fields"
-    return [text[f] for f in fields], ""
+    row: list = [text[f] for f in fields]
+    for i, f in enumerate(fields):
+        kind = (types or {}).get(f, "str")
+        if kind != "str":
+            try:
+                row[i] = TYPES[kind](row[i])
+            except ValueError:
+                return None, "bad_value"
+            if not math.isfinite(row[i]):
+                return None, "bad_value"
+    return row, ""
 
 
-def _client(url: str) -> Any:
+def redis_client(url: str) -> Any:
     import redis  # imported late: only jobs that use Redis need the client
 
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=3)
@@ -54,7 +73,8 @@ class RedisStreamSource(RangeSplitSource):
     Args: ``url`` (``redis://host:port/db``); ``from``: ``start`` (default), ``end``
     (entries added after the job starts) or an entry ID (entries after it); ``until:
     end`` stops at the last entry present at start (bounded runs); ``rate`` tuples/s
-    (0 = unlimited); ``dead_letter`` a stream for bad entries.
+    (0 = unlimited); ``dead_letter`` a stream for bad entries; ``types``: ``{field: int |
+    float}`` for fields emitted as numbers (e.g. an event time), text otherwise.
     """
 
     READ: ClassVar[int] = 500  # entries per XRANGE
@@ -68,6 +88,7 @@ class RedisStreamSource(RangeSplitSource):
         rate: float = 0.0,
         until: str | None = None,
         dead_letter: str | None = None,
+        types: dict[str, str] | None = None,
         **more: Any,
     ) -> None:
         start = self.take_from("redis_stream_source", more)
@@ -90,9 +111,19 @@ class RedisStreamSource(RangeSplitSource):
             raise ValueError("fields must not repeat a name")
         if start not in ("start", "end"):
             parse_id(str(start))
-        super().__init__(str(start), url=url, stream=streams, fields=fields, rate=rate, until=until)
+        if types is not None and (
+            not isinstance(types, dict)
+            or any(f not in fields for f in types)
+            or any(t not in TYPES for t in types.values())
+        ):
+            raise ValueError("types must map some of the fields to str, int or float")
+        super().__init__(
+            str(start), url=url, stream=streams, fields=fields, rate=rate, until=until,
+            types=types,
+        )  # fmt: skip
         self.url, self.streams, self.entry_fields = url, streams, list(fields)
         self.dead_letter = dead_letter
+        self.types = dict(types or {})
         self.redis: Any = None
 
     @classmethod
@@ -104,14 +135,14 @@ class RedisStreamSource(RangeSplitSource):
         """Submit time: the server answers (ConnectorError naming it otherwise)."""
         url = args.get("url", "")
         try:
-            _client(url).ping()
+            redis_client(url).ping()
         except Exception as e:
             raise ConnectorError(
                 f"redis_stream_source: the Redis server at {url} does not answer ({e})"
             ) from None
 
     def open(self, context: Context) -> None:
-        self.redis = _client(self.url)
+        self.redis = redis_client(self.url)
         try:
             self.ends = {s: self._last_id(s) for s in self.streams}
         except _transient() as e:
@@ -147,7 +178,7 @@ class RedisStreamSource(RangeSplitSource):
             entry_id = raw_id.decode()
             if self.past_end(split, entry_id):
                 break
-            row, reason = decode_entry(self.entry_fields, values)
+            row, reason = decode_entry(self.entry_fields, values, self.types)
             if row is None and self.dead_letter:
                 self._dead(split, entry_id, reason, values)
             out.append((entry_id, row, reason))
