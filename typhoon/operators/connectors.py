@@ -342,3 +342,35 @@ class TransactionalSink(Bolt):
     def metrics(self) -> dict[str, Any]:
         pending = len(self.open_rows) + sum(map(len, self.closed.values()))
         return {"sink_written": self.written, "sink_pending": pending, "sink_commits": self.commits}
+
+
+class RunIdSink(TransactionalSink):
+    """A transactional sink that records its commits under a run id of its own (part
+    file names, message ids) instead of under a record a new submission must clear:
+    every instance draws one (``self.run``), so ``reset()`` has nothing to forget.
+
+    Under ``exactly_once`` the checkpoint's run id names the record of the committed
+    epochs, so a restore puts it back; a rollback to before any checkpoint draws a new
+    one (nothing of the old instance was committed).  Otherwise the instance keeps the
+    run id it drew: it numbers its parts or batches from 1 again, and under the old run
+    id they would replace what the dead instance committed, or be dropped as sent
+    before."""
+
+    run: str = ""
+
+    def reset(self) -> None:
+        """Nothing to forget (see the class).  Changing the run id here would be wrong:
+        a snapshot taken before the first row already holds it."""
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "run": self.run}
+
+    def restore(self, state: Any) -> None:
+        super().restore(state)
+        if self.two_phase and state is not None and isinstance(state.get("run"), str):
+            self.run = state["run"]
+
+    def rewind(self, generation: int, epoch: int | None) -> None:
+        if epoch is None and self.two_phase:
+            self.run = new_run_id()  # nothing of the old instance was committed
+        super().rewind(generation, epoch)

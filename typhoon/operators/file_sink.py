@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import TransactionalSink, new_run_id
+from typhoon.operators.connectors import RunIdSink, new_run_id
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -121,7 +121,7 @@ class PartWriter:
         self.temp.unlink(missing_ok=True)
 
 
-class FileSink(TransactionalSink):
+class FileSink(RunIdSink):
     """Rows of the input tuples in part files of the directory ``path``.
 
     Args: ``format``: ``jsonl`` (each row the tuple as a JSON array), ``csv`` (with
@@ -294,16 +294,7 @@ class FileSink(TransactionalSink):
         if not self.two_phase:
             self._write_open()  # at_least_once: what the checkpoint will not hold is visible
             self._roll()
-        return {**super().snapshot(), "run": self.run}
-
-    def restore(self, state: Any) -> None:
-        """Under exactly_once the checkpoint's run id names the record of the committed
-        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
-        parts from 1 again, and under the old run id they would replace parts the dead
-        instance committed after its first checkpoint."""
-        super().restore(state)
-        if self.two_phase and state is not None and isinstance(state.get("run"), str):
-            self.run = state["run"]
+        return super().snapshot()  # with the run id (RunIdSink)
 
     # exactly_once: one part file per commit, named after its newest epoch
     def commit(self, epochs: dict[int, list[list]]) -> int:
@@ -328,17 +319,6 @@ class FileSink(TransactionalSink):
         start = f"{self.prefix}{self.run}-"
         names = [p.name[len(start) : -len(self.fmt) - 1] for p in self.dir.glob(f"{start}*")]
         return max((int(n) for n in names if n.isdigit()), default=None)
-
-    def reset(self) -> None:
-        """Nothing to forget: every instance starts under a run id of its own (a restore
-        puts back the checkpoint's), so a new submission never finds the last one's
-        record.  Changing it here would be wrong: a snapshot taken before the first row
-        already holds the run id."""
-
-    def rewind(self, generation: int, epoch: int | None) -> None:
-        if epoch is None and self.two_phase:
-            self.run = new_run_id()  # nothing of the old instance was committed
-        super().rewind(generation, epoch)
 
     def close(self) -> None:
         super().close()

@@ -18,7 +18,7 @@ import json
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit
-from typhoon.operators.connectors import ConnectorError, TransactionalSink, new_run_id, retry
+from typhoon.operators.connectors import ConnectorError, RunIdSink, new_run_id, retry
 from typhoon.operators.nats_client import (
     NatsConnection,
     check_url,
@@ -29,7 +29,7 @@ from typhoon.operators.nats_client import (
 EPOCHS_BUCKET = "typhoon_sink_epochs"
 
 
-class NatsSink(TransactionalSink):
+class NatsSink(RunIdSink):
     """Publishes each tuple to ``subject`` (a stream must capture it).
 
     Args: ``url``; ``subject``; ``format``: ``json`` (the tuple as a JSON array,
@@ -184,29 +184,6 @@ class NatsSink(TransactionalSink):
             return int(entry.value.decode())
 
         return retry(f"reading the committed epoch on {self.url}", read, transient())
-
-    def reset(self) -> None:
-        """Nothing to forget: every instance starts under a run id of its own (a restore
-        puts back the checkpoint's), so a new submission never finds the last one's
-        record.  Changing it here would be wrong: a snapshot taken before the first row
-        already holds the run id."""
-
-    def snapshot(self) -> dict[str, Any]:
-        return {**super().snapshot(), "run": self.run}
-
-    def restore(self, state: Any) -> None:
-        """Under exactly_once the checkpoint's run id names the record of the committed
-        epochs.  Otherwise the run id open() drew is kept: this instance numbers its
-        batches from 1 again, and under the old run id the stream would drop them as
-        sent before (their message ids within its duplicate window)."""
-        super().restore(state)
-        if self.two_phase and state is not None and isinstance(state.get("run"), str):
-            self.run = state["run"]
-
-    def rewind(self, generation: int, epoch: int | None) -> None:
-        if epoch is None and self.two_phase:
-            self.run = new_run_id()  # nothing of the old instance was committed
-        super().rewind(generation, epoch)
 
     def close(self) -> None:
         try:
