@@ -38,7 +38,7 @@ from typhoon.report import read_worker_reports
 from typhoon.runtime.policies import Router
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.tcp_reconfig import Record
-from typhoon.topology import load_topology
+from typhoon.topology import keygroups, load_topology
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple
 
@@ -75,10 +75,10 @@ def wait_for(cond, seconds: float, what: str) -> None:
         time.sleep(0.005)
 
 
-def owners(physical) -> dict[int, int]:
-    """Key group -> the count worker that owns it."""
-    by_index = {w.index: w.worker_id for w in physical.active_of_node("count")}
-    return {g: by_index[i] for g, i in enumerate(physical.key_groups["count"])}
+def owners(topology, physical) -> dict[int, int]:
+    """Key group -> the count worker that owns it (the default table until a rescale
+    writes one into the physical topology)."""
+    return dict(enumerate(keygroups.owners(topology, physical, "count")))
 
 
 def run(tmp_path: Path, name: str, scale: int | None = None, kill: str = "") -> dict[str, Any]:
@@ -95,7 +95,7 @@ def run(tmp_path: Path, name: str, scale: int | None = None, kill: str = "") -> 
         cluster.activate()
         start = cluster.physical
         source = start.of_node("source")[0].worker_id
-        old_owner = owners(start)
+        old_owner = owners(cluster.topology, start)
 
         if kill == "during":
             send = cluster.send
@@ -125,7 +125,7 @@ def run(tmp_path: Path, name: str, scale: int | None = None, kill: str = "") -> 
                 wait_for(lambda: rec.state != "pending", 120, "the rescale")
                 out["rec"] = rec
                 if kill == "after":
-                    final = owners(rec.physical)
+                    final = owners(cluster.topology, rec.physical)
                     took = sorted({w for g, w in final.items() if old_owner.get(g) != w})
                     victim = rec.added[-1] if rec.added else took[0]
                     out["victim"] = victim
@@ -183,7 +183,9 @@ def plain(tmp_path_factory) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("to", [6, 2], ids=["up", "down"])
+@pytest.mark.parametrize(
+    "to", [pytest.param(6, id="up"), pytest.param(2, marks=pytest.mark.long, id="down")]
+)  # down: `make test-long` (suite time)
 def test_a_sigkill_right_after_a_tcp_scale_under_exactly_once_is_exact(plain, tmp_path, to):
     scaled = run(tmp_path, f"gtcp{to}", scale=to, kill="after")
     rec: Record = scaled["rec"]

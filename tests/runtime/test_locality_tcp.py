@@ -86,7 +86,13 @@ def run(tmp_path: Path, name: str, kill: bool) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("kill", [False, True], ids=["move", "move-then-sigkill"])
+@pytest.mark.parametrize(
+    "kill",
+    [
+        pytest.param(False, marks=pytest.mark.long, id="move"),
+        pytest.param(True, id="move-then-sigkill"),
+    ],
+)  # the kill variant checks the move too; the plain one is `make test-long`
 def test_a_tcp_locality_move_under_exactly_once_is_exact(plain, tmp_path, kill):
     moved = run(tmp_path, f"gtcploc{int(kill)}", kill)
     loc = moved["locality"]
