@@ -86,7 +86,9 @@ def added(redis_server) -> Counter:
     return Counter((v[b"word"].decode(), int(v[b"n"])) for _, v in entries)
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+@pytest.mark.parametrize(
+    "guarantee", ["exactly_once", pytest.param("at_least_once", marks=pytest.mark.long)]
+)  # at_least_once: `make test-long` (suite time)
 def test_redis_to_redis_survives_sigkills_of_a_count_and_a_sink_worker(
     redis_server, tmp_path, guarantee
 ):

@@ -128,7 +128,9 @@ def run(tmp_path: Path, victim: str, cut_batches: bool) -> tuple[dict[str, Any],
 @pytest.mark.parametrize(
     ("victim", "cut_batches"),
     [
-        ("counts", False),
+        # all `make test-long` (suite time): tests/integration/test_spark_guarantee_sdn.py
+        # kills the spark node's worker of the same job in `make test`
+        pytest.param("counts", False, marks=pytest.mark.long),
         pytest.param("split", False, marks=pytest.mark.long),
         pytest.param("counts", True, marks=pytest.mark.long),
     ],
