@@ -50,8 +50,11 @@ FLAT = 1.5  # recovery time at 4 pipelines / at 1, at most (flat as the job grow
 CONFIG = "metrics_interval = 0.25\n[fault_detector]\nheartbeat_timeout = 15.0\n"  # port events
 
 
-def pipelines_yaml(n: int, name: str, variant: str, store: str) -> str:
-    """A job of ``n`` independent wordcount pipelines with ``variant``'s recovery."""
+def pipelines_yaml(
+    n: int, name: str, variant: str, store: str, count: int = 10**9, rate: int = RATE
+) -> str:
+    """A job of ``n`` independent wordcount pipelines with ``variant``'s recovery (each
+    source emits ``count`` sentences at ``rate`` per second)."""
     knob = "partial_rollback: true" if variant == "partial" else "failover: global"
     lines = [
         f"name: {name}",
@@ -66,7 +69,7 @@ def pipelines_yaml(n: int, name: str, variant: str, store: str) -> str:
         lines += [
             f"  - id: source_{i}",
             "    operator: sentence_source",
-            f"    args: {{count: 1000000000, rate: {RATE}, seed: {i}, words: {WORDS}, "
+            f"    args: {{count: {count}, rate: {rate}, seed: {i}, words: {WORDS}, "
             "vocabulary: 300}",
         ]
     lines.append("bolts:")
