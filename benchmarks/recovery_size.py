@@ -161,11 +161,11 @@ class SizeRun:
 class SizeAxis:
     """Runs the size axis and reports it (used by ``benchmarks/scenarios/recovery.py``)."""
 
-    QUICK = {"warm": 6.0, "post": 4.0, "max": 20.0}
-    FULL = {"warm": 8.0, "post": 6.0, "max": 30.0}
+    SIZE_QUICK = {"warm": 6.0, "post": 4.0, "max": 20.0}
+    SIZE_FULL = {"warm": 8.0, "post": 6.0, "max": 30.0}
 
     def run_sizes(self, bench: Bench, res: ScenarioResult) -> None:
-        p = self.QUICK if bench.quick else self.FULL
+        p = self.SIZE_QUICK if bench.quick else self.SIZE_FULL
         runs: dict[tuple[int, str], list[SizeRun]] = {(n, v): [] for n in SIZES for v in VARIANTS}
         c = bench.testbed.app_cluster("z", [], CONFIG)
         try:
@@ -192,11 +192,11 @@ class SizeAxis:
         name = f"bench{k:04d}-rs{n}{variant[0]}"
         store = c.workdir / "checkpoints"
         t = load_topology_text(pipelines_yaml(n, name, variant, str(store)))
-        out = run_app(c, t, lambda name: self.measure(c, name, run, p))
+        out = run_app(c, t, lambda name: self.measure_size(c, name, run, p))
         run.ok, run.error, run.wall_s = out.ok, out.error, out.wall_s
         return run
 
-    def measure(self, c: EmulatedCluster, name: str, run: SizeRun, p: dict) -> None:
+    def measure_size(self, c: EmulatedCluster, name: str, run: SizeRun, p: dict) -> None:
         physical = c.coordinator.get_physical(name)
         run.workers = len(physical.workers)
         logs: dict[int, dict[int, Progress]] = {i: {} for i in range(1, run.n + 1)}
@@ -285,9 +285,9 @@ class SizeAxis:
                 pts.append((lo - killed, sum(w.at(lo + WINDOW_S) - w.at(lo) for w in mine)))
                 lo += WINDOW_S / 2
             run.series[j] = pts
-        self.exact(c, name, run, incident)
+        self.exact_size(c, name, run, incident)
 
-    def exact(self, c: EmulatedCluster, name: str, run: SizeRun, incident) -> None:
+    def exact_size(self, c: EmulatedCluster, name: str, run: SizeRun, incident) -> None:
         """Drain every source, wait for the end, compare each pipeline with its reference."""
         try:  # the controller's own figure; its absence does not fail the run
             wait_for(lambda: (i := incident()) and i.get("back_at_80_ms") is not None, 10,
