@@ -8,9 +8,10 @@ and the benchmarks can apply the same one:
   the failed worker's node reaches (itself included), replacements included;
 * each sink worker's **progress** is its data tuples in (``METRIC_RESP`` ``in``,
   stream 0 is control), as a cumulative count over the controller's arrival times
-  of its replies, linear between two replies and flat outside them; a counter that
-  goes down (a rollback restored it, or a new process) adds nothing, so progress
-  never goes back; a worker's first reply is its starting point;
+  of its replies, linear between two replies and flat outside them; only what
+  goes past the highest count reported so far adds (a counter that went down, as
+  a restore or a new process does, counts again only beyond where it had been),
+  so progress never goes back; a worker's first reply is its starting point;
 * the **rate** over a window is the sinks' summed progress in it over its length;
   windows are ``WINDOW_S`` (1 s) long;
 * the **baseline** is the median rate of the ``BASELINE_WINDOWS`` whole windows
@@ -50,6 +51,7 @@ class Progress:
 
     samples: deque[tuple[float, float]] = field(default_factory=deque)
     raw: int | None = None  # its last reported counter
+    top: int | None = None  # the highest it reported: only what goes past it counts
     total: float = 0.0
 
     def add(self, at: float, counter: int) -> None:
@@ -59,9 +61,10 @@ class Progress:
             # silent so long that windows were judged without it: what it reports now
             # counts from now, not spread over the silence
             self.samples.append((at, self.total))
-        if self.raw is not None and counter > self.raw:
-            self.total += counter - self.raw
+        if self.top is not None and counter > self.top:
+            self.total += counter - self.top
         self.raw = counter
+        self.top = counter if self.top is None else max(self.top, counter)
         self.samples.append((at, self.total))
         while self.samples and self.samples[0][0] < at - KEEP_S:
             self.samples.popleft()

@@ -38,9 +38,11 @@ def test_progress_interpolates_and_never_goes_back():
     p.add(1.0, 300)
     assert p.at(0.5) == 100 and p.at(-1) == 0 and p.at(5) == 200  # first reply is the start
     assert p.at(0.5) == pytest.approx(100)
-    p.add(2.0, 50)  # restored counter: adds nothing
-    p.add(3.0, 150)
-    assert p.at(2.0) == 200 and p.at(3.0) == 300 and p.at(2.5) == pytest.approx(250)
+    p.add(2.0, 50)  # restored counter: adds nothing ...
+    p.add(3.0, 250)
+    assert p.at(2.0) == 200 and p.at(3.0) == 200  # ... until it goes past 300 again
+    p.add(4.0, 400)
+    assert p.at(4.0) == 300 and p.at(3.5) == pytest.approx(250)
 
 
 def test_a_reply_after_a_long_silence_counts_from_then():
