@@ -352,10 +352,18 @@ class Incident:
     # its output buffers to; fallback: why a partial app took the region path instead
     replayers: dict[int, list[int]] = field(default_factory=dict)
     fallback: str = ""
+    # what the failure cost the results (controller/sink_rates.py): sinks: the sink nodes
+    # the dead worker's node reaches; sink_rate_before: their tuples/s before (median of
+    # 1 s windows); sink_rate_lowest: their lowest 1 s window since; back_at_80_ms: from
+    # the detection to the first 1 s window at >= 80% of before (None: not yet, or never)
+    sinks: list[str] = field(default_factory=list)
+    sink_rate_before: float | None = None
+    sink_rate_lowest: float | None = None
+    back_at_80_ms: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
         for k, v in d.items():
-            if isinstance(v, float) and k.endswith("_ms"):
+            if isinstance(v, float) and (k.endswith("_ms") or k.startswith("sink_rate")):
                 d[k] = round(v, 2)
         return d

@@ -46,6 +46,7 @@ from controller.fault_detector import (
     senders_to,
 )
 from controller.fault_failover import Failover
+from controller.sink_rates import WINDOW_S, SinkWatch, downstream_sinks
 from controller.waits import Task, Tasks
 
 ENDING = "every sender of it finished: it ends after their end of stream, or its exit says"
@@ -90,6 +91,7 @@ class FaultMachine(Failover):
         self.unheard_logged = 0.0
         self.dead: dict[str, set[int]] = {}  # app -> dead workers whose address drops count
         self.ending: set[tuple[str, int]] = set()  # down after every sender finished: exit?
+        self.sink_watch = SinkWatch()  # the sinks' progress: each incident's cost to them
 
     # ----- events --------------------------------------------------------------------------
 
@@ -106,11 +108,46 @@ class FaultMachine(Failover):
         self.heartbeats.seen(app, wid, at)
         self._note_replays(app, wid, metrics)
         self._note_backup(app, wid, metrics)
+        self._note_sink(app, wid, metrics, at)
         if metrics.get("done"):
             self.done.add((app, wid))
 
+    def _note_sink(self, app: str, wid: int, metrics: dict[str, Any], at: float) -> None:
+        view = self.core.view.apps.get(app)
+        if view is None:
+            return
+        node = next((w.node for w in view.physical.workers if w.worker_id == wid), None)
+        if node is not None and not view.topology.outputs_of(node):
+            self.sink_watch.note(app, wid, node, metrics, at)
+
+    def judge_sinks(self) -> None:
+        """Each recent incident's sinks: their rate before, lowest since, and when they
+        were back at 80% of it (``controller/sink_rates.py``)."""
+        now = self.clock()
+        self.sink_watch.forget(self.core.view.apps)
+        for i in self.incidents:
+            if i.back_at_80_ms is not None or i.state == "failed":
+                continue
+            if now - i.detected > self.sink_watch.give_up_s + WINDOW_S:
+                continue
+            view = self.core.view.apps.get(i.app)
+            if view is None:
+                continue
+            if not i.sinks:
+                i.sinks = sorted(downstream_sinks(view.topology, i.node))
+            back = self.sink_watch.judge(i.app, set(i.sinks), i.detected, now)
+            if back is not None:
+                i.sink_rate_before, i.sink_rate_lowest = back.before, back.lowest
+                if back.after_s is not None:
+                    i.back_at_80_ms = back.after_s * 1000
+
     def tick(self) -> None:
-        """The slow timer: heartbeats; dead addresses of applications that are gone."""
+        """The slow timer: heartbeats; dead addresses of applications that are gone; how
+        far each incident's sinks are back."""
+        try:
+            self.judge_sinks()
+        except Exception:  # a bug here must not stop detection
+            self.logger.exception("judging the sinks' recovery failed")
         for name in set(self.dead) - set(self.core.view.apps):
             del self.dead[name]
             self.core.clear_rules(Source.EXTRA, f"dead-addresses:{name}")

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import yaml
 
 from typhoon.client import ApiCallError, Client, resolve
+from typhoon.ctl_faults import print_faults
 from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, expand_environment
 
@@ -319,39 +320,10 @@ def cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.json:
         return _json_result(args, out, doc, 0)
     if what == "faults":
-        _print_faults(doc, out)
+        print_faults(doc, out)
     else:
         out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False) or "{}\n")
     return 0
-
-
-def _print_faults(incidents: list[dict[str, Any]], out: TextIO) -> None:
-    if not incidents:
-        print("no incidents", file=out)
-        return
-    print("  app           worker  node        state      reason", file=out)
-    for i in incidents:
-        times = ", ".join(
-            f"{label} {i[key]:.1f} ms"
-            for key, label in (("reroute_ms", "rerouted"), ("rejoined_ms", "rejoined"))
-            if i.get(key) is not None
-        )
-        print(
-            f"  {i['app'][:12]:<12}  {i['worker']:>6}  {i['node'][:10]:<10}  "
-            f"{i['state']:<9}  {i['reason']}" + (f" ({times})" if times else ""),
-            file=out,
-        )
-        if i.get("replacement") is not None:
-            print(f"  {'':12}  {'':6}  replaced by worker {i['replacement']}", file=out)
-        if i.get("rollback"):
-            epoch = i.get("restore_epoch")
-            replayed = sum((i.get("replayed") or {}).values())
-            print(
-                f"  {'':12}  {'':6}  {i['rollback']} rollback of workers "
-                f"{i.get('rolled_back', [])} to checkpoint "
-                f"{'the start' if epoch is None else epoch}, {replayed} tuples replayed",
-                file=out,
-            )
 
 
 def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

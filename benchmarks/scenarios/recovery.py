@@ -14,18 +14,24 @@ emulated hosts, a split worker SIGKILLed mid-run, port events) with the three
 Measured per guarantee: sentences lost, the count workers' input rate before
 and after, the seconds below 80% of the pre-fault rate and kill -> back at
 80%, and the throughput over time across the kill (``recovery.png``).
+
+Then the size axis (``benchmarks/recovery_size.py``): 1, 2 and 4 independent
+pipelines in one job, a worker of the first killed, partial against global
+rollback: workers rolled back, recovery time, and the untouched pipelines' lowest
+rate while pipeline 1 recovers (``recovery_size.png``).
 """
 
 from __future__ import annotations
 
 from benchmarks.fault_results import Medians
-from benchmarks.scenario import Ratio, register
+from benchmarks.recovery_size import SizeAxis
+from benchmarks.scenario import Bench, Ratio, ScenarioResult, register
 from benchmarks.scenarios.fault import Fault
 from benchmarks.stats import ratio
 
 
 @register
-class Recovery(Fault):
+class Recovery(SizeAxis, Fault):
     name = "recovery"
     title = "Recovery: a killed worker under each guarantee"
     figure = "issue 12"
@@ -39,6 +45,11 @@ class Recovery(Fault):
         "last global checkpoint (every 1 s) and replay. sdn only: the tcp runner recovers "
         "too (tests/runtime/test_tcp_runs.py) but has no fault detector to time."
     )
+
+    def run(self, bench: Bench) -> ScenarioResult:
+        res = super().run(bench)
+        self.run_sizes(bench, res)
+        return res
 
     def headline(
         self,

@@ -235,10 +235,27 @@ function drawFaults(data) {
   const mine = data.faults.filter((i) => i.app === state.app).reverse();
   if (!mine.length) return replace("faults", el("p", { class: "muted" }, "no incident"));
   const ms = (v) => (v === null || v === undefined ? "" : `${v} ms`);
-  replace("faults", table(["detected", "worker", "reason", "state", "rerouted", "replacement"],
+  // a guaranteed recovery: which workers, to which checkpoint, how much was replayed
+  const rollback = (i) => {
+    if (!i.rollback && i.generation === null) return "";
+    const replayed = Object.values(i.replayed || {}).reduce((a, b) => a + b, 0);
+    const epoch = i.restore_epoch === null ? "the start" : `checkpoint ${i.restore_epoch}`;
+    return `${i.rollback || "global"}: workers [${(i.rolled_back || []).join(", ")}] to ` +
+      `${epoch}, ${replayed} tuples replayed`;
+  };
+  // the sinks downstream: back at 80% of their rate before (controller/sink_rates.py)
+  const sinks = (i) => {
+    if (i.sink_rate_before === null || i.sink_rate_before === undefined) return "";
+    const back = i.back_at_80_ms === null ? "not yet" : ms(i.back_at_80_ms);
+    return `${back} (${(i.sinks || []).join(", ")}: ${Math.round(i.sink_rate_before)}/s ` +
+      `before, lowest ${Math.round(i.sink_rate_lowest)}/s)`;
+  };
+  replace("faults", table(["detected", "worker", "reason", "state", "rerouted", "replacement",
+    "rollback", "sinks back at 80%"],
     mine.map((i) => [fmtTime(i.detected_wall), `${i.worker} (${i.node})`, i.reason,
       i.detail ? `${i.state}: ${i.detail}` : i.state, ms(i.reroute_ms),
-      i.replacement === null ? "" : `${i.replacement} (${ms(i.rejoined_ms) || "joining"})`])));
+      i.replacement === null ? "" : `${i.replacement} (${ms(i.rejoined_ms) || "joining"})`,
+      rollback(i), sinks(i)])));
 }
 
 function drawAutoscaler(data) {

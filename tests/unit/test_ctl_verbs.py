@@ -31,6 +31,10 @@ INCIDENT = {
     "restore_epoch": 3,
     "rolled_back": [1, 2],
     "replayed": {"1": 120},
+    "sinks": ["count"],
+    "sink_rate_before": 16000.0,
+    "sink_rate_lowest": 4100.5,
+    "back_at_80_ms": 1800.0,
 }
 STATUS = {
     "name": "wc",
@@ -104,6 +108,7 @@ def test_faults_verb_prints_incidents_for_all_or_one_app(controller, capsys):
     assert "count" in out and "rejoined" in out and "port link_down" in out
     assert "rerouted 0.8 ms, rejoined 412.5 ms" in out and "replaced by worker 9" in out
     assert "region rollback of workers [1, 2] to checkpoint 3, 120 tuples replayed" in out
+    assert "sinks count: back at 80% after 1800 ms (16000/s before, lowest 4100/s)" in out
     code, out, _ = typhoon(capsys, "faults", "wc", "--controller", controller.url, "--json")
     assert code == 0 and json.loads(out) == {"ok": True, "result": [INCIDENT]}
     assert controller.seen[-1] == ("GET", "/typhoon/apps/wc/faults")

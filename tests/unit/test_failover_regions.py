@@ -60,6 +60,19 @@ def test_a_connected_job_is_one_region_and_its_rollback_is_global():
     assert {(a, b) for a in splits for b in counts} <= worker_edges(t, p)
 
 
+def test_failover_global_makes_independent_pipelines_one_region(pipelines):
+    t, p = pipelines
+    t.config["failover"] = "global"
+    (region,) = failover_regions(t, p)
+    assert region == {w.worker_id for w in p.workers}
+    r = rollback_set(t, p, [p.active_of_node("count_2")[0].worker_id])
+    assert r.path == GLOBAL and r.workers == region
+    text = (ROOT / "topologies" / "pipelines.yaml").read_text()
+    assert load_topology_text(text.replace("  guarantee:", "  failover: global\n  guarantee:"))
+    with pytest.raises(Exception, match="failover"):
+        load_topology_text(text.replace("  guarantee:", "  failover: full\n  guarantee:"))
+
+
 def test_failed_workers_of_two_regions_roll_both_back_and_ids_not_in_the_job_are_ignored(
     pipelines,
 ):

@@ -49,7 +49,11 @@ def failover_regions(topology: Topology, physical: PhysicalTopology) -> list[fro
     """The connected components of the worker graph, ordered by their lowest worker ID.
 
     Every worker of ``physical`` is in exactly one region (one with no route to or
-    from anybody is a region of its own)."""
+    from anybody is a region of its own).  ``config: {failover: global}`` makes the
+    whole job one region: every failure rolls every worker back, as before regions
+    (Flink's ``full`` failover strategy; the recovery benchmark's baseline)."""
+    if topology.config.get("failover") == GLOBAL:
+        return [frozenset(w.worker_id for w in physical.workers)] if physical.workers else []
     graph = nx.Graph()
     graph.add_nodes_from(w.worker_id for w in physical.workers)
     graph.add_edges_from(

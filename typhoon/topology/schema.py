@@ -161,6 +161,9 @@ _CONFIG = {
         # senders replay from output buffers of upstream backup, at most this many MiB per
         # worker (docs/guarantees.md "Partial rollback")
         "partial_rollback": {"type": "boolean"},
+        # region (default): a failure rolls back its failover regions; global: the whole
+        # job (typhoon/checkpoint/regions.py)
+        "failover": {"type": "string", "enum": ["region", "global"]},
         "upstream_backup_mb": {"type": "number", "minimum": 0},
         # packed (default): fill hosts along the topological order; spread: worker i of
         # every node on host i mod H (typhoon/topology/scheduler.py)
