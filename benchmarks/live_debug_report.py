@@ -49,20 +49,27 @@ def copies(consumer: dict[str, Any], watched: int | None) -> dict[str, Any]:
 
     Mirror: tuples the debug worker read from its copies; frames the switch's meter
     left out (sampling), the debug port dropped (its queue was full), the debug
-    worker's ring dropped (decoder behind).  App copy: copies the event logger
-    received, and those the source sent that never arrived.  ``coverage``: tuples
-    that reached it over those the source emitted while it was watched.
+    worker's ring dropped (decoder behind).  ``coverage``: frames the debug worker
+    read over those the source sent on the observed links between the first and
+    the last copy (read + sequence gaps; the same window, exact).  App copy: copies
+    the event logger received over those the source sent (exact); dropped in
+    flight: sent, never received.  ``watched``: tuples the source emitted from the
+    copy going live to the detach (its 0.5 s marks), for scale.
     """
     reached = consumer.get("copies_seen")
     if "switch_copied" in consumer or "ring_dropped" in consumer:
         meter, queue = consumer.get("switch_sampled"), consumer.get("switch_dropped")
         ring = consumer.get("ring_dropped")
         unit = "frames"
+        frames, gaps = consumer.get("frames"), consumer.get("lost_copies")
+        known = frames is not None and gaps is not None and frames + gaps > 0
+        coverage = frames / (frames + gaps) if known else None
     else:
         sent = consumer.get("copies_sent")
         meter, ring = 0, 0
         queue = sent - reached if sent is not None and reached is not None else None
         unit = "tuples"
+        coverage = reached / sent if reached is not None and sent else None
     return {
         "reached": reached,
         "meter_dropped": meter,
@@ -70,7 +77,7 @@ def copies(consumer: dict[str, Any], watched: int | None) -> dict[str, Any]:
         "ring_dropped": ring,
         "drop_unit": unit,
         "watched_emitted": watched,
-        "coverage": reached / watched if reached is not None and watched else None,
+        "coverage": coverage,
     }
 
 
@@ -124,8 +131,8 @@ def copies_table(per: Per) -> Table:
             "variant",
             "attached/before",
             "tuples emitted while watched",
-            "tuples that reached the watcher",
-            "share seen",
+            "tuples that reached the watcher (session)",
+            "share of the copies seen",
             "dropped by the meter (sampling)",
             "dropped at the port / in flight",
             "dropped in the debug worker's ring",
@@ -134,12 +141,15 @@ def copies_table(per: Per) -> Table:
         ],
         rows,
         note=(
-            "Mirror: the debug worker counts every tuple in every copy it reads (it decodes "
-            "and ships a sample of them); the switch's meter counters (sampling) and the "
+            "Mirror: the debug worker counts every tuple in every copy it reads over the "
+            "session's life (it decodes and ships a sample of them); share: frames it read "
+            "over frames the source sent between its first and last copy (read + sequence "
+            "gaps); the switch's meter counters (sampling) and the "
             "debug port's tx_dropped (its queue was full) are frames of up to 100 tuples. "
             "'Mirror every tuple' has no meter (`typhoon debug attach --rate all`): what it "
             "misses, the port or the debug worker dropped. App copy: copies the event "
-            "logger received; in flight: sent by the source but not received."
+            "logger received; share: over the copies the source sent; in flight: sent by the "
+            "source but not received."
         ),
     )
 

@@ -33,20 +33,25 @@ def test_emitted_between_reads_the_marks_inside_the_stretch() -> None:
 def test_copies_of_a_mirror_and_of_the_app_copy() -> None:
     mirror = {
         "copies_seen": 2000, "switch_copied": 20, "switch_sampled": 980, "switch_dropped": 1,
-        "ring_dropped": 0,
+        "ring_dropped": 0, "frames": 20, "lost_copies": 980,
     }  # fmt: skip
     got = copies(mirror, 100_000)
     assert got["reached"] == 2000 and got["coverage"] == pytest.approx(0.02)
+    assert got["watched_emitted"] == 100_000
     assert (got["meter_dropped"], got["queue_dropped"], got["ring_dropped"]) == (980, 1, 0)
     assert got["drop_unit"] == "frames"
     app = copies({"copies_sent": 1000, "copies_seen": 990}, 1000)
     assert (app["queue_dropped"], app["meter_dropped"], app["drop_unit"]) == (10, 0, "tuples")
+    assert app["coverage"] == pytest.approx(0.99)
     assert copies({"copies_seen": None}, None)["coverage"] is None
 
 
 def test_tables_put_the_three_watchers_side_by_side() -> None:
     def run(ratio: float, seen: int, meter: int) -> dict:
-        consumer = {"copies_seen": seen, "switch_copied": 1, "switch_sampled": meter}
+        consumer = {
+            "copies_seen": seen, "switch_copied": 1, "switch_sampled": meter,
+            "frames": seen // 100, "lost_copies": meter,
+        }  # fmt: skip
         return {
             "attached_over_before": ratio,
             "copies": copies(consumer, 1000),
@@ -57,7 +62,7 @@ def test_tables_put_the_three_watchers_side_by_side() -> None:
 
     per = {
         FULL: [run(0.9, 1000, 0), run(0.8, 900, 0)],
-        SAMPLED: [run(1.0, 10, 99), run(1.0, 12, 98)],
+        SAMPLED: [run(1.0, 100, 99), run(1.0, 300, 97)],
         APP: [{"attached_over_before": 0.5, "copies": copies({"copies_sent": 5,
                                                               "copies_seen": 5}, 5)}] * 2,
     }  # fmt: skip
@@ -67,6 +72,7 @@ def test_tables_put_the_three_watchers_side_by_side() -> None:
         "0.80", "1.00", "0.50"
     ]  # fmt: skip
     rows = {r[0]: r for r in copies_table(per).rows}
-    assert rows[FULL][3] == "950" and rows[FULL][4] == "0.9500" and rows[FULL][5] == "0"
-    assert rows[SAMPLED][5] == "197" and rows[APP][8] == "tuples"
+    assert rows[FULL][3] == "950" and rows[FULL][4] == "1.0000" and rows[FULL][5] == "0"
+    assert rows[SAMPLED][4] == "0.0200"  # 1 frame of 100 read, 3 of 100: median 0.02
+    assert rows[SAMPLED][5] == "196" and rows[APP][8] == "tuples"
     assert "(every tuple)" in table5(per).rows[-1][2]
