@@ -235,8 +235,7 @@ class LiveDebugger(TyphoonApp):
             for session in self.sessions.active():
                 if session.dpid == dpid and meter_id(session.spec.port) == stat.meter_id:
                     left_out = sum(b.packet_band_count for b in stat.band_stats)
-                    session.switch["switch_copied"] = stat.packet_in_count - left_out
-                    session.switch["switch_sampled"] = left_out
+                    session.meter_counted(stat.packet_in_count, left_out)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):
@@ -244,7 +243,7 @@ class LiveDebugger(TyphoonApp):
         for stat in ev.msg.body:
             session = self.sessions.at_port(dpid, stat.port_no)
             if session is not None:
-                session.switch["switch_dropped"] = stat.tx_dropped
+                session.port_counted(stat.tx_packets, stat.tx_dropped)
 
     # ----- actions -------------------------------------------------------------------------
 
@@ -270,8 +269,10 @@ class LiveDebugger(TyphoonApp):
             # uses, and the core sends meter adds before flow mods, meter deletes after;
             # the very first time the overlay is not registered yet: meters, then rules
             meters: dict[str, set] = {}
-            for s in mirroring:
-                meters.setdefault(s.spec.host, set()).add(sampling_meter(s.spec.port, s.spec.rate))
+            for s in mirroring:  # an unmetered session (``--rate all``) adds no meter
+                on_host = meters.setdefault(s.spec.host, set())
+                if s.spec.rate is not None:
+                    on_host.add(sampling_meter(s.spec.port, s.spec.rate))
             by_host = {h: frozenset(m) for h, m in meters.items()}
             self.core().set_rules(Source.METERS, OWNER, by_host)
             self.core().set_rules(Source.OVERLAY, OWNER, self._overlay)

@@ -59,6 +59,8 @@ class Timeline:
     detach_requested: float = 0.0
     error: str = ""
     pinned: dict[str, list[int]] = field(default_factory=dict)  # node -> pids
+    mirror: bool = False  # watched by the live debugger (else: the event-logger copy)
+    rate: int | str | None = None  # the attach's ``rate``: "all" = every frame, None = default
 
     def __call__(self, elapsed: float) -> None:
         if not self.t0:
@@ -76,8 +78,8 @@ class Timeline:
         try:
             if elapsed >= self.timing.attach_at and not self.attach_requested:
                 self.attach_requested = time.time()
-                if self.variant == "mirror":
-                    self.watcher = Watcher(self.api, self.name, SAMPLE_PERCENT)
+                if self.mirror:
+                    self.watcher = Watcher(self.api, self.name, SAMPLE_PERCENT, rate=self.rate)
                     self.watcher.attach()
                 else:
                     self._signal(1)

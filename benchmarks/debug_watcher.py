@@ -28,13 +28,15 @@ class Watcher:
         worker: str = "source",
         direction: str = "out",
         keep: Callable[[list[dict[str, Any]]], None] | None = None,
-        rate: int | None = None,
+        rate: int | str | None = None,
     ) -> None:
         self.api = api
         self.sample = sample  # percent of the decoded copies shipped to the controller
         self.worker, self.direction = worker, direction
         self.keep = keep  # called with every page of records read
-        self.rate = rate  # frames/s the switch copies (None: the controller's default)
+        # frames/s the switch copies ("all": every frame, no meter; None: the controller's
+        # default)
+        self.rate = rate
         self.path = f"/apps/{app}/debug"
         self.requested = 0.0
         self.live = 0.0  # wall time the session was first seen live

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from controller.mirror import MirrorTap
+from controller.mirror import EVERY_FRAME, MirrorTap
 from controller.settings import setting
 from typhoon.debug.filter import FilterError, check_fields, parse
 from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
@@ -66,6 +66,11 @@ class Limits:
         200, "frames/s the switch copies to a debug worker unless the attach says (`--rate`)"
     )
     max_mirror_rate: int = setting(10_000, "largest `--rate` accepted")
+    allow_every_frame: bool = setting(
+        True,
+        "`--rate all` is accepted: no meter, the switch copies every frame of the observed "
+        "worker (paper Fig. 12); what the debug port cannot take is dropped and counted",
+    )
     # empty: through the coordinator, which every agent host reaches
     report_url: str = setting(
         "",
@@ -113,6 +118,30 @@ def resolve_worker(physical: PhysicalTopology, text: Any) -> WorkerAssignment:
         raise DebugError(404, f"no worker {wid} in '{physical.name}'") from None
 
 
+def mirror_rate(value: Any, limits: Limits) -> int | None:
+    """The ``rate`` of an attach request: frames/s for the session's meter, or None for
+    ``"all"`` (no meter: every frame copied) when ``allow_every_frame`` permits."""
+    if value == EVERY_FRAME:
+        if not limits.allow_every_frame:
+            raise DebugError(
+                403,
+                "'rate': 'all' (every frame, no meter) is off on this controller "
+                "([live_debugger] allow_every_frame = false): give a number of frames per second",
+            )
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= limits.max_mirror_rate
+    ):
+        raise DebugError(
+            400,
+            f"'rate' must be an integer number of frames per second in "
+            f"1..{limits.max_mirror_rate} (max_mirror_rate), or '{EVERY_FRAME}' for every frame",
+        )
+    return value
+
+
 def observed_fields(topology: Topology, node: str, direction: str) -> set[str]:
     """The field names of the tuples a session on ``node`` sees (for checking filters)."""
     fields: set[str] = set()
@@ -153,6 +182,20 @@ class Session:
         s = self.spec
         return MirrorTap(s.app_id, s.worker, worker_port, s.direction, s.port, s.rate)
 
+    def meter_counted(self, packets_in: int, left_out: int) -> None:
+        """The session's meter counters: frames it let through to the debug port and
+        frames it left out (sampling)."""
+        self.switch["switch_copied"] = packets_in - left_out
+        self.switch["switch_sampled"] = left_out
+
+    def port_counted(self, tx_packets: int, tx_dropped: int) -> None:
+        """The debug port's counters: copies it could not take (``switch_dropped``); with
+        no meter (``--rate all``) they also say what the switch copied, none sampled."""
+        self.switch["switch_dropped"] = tx_dropped
+        if self.spec.rate is None:
+            self.switch["switch_copied"] = tx_packets + tx_dropped
+            self.switch["switch_sampled"] = 0
+
     def ingest(self, records: list[dict[str, Any]]) -> None:
         """Number the records (1, 2, ...) and keep the newest ``ring_size``."""
         if self.ring.maxlen != self.ring_size:
@@ -186,7 +229,7 @@ class Session:
             "direction": s.direction,
             "filter": s.filter,
             "sample": s.sample,
-            "rate": s.rate,
+            "rate": EVERY_FRAME if s.rate is None else s.rate,
             "operator": s.operator,
             "host": s.host,
             "port": s.port,
@@ -269,17 +312,7 @@ class DebugSessions:
             or not 1 <= ring <= lim.max_ring_size
         ):
             raise DebugError(400, f"'last' must be an integer in 1..{lim.max_ring_size}")
-        rate = request.get("rate", lim.mirror_rate)
-        if (
-            isinstance(rate, bool)
-            or not isinstance(rate, int)
-            or not 1 <= rate <= lim.max_mirror_rate
-        ):
-            raise DebugError(
-                400,
-                f"'rate' must be an integer number of frames per second in "
-                f"1..{lim.max_mirror_rate} (max_mirror_rate)",
-            )
+        rate = mirror_rate(request.get("rate", lim.mirror_rate), lim)
         operator = self._operator(topology, request.get("operator") or "")
         port = self._free_port(w.host, used_ports)
         spec = DebugSpec(

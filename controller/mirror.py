@@ -38,6 +38,12 @@ several sessions copy the same rule, they are chained through tables 1, 2, ...
 rate first, so each session still gets min(its rate, the offered rate) frames
 per second, a subsample of the sessions before it.
 
+Every frame.  A session asked with ``rate`` None (``typhoon debug attach --rate
+all``) has no meter: its table-1 entry outputs every copy, as the paper's
+Fig. 12 mirror does.  It sorts first in a chain (it is the fastest), so the
+metered sessions after it still sample the same frames.  What the debug port
+cannot take is dropped by the switch and counted (the port's ``tx_dropped``).
+
 Pure Python, tested by forwarding frames through fake tables.
 """
 
@@ -53,6 +59,7 @@ from typhoon.wire import mac_str, worker_mac
 
 DIRECTIONS = ("in", "out", "both")
 DEFAULT_RATE = 200  # frames/s a session gets unless it asks: a debug worker keeps up with it
+EVERY_FRAME = "all"  # what a request says for no meter (every frame copied): rate None here
 MIRROR_TABLE = 1  # the first table of the sampled copies
 DATA_KINDS = frozenset(
     {
@@ -75,15 +82,21 @@ class MirrorTap:
     worker_port: int
     direction: str
     debug_port: int
-    rate: int = DEFAULT_RATE  # frames/s the switch copies at most (its meter)
+    rate: int | None = DEFAULT_RATE  # frames/s the switch copies at most (its meter); None: all
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, not {self.direction!r}")
 
     @property
-    def meter(self) -> MeterSpec:
-        return sampling_meter(self.debug_port, self.rate)
+    def meter(self) -> MeterSpec | None:
+        """The session's sampling meter; None when every frame is copied."""
+        return None if self.rate is None else sampling_meter(self.debug_port, self.rate)
+
+    @property
+    def speed(self) -> float:
+        """Frames/s at most, for ordering a chain: an unmetered session is the fastest."""
+        return float("inf") if self.rate is None else float(self.rate)
 
     def carries(self, rule: RuleSpec) -> bool:
         """Does ``rule`` forward data frames this tap observes?"""
@@ -111,11 +124,11 @@ def _mirror_cookie(rule: RuleSpec) -> int:
 def mirror_rule(rule: RuleSpec, taps: Iterable[MirrorTap]) -> list[RuleSpec]:
     """``rule`` sending a copy on to table 1, and the chain of metered copies there.
 
-    Fastest session first (then by port, so the result is deterministic); a second
-    session on the same debug port adds nothing.
+    Fastest session first (unmetered before any meter, then by port, so the result is
+    deterministic); a second session on the same debug port adds nothing.
     """
     chain: list[MirrorTap] = []
-    for t in sorted(taps, key=lambda t: (-t.rate, t.debug_port)):
+    for t in sorted(taps, key=lambda t: (-t.speed, t.debug_port)):
         if all(t.debug_port != c.debug_port for c in chain):
             chain.append(t)
     cookie = _mirror_cookie(rule)
@@ -123,7 +136,8 @@ def mirror_rule(rule: RuleSpec, taps: Iterable[MirrorTap]) -> list[RuleSpec]:
     for k, t in enumerate(chain):
         table = MIRROR_TABLE + k
         more = (goto_table(table + 1),) if k + 1 < len(chain) else ()
-        actions = (meter(meter_id(t.debug_port)), output(t.debug_port), *more)
+        metered = () if t.rate is None else (meter(meter_id(t.debug_port)),)
+        actions = (*metered, output(t.debug_port), *more)
         out.append(RuleSpec(rule.priority, rule.match, actions, cookie, table_id=table))
     return out
 
@@ -146,8 +160,8 @@ def apply_mirrors(rules: frozenset[RuleSpec], taps: Iterable[MirrorTap]) -> froz
 
 
 def mirror_meters(taps: Iterable[MirrorTap]) -> frozenset[MeterSpec]:
-    """The meter of each tap (one per debug port) of one host."""
-    return frozenset(t.meter for t in taps)
+    """The meter of each metered tap (one per debug port) of one host."""
+    return frozenset(m for t in taps if (m := t.meter) is not None)
 
 
 def mirrored(rules: Iterable[RuleSpec], tap: MirrorTap) -> list[RuleSpec]:

@@ -3,19 +3,20 @@
 A source sends 100-byte tuples as fast as it can to a sequence-checking sink
 on the emulated sdn cluster (three hosts; source and sink on two of them).
 From second 18 (quick mode: 4) until a second before the end, someone
-watches every tuple the source sends, in one of two ways, interleaved over
-the rounds in one run of the suite:
+watches the source's output in one of three ways; every round of the suite
+runs all three (each first in turn), so they are paired per round:
 
-* ``mirror``: the live debugger, attached as ``typhoon debug attach NAME
-  source`` does it (``POST /typhoon/apps/NAME/debug`` of ``apps/live_debugger.py``
-  with the CLI's own client, wait until the session is live, read its records
-  as the CLI does, ``DELETE`` at the end).  The controller starts a debug
-  worker on the source's host and adds one output to the source's rules; the
-  switch copies the frames, the source does nothing extra.  The switch samples:
-  the session's meter lets the default rate of frames per second through to the
-  debug port (``controller/meters.py``), the rest are never copied.  The debug
-  worker reads every copy, decodes the 1 % that sampling keeps (no filter) and
-  ships them to the controller's ring buffer.
+* ``mirror every tuple``: the live debugger, attached as ``typhoon debug
+  attach NAME source --rate all`` does it (``POST /typhoon/apps/NAME/debug`` of
+  ``apps/live_debugger.py`` with the CLI's own client, wait until the session
+  is live, read its records as the CLI does, ``DELETE`` at the end).  The
+  controller starts a debug worker on the source's host and adds one output to
+  the source's rules, with no meter: the switch copies every frame (the paper's
+  Fig. 12), the source does nothing extra.  What the debug port cannot take the
+  switch drops and counts (``tx_dropped``).
+* ``mirror sampled``: the same with the debugger's default ``--rate`` (200
+  frames/s): the session's meter (``controller/meters.py``) lets that many
+  frames per second through to the debug port, the rest are never copied.
 * ``app copy``: Storm's event logger.  The same source
   (:class:`benchmarks.operators.EventLoggingSource`) in a topology that also
   has an event-logger bolt on a second stream, provisioned at deployment as
@@ -23,6 +24,10 @@ the rounds in one run of the suite:
   the copy on at the same second (and a second SIGNAL off), from when on the
   source serializes and sends every tuple twice.  The event logger receives
   and deserializes every copy and keeps the last 1000.
+
+In both mirror variants the debug worker reads every copy it gets, counts its
+tuples, decodes the 1 % it samples (no filter) and ships them to the
+controller's ring buffer.
 
 Measured per run: the sink's tuples per second (from its arrival timeline,
 one-second bins since activation), the median before the attach against the
@@ -50,6 +55,19 @@ import yaml
 from benchmarks import measure
 from benchmarks.cpu_sampler import CpuSampler
 from benchmarks.debug_schedule import FULL, QUICK, SAMPLE_PERCENT, Timeline, Timing
+from benchmarks.live_debug_report import (
+    APP,
+    MIRROR_RATES,
+    SAMPLED,
+    VARIANTS,
+    copies,
+    copies_table,
+    cpu_table,
+    emitted_between,
+    round_orders,
+    rounds_table,
+    table5,
+)
 from benchmarks.operators import EVENT_LOG_STREAM
 from benchmarks.plots import time_series
 from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
@@ -70,7 +88,6 @@ from typhoon.topology import Topology, load_topology_text
 SOURCE = "benchmarks.operators:EventLoggingSource"
 SINK = "benchmarks.operators:BenchSink"
 LOGGER = "benchmarks.operators:EventLogger"
-VARIANTS = ("mirror", "app copy")
 TUPLE_BYTES = 100
 HOSTS = 3
 
@@ -104,7 +121,7 @@ def topology(name: str, app_copy: bool, count: int | None = None) -> Topology:
 def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timing) -> RunResult:
     """One run of ``variant``; its record goes to ``results.json`` like any run's."""
     name = f"bench{next(bench.testbed.names):04d}-livedebug-{variant.replace(' ', '')}"
-    topo = topology(name, app_copy=variant == "app copy")
+    topo = topology(name, app_copy=variant == APP)
     topo.config["batch_size"] = 100
     topo.config["max_delay_ms"] = 2.0
     cluster.options.duration = timing.duration
@@ -112,6 +129,7 @@ def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timin
     cluster.options.live_every = 0.5
     api = Client(resolve(config=str(cluster.workdir / "client.ini")))
     hook = Timeline(cluster, name, variant, timing, api)
+    hook.mirror, hook.rate = variant in MIRROR_RATES, MIRROR_RATES.get(variant)
     label = f"live debug {variant}"
     cpu0, t0 = ovs_cpu_seconds(), time.monotonic()
     sampler = CpuSampler().start()
@@ -230,6 +248,7 @@ def describe_run(
             "ring_dropped": stats.get("ring_dropped"),
             "cpu_s": stats.get("cpu_s"),
             "records_read": hook.watcher.records,
+            "rate": hook.watcher.session.get("rate"),
             "mirrored_rules": hook.watcher.session.get("mirrored_rules"),
         }
     else:
@@ -240,6 +259,9 @@ def describe_run(
             "copies_seen": logger["result"]["received"] if logger else None,
             "cpu_s": logger.get("cpu_s") if logger else None,
         }
+    out["consumer_cpu_s"] = out["consumer"].get("cpu_s")
+    watched = emitted_between(marks, began, ended) if began and ended else None
+    out["copies"] = copies(out["consumer"], watched)
     return out
 
 
@@ -260,32 +282,34 @@ class LiveDebug(Scenario):
         timing = QUICK if bench.quick else FULL
         res = self.result(bench)
         runs: dict[str, list[RunResult]] = {v: [] for v in VARIANTS}
+        orders = round_orders(bench.repeats)
         cluster = bench.testbed.app_cluster("d", self.APPS, self.CONTROLLER_CONFIG)
         try:
-            for rnd in range(bench.repeats):
-                for variant in VARIANTS if rnd % 2 == 0 else VARIANTS[::-1]:
+            for order in orders:
+                for variant in order:
                     runs[variant].append(run_once(bench, cluster, variant, timing))
         finally:
             cluster.close()
-        self.describe(res, bench, runs, timing)
+        self.describe(res, bench, runs, timing, orders)
         return res
 
     def describe(
-        self, res: ScenarioResult, bench: Bench, runs: dict[str, list[RunResult]], timing: Timing
+        self,
+        res: ScenarioResult,
+        bench: Bench,
+        runs: dict[str, list[RunResult]],
+        timing: Timing,
+        orders: list[tuple[str, ...]],
     ) -> None:
         per = {v: [r.report.get("live_debug", {}) for r in rs] for v, rs in runs.items()}
 
         def med(variant: str, key: str) -> float | None:
             return median(d.get(key) for d in per[variant])
 
-        def consumer(variant: str, key: str) -> float | None:
-            return median((d.get("consumer") or {}).get(key) for d in per[variant])
-
         rows, summary = [], {}
         for v in VARIANTS:
             lost = [d.get("lost") for d in per[v]]
             dups = [d.get("duplicates") for d in per[v]]
-            seen, cpu = consumer(v, "copies_seen"), consumer(v, "cpu_s")
             rows.append(
                 [
                     v,
@@ -299,7 +323,6 @@ class LiveDebug(Scenario):
                     fmt_num(med(v, "serializations_per_tuple_before")),
                     fmt_num(med(v, "serializations_per_tuple_attached")),
                     f"{fmt_count(lost)} / {fmt_count(dups)}",
-                    f"{fmt_rate(seen)} / {fmt_num(cpu, 1)}",
                     fmt_num(med(v, "attach_latency_s")),
                     str(sum(r.ok for r in runs[v])),
                 ]
@@ -316,8 +339,10 @@ class LiveDebug(Scenario):
                     "serializations_per_tuple_before",
                     "serializations_per_tuple_attached",
                     "attach_latency_s",
+                    "consumer_cpu_s",
                 )
             } | {"runs": [{k: x for k, x in d.items() if k != "series"} for d in per[v]]}
+        summary["orders"] = [list(o) for o in orders]
         res.summary = summary
         res.tables.append(
             Table(
@@ -335,7 +360,6 @@ class LiveDebug(Scenario):
                     "serializations/tuple before",
                     "attached",
                     "lost / dup",
-                    "consumer copies / CPU s",
                     "attach -> copying (s)",
                     "runs ok",
                 ],
@@ -348,56 +372,24 @@ class LiveDebug(Scenario):
                     f"that before-stretch to the {timing.window:g} s before it, where nothing "
                     "changed: how far the rate moves on its own here. Source CPU: "
                     "the source process's own CPU clock per tuple it emitted over the same "
-                    "stretches. Serializations: the framework's counter. Consumer: the debug "
-                    "worker (mirror; CPU over its life) or the event-logger bolt (app copy; "
-                    "CPU over the whole run). Lost / dup: the sink's sequence check, summed."
+                    "stretches. Serializations: the framework's counter. Lost / dup: the "
+                    "sink's sequence check, summed."
                 ),
             )
         )
+        res.tables.append(rounds_table(per, orders))
+        res.tables.append(copies_table(per))
         res.tables.append(cpu_table(per))
-        mirror_ser = med("mirror", "serializations_per_tuple_attached")
-        copy_ser = med("app copy", "serializations_per_tuple_attached")
-        res.tables.append(
-            Table(
-                "Table 5: Storm-style event logger vs Typhoon live debugger (as measured here)",
-                ["property", "app copy (Storm's event logger)", "mirror (Typhoon)"],
-                [
-                    [
-                        "debugging granularity",
-                        "the whole source node (a stream provisioned in the topology)",
-                        "one worker, one direction, with a filter",
-                    ],
-                    [
-                        "resources",
-                        "event-logger worker and its connections for the whole run",
-                        "a debug worker started on attach, stopped on detach",
-                    ],
-                    [
-                        "dynamic provisioning",
-                        "no (in the topology at deployment; switched on by SIGNAL)",
-                        f"yes: attach to live in {fmt_num(med('mirror', 'attach_latency_s'))} s",
-                    ],
-                    [
-                        "serializations per tuple while watched",
-                        fmt_num(copy_ser),
-                        fmt_num(mirror_ser),
-                    ],
-                ],
+        res.tables.append(table5(per))
+        targets = {VARIANTS[0]: 0.9, SAMPLED: 0.95, APP: None}
+        for v in VARIANTS:
+            res.ratios.append(
+                Ratio.against(
+                    f"live debug {v}: throughput attached / detached",
+                    med(v, "attached_over_before"),
+                    at_least=targets[v],
+                )
             )
-        )
-        res.ratios.append(
-            Ratio.against(
-                "live debug mirror: throughput attached / detached",
-                med("mirror", "attached_over_before"),
-                at_least=0.95,
-            )
-        )
-        res.ratios.append(
-            Ratio(
-                "live debug app copy: throughput attached / detached",
-                med("app copy", "attached_over_before"),
-            )
-        )
         for v in VARIANTS:
             b = med(v, "source_cpu_ms_per_1000_before")
             a = med(v, "source_cpu_ms_per_1000_attached")
@@ -412,11 +404,11 @@ class LiveDebug(Scenario):
             f"Setup: {HOSTS} emulated hosts (userspace OVS bridges, full mesh) under the "
             "Typhoon controller with `apps/live_debugger.py`; source on h1, sink on h2, the "
             "mirror's debug worker on h1 (the observed worker's host), the event logger on h3. "
-            "The switch copies at most the session's rate (its meter; default "
-            f"{DEFAULT_RATE} frames/s); the debug worker reads every copy, decodes the "
-            f"{SAMPLE_PERCENT:g} % sampling keeps and ships them to the "
-            "controller, which a client thread reads as `typhoon debug attach` does. Variants "
-            "alternate order every round."
+            f"'{VARIANTS[0]}': `--rate all`, no meter, the switch copies every frame (Fig. 12's "
+            f"setup). '{SAMPLED}': the default meter, at most {DEFAULT_RATE} frames/s copied. "
+            f"The debug worker reads every copy, decodes the {SAMPLE_PERCENT:g} % it samples "
+            "and ships them to the controller, which a client thread reads as `typhoon debug "
+            "attach` does. Every round runs the three variants, each first in turn."
         )
 
     def plot(self, bench: Bench, per: dict[str, list[dict[str, Any]]], timing: Timing) -> str:
@@ -429,10 +421,10 @@ class LiveDebug(Scenario):
                     by_t.setdefault(round(t), []).append(r)
             ts = sorted(by_t)
             series[v] = (ts, [median(by_t[t]) or 0.0 for t in ts])
-        live = med_of(per["mirror"], "copy_began_s")
+        live = median(d.get("copy_began_s") for d in per[VARIANTS[0]])
         markers = [(timing.attach_at, "debugger attached", "")]
         if live is not None:
-            markers.append((live, "mirror live", "mirror"))
+            markers.append((live, "mirror live", VARIANTS[0]))
         markers.append((timing.detach_at, "detached", ""))
         return time_series(
             bench.out_dir / "fig12_live_debug.png",
@@ -442,46 +434,3 @@ class LiveDebug(Scenario):
             markers,
             xlabel="seconds since the topology became active",
         )
-
-
-def total(cores: dict[str, float]) -> float:
-    """Busy cores: every group but what the hypervisor took."""
-    return sum(c for g, c in cores.items() if g != "stolen by the hypervisor")
-
-
-def cpu_table(per: dict[str, list[dict[str, Any]]]) -> Table:
-    """Cores each process group used before and while attached (medians over the runs)."""
-    groups = sorted(
-        {g for v in VARIANTS for d in per[v] for k in ("cpu_cores_before", "cpu_cores_attached")
-         for g in (d.get(k) or {})}
-    )  # fmt: skip
-    rows = []
-    for g in [*groups, "total"]:
-        row = [g]
-        for v in VARIANTS:
-            vals = []
-            for key in ("cpu_cores_before", "cpu_cores_attached"):
-                cores = [d.get(key) for d in per[v] if d.get(key)]
-                vals.append(median(total(c) if g == "total" else c.get(g, 0.0) for c in cores))
-            b, a = vals
-            row += [
-                fmt_num(b),
-                fmt_num(a),
-                fmt_num(a - b if a is not None and b is not None else None),
-            ]
-        rows.append(row)
-    return Table(
-        "CPU by process, cores (median over the runs): before the attach and while attached",
-        ["process", *(f"{v} {c}" for v in VARIANTS for c in ("before", "attached", "added"))],
-        rows,
-        note=(
-            "Sampled from /proc every 0.5 s (`benchmarks/cpu_sampler.py`) over the same "
-            "stretches as the throughput; a process started inside a stretch (the debug "
-            "worker) is charged from its start. The machine has 2 cores: what watching adds "
-            "anywhere comes out of what source, sink and switch get."
-        ),
-    )
-
-
-def med_of(rows: list[dict[str, Any]], key: str) -> float | None:
-    return median(d.get(key) for d in rows)

@@ -217,10 +217,13 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
     attach = Attach(
         cluster, name, "split[0]", "--direction", "out", "--format", "json",
         "--filter", f"word in {a},{b} or word={c3}", "--last", "20000",
-        "--rate", str(EVERY_FRAME),
+        "--rate", "all",
     )  # fmt: skip
     try:
         sid = attach.session()
+        # no meter: the attach says every frame is copied (and never that it samples)
+        wait(lambda: any("copies every frame (no meter)" in e for e in attach.err), 10, "note")
+        assert not any("SAMPLED" in e for e in attach.err), attach.err
         # a second, concurrent session over REST: count[0]'s input, half of it sampled
         status, second = cluster.rest(
             "POST",
@@ -253,7 +256,7 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
                     split0.port,
                     "out",
                     session["port"],
-                    EVERY_FRAME,
+                    None,  # --rate all: no meter
                 )
             ],  # fmt: skip
         }
@@ -318,6 +321,17 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
         assert all(n >= 2 for n in frames.values()), frames  # data and the end of stream
         assert stats["links"] == frames and stats["seq_gaps"] == 0, stats
         assert switched_with == copied(), (switched_with, stats)
+        # the debug port's own counters (no meter to read): every copy, none left out
+        wait(
+            lambda: (
+                cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]["stats"].get("switch_copied", 0)
+                >= switched_with
+            ),
+            10,
+            "the debug port's counters",
+        )
+        port_stats = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]["stats"]
+        assert port_stats["switch_sampled"] == 0 and port_stats["switch_dropped"] == 0, port_stats
         data_frames = sum(frames.values())
         final = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]["stats"]
         assert final["data_frames"] == data_frames, final
@@ -341,6 +355,7 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
         # Ctrl-C detaches: debug workers gone, every rule exactly as before
         assert attach.interrupt() == 0
         assert any("detached session" in e for e in attach.err), attach.err
+        assert any("none left out (no meter)" in e for e in attach.err), attach.err
         for h in hosts:
             wait(lambda h=h: rules_of(cluster, h) == before[h], 10, f"the old rules on {h}")
             kinds = {parse_cookie(f.cookie).kind for f in rules_of(cluster, h)}

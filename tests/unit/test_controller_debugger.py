@@ -83,9 +83,26 @@ def test_a_session_asks_its_rate_and_shows_the_switch_counters(wc):
     } and s.to_dict()["rate"] == 25  # fmt: skip
 
 
+def test_rate_all_copies_every_frame_and_the_port_counters_say_what_was_copied(wc):
+    sessions = DebugSessions(Limits())
+    s = attach(sessions, wc, {"worker": "split[0]", "rate": "all"})
+    assert s.spec.rate is None and s.tap(9).meter is None and s.to_dict()["rate"] == "all"
+    s.port_counted(tx_packets=500, tx_dropped=7)  # no meter: the port says it all
+    assert s.switch == {"switch_dropped": 7, "switch_copied": 507, "switch_sampled": 0}
+    sampled = attach(sessions, wc, {"worker": "split[0]", "rate": 25}, sid="d4e5f6")
+    sampled.meter_counted(packets_in=100, left_out=60)
+    sampled.port_counted(tx_packets=40, tx_dropped=1)  # the meter's counters stand
+    assert sampled.switch == {"switch_copied": 40, "switch_sampled": 60, "switch_dropped": 1}
+    # an operator may forbid it
+    with pytest.raises(DebugError, match="allow_every_frame") as e:
+        attach(DebugSessions(Limits(allow_every_frame=False)), wc, {"worker": 1, "rate": "all"})
+    assert e.value.status == 403
+
+
 @pytest.mark.parametrize(
     ("request_", "status", "message"),
     [
+        ({"worker": "split[0]", "rate": "ALL"}, 400, "or 'all' for every frame"),
         ({"worker": "split[0]", "direction": "up"}, 400, "'direction' must be one of"),
         ({"worker": "split[0]", "filter": "wrod=a"}, 400, "unknown field.s. wrod"),
         ({"worker": "split[0]", "filter": "sentence=a"}, 400, "unknown field"),  # that is input

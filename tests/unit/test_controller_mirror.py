@@ -210,6 +210,33 @@ def test_two_sessions_on_one_rule_are_chained_fastest_first(wordcount):
     assert delivered({fast.meter.meter_id}) == Counter({(count0.host, count0.port): 1})
 
 
+def test_an_unmetered_session_copies_every_frame_and_goes_first_in_a_chain(wordcount):
+    """``--rate all``: no meter, every frame copied; a metered session after it still
+    samples the same frames, and a closed meter never stops the unmetered copy."""
+    topology, physical, rules = wordcount
+    split0 = physical.of_node("split")[0]
+    count0 = physical.of_node("count")[0]
+    every = MirrorTap(APP, split0.worker_id, split0.port, "out", DEBUG_PORT, rate=None)
+    slow = MirrorTap(APP, split0.worker_id, split0.port, "out", DEBUG_PORT + 1, rate=10)
+    assert every.meter is None and mirror_meters([every, slow]) == {slow.meter}
+    host = split0.host
+    after = apply_mirrors(rules[host], [slow, every])
+    some = mirrored(rules[host], every)[0].match
+    chain = sorted((r for r in after if r.match == some), key=lambda r: r.table_id)
+    assert chain[1].actions == (output(DEBUG_PORT), goto_table(2))  # no meter, first
+    assert chain[2].actions == (meter(slow.meter.meter_id), output(DEBUG_PORT + 1))
+    by_host = {h: apply_mirrors(r, [every, slow] if h == host else []) for h, r in rules.items()}
+    fabric = FakeFabric(mesh_cluster(3), by_host, closed={host: {slow.meter.meter_id}})
+    assert send(fabric, split0, mac(count0)) == Counter(
+        {(count0.host, count0.port): 1, (host, DEBUG_PORT): 1}
+    )
+    alone = {h: apply_mirrors(r, [every] if h == host else []) for h, r in rules.items()}
+    fabric = FakeFabric(mesh_cluster(3), alone)
+    for count in physical.of_node("count"):
+        got = send(fabric, split0, mac(count))
+        assert got == Counter({(count.host, count.port): 1, (host, DEBUG_PORT): 1})
+
+
 def test_meter_specs_and_their_diff():
     assert meter_id(65000) == METER_BASE + 65000 and is_typhoon_meter(meter_id(65000))
     assert not is_typhoon_meter(1) and not is_typhoon_meter(METER_BASE)

@@ -56,11 +56,9 @@ def test_cores_charge_each_group_over_the_stretch_only() -> None:
 
 
 def test_the_cpu_tables_total_leaves_out_what_the_hypervisor_took() -> None:
-    from benchmarks.scenarios.live_debug import cpu_table
+    from benchmarks.live_debug_report import VARIANTS, cpu_table
 
     run = {"worker source": 0.8, "ovs-vswitchd": 0.3, "stolen by the hypervisor": 0.5}
-    per = {
-        v: [{"cpu_cores_before": run, "cpu_cores_attached": run}] for v in ("mirror", "app copy")
-    }
+    per = {v: [{"cpu_cores_before": run, "cpu_cores_attached": run}] for v in VARIANTS}
     rows = {r[0]: r for r in cpu_table(per).rows}
     assert rows["total"][1:3] == ["1.10", "1.10"]

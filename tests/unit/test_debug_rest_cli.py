@@ -29,6 +29,8 @@ class FakeDebugger:
         self.calls: list[tuple] = []
         self.state = "live"
         self.pages: list[dict] = []
+        self.rate: int | str = 200
+        self.stats: dict = {"frames": 9, "tuples": 3}
 
     def attach(self, name, request):
         self.calls.append(("attach", name, request))
@@ -52,7 +54,9 @@ class FakeDebugger:
             "reason": "",
             "received": 3,
             "mirrored_rules": 4,
-            "stats": {"frames": 9, "tuples": 3},
+            "rate": self.rate,
+            "sample": 100.0,
+            "stats": dict(self.stats),
         }
 
     session_status = status
@@ -216,3 +220,54 @@ def test_the_operator_option_parses():
     a = parser.parse_args(["debug", "attach", "wc", "split[0]", "--operator", "m:C"])
     assert a.operator == "m:C"
     assert parser.parse_args(["debug", "attach", "wc", "split[0]"]).operator == ""
+
+
+def test_attach_says_the_switch_samples_and_how_much_it_left_out(wired):
+    wired.pages = [page(1)]
+    wired.stats = {"frames": 9, "switch_copied": 9, "switch_sampled": 991, "switch_dropped": 2}
+    err = io.StringIO()
+    assert cli.cmd_attach(args(count=1), io.StringIO(), err) == 0
+    text = err.getvalue()
+    assert "SAMPLED: the switch copies at most 200 frames/s" in text, text
+    assert "--rate all copies every frame" in text
+    assert "switch copied 9 frames, left out 991 by sampling (meter 200/s), dropped 2" in text
+
+
+def test_attach_with_rate_all_asks_for_every_frame_and_says_so(wired):
+    wired.pages = [page(1)]
+    wired.rate = "all"
+    wired.stats = {"frames": 9, "switch_copied": 9, "switch_sampled": 0, "switch_dropped": 0}
+    err = io.StringIO()
+    assert cli.cmd_attach(args(count=1, rate="all"), io.StringIO(), err) == 0
+    assert wired.calls[0][2]["rate"] == "all"
+    text = err.getvalue()
+    assert "the switch copies every frame (no meter)" in text and "SAMPLED" not in text
+    assert "switch copied 9 frames, none left out (no meter), dropped 0" in text
+
+
+def test_the_rate_option_takes_a_number_or_all():
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    base = ["debug", "attach", "wc", "split[0]", "--rate"]
+    assert parser.parse_args([*base, "all"]).rate == "all"
+    assert parser.parse_args([*base, "ALL"]).rate == "all"
+    assert parser.parse_args([*base, "50"]).rate == 50
+    for bad in ("0", "fast", "-3"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*base, bad])
+
+
+def test_sampling_notes_while_following():
+    assert cli.sampling_note(200, 50.0) == (
+        "SAMPLED: the switch copies at most 200 frames/s to the debugger and never copies "
+        "the rest (--rate all copies every frame); 50 % of the matching tuples are shown"
+    )
+    assert "did not say" in cli.sampling_note(None)
+    assert cli.switch_counts({}, 200) == ""
+    watch = cli.SamplingWatch(200)
+    assert watch.note({"switch_copied": 5, "switch_sampled": 0, "switch_dropped": 0}) == ""
+    note = watch.note({"switch_copied": 10, "switch_sampled": 40, "switch_dropped": 0})
+    assert note == "(so far: the switch's meter (200/s) left out 40 frames; 10 copied)"
+    assert watch.note({"switch_copied": 12, "switch_sampled": 40}) == ""  # nothing new
+    note = watch.note({"switch_copied": 20, "switch_sampled": 40, "switch_dropped": 3})
+    assert note.endswith("the debug port dropped 3 copies; 20 copied)")

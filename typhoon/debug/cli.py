@@ -18,12 +18,15 @@ import json
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
 from typhoon.client import ApiCallError, Client, resolve
 
 LIVE_TIMEOUT = 30.0
+STATUS_S = 5.0  # how often a follow re-reads the session's counters to report sampling
+EVERY_FRAME = "all"  # --rate all: no meter, the switch copies every frame
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -66,13 +69,69 @@ def format_record(record: dict[str, Any], fmt: str) -> str:
 
 def _summary(stats: dict[str, Any]) -> str:
     keys = (
-        "frames", "tuples", "matched", "sampled_out", "shipped", "seq_gaps", "switch_sampled",
-        "switch_dropped", "ring_dropped", "undecodable", "op_tuples", "op_emitted", "op_errors",
+        "frames", "tuples", "matched", "sampled_out", "shipped", "seq_gaps", "switch_copied",
+        "switch_sampled", "switch_dropped", "ring_dropped", "undecodable", "op_tuples",
+        "op_emitted", "op_errors",
     )  # fmt: skip
     text = ", ".join(f"{k} {stats[k]}" for k in keys if k in stats) or "no statistics"
     if stats.get("op_error"):
         text += f"; the operator's last error: {stats['op_error']}"
     return text
+
+
+def sampling_note(rate: Any, sample: float | None = None) -> str:
+    """What the user sees of a session: every frame, or the switch's sampling (and the
+    debug worker's percentage), so a sampled view is never taken for every tuple."""
+    if rate == EVERY_FRAME:
+        text = "the switch copies every frame (no meter)"
+    elif rate is None:
+        text = "the controller did not say whether the switch samples (no 'rate')"
+    else:
+        text = (
+            f"SAMPLED: the switch copies at most {rate} frames/s to the debugger and never "
+            f"copies the rest (--rate {EVERY_FRAME} copies every frame)"
+        )
+    if sample is not None and sample < 100:
+        text += f"; {sample:g} % of the matching tuples are shown"
+    return text
+
+
+def switch_counts(stats: dict[str, Any], rate: Any) -> str:
+    """The switch's side of a session: copies made, left out by the meter, dropped at the
+    debug port (empty before the first counters came)."""
+    if "switch_copied" not in stats and "switch_dropped" not in stats:
+        return ""
+    parts = [f"switch copied {stats.get('switch_copied', 0)} frames"]
+    if rate == EVERY_FRAME:
+        parts.append("none left out (no meter)")
+    else:
+        parts.append(f"left out {stats.get('switch_sampled', 0)} by sampling (meter {rate}/s)")
+    parts.append(f"dropped {stats.get('switch_dropped', 0)} the debug port could not take")
+    return ", ".join(parts)
+
+
+@dataclass
+class SamplingWatch:
+    """Says, while following, when the switch left frames out or dropped copies since the
+    last note (re-read every ``STATUS_S``)."""
+
+    rate: Any
+    sampled: int = 0
+    dropped: int = 0
+
+    def note(self, stats: dict[str, Any]) -> str:
+        sampled = int(stats.get("switch_sampled") or 0)
+        dropped = int(stats.get("switch_dropped") or 0)
+        if sampled <= self.sampled and dropped <= self.dropped:
+            return ""
+        self.sampled, self.dropped = max(sampled, self.sampled), max(dropped, self.dropped)
+        copied = stats.get("switch_copied", 0)
+        parts = []
+        if sampled:
+            parts.append(f"the switch's meter ({self.rate}/s) left out {sampled} frames")
+        if dropped:
+            parts.append(f"the debug port dropped {dropped} copies")
+        return f"(so far: {'; '.join(parts)}; {copied} copied)"
 
 
 def _raise_interrupt(*_: object) -> None:
@@ -117,6 +176,9 @@ def cmd_attach(
         try:  # also after an error or an ending: never leave mirrors behind
             final = api.call("DELETE", path)
             print(f"detached session {sid} ({outcome}): {_summary(final['stats'])}", file=err)
+            counts = switch_counts(final["stats"], final.get("rate"))
+            if counts:
+                print(f"session {sid}: {counts}", file=err)
         except ApiCallError as e:
             if e.status != 404:
                 print(f"error: detach of session {sid} failed: {e}", file=err)
@@ -140,8 +202,21 @@ def _follow(
         file=err,
         flush=True,
     )
+    note = sampling_note(session.get("rate"), session.get("sample"))
+    print(
+        f"session {session['session']}: {note}",
+        file=err,
+        flush=True,
+    )
+    watch = SamplingWatch(session.get("rate"))
+    status_at = time.monotonic() + STATUS_S
     printed, after = 0, 0
     while args.count is None or printed < args.count:
+        if time.monotonic() >= status_at:
+            status_at = time.monotonic() + STATUS_S
+            note = watch.note(api.call("GET", path)["stats"])
+            if note:
+                print(note, file=err, flush=True)
         page = api.call("GET", f"{path}/tuples?after={after}&limit=1000")
         if page["skipped"]:
             print(f"({page['skipped']} tuples left the ring before they were read)", file=err)
@@ -174,6 +249,9 @@ def cmd_detach(args: argparse.Namespace, err: TextIO | None = None) -> int:
         print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     print(f"detached session {args.session}: {_summary(final['stats'])}", file=err)
+    counts = switch_counts(final["stats"], final.get("rate"))
+    if counts:
+        print(f"session {args.session}: {counts}", file=err)
     return 0
 
 
@@ -186,10 +264,12 @@ def cmd_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         print(f"error: {_explain(e)}", file=err)
         return _exit_code(e)
     for s in sessions:
+        rate = s.get("rate")
+        copies = "every frame" if rate == EVERY_FRAME else f"sampled {rate}/s"
         print(
             f"{s['session']}  worker {s['worker']} {s['direction']:<4} {s['state']:<9} "
-            f"{s['host']}:{s['port']}  received {s['received']}  filter {s['filter']!r}"
-            + (f"  ({s['reason']})" if s["reason"] else ""),
+            f"{s['host']}:{s['port']}  {copies}  received {s['received']}  "
+            f"filter {s['filter']!r}" + (f"  ({s['reason']})" if s["reason"] else ""),
             file=out,
         )
     return 0
@@ -222,6 +302,21 @@ def _controller_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="INI file with [typhoon] controller/token")
 
 
+def _rate(text: str) -> int | str:
+    """``--rate``: frames per second (the switch's meter), or ``all`` for every frame."""
+    if text.strip().lower() == EVERY_FRAME:
+        return EVERY_FRAME
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of frames per second or '{EVERY_FRAME}'"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 frame per second (or 'all')")
+    return value
+
+
 def _percent(text: str) -> float:
     value = float(text)
     if not 0 < value <= 100:
@@ -241,8 +336,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--filter", default="", metavar="EXPR", help='e.g. "word in a,b or n>3"')
     a.add_argument("--sample", type=_percent, default=None, metavar="P", help="percent shown")
     a.add_argument(
-        "--rate", type=int, default=None, metavar="F",
-        help="frames/s the switch copies to the debugger (the rest are never copied)",
+        "--rate", type=_rate, default=None, metavar="F|all",
+        help="frames/s the switch copies to the debugger, the rest are never copied (the "
+        "controller's default: 200, sampling); 'all': every frame, no meter (paper Fig. 12)",
     )  # fmt: skip
     a.add_argument(
         "--operator", default="", metavar="MODULE:CLASS",

@@ -47,7 +47,9 @@ class DebugSpec:
     key: str  # secret of this session, sent in KEY_HEADER
     filter: str = ""
     sample: float = 100.0  # percent of matching tuples to keep
-    rate: int = 200  # frames/s the switch copies to the debug port (its meter), the rest never
+    # frames/s the switch copies to the debug port (its meter), the rest never; None: no
+    # meter, every frame copied (``--rate all``)
+    rate: int | None = 200
     # a bolt (built-in name or module:Class) run over the tuples shown; its output is shown
     operator: str = ""
     # worker id -> [node, index] of every worker of the app, and node -> output fields:

@@ -8,8 +8,9 @@ writes to its port: it is invisible to the application, and a slow debug
 worker loses copies (counted by sequence number), never slows the observed
 worker down.
 
-The switch already samples (its meter copies at most the session's rate of
-frames per second, ``controller/meters.py``); on top, a reader thread moves
+The switch usually samples already (its meter copies at most the session's rate
+of frames per second, ``controller/meters.py``; ``--rate all`` has no meter and
+every frame comes here); on top, a reader thread moves
 frames off the TAP into a bounded ring that drops its oldest frame when the
 decoder falls behind (``ring_dropped``), so the TAP's queue never fills because
 of decoding, and the switch never has to hold copies for us.
