@@ -190,8 +190,9 @@ class Nexmark(Scenario):
                     f"{count:,} generated events per run (a query's sources emit their kinds' "
                     f"share: bids 92%, auctions 6%, persons 2%), unthrottled; {self.HOSTS} "
                     f"emulated hosts, workers spread, batch {self.BATCH}. Events/s: events the "
-                    "query's sources emitted / run time. A run whose sinks differ from the "
-                    "reference is failed and gives no rate."
+                    "query's sources emitted / run time (activation to the last worker's exit: "
+                    "start of flow, end of stream and exit included). A run whose sinks differ "
+                    "from the reference is failed and gives no rate."
                 ),
             )
         )

@@ -13,7 +13,6 @@ from pyspark_bridge.log import OffsetLog, commit_offset, read_json, read_range, 
 from pyspark_bridge.outbox import OutboxReader, owner_of, publish, replays, stage_rows
 from typhoon.operators import OperatorError, resolve_operator
 from typhoon.operators.ads import (
-    CampaignWindowCount,
     campaign_table,
     generate_ad_events,
     read_campaign_table,
@@ -188,12 +187,3 @@ def test_campaign_table_file_and_reference(tmp_path: Path) -> None:
     ref = reference_window_counts(12000, seed=3)
     assert sum(ref.values()) == sum(e["event_type"] == "view" for e in events)
     assert {w for _, w in ref} == {1_700_000_000_000, 1_700_000_000_000 + 10_000}
-    # the python-engine twin of the Spark node gives the same final counts
-    bolt = CampaignWindowCount(str(REPO / "topologies" / "data" / "campaigns.csv"))
-    bolt.open(Context("t", "n", 1, 0, 1, ["ad_id", "event_time", "ts"]))
-    emit = FakeEmit()
-    for e in events:
-        if e["event_type"] == "view":
-            bolt.process([e["ad_id"], e["event_time"], 0.0], emit)
-    bolt.on_signal(emit)
-    assert {(c, w): n for c, w, _, n, _ in emit.rows} == ref

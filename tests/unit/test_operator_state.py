@@ -17,7 +17,7 @@ from typhoon.operators import BUILTINS, Bolt, Context, Spout, replayable
 from typhoon.operators import ads as ads_mod
 from typhoon.operators import sinks as sinks_mod
 from typhoon.operators import sources as sources_mod
-from typhoon.operators.ads import CampaignWindowCount, LatencyCollect, write_campaign_table
+from typhoon.operators.ads import LatencyCollect, write_campaign_table
 from typhoon.operators.keyed import keyed_tuple
 from typhoon.operators.sinks import SequenceCheck
 
@@ -245,8 +245,8 @@ def bolt_case(name: str, campaigns: str) -> tuple[Any, list[str], Any]:
             ["x", "ts"],
             st.floats(999_990, 999_999).map(lambda t: ["v", t]),
         ),
-        "campaign_window_count": (
-            lambda: CampaignWindowCount(campaigns, window_ms=100, watermark_ms=150),
+        "lookup": (
+            lambda: BUILTINS["lookup"](table=campaigns, field="ad_id", value_column="campaign_id"),
             ["ad_id", "event_time", "ts"],
             st.tuples(st.sampled_from(ad_ids), st.integers(0, 2000), st.floats(0, 10)).map(list),
         ),
@@ -261,8 +261,8 @@ BOLTS = [
     "digest",
     "key_origins",
     "parse_json",
+    "lookup",
     "latency_collect",
-    "campaign_window_count",
 ]
 
 
@@ -513,5 +513,5 @@ def test_every_builtin_bolt_is_covered():
     bolts = {n for n, cls in BUILTINS.items() if issubclass(cls, Bolt)}
     windowed = set(WINDOWED) | {"window_join", "stream_join", "interval_join"}
     assert bolts == (
-        set(BOLTS[:7]) | set(STATELESS) | set(KEYED_ONLY) | windowed | set(CONNECTOR_SINKS)
+        set(BOLTS[:8]) | set(STATELESS) | set(KEYED_ONLY) | windowed | set(CONNECTOR_SINKS)
     )

@@ -19,6 +19,7 @@ from typhoon.operators.files import FileSource
 from typhoon.operators.interval_join import IntervalJoin
 from typhoon.operators.joins import StreamJoin, WindowJoin
 from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
+from typhoon.operators.lookup import Lookup
 from typhoon.operators.nats_sink import NatsSink
 from typhoon.operators.nats_source import NatsSource
 from typhoon.operators.nexmark import NexmarkSource
@@ -67,6 +68,7 @@ BUILTINS: dict[str, type[Operator]] = {
     "ad_event_source": AdEventSource,
     "parse_json": ParseJson,
     "project": Project,
+    "lookup": Lookup,
     "keyed_source": KeyedSource,
     "split_streams": SplitStreams,
     "digest": Digest,

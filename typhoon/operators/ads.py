@@ -5,8 +5,9 @@ from a seed), so the expected per-campaign, per-window counts come from
 :func:`reference_window_counts` without running anything.  The pipeline is
 source -> ``parse_json`` -> ``filter`` (views) -> ``project`` -> join with the
 campaign table -> 10-second event-time window count per campaign; the last
-two steps run on Spark (``pyspark_bridge.examples``) or, for comparison, in
-:class:`CampaignWindowCount` on the python engine.
+two steps run on Spark (``pyspark_bridge.examples``, topologies/ad_analytics.yaml)
+or on the python engine as the built-ins ``lookup`` and ``window_aggregate``
+(topologies/ad_analytics_native.yaml).
 """
 
 from __future__ import annotations
@@ -142,10 +143,17 @@ class AdEventSource(CountingSpout):
     Args: ``count`` events over all workers (worker i takes events i, i+P, ...),
     ``seed``, ``rate`` tuples/s per worker (0 = unlimited), ``campaigns`` and
     ``ads`` per campaign (the campaign table must match), ``start_ms`` and
-    ``per_second`` for the event-time clock.
+    ``per_second`` for the event-time clock.  ``time_field`` (optional) appends
+    the event time as a field of that name, so the spout's ``watermark:`` can
+    be taken from it (``topologies/ad_analytics_native.yaml``).
     """
 
     fields: ClassVar[tuple[str, ...]] = ("event", "ts")
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        extra = args.get("time_field")
+        return [*cls.fields, extra] if extra else list(cls.fields)
 
     def __init__(
         self,
@@ -156,7 +164,12 @@ class AdEventSource(CountingSpout):
         ads: int = 10,
         start_ms: int = START_MS,
         per_second: int = 1000,
+        time_field: str | None = None,
     ) -> None:
+        if time_field is not None and (
+            not isinstance(time_field, str) or not time_field or time_field in self.fields
+        ):
+            raise ValueError(f"time_field must be a new field name, not {time_field!r}")
         for name, val, low in (
             ("count", count, 0),
             ("campaigns", campaigns, 1),
@@ -175,7 +188,9 @@ class AdEventSource(CountingSpout):
             ads=ads,
             start_ms=start_ms,
             per_second=per_second,
+            time_field=time_field,
         )
+        self.with_time = time_field is not None
         self.count, self.seed, self.rate = count, seed, float(rate)
         self.campaigns, self.ads, self.start_ms, self.per_second = (
             campaigns,
@@ -199,7 +214,8 @@ class AdEventSource(CountingSpout):
             e = ad_event(
                 self.next_i, self.seed, self.campaigns, self.ads, self.start_ms, self.per_second
             )
-            emit([dumps(e, separators=(",", ":")), now])
+            text = dumps(e, separators=(",", ":"))
+            emit([text, now, e["event_time"]] if self.with_time else [text, now])
             self.next_i += self.step
             self.emitted += 1
         return self.next_i < self.count
@@ -287,100 +303,6 @@ class Project(Bolt):
 
     def process(self, values: list, emit: Emit) -> None:
         emit([values[i] for i in self.indexes])
-
-
-class CampaignWindowCount(Bolt):
-    """The Spark node's computation on the python engine, for side-by-side numbers.
-
-    Input ``[ad_id, event_time (ms), ts]``; joins the campaign table, counts per
-    campaign and event-time window, and every ``emit_every_ms`` emits the windows
-    that changed as ``[campaign_id, window_start, window_end, count, ts]`` (Spark's
-    update mode; ``ts`` is the newest emit time counted).  Windows older than the
-    watermark are forgotten, late events dropped, as Spark does.
-    """
-
-    fields: ClassVar[tuple[str, ...]] = ("campaign_id", "window_start", "window_end", "count", "ts")
-
-    def __init__(
-        self,
-        campaigns: str,
-        window_ms: int = 10_000,
-        watermark_ms: int = 10_000,
-        emit_every_ms: float = 200.0,
-    ) -> None:
-        super().__init__(
-            campaigns=campaigns,
-            window_ms=window_ms,
-            watermark_ms=watermark_ms,
-            emit_every_ms=emit_every_ms,
-        )
-        self.path, self.window, self.delay = campaigns, window_ms, watermark_ms
-        self.every = emit_every_ms / 1000.0
-        self.table: dict[str, str] = {}
-        self.windows: dict[tuple[str, int], list] = {}  # (campaign, start) -> [count, max ts]
-        self.changed: set[tuple[str, int]] = set()
-        self.max_event = -(1 << 62)
-        self.late = 0
-        self.last_emit = 0.0
-
-    def open(self, context: Context) -> None:
-        super().open(context)
-        self.table = read_campaign_table(self.path)
-
-    def process(self, values: list, emit: Emit) -> None:
-        ad, t, ts = values[0], values[1], values[2]
-        campaign = self.table.get(ad)
-        if campaign is None:
-            return
-        if t < self.max_event - self.delay:
-            self.late += 1
-            return
-        self.max_event = max(self.max_event, t)
-        key = (campaign, t - t % self.window)
-        w = self.windows.get(key)
-        if w is None:
-            self.windows[key] = [1, ts]
-        else:
-            w[0] += 1
-            w[1] = max(w[1], ts)
-        self.changed.add(key)
-
-    def pump(self, emit: Emit, input_done: bool) -> bool:
-        now = time.monotonic()
-        if now - self.last_emit >= self.every:
-            self.last_emit = now
-            self.on_signal(emit)
-        return False
-
-    def on_signal(self, emit: Emit) -> None:
-        for key in sorted(self.changed):
-            count, ts = self.windows[key]
-            emit([key[0], key[1], key[1] + self.window, count, ts])
-        self.changed.clear()
-        watermark = self.max_event - self.delay
-        for key in [k for k in self.windows if k[1] + self.window <= watermark]:
-            del self.windows[key]
-
-    def snapshot(self) -> dict[str, Any]:
-        """Open windows, the changed ones, the event-time high mark; tuple keys as lists."""
-        return {
-            "windows": [[c, start, n, ts] for (c, start), (n, ts) in self.windows.items()],
-            "changed": [[c, start] for c, start in self.changed],
-            "max_event": self.max_event,
-            "late": self.late,
-        }
-
-    def restore(self, state: Any) -> None:
-        self.windows = {(c, start): [n, ts] for c, start, n, ts in state["windows"]}
-        self.changed = {(c, start) for c, start in state["changed"]}
-        self.max_event, self.late = state["max_event"], state["late"]
-
-    def result(self) -> dict[str, Any]:
-        return {"late": self.late}
-
-    @classmethod
-    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
-        return {"late": sum(r["late"] for r in results)}
 
 
 class LatencyCollect(Collect):
