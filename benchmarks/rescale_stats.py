@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from typhoon.topology.keygroups import update_of
+
 Second = tuple[int, int, float | None, float | None]  # (second, tuples, p50 s, p99 s)
 Window = tuple[float, float]  # wall-clock [start, end)
 
@@ -62,6 +64,7 @@ class Assessment:
     pre_rate: float | None = None  # tuples/s at the sink, mean over the pre-scale seconds
     min_rate: float | None = None  # the slowest second overlapping a migration
     p99_before: float | None = None  # s, median of the pre-scale seconds' p99
+    p99_before_max: float | None = None  # s, the largest pre-scale second's p99 (the noise)
     p99_during: float | None = None  # s, the largest p99 of a second overlapping a migration
     below_half: int = 0  # seconds overlapping a migration below half the pre-scale rate
 
@@ -86,6 +89,7 @@ def assess(series: Sequence[Second], pre: Window, during: Sequence[Window]) -> A
         a.pre_rate = statistics.fmean(s[1] for s in before)
         p99s = [s[3] for s in before if s[3] is not None]
         a.p99_before = statistics.median(p99s) if p99s else None
+        a.p99_before_max = max(p99s) if p99s else None
     inside = {s[0]: s for w in during for s in touching(series, w)}
     if inside:
         a.min_rate = float(min(s[1] for s in inside.values()))
@@ -100,11 +104,12 @@ def assess(series: Sequence[Second], pre: Window, during: Sequence[Window]) -> A
 class MigrationFigures:
     """One migration, from the logs of every worker that took part."""
 
-    id: int
+    id: int  # the update's migration ID (its last round's, the table version)
+    rounds: int = 0  # migrations it took (a stepwise one: one per round)
     groups: int = 0  # key groups moved
     keys: int = 0  # keys moved
     bytes: int = 0  # serialized state shipped
-    ship_ms: float = 0.0  # the slowest old owner's packing and writing
+    ship_ms: float = 0.0  # the slowest old owner's packing and writing (of one round)
     pauses_ms: list[float] = field(default_factory=list)  # per group moved in
     waits_ms: list[float] = field(default_factory=list)  # per new owner: prepare -> loaded
     transfer_s: float | None = None  # first pack began -> last new owner loaded
@@ -125,25 +130,30 @@ class MigrationFigures:
 
 
 def migration_figures(logs: Iterable[Mapping[str, Mapping[str, Any]]]) -> list[MigrationFigures]:
-    """Per migration ID (ascending): each worker's log is its ``keyed.migrations``."""
+    """Per update (ascending): each worker's log is its ``keyed.migrations``; the rounds of a
+    stepwise migration (``typhoon.reconfig.steps``) count as one update."""
     found: dict[int, MigrationFigures] = {}
     starts: dict[int, list[float]] = {}
     loads: dict[int, list[float]] = {}
+    rounds: dict[int, set[int]] = {}
     for log in logs:
         for mid, m in log.items():
-            f = found.setdefault(int(mid), MigrationFigures(int(mid)))
+            u = update_of(int(mid))
+            rounds.setdefault(u, set()).add(int(mid))
+            f = found.setdefault(u, MigrationFigures(u))
             if m.get("out") or m.get("keys_out"):
                 f.groups += int(m.get("out", 0))
                 f.keys += int(m.get("keys", 0))
                 f.bytes += sum(int(n) for n in m.get("shipped", {}).values())
                 f.ship_ms = max(f.ship_ms, float(m.get("ship_ms", 0.0)))
                 if m.get("ship_started"):
-                    starts.setdefault(int(mid), []).append(float(m["ship_started"]))
+                    starts.setdefault(u, []).append(float(m["ship_started"]))
             f.pauses_ms += [float(p) for p in m.get("group_pause_ms", {}).values()]
             loaded = m.get("loaded", {}).values()
-            loads.setdefault(int(mid), []).extend(float(t["at"]) for t in loaded)
+            loads.setdefault(u, []).extend(float(t["at"]) for t in loaded)
             f.waits_ms += [float(t["window_ms"]) for t in loaded if "window_ms" in t]
-    for mid, f in found.items():
-        if starts.get(mid) and loads.get(mid):
-            f.transfer_s = max(loads[mid]) - min(starts[mid])
-    return [found[m] for m in sorted(found)]
+    for u, f in found.items():
+        f.rounds = len(rounds[u])
+        if starts.get(u) and loads.get(u):
+            f.transfer_s = max(loads[u]) - min(starts[u])
+    return [found[u] for u in sorted(found)]

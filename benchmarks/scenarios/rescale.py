@@ -12,10 +12,13 @@ Once every key has state, ``count`` is scaled 4 -> 8 and later 8 -> 4 through
 the REST ``scale`` request, the same as ``typhoon scale``.  Two ways, run
 side by side at each state size:
 
-* **live migration** (``running``): keyed state; the moving key groups' tuples
-  are held, their state goes through the checkpoint store, the held tuples
-  are released (docs/keyed_state.md).  Exact when every sink maximum equals
-  the key's count;
+* **live migration, stepwise** (``running``): keyed state; the moving key
+  groups move in rounds of ``migration_step`` groups (the default,
+  ``typhoon.reconfig.steps``): per round their tuples are held, their state
+  goes through the checkpoint store, the held tuples are released
+  (docs/keyed_state.md).  Exact when every sink maximum equals the key's count;
+* **live migration, all at once** (``once``): the same with ``migration_step:
+  0``, every moving group in one round (the way before stepwise migration);
 * **SIGNAL flush** (``flush``): the paper's stable update, ``stateful: true``
   and a plain cache flushed downstream (padding included) before and after
   the remap; new owners start from zero, so the maxima are wrong by design and
@@ -48,6 +51,7 @@ from benchmarks.rescale_stats import (
 from benchmarks.scenario import Bench, Ratio, Scenario, ScenarioResult, Table, register
 from benchmarks.stats import fmt_num, fmt_rate, median
 from mininet_env.run import EmulatedCluster
+from typhoon.reconfig.steps import DEFAULT_MIGRATION_STEP
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology_text
 
@@ -56,7 +60,13 @@ RATE = 2000.0  # tuples/s offered by the one source worker
 GROUPS = 64
 SETTINGS = "metrics_interval = 0.5\nreconfig_step_timeout = 120\n"
 AFTER_DONE_S = 1.0  # a migration's window ends this long after its update is done
-VARIANTS = ("running", "flush")
+VARIANTS = ("running", "once", "flush")
+LABELS = {
+    "running": f"live migration, stepwise ({DEFAULT_MIGRATION_STEP} groups/round)",
+    "once": "live migration, all at once",
+    "flush": "SIGNAL flush",
+}
+LIVE = ("running", "once")
 OPS = "benchmarks.keyed_ops"
 
 TOPOLOGY = """
@@ -71,7 +81,7 @@ bolts:
     parallelism: 4
     stateful: {stateful}
     args: {{pad: {pad}}}
-    config: {{max_parallelism: {groups}}}
+    config: {{max_parallelism: {groups}{step}}}
   - id: sink
     operator: {ops}:RescaleSink
     parallelism: 1
@@ -112,7 +122,7 @@ class RescaleRun:
 
     @property
     def exact(self) -> bool:
-        check = self.wrong_max if self.variant == "running" else self.wrong_sum
+        check = self.wrong_max if self.variant in LIVE else self.wrong_sum
         return self.ok and self.lost == 0 and check == 0
 
     def record(self) -> dict[str, Any]:
@@ -140,10 +150,12 @@ class RescaleRun:
             "min_rate_during": a.min_rate,
             "p99_before_s": a.p99_before,
             "p99_during_s": a.p99_during,
+            "p99_before_max_s": a.p99_before_max,
             "seconds_below_half": a.below_half,
             "migrations": [
                 {
                     "id": m.id,
+                    "rounds": m.rounds,
                     "groups": m.groups,
                     "keys": m.keys,
                     "bytes": m.bytes,
@@ -203,8 +215,9 @@ class Rescale(Scenario):
             rate=RATE,
             groups=GROUPS,
             pad=run.pad,
-            count_op="PaddedRunningCount" if run.variant == "running" else "PaddedFlushCount",
-            stateful="false" if run.variant == "running" else "true",
+            count_op="PaddedRunningCount" if run.variant in LIVE else "PaddedFlushCount",
+            stateful="false" if run.variant in LIVE else "true",
+            step=", migration_step: 0" if run.variant == "once" else "",
         )
         t = load_topology_text(text, "rescale.yaml")
         out = run_app(c, t, lambda name: self.measure(c, name, run, p))
@@ -250,7 +263,8 @@ class Rescale(Scenario):
         steps = record.get("steps", [])
         run.signal_s += [s["seconds"] for s in steps if s["what"].startswith("SIGNAL")]
         moved = [s for s in steps if s["what"].startswith("KEYGROUPS")]
-        if run.variant == "running" and [s["state"] for s in moved] != ["done", "done"]:
+        states = [s["state"] for s in moved]
+        if run.variant in LIVE and (len(states) < 2 or set(states) != {"done"}):
             raise RuntimeError(f"scale to {to}: no key-group migration in {steps}")
 
     def read_reports(self, c: EmulatedCluster, name: str, run: RescaleRun, p: dict) -> None:
@@ -269,7 +283,7 @@ class Rescale(Scenario):
         if run.variant == "flush":
             run.wrong_sum = sum(1 for k, v in ref.items() if got["totals"].get(k, 0) != v)
         counts = by_node["count"]
-        if run.variant == "running":
+        if run.variant in LIVE:
             run.state_bytes = sum(int(r["result"]["state_bytes"]) for r in counts)
             logs = [r.get("metrics", {}).get("keyed", {}).get("migrations", {}) for r in counts]
             run.migrations = migration_figures(logs)
@@ -285,7 +299,7 @@ class Rescale(Scenario):
         a = run.assessment
         status = "ok" if run.ok else f"FAILED: {run.error}"
         mig = "; ".join(
-            f"migration {m.id}: {m.groups} groups {m.bytes / 1e6:.1f} MB "
+            f"migration {m.id}: {m.rounds} rounds {m.groups} groups {m.bytes / 1e6:.1f} MB "
             f"{fmt_num(m.mb_s, 1)} MB/s pack+write {m.ship_ms:.0f} ms "
             f"pause med {fmt_num(m.pause_median_ms, 1)} "
             f"max {fmt_num(m.pause_max_ms, 1)} ms"
@@ -315,11 +329,11 @@ class Rescale(Scenario):
             moved = median((sum(m.bytes for m in r.migrations) or r.flushed_bytes) for r in ok)
             up, down = (median(r.update_s[i] for r in ok if len(r.update_s) > i) for i in (0, 1))
             lost = sum(r.lost for r in ok)
-            wrong = sum((r.wrong_max if variant == "running" else r.wrong_sum) or 0 for r in ok)
+            wrong = sum((r.wrong_max if variant in LIVE else r.wrong_sum) or 0 for r in ok)
             exact = bool(ok) and all(r.exact for r in ok)
             check = f"{'yes' if exact else '**no**'}: lost {lost}, " + (
                 f"wrong maxima {wrong}"
-                if variant == "running"
+                if variant in LIVE
                 else f"wrong sums {wrong} (maxima wrong: {sum(r.wrong_max or 0 for r in ok)})"
             )
             min_ratio = median(x.min_ratio for x in a)
@@ -327,7 +341,7 @@ class Rescale(Scenario):
             signal = median(sum(r.signal_s) for r in ok)
             rows.append(
                 [
-                    "live migration" if variant == "running" else "SIGNAL flush",
+                    LABELS[variant],
                     size,
                     fmt_num(median((r.state_bytes or 0) / 1e6 for r in ok), 1),
                     f"{fmt_num(up)} / {fmt_num(down)}",
@@ -336,6 +350,8 @@ class Rescale(Scenario):
                     _met(min_ratio, lambda v: v >= 0.5, 2),
                     f"{fmt_num(_ms(median(x.p99_before for x in a)), 1)} → "
                     f"{fmt_num(_ms(median(x.p99_during for x in a)), 1)}",
+                    fmt_num(_ms(median(x.p99_before_max for x in a)), 1),
+                    " / ".join(fmt_num(v, 0) for v in _up_down(ok, "rounds")) if pauses else "–",
                     _met(p99_ratio, lambda v: v <= 2.0, 1),
                     (
                         f"{fmt_num(median(pauses), 1)} / {fmt_num(max(pauses), 1)}"
@@ -378,6 +394,8 @@ class Rescale(Scenario):
                     "slowest second",
                     "slowest / before (≥ 0.5)",
                     "p99 ms before → during",
+                    "p99 ms worst second before",
+                    "rounds up / down",
                     "p99 during / before (≤ 2)",
                     "group pause ms median / max",
                     "state wait ms max",
@@ -397,11 +415,13 @@ class Rescale(Scenario):
                     "every flush the sink received). 'before': the whole seconds "
                     "before the first scale request; 'during': each second overlapping a request "
                     f"→ {AFTER_DONE_S:g} s after its update was done. p99 before: median of the "
-                    "seconds' p99; during: the largest. Group pause: per key group moved, its "
-                    "first held tuple → its release (the new owner's timestamps; 0 when no "
-                    "tuple of the group arrived while its state travelled). State wait: per new "
-                    "owner, KEYGROUPS prepare → its state loaded (the longest a group could "
-                    "wait). Pack + write: the slowest old owner's. MB/s: bytes shipped / "
+                    "seconds' p99; during: the largest; worst second before: the largest "
+                    "pre-scale second's p99 (the steady noise). Rounds: migrations per update "
+                    "(stepwise: migration_step key groups each). Group pause: per key group "
+                    "moved, its first held tuple → its release (the new owner's timestamps; 0 "
+                    "when no tuple of the group arrived while its state travelled). State "
+                    "wait: per new owner and round, KEYGROUPS prepare → its state loaded. "
+                    "Pack + write: the slowest old owner's in a round. MB/s: bytes shipped / "
                     "(first old owner packing → last new owner loaded). Exact: sink "
                     "per-tuple arrivals = source emitted after a drain, and per key the sink's "
                     "maximum (live migration) or sum of flushed partials (flush) = its count "
@@ -420,7 +440,7 @@ class Rescale(Scenario):
             if not run.ok or not run.series or (run.size, run.variant) in seen:
                 continue
             seen.add((run.size, run.variant))
-            label = "live migration" if run.variant == "running" else "SIGNAL flush"
+            label = LABELS[run.variant]
             xs = [s[0] - run.t0 for s in run.series]
             columns.setdefault(f"keyed state {run.size}", {})[label] = (
                 xs,

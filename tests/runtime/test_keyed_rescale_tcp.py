@@ -137,7 +137,8 @@ def test_running_counts_stay_exact_through_tcp_scale_up_and_down(tmp_path):
         for s in rec.steps:
             print(f"  {s['seconds']:7.3f} s  {s['what']}")
         keygroups = [s["state"] for s in rec.steps if s["what"].startswith("KEYGROUPS")]
-        assert keygroups == ["done", "done"]
+        # stepwise (docs/keyed_state.md): prepare and finish per round of 4 key groups
+        assert len(keygroups) >= 4 and len(keygroups) % 2 == 0 and set(keygroups) == {"done"}
         assert not any(s["what"].startswith("SIGNAL") for s in rec.steps)  # no flush
         check_placement(cluster, rec)
     assert (len(up.added), len(up.removed), len(down.added), len(down.removed)) == (2, 0, 0, 3)

@@ -23,6 +23,7 @@ import pytest
 
 from typhoon.operators import BUILTINS, Spout
 from typhoon.reconfig import Scale, plan
+from typhoon.reconfig.steps import DEFAULT_MIGRATION_STEP
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
@@ -108,9 +109,11 @@ class Links(model_net.Links):
 
 
 class Net:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, step: int | None = None) -> None:
+        """``step``: the count node's ``migration_step`` (None: the default)."""
         self.rng = random.Random(seed)
-        self.topo = load_topology_text(JOB)
+        job = JOB if step is None else JOB.replace("16}", f"16, migration_step: {step}}}")
+        self.topo = load_topology_text(job)
         self.phys = schedule(self.topo, ["h1"], 3, first_port=10)
         self.blobs = Blobs()
         self.now = 0.0
@@ -226,12 +229,18 @@ def check_ownership(net: Net) -> None:
 
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize(("start", "to"), [(3, 5), (3, 1), (3, 2)])
-def test_a_rescale_mid_run_keeps_every_running_count_exact(seed, start, to):
-    net = Net(seed)
+@pytest.mark.parametrize("step", [None, 0, 1])
+def test_a_rescale_mid_run_keeps_every_running_count_exact(seed, start, to, step):
+    """All at once (step 0), one group per round (1) and the default rounds."""
+    net = Net(seed, step)
     cut = net.rng.randrange(COUNT // 6, COUNT // 2)
     net.run(lambda: sum(fw.tuples_in.get(1, 0) for fw in net.fws.values()) >= cut)
     p = net.reconfigure(Scale("count", to))
-    assert [s.control for s in p.steps if s.action == "control"].count("KEYGROUPS") == 2
+    groups = sum(len(b["in"]) for s in p.steps if s.control == "KEYGROUPS" for _, b in s.bodies
+                 if b["phase"] == "prepare")  # fmt: skip
+    rounds = 1 if step == 0 else -(-groups // (step or DEFAULT_MIGRATION_STEP))
+    assert groups > 0 and rounds > (step != 0)
+    assert [s.control for s in p.steps if s.action == "control"].count("KEYGROUPS") == 2 * rounds
     assert "SIGNAL" not in [s.control for s in p.steps]
     check_ownership(net)
     net.run(net.done)

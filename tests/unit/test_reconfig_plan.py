@@ -126,12 +126,17 @@ def test_scale_down_routes_around_then_releases_then_drains():
     assert p.final.version == p.physical.version + 1 == up.final.version + 2
 
 
+ALL_AT_ONCE = "    stateful: true\n    config: {migration_step: 0}\n"
+
+
 def test_keyed_scale_moves_key_groups_and_flushes_only_if_asked():
-    t, phys = deployed(WORDCOUNT)
+    t, phys = deployed(WORDCOUNT.replace("    stateful: true\n", ALL_AT_ONCE))
     p = plan(Scale("count", 6), t, phys, HOSTS, 100)
     # count asks for the Listing-2 flush (stateful: true); its state moves all the same
     assert actions(p)[4:10] == ["SIGNAL", "KEYGROUPS", "ROUTING", "KEYGROUPS", "SIGNAL", "commit"]
-    t2, phys2 = deployed(WORDCOUNT.replace("    stateful: true\n", ""))
+    t2, phys2 = deployed(
+        WORDCOUNT.replace("    stateful: true\n", "    config: {migration_step: 0}\n")
+    )
     p2 = plan(Scale("count", 6), t2, phys2, HOSTS, 100)
     assert actions(p2)[4:8] == ["KEYGROUPS", "ROUTING", "KEYGROUPS", "commit"]
     prepare, finish = (s for s in p.steps if s.control == "KEYGROUPS")

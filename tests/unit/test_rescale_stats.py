@@ -8,6 +8,7 @@ import pytest
 from benchmarks.keyed_ops import KeyedSource, PaddedFlushCount, RescaleSink, expected_count
 from benchmarks.rescale_stats import assess, migration_figures, quantile, second_stats
 from typhoon.operators.base import Context
+from typhoon.topology.keygroups import round_id
 
 
 def test_quantile_is_nearest_rank():
@@ -72,6 +73,26 @@ def test_migration_figures_join_old_and_new_owners():
     assert up.pause_median_ms == 15.0 and up.pause_max_ms == 30.0
     assert up.waits_ms == [700.0] and down.waits_ms == []
     assert down.bytes == 500_000 and down.mb_s == pytest.approx(2.0)
+
+
+def test_the_rounds_of_a_stepwise_migration_count_as_one_update():
+    r0, r1 = str(round_id(3, 0)), str(round_id(3, 1))
+    old = {
+        r0: {"out": 2, "keys": 10, "shipped": {"7": 1000}, "ship_started": 10.0, "ship_ms": 4.0},
+        r1: {"out": 2, "keys": 10, "shipped": {"7": 1000}, "ship_started": 10.5, "ship_ms": 6.0},
+        "3": {"out": 1, "keys": 5, "shipped": {"7": 500}, "ship_started": 11.0, "ship_ms": 2.0},
+        "5": {"out": 1, "keys": 5, "shipped": {"9": 500}, "ship_started": 20.0, "ship_ms": 1.0},
+    }
+    new = {
+        r0: {"in": 2, "group_pause_ms": {"0": 1.0, "1": 2.0}, "loaded": {"5": {"at": 10.1}}},
+        r1: {"in": 2, "group_pause_ms": {"2": 3.0, "3": 4.0}, "loaded": {"5": {"at": 10.6}}},
+        "3": {"in": 1, "group_pause_ms": {"4": 5.0}, "loaded": {"5": {"at": 11.5}}},
+    }
+    up, down = migration_figures([old, new])
+    assert (up.id, up.rounds, up.groups, up.keys, up.bytes) == (3, 3, 5, 25, 2500)
+    assert up.ship_ms == 6.0 and up.transfer_s == pytest.approx(1.5)
+    assert sorted(up.pauses_ms) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert (down.id, down.rounds, down.groups) == (5, 1, 1)
 
 
 def test_expected_count_matches_the_source_numbering():

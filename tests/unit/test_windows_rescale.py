@@ -71,7 +71,8 @@ def test_windows_stay_exact_through_a_rescale(seed, to):
     cut = net.rng.randrange(300, 900)
     net.run(lambda: sum(fw.tuples_in.get(1, 0) for fw in net.fws.values()) >= cut)
     p = net.reconfigure(Scale("window", to))
-    assert [s.control for s in p.steps if s.action == "control"].count("KEYGROUPS") == 2
+    rounds = [s.control for s in p.steps if s.action == "control"].count("KEYGROUPS") // 2
+    assert rounds >= 1  # stepwise by default: every round must keep the windows exact
     net.run(net.done, 400_000)
     want, _ = expected_windows(net.topo.nodes["source"].args, net.topo.nodes["window"].args)
     got = {}

@@ -23,7 +23,9 @@ because each one is "some workers join, some leave, some routes change":
    flush before the remap (paper), ROUTING, SIGNAL flush again: what came in
    under the old key mapping leaves the cache before the new mapping fills it,
    so no key's partial state is split across the remap;
-5. ROUTING to the staying senders whose routes change (acked);
+5. ROUTING to the staying senders whose routes change (acked); keyed state
+   moves around it (KEYGROUPS prepare / finish), in rounds of a few key groups
+   when it can (``steps``: Megaphone's stepwise migration);
 6. *commit*: the point of no return.  Up to here everything is undone on
    failure; after it the update only goes forward;
 7. ROUTING again with ``release``: every sender sends end of stream to the

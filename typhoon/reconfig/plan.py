@@ -15,6 +15,7 @@ from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.move import add_worker_move, check_move
 from typhoon.reconfig.requests import Move, ReconfigError, Request, describe
+from typhoon.reconfig.steps import migration_step, stepwise_allowed, stepwise_rounds
 from typhoon.topology.keygroups import (
     KEY_ROUTED,
     key_group,
@@ -448,9 +449,19 @@ def _switch_steps(
         return []
     (old_t, old_p), (new_t, _) = old, new
     migrating = migrating or {}
+    rounds: list[Step] = []
+    moving_streams = {s.id for s in new_t.streams if s.dst in migrating}
+    if stepwise_allowed(new_t, migrating):  # Megaphone: a few groups per round (reconfig.steps)
+        ((node, moving),) = migrating.items()
+        step = migration_step(new_t, node)
+        rounds, moving = stepwise_rounds(
+            old, node, moving, routing, moving_streams, step, mid,
+            lambda m, i: _migration_steps(old, m, exited, i),
+            lambda what, bodies: _control(what, "ROUTING", bodies),
+        )  # fmt: skip
+        migrating = {node: moving}
     prepare, finish = _migration_steps(old, migrating, exited, mid)
     if migrating:
-        moving_streams = {s.id for s in new_t.streams if s.dst in migrating}
         routing = [
             (w, {**b, "handoff": mid}) if b["stream"] in moving_streams else (w, b)
             for w, b in routing
@@ -469,6 +480,7 @@ def _switch_steps(
     if flush:
         what = f"SIGNAL: stateful {', '.join(stateful)} flush their cache before the remap"
         steps.append(_control(what, "SIGNAL", [(w, {}) for w in flush]))
+    steps += rounds
     if prepare is not None:
         steps.append(prepare)
     steps.append(_control("ROUTING: senders switch to the new routes", "ROUTING", routing))

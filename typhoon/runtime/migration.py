@@ -41,11 +41,12 @@ import msgpack
 
 from typhoon.checkpoint import checkpoint_settings
 from typhoon.runtime import checkpoints as ck
+from typhoon.topology.keygroups import is_round
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.005  # how often a new owner looks for the state it waits for
-MIGRATION_LOG = 8  # the last migrations whose figures the metrics keep
+MIGRATION_LOG = 32  # the last migrations (rounds of a stepwise one too) the metrics keep
 
 
 @dataclass
@@ -121,7 +122,8 @@ class KeyedMigration:
             m = Migration(mid, out, incoming, expect, body["keys_out"], body["keys_in"])
             m.operator_to, m.operator_from = body.get("operator_out"), body.get("operator_in")
             self.migration = m
-            self.plan_version = max(self.plan_version, mid)  # the table this update installs
+            if not is_round(mid):  # an intermediate round installs no planned table
+                self.plan_version = max(self.plan_version, mid)  # the table it installs
             m.waiting = set(incoming.values()) | set(m.keys_in.values())
             if m.operator_from is not None:
                 m.waiting.add(m.operator_from)

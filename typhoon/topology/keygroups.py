@@ -140,3 +140,25 @@ def owners(topology: Any, physical: Any, node: str) -> list[int]:
 def owned_groups(topology: Any, physical: Any, node: str, worker_id: int) -> set[int]:
     """The key groups ``worker_id`` of ``node`` owns in ``physical``."""
     return {g for g, w in enumerate(owners(topology, physical, node)) if w == worker_id}
+
+
+# a stepwise migration's intermediate round (typhoon.reconfig.steps) has the ID
+# (version << ROUND_BITS) | round: never a table version
+ROUND_BITS = 20
+
+
+def round_id(version: int, index: int) -> int:
+    """The migration ID of intermediate round ``index`` (from 0) of the update installing
+    ``version``; the last round uses ``version`` itself.  Never a table version, so no
+    blob name or handoff of one round can be taken for another's."""
+    return (version << ROUND_BITS) | (index + 1)
+
+
+def update_of(migration: int) -> int:
+    """The table version of the update a migration ID (a round's or the last) belongs to."""
+    return migration >> ROUND_BITS if migration >> ROUND_BITS else migration
+
+
+def is_round(migration: int) -> bool:
+    """An intermediate round's migration ID (it installs no planned table version)."""
+    return migration >> ROUND_BITS != 0

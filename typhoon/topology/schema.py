@@ -102,11 +102,15 @@ _NODE = {
                 "interval_ms": {"type": "number", "exclusiveMinimum": 0},
             },
         },
-        # per-node settings; max_parallelism: key groups of the node (typhoon/topology/keygroups.py)
+        # per-node settings; max_parallelism: key groups (typhoon/topology/keygroups.py);
+        # migration_step: key groups per round when a rescale moves them (typhoon/reconfig/steps.py)
         "config": {
             "type": ["object", "null"],
             "additionalProperties": False,
-            "properties": {"max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536}},
+            "properties": {
+                "max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536},
+                "migration_step": {"type": "integer", "minimum": 0, "maximum": 65536},
+            },
         },
     },
 }
@@ -170,6 +174,8 @@ _CONFIG = {
         "placement": {"type": "string", "enum": ["packed", "spread"]},
         # key groups of every key-routed node without its own (typhoon/topology/keygroups.py)
         "max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536},
+        # key groups per round of a rescale's migration, 0: all at once (typhoon/reconfig/steps.py)
+        "migration_step": {"type": "integer", "minimum": 0, "maximum": 65536},
         # key-pair statistics for locality-aware routing (typhoon/locality/settings.py)
         "locality": {
             "type": "object",
