@@ -271,6 +271,7 @@ class EmulatedCluster:
             self.options.start_timeout,
             f"topology '{name}' to become active",
             self.children(),
+            interval=POLL_S,
         )
 
     def report_dir(self, name: str) -> Path:
