@@ -16,14 +16,17 @@ that calls it at interpreter start-up, so a bare `ryu-manager apps/...` works
 there too.
 """
 
-import importlib.abc
 import importlib.machinery
 import sys
 
 _TARGET = "eventlet.wsgi"
 
 
-class _PatchingLoader(importlib.abc.Loader):
+# Not subclasses of importlib.abc's classes (the import system only calls the methods):
+# importing importlib.abc costs every Python process of the venv ~25 ms at start-up.
+
+
+class _PatchingLoader:
     """Runs the real loader, then adds the missing constant."""
 
     def __init__(self, inner):
@@ -41,7 +44,7 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self._inner, name)
 
 
-class _EventletWsgiFinder(importlib.abc.MetaPathFinder):
+class _EventletWsgiFinder:
     def find_spec(self, fullname, path, target=None):
         if fullname != _TARGET:
             return None

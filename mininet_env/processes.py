@@ -17,6 +17,21 @@ from typhoon.supervised import Supervised
 
 REPO = Path(__file__).resolve().parents[1]
 CORE_APP = "apps/typhoon_core.py"
+# how often a start-up wait looks again: each look is a socket connect or one ovs-vsctl
+POLL_S = 0.02
+
+
+class PhaseClock:
+    """Seconds per step, written into ``phases`` as each step ends (``lap(name)``)."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases
+        self.last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self.last, 3)
+        self.last = now
 
 
 def free_port() -> int:

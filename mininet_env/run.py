@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,14 @@ from typing import Any, TextIO
 from mininet_env.drops import drop_counters, drops_between, split_dead_address_drops
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
-from mininet_env.processes import free_port, start_agent, start_controller, wait_until
+from mininet_env.processes import (
+    POLL_S,
+    PhaseClock,
+    free_port,
+    start_agent,
+    start_controller,
+    wait_until,
+)
 from typhoon.checkpoint import guarantee_of
 from typhoon.client import ApiCallError, Client, Endpoint
 from typhoon.coordinator import open_coordinator
@@ -36,7 +45,7 @@ from typhoon.live import LiveRates
 from typhoon.manager import Manager
 from typhoon.private_files import write_private
 from typhoon.report import build_report, read_worker_reports, worker_failures
-from typhoon.supervised import Supervised
+from typhoon.supervised import Supervised, stop_all
 from typhoon.topology.model import Topology
 from typhoon.wire import mac_str, worker_mac
 
@@ -84,28 +93,35 @@ class EmulatedCluster:
         self.controller: Supervised | None = None
         self.agents: list[Supervised] = []
         self.manager = Manager(self.coordinator)
+        self.phases: dict[str, float] = {}  # seconds per step of start() and close()
 
     def children(self) -> list[Supervised]:
         return [c for c in [self.controller, *self.agents] if c is not None]
 
     def start(self) -> None:
-        """Everything up to agents ready; raises (after cleanup by close()) on failure."""
+        """Everything up to agents ready; raises (after cleanup by close()) on failure.
+
+        The agents start with the controller (a Python process that imports Ryu: the
+        longest step) and load while it does; they only act once a topology is
+        submitted, after every bridge has connected.  Each step's seconds go to
+        ``self.phases`` (the ``startup`` benchmark reads them).
+        """
         o = self.options
+        clock = PhaseClock(self.phases)
         cluster = o.plan.cluster()
         self.coordinator.put_cluster(cluster)
-        self._launch_controller()
-        self.network.start()
-        for bridge in self.network.bridges():
-            # reconnect within a second of a controller restart (OVS backs off up to 8 s)
-            for uuid in self._controllers(bridge):
-                subprocess.run(
-                    ["ovs-vsctl", "set", "Controller", uuid, "max_backoff=1000"],
-                    capture_output=True,
-                    timeout=10,
-                )
-        self._wait_connected()
+        self.controller = self._start_controller_process()
         for host in cluster.host_names():
             self.agents.append(start_agent(self.workdir, self.coordinator_url, host))
+        self._wait_listening()
+        clock.lap("controller")
+        # after the controller listens: a bridge refused once retries only a second later.
+        # Their controller records reconnect within a second of a controller restart
+        # (Mininet's reconnectms=1000 sets max_backoff; OVS's own default is 8 s)
+        self.network.start()
+        clock.lap("network")
+        self._wait_connected()
+        clock.lap("connect")
         self.write_client_config()
 
     def write_client_config(self) -> Path:
@@ -116,9 +132,9 @@ class EmulatedCluster:
         write_private(path, f"[typhoon]\ncontroller = {self.rest_url}\ntoken = {self.token}\n")
         return path
 
-    def _launch_controller(self) -> None:
+    def _start_controller_process(self) -> Supervised:
         o = self.options
-        self.controller = start_controller(
+        return start_controller(
             self.workdir,
             self.coordinator_url,
             o.apps,
@@ -126,19 +142,36 @@ class EmulatedCluster:
             self.wsapi_port,
             f"api_token = {self.token}\n{o.controller_config}",
         )
+
+    def _launch_controller(self) -> None:
+        self.controller = self._start_controller_process()
+        self._wait_listening()
+
+    def _wait_listening(self) -> None:
         wait_until(
             lambda: port_open(self.ofp_port),
-            o.start_timeout,
+            self.options.start_timeout,
             "the controller to listen",
             self.children(),
+            interval=POLL_S,
         )
 
     def _wait_connected(self) -> None:
+        """Until the controller holds every bridge's connection.  Asked of the controller
+        (``GET /metrics``): OVS refreshes ``Controller.is_connected`` in its database
+        only every few seconds, which made this wait 0-5 s longer than the connection."""
+        uuids = self._controllers(self.network.bridges())
+
+        def connected() -> bool:
+            seen = self._switches_seen()
+            return seen if seen is not None else bool(uuids) and self._connected(uuids)
+
         wait_until(
-            lambda: all(self._connected(b) for b in self.network.bridges()),
+            connected,
             self.options.start_timeout,
             "every bridge to connect to the controller",
             self.children(),
+            interval=POLL_S,
         )
 
     def stop_controller(self, sig: int = signal.SIGKILL) -> None:
@@ -183,18 +216,35 @@ class EmulatedCluster:
         self.coordinator.delete_agent(host)
         return sorted(killed)
 
-    @staticmethod
-    def _controllers(bridge: str) -> list[str]:
-        out = _vsctl("get", "Bridge", bridge, "controller").strip("[]").split(", ")
-        return [u for u in out if u]
-
-    @classmethod
-    def _connected(cls, bridge: str) -> bool:
-        """Does OVS say the bridge's controller connection is up?"""
-        return any(
-            _vsctl("get", "Controller", u, "is_connected") == "true"
-            for u in cls._controllers(bridge)
+    def _switches_seen(self) -> bool | None:
+        """Does the controller say every host's switch is connected?  None: it cannot
+        say (not serving yet, or an answer without ``typhoon_switch_connected``)."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.wsapi_port}/metrics", headers={"X-Typhoon-Token": self.token}
         )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as reply:
+                text = reply.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return None
+        up = switches_connected(text)
+        hosts = self.options.plan.host_names()
+        return all(up.get(h) for h in hosts) if set(hosts) <= set(up) else None
+
+    @staticmethod
+    def _controllers(bridges: list[str]) -> list[list[str]]:
+        """Each bridge's controller records (one ovs-vsctl call for all bridges)."""
+        args = [a for b in bridges for a in ("--", "get", "Bridge", b, "controller")]
+        lines = _vsctl(*args).splitlines()
+        return [[u for u in line.strip("[]").split(", ") if u] for line in lines]
+
+    @staticmethod
+    def _connected(uuids: list[list[str]]) -> bool:
+        """Does OVS say every bridge has a controller connection up?  (one call)"""
+        flat = [u for per_bridge in uuids for u in per_bridge]
+        args = [a for u in flat for a in ("--", "get", "Controller", u, "is_connected")]
+        up = dict(zip(flat, _vsctl(*args).splitlines(), strict=False))
+        return all(any(up.get(u) == "true" for u in per_bridge) for per_bridge in uuids)
 
     def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
         """Call the controller's REST API (with the token); returns (status, JSON body)."""
@@ -221,6 +271,7 @@ class EmulatedCluster:
             self.options.start_timeout,
             f"topology '{name}' to become active",
             self.children(),
+            interval=POLL_S,
         )
 
     def report_dir(self, name: str) -> Path:
@@ -352,12 +403,25 @@ class EmulatedCluster:
         return [{k: v for k, v in i.items() if k not in ("app", "detected")} for i in keep]
 
     def close(self) -> None:
-        for c in reversed(self.children()):
-            c.stop()
+        clock = PhaseClock(self.phases)
+        stop_all(list(reversed(self.children())))  # the agents, then the controller
+        clock.lap("stop processes")
         self.network.stop()
+        clock.lap("network down")
         self.coordinator.close()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def switches_connected(metrics: str) -> dict[str, bool]:
+    """``typhoon_switch_connected{host="h1"} 1.0`` lines of a Prometheus text -> {host: up}."""
+    found = {}
+    for m in re.finditer(r'^typhoon_switch_connected\{host="([^"]+)"\} (\S+)$', metrics, re.M):
+        try:
+            found[m.group(1)] = float(m.group(2)) == 1.0
+        except ValueError:
+            continue
+    return found
 
 
 def _vsctl(*args: str) -> str:

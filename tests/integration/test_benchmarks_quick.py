@@ -183,3 +183,25 @@ def test_quick_nexmark_every_query_exact_on_both_transports(tmp_path: Path) -> N
     assert [r[0] for r in rows] == ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
     for r in rows:
         assert r[2] != "–" and r[3] != "–" and r[7] == "0 / 0", r
+
+
+@pytest.mark.long  # ~6 s; what it times runs in every sdn and tcp test already
+def test_quick_startup_times_every_step_of_both_transports(tmp_path: Path) -> None:
+    """``typhoon bench --quick --only startup``: one sdn cluster up, a wordcount, down,
+    and one tcp wordcount, both ok; every column and step of the tables has a time and
+    the three targets are rows of the headline table."""
+    out = tmp_path / "results"
+    quick_bench("startup", out, timeout=300)
+    sc = json.loads((out / "results.json").read_text())["scenarios"]["startup"]
+    assert not sc["error"] and len(sc["runs"]) == 2 and all(r["ok"] for r in sc["runs"])
+    assert {r["transport"] for r in sc["runs"]} == {"sdn", "tcp"}
+    md = (out / "results.md").read_text()
+    rows = table_rows(md, "Start-up")  # three tables: their headers and one row of times each
+    times = [r for r in rows if all(c.replace(".", "", 1).isdigit() for c in r)]
+    assert len(times) == 3 and all("-" not in r for r in rows), rows
+    steps = sc["summary"]["sdn"][0]["phases"]
+    assert set(steps) == {"controller", "network", "connect", "stop processes", "network down"}
+    names = [r[0] for r in table_rows(md, "Headline ratios")]
+    assert [n for n in names if n.startswith("startup")] == [
+        "startup: sdn up (s)", "startup: sdn down (s)", "startup: tcp workers up (s)",
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from typhoon.supervised import Supervised
+from typhoon.supervised import Supervised, stop_all
 
 PY = sys.executable
 
@@ -151,3 +151,20 @@ def _state(pid: int) -> str:
             return f.read().rpartition(")")[2].split()[0]
     except OSError:
         return ""
+
+
+def test_stop_all_stops_every_one_and_kills_what_ignores_sigterm(tmp_path):
+    polite = Supervised.start("a", [PY, "-c", "import time; time.sleep(60)"], tmp_path / "a.log")
+    stubborn_code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    stubborn = Supervised.start("b", [PY, "-c", stubborn_code], tmp_path / "b.log")
+    done = Supervised.start("c", [PY, "-c", "pass"], tmp_path / "c.log")
+    done.wait(10)
+    wait_for(lambda: "ready" in (tmp_path / "b.log").read_text())
+    stop_all([polite, stubborn, done], timeout=0.5)
+    assert polite.returncode == -signal.SIGTERM
+    assert stubborn.returncode == -signal.SIGKILL
+    assert done.returncode == 0
+    assert all(p._logfile is None for p in (polite, stubborn, done))  # logs closed

@@ -11,8 +11,7 @@ connector's ``retry`` waits.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import concurrent.futures  # asyncio: imported where used (~35 ms at every worker start)
 import json
 import logging
 import threading
@@ -28,6 +27,8 @@ CALL_S = 10.0  # any other call
 
 def transient() -> tuple[type[BaseException], ...]:
     """Errors of a server that is away for now (restarting, JetStream not ready yet)."""
+    import asyncio
+
     import nats.errors
     import nats.js.errors
 
@@ -57,6 +58,8 @@ class NatsConnection:
     THREADS: ClassVar[int] = 0  # alive now, over all instances (tests check for leaks)
 
     def __init__(self, url: str, who: str) -> None:
+        import asyncio
+
         self.url, self.who = url, who
         self.loop = asyncio.new_event_loop()
         self.errors: list[BaseException] = []
@@ -79,6 +82,8 @@ class NatsConnection:
         self.js = self.nc.jetstream(timeout=CALL_S / 2)
 
     def _run(self) -> None:
+        import asyncio
+
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()
@@ -91,6 +96,8 @@ class NatsConnection:
             self.loop.close()
 
     async def _connect(self) -> Any:
+        import asyncio
+
         import nats
 
         async def error(e: Exception) -> None:
@@ -122,6 +129,8 @@ class NatsConnection:
 
     def call(self, coro: Any, timeout: float = CALL_S) -> Any:
         """Run ``coro`` on the loop; its result, or its error, or TimeoutError."""
+        import asyncio
+
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
@@ -154,6 +163,7 @@ class NatsConnection:
         """Publish every payload to JetStream and wait for each ack; ``ids`` are
         ``Nats-Msg-Id`` headers (the stream drops a repeated id within its duplicate
         window).  Returns (stored, duplicates)."""
+        import asyncio
 
         async def send() -> tuple[int, int]:
             futures = []

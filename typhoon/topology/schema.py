@@ -11,6 +11,7 @@ about, and reports the one that comes first in the file.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -18,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import yaml
-from jsonschema import Draft202012Validator, validators
 
 from typhoon.checkpoint.settings import GUARANTEES
 
@@ -209,11 +209,18 @@ def _is_int(_checker: Any, value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-_Validator = validators.extend(
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int),
-)
-_VALIDATOR = _Validator(SCHEMA)
+@functools.cache
+def _validator() -> Any:
+    """The schema's validator, built on first use: jsonschema takes ~70 ms to import, and
+    every worker imports this package (for the model) without ever checking a file."""
+    from jsonschema import Draft202012Validator, validators
+
+    extended = validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int),
+    )
+    return extended(SCHEMA)
+
 
 _TYPE_WORDS = {
     "string": "a string",
@@ -330,7 +337,7 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
 
 def first_problem(doc: Any, line_of: Callable[[Path], int]) -> tuple[int, str] | None:
     """Check ``doc`` against :data:`SCHEMA`; return (line, sentence) of the earliest problem."""
-    problems = [_sentence(doc, e) for e in _VALIDATOR.iter_errors(doc)]
+    problems = [_sentence(doc, e) for e in _validator().iter_errors(doc)]
     if not problems:
         return None
     path, message = min(problems, key=lambda p: line_of(p[0]))
