@@ -174,6 +174,15 @@ class FaultMachine(Failover):
                     if w is not None
                 } | self.pending.get(name, set())
                 held = held_up_by_receivers(app.topology, app.physical, silent, suspect)
+                host = {w.worker_id: w.host for w in app.physical.workers}
+                lost = self.lost_hosts({host[w] for w in held if w in host}) if held else set()
+                for wid in sorted(w for w in held if host.get(w) in lost):
+                    self.logger.warning(
+                        "app %s worker %d: host %s is lost (its switch is gone, its agent "
+                        "silent): its silence is its own, not a receiver's back-pressure",
+                        name, wid, host[wid],
+                    )  # fmt: skip
+                    held.discard(wid)
             for wid, secs in sorted(silent.items()):
                 if wid in held:  # waits for a hung receiver's credit: judge it again later
                     self.heartbeats.restart(name, wid, now)
