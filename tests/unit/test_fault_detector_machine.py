@@ -247,10 +247,11 @@ def test_a_worker_of_a_host_that_is_gone_is_replaced_elsewhere(setup):
     assert f"host {host} is gone" in incident.detail
 
 
-def power_cut(agent_silent_s: float):
+def power_cut(agent_silent_s: float, source_done: bool = False):
     """A spread wordcount on HOSTS whose host h2 (a split and a count) falls silent, its
-    switch gone and its agent last heard ``agent_silent_s`` ago; the machine after the
-    heartbeat judged it.  Returns (machine, core, physical, h2's workers)."""
+    switch gone and its agent last heard ``agent_silent_s`` ago (``source_done``: the
+    source, the split's only sender, says it finished); the machine after the heartbeat
+    judged it.  Returns (machine, core, clock, physical, h2's workers)."""
     topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
     topology.config["placement"] = "spread"
     machine, core, clock, physical = machine_for(topology)
@@ -265,15 +266,18 @@ def power_cut(agent_silent_s: float):
         clock.now += 0.5
         for w in physical.workers:
             if w.worker_id not in cut:
-                machine.metrics(APP, w.worker_id, {}, clock.now)
+                done = source_done and w.node == "source"
+                machine.metrics(APP, w.worker_id, {"done": True} if done else {}, clock.now)
         machine.tick()
     return machine, core, clock, physical, cut
 
 
-def test_a_power_cut_host_is_lost_its_workers_die_together_and_get_no_replacement():
+@pytest.mark.parametrize("source_done", [False, True])
+def test_a_power_cut_host_is_lost_its_workers_die_together_and_get_no_replacement(source_done):
     """Switch gone and agent silent: the split on h2 is not spared as held up by the
-    count beside it (both are dead), and neither replacement goes to h2."""
-    machine, core, clock, physical, cut = power_cut(agent_silent_s=10.0)
+    count beside it, nor as ending after its finished source (no exit status will come
+    from h2): both are dead, and neither replacement goes to h2."""
+    machine, core, clock, physical, cut = power_cut(10.0, source_done)
     assert {i.worker for i in machine.incidents} == set(cut)
     assert all(i.host == "h2" and i.reason.startswith("no METRIC_RESP") for i in machine.incidents)
     clock.now += 2.1
