@@ -14,12 +14,13 @@ only, so the unit tests need no switch and the app stays a thin shim:
 
 ``Heartbeats`` is the slow fallback: a worker whose METRIC_RESP stopped
 arriving for ``timeout`` seconds is reported as dead even if no port event came;
-``held_up_by_receivers`` spares the senders a hung receiver silenced.
+``held_up_by_receivers`` spares the senders a hung receiver silenced, unless
+``lost_hosts`` says their host is gone (switch and agent both silent: a power cut).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -47,6 +48,11 @@ class FaultSettings:
         5.0, "seconds senders and receivers get to confirm a ROUTING / UPSTREAM"
     )
     attach_timeout: float = setting(30.0, "seconds a replacement gets to be attached")
+    agent_timeout: float = setting(
+        5.0,
+        "seconds without an agent's heartbeat after which a host whose switch is gone too "
+        "counts as lost (a power cut): its workers are judged dead, none are placed there",
+    )
     replace: bool = setting(True, "start replacements (false: only reroute around dead workers)")
     port_events: bool = setting(
         True, "react to port events (false: `heartbeat_timeout` alone detects)"
@@ -154,6 +160,31 @@ def silent_host(reason: str, exit_code: int | None, host: str) -> list[str]:
     heartbeat timeout the process may still be alive (hung), so nothing is said.
     """
     return [host] if exit_code is None and reason.startswith("port") else []
+
+
+def lost_hosts(
+    hosts: Iterable[str],
+    connected: Collection[str | None],
+    heartbeats: Mapping[str, float | None],
+    now: float,
+    timeout: float,
+) -> set[str]:
+    """The ``hosts`` that lost power (or their network): the switch is not connected and
+    the agent has written no heartbeat for ``timeout`` seconds (``None``: its record is
+    gone, or it never had one).
+
+    Either sign alone proves nothing: switches reconnect after a controller restart while
+    their workers run on, and an agent restarts while its workers and switch stay up.
+    Both together mean nothing on the host can be reached: a worker there that falls
+    silent is dead, not waiting for a receiver's credit, and a replacement placed there
+    would never start.  ``now`` and the heartbeats are wall-clock times (``time.time()``
+    on the agent's host: the hosts' clocks must agree to well within ``timeout``).
+    """
+    return {
+        h
+        for h in hosts
+        if h not in connected and ((beat := heartbeats.get(h)) is None or now - beat > timeout)
+    }
 
 
 def rejoin(

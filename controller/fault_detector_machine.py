@@ -199,8 +199,18 @@ class FaultMachine(Failover):
             stale.setdefault(name, {})[wid] = silent
         for name, silent in stale.items():
             app = core.view.apps.get(name)
-            held = set()
+            held: set[int] = set()
+            gone: set[int] = set()  # on a lost host: dead, whatever its senders and receivers
             if app is not None:
+                host = {w.worker_id: w.host for w in app.physical.workers}
+                lost = self.lost_hosts({host[w] for w in silent if w in host})
+                gone = {w for w in silent if host.get(w) in lost}
+                for wid in sorted(gone):
+                    self.logger.warning(
+                        "app %s worker %d: host %s is lost (its switch is gone, its agent "
+                        "silent): neither a receiver's back-pressure nor its senders' end "
+                        "explains its silence", name, wid, host[wid],
+                    )  # fmt: skip
                 # dead workers and their replacements until the incident is over: a sender
                 # may still wait for the dead one's credit after it was routed elsewhere
                 suspect = {
@@ -210,7 +220,7 @@ class FaultMachine(Failover):
                     for w in (i.worker, i.replacement)
                     if w is not None
                 } | self.pending.get(name, set())
-                held = held_up_by_receivers(app.topology, app.physical, silent, suspect)
+                held = held_up_by_receivers(app.topology, app.physical, silent, suspect) - gone
             for wid, secs in sorted(silent.items()):
                 if wid in held:  # waits for a hung receiver's credit: judge it again later
                     self.heartbeats.restart(name, wid, now)
@@ -222,14 +232,16 @@ class FaultMachine(Failover):
                     continue
                 unheard = self.heartbeats.excused.get((name, wid), 0.0)
                 self.heartbeats.forget(name, wid)
-                self.fail(name, wid, f"no METRIC_RESP for {secs:.1f} s", now, unheard)
+                reason = f"no METRIC_RESP for {secs:.1f} s"
+                self.fail(name, wid, reason, now, unheard, died=wid in gone)
 
     def fail(
         self, name: str, wid: int, reason: str, at: float, unheard_s: float = 0.0, died=False
     ) -> None:
         """React to worker ``wid`` of ``name`` being dead since ``at`` (monotonic).
 
-        ``died``: its agent saw it exit with a failure, whatever its senders did."""
+        ``died``: its agent saw it exit with a failure, or its host is lost (no exit status
+        will come), whatever its senders did."""
         core = self.core
         app = core.view.apps.get(name)
         why_not = self._why_not(name, wid, app, core, died)

@@ -12,12 +12,20 @@ the machine's fast timer asks, never a sleep.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator
+import time
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from controller.acks import send_each, send_routes
 from controller.fault_core import Core
-from controller.fault_detector import LIVE, Incident, failover, rejoin, silent_host
+from controller.fault_detector import (
+    LIVE,
+    Incident,
+    failover,
+    lost_hosts,
+    rejoin,
+    silent_host,
+)
 from controller.fault_recovery import GuaranteedRecovery
 from controller.waits import WAIT, Check, Task
 from typhoon.checkpoint.progress import guaranteed
@@ -86,6 +94,17 @@ class Failover(GuaranteedRecovery):
 
         return check
 
+    def lost_hosts(self, hosts: Iterable[str]) -> set[str]:
+        """Which of ``hosts`` lost power (:func:`lost_hosts`); asks the coordinator for each
+        host whose switch is not connected."""
+        core, hosts = self.core, set(hosts)
+        connected = core.connected_hosts()
+        beats: dict[str, float | None] = {}
+        for h in hosts - connected:
+            agent = core.agent(h)
+            beats[h] = None if agent is None else agent.heartbeat
+        return lost_hosts(hosts, connected, beats, time.time(), self.conf.agent_timeout)
+
     def _replace(self, core: Core, incident: Incident) -> Generator[Check, Any, int | None]:
         """Write the physical topology with a replacement; UPSTREAM to the receivers."""
         name, wid = incident.app, incident.worker
@@ -104,10 +123,16 @@ class Failover(GuaranteedRecovery):
         pending = self.pending.setdefault(name, set())
         host = physical.by_id(wid).host
         closed = silent_host(incident.reason, incident.exit_code, host)
-        if core.agent(host) is None:  # its agent's record is gone: the machine is lost
-            closed = [host]
-            incident.detail = f"host {host} is gone (no agent): replaced elsewhere"
+        lost = self.lost_hosts(place.hosts)  # no replacement goes to any of them
+        if host in lost or core.agent(host) is None:
+            incident.detail = (
+                f"host {host} is lost (its switch is gone, its agent silent): replaced elsewhere"
+                if host in lost
+                else f"host {host} is gone (no agent): replaced elsewhere"
+            )
             self.logger.warning("app %s worker %d: %s", name, wid, incident.detail)
+            closed = [host]
+        closed = sorted({*closed, *lost})
         plan = failover(
             topology, physical, wid, place.hosts, place.first_port,
             avoid=place.avoid, min_id=place.min_id, pending=pending, closed=closed,

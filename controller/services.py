@@ -62,6 +62,10 @@ class Services:
         """The last state ``host``'s agent reported (None: never heard of)."""
         return self._core.coordinator.get_agent(host)
 
+    def connected_hosts(self) -> set[str | None]:
+        """Hosts whose switch is connected to the controller now."""
+        return self._core.connected_hosts()
+
     def job_progress(self, app: str) -> JobProgress | None:
         """Checkpoints and ends of a guaranteed application, as its workers report them."""
         return self._core.progress.get(app)

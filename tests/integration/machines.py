@@ -76,6 +76,14 @@ class Machine:
                 os.kill(pid, signal.SIGKILL)
         return victims
 
+    def power_cut(self, bridge: str) -> list[int]:
+        """The machine loses power: ``bridge`` goes (its VXLAN ports with it, so its
+        OpenFlow connection and every tunnel to it die) and every process is SIGKILLed at
+        once, its Open vSwitch too.  Nothing it ran says goodbye: its agent's record stays
+        in the coordinator, with a heartbeat that stops."""
+        self.run("ovs-vsctl", "--if-exists", "del-br", bridge)
+        return self.kill(keep_switch=False)
+
     def start_ovs(self) -> None:
         """ovsdb-server and ovs-vswitchd of this namespace, detached, files in ``rundir``."""
         r = self.rundir

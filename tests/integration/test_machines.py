@@ -11,10 +11,11 @@ detector) is reached over TCP on the underlay; topologies go in with
 
 * a fan-in topology (two sources into one split and count stage) counts
   exactly, its workers spread over the three machines;
-* wordcount under ``exactly_once``: one machine dies mid-run (its agent and
-  workers are SIGKILLed); the fault detector replaces its workers on the two
-  others (the dead machine's agent never reports their exit, so its host gets
-  none of them), and the counts are still exact.
+* wordcount under ``exactly_once``: one machine loses power mid-run (its
+  bridge, with its VXLAN ports, deleted; its agent, workers and Open vSwitch
+  SIGKILLed); the fault detector's heartbeat finds its workers and replaces
+  them on the two others (a host whose switch is gone gets none of them), the
+  counts are still exact, the report is ok and its incidents name the host.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -184,8 +186,11 @@ class Deployment:
         assert status == 200, body
         return body
 
-    def finish(self, name: str, timeout: float = 90) -> tuple[list[dict], list[int], bool]:
-        """Wait until every worker of the current physical topology exited; its reports."""
+    def finish(
+        self, name: str, timeout: float = 90, before_kill: Callable[[], object] = lambda: None
+    ) -> tuple[list[dict], list[int], bool]:
+        """Wait until every worker of the current physical topology exited; its reports
+        (``before_kill`` runs then, before ``typhoon kill``)."""
         with open_coordinator(self.coordinator) as c:
 
             def done():
@@ -200,6 +205,7 @@ class Deployment:
         reports = []
         for m in self.net.machines:
             reports += read_worker_reports(self.workdir / m.name / "work" / name / "reports")
+        before_kill()
         self.ctl("kill", name)
         return reports, sorted(set(statuses) - current), clean
 
@@ -332,7 +338,11 @@ def test_fan_in_counts_exact_across_three_machines(deployment):
     assert report["results"]["count"]["keys_on_several_workers"] == 0
 
 
-def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
+def test_a_machine_loses_power_and_wordcount_is_still_exact(deployment, tmp_path):
+    """A power cut of m2 mid-run: its bridge goes (no port event, its OpenFlow connection
+    dies), its agent, workers and Open vSwitch are SIGKILLed, its agent's record stays.
+    The heartbeat finds its workers, the replacements go to m1 and m3, the counts are
+    exact, the report is ok and every incident names m2."""
     d = deployment
     doc = yaml.safe_load((REPO / "topologies/wordcount.yaml").read_text())
     doc["name"] = "wcnetns"
@@ -358,8 +368,10 @@ def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
         wait_for(lambda: sent() >= 4_000, 60, what="4,000 sentences from the source")
     assert doomed  # spread: m2 runs a split and a count worker
     victim = d.net.machines[1]
-    killed = victim.kill()  # its agent and its workers; its switch stays up
-    assert d.agents["m2"].pid in killed
+    killed = victim.power_cut("br-typhoon")
+    assert d.agents["m2"].pid in killed and set(victim.ovs_pids) <= set(killed)
+    with open_coordinator(d.coordinator) as c:
+        assert c.get_agent("m2") is not None  # a power cut leaves the record behind
 
     def replaced():
         incidents = {i["worker"]: i for i in d.faults() if i["app"] == name}
@@ -368,15 +380,22 @@ def test_a_machine_dies_and_wordcount_is_still_exact(deployment, tmp_path):
             return done
         return None
 
-    incidents = wait_for(replaced, 60, what=f"the replacements of {doomed}")
+    incidents = wait_for(replaced, 90, what=f"the replacements of {doomed}")
+    mine: list[dict] = []  # the controller's incidents, read at the end of the run
     for i in incidents:
         assert i["state"] == "rejoined", i
+        assert i["host"] == "m2", i
         assert i["exit_code"] is None, i  # nobody on m2 reported the exit
+        assert i["reason"].startswith("no METRIC_RESP"), i  # the heartbeat found it
     placed = hosts_of(d, name)
     assert "m2" not in set().union(*placed.values()), placed
-    reports, recovered, clean = d.finish(name)
+    reports, recovered, clean = d.finish(name, before_kill=lambda: mine.extend(d.faults()))
     assert set(doomed) <= set(recovered), (doomed, recovered)
     t = load_topology_text(yaml.safe_dump(doc), name)
-    report = build_report(t, reports, ok=clean, recovered=recovered, transport="sdn")
+    mine = [i for i in mine if i["app"] == name]
+    report = build_report(
+        t, reports, ok=clean, recovered=recovered, transport="sdn", incidents=mine
+    )
     check_exact(report["results"]["count"]["counts"], reference(args))
     assert report["ok"], report["problems"]
+    assert {i["host"] for i in report["incidents"]} == {"m2"}, report["incidents"]

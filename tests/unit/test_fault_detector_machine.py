@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -44,6 +45,8 @@ class FakeCore:
         self.view.cluster = SimpleNamespace(hosts={h: None for h in HOSTS})
         self.rules: dict[str, object] = {}  # owner -> contribution (set_rules)
         self.gone_hosts: set[str] = set()  # hosts whose agent record is gone
+        self.unplugged: set[str] = set()  # hosts whose switch is not connected
+        self.agent_beats: dict[str, float] = {}  # host -> its agent's last heartbeat
         self.stored = physical
         self.sent: list[tuple[int, str, dict]] = []
         self.acks: dict[tuple[str, int], set[int]] = {}
@@ -89,7 +92,12 @@ class FakeCore:
         return None
 
     def agent(self, host):
-        return None if host in self.gone_hosts else SimpleNamespace(host=host)
+        if host in self.gone_hosts:
+            return None
+        return SimpleNamespace(host=host, heartbeat=self.agent_beats.get(host, time.time()))
+
+    def connected_hosts(self):
+        return set(HOSTS) - self.unplugged
 
     def set_rules(self, source, owner, value):
         self.rules[owner] = value
@@ -237,6 +245,61 @@ def test_a_worker_of_a_host_that_is_gone_is_replaced_elsewhere(setup):
     assert incident.host == host and incident.state == "replacing"
     assert core.stored.by_id(incident.replacement).host != host
     assert f"host {host} is gone" in incident.detail
+
+
+def power_cut(agent_silent_s: float, source_done: bool = False):
+    """A spread wordcount on HOSTS whose host h2 (a split and a count) falls silent, its
+    switch gone and its agent last heard ``agent_silent_s`` ago (``source_done``: the
+    source, the split's only sender, says it finished); the machine after the heartbeat
+    judged it.  Returns (machine, core, clock, physical, h2's workers)."""
+    topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
+    topology.config["placement"] = "spread"
+    machine, core, clock, physical = machine_for(topology)
+    conf = FaultSettings(heartbeat_timeout=5.0, agent_timeout=3.0, confirm_timeout=2.0)
+    machine = FaultMachine(conf, core, 0.5, logging.getLogger("test"), clock)
+    cut = [w.worker_id for w in physical.workers if w.host == "h2"]
+    assert sorted(physical.by_id(w).node for w in cut) == ["count", "split"]
+    core.unplugged.add("h2")
+    core.agent_beats["h2"] = time.time() - agent_silent_s
+    machine.tick()  # everybody watched from now
+    for _ in range(12):  # the others answer every 0.5 s; h2's workers never again
+        clock.now += 0.5
+        for w in physical.workers:
+            if w.worker_id not in cut:
+                done = source_done and w.node == "source"
+                machine.metrics(APP, w.worker_id, {"done": True} if done else {}, clock.now)
+        machine.tick()
+    return machine, core, clock, physical, cut
+
+
+@pytest.mark.parametrize("source_done", [False, True])
+def test_a_power_cut_host_is_lost_its_workers_die_together_and_get_no_replacement(source_done):
+    """Switch gone and agent silent: the split on h2 is not spared as held up by the
+    count beside it, nor as ending after its finished source (no exit status will come
+    from h2): both are dead, and neither replacement goes to h2."""
+    machine, core, clock, physical, cut = power_cut(10.0, source_done)
+    assert {i.worker for i in machine.incidents} == set(cut)
+    assert all(i.host == "h2" and i.reason.startswith("no METRIC_RESP") for i in machine.incidents)
+    clock.now += 2.1
+    machine.step()  # no exit status (nobody on h2 reports one): replaced after confirm
+    for i in machine.incidents:
+        assert i.state == "replacing", i
+        assert core.stored.by_id(i.replacement).host != "h2"
+        assert "host h2 is lost" in i.detail
+    assert machine.lost_hosts(HOSTS) == {"h2"}
+
+
+def test_a_switch_gone_with_its_agent_alive_is_no_power_cut():
+    """A disconnected switch alone (a controller restart, a flapping link): the split
+    waiting on a silent count is held up as before, and h2 stays open."""
+    machine, *_, cut = power_cut(agent_silent_s=0.0)
+    (incident,) = machine.incidents
+    assert physical_node(machine, incident.worker) == "count" and incident.worker in cut
+    assert machine.lost_hosts(HOSTS) == set()
+
+
+def physical_node(machine: FaultMachine, wid: int) -> str:
+    return machine.core.stored_physical(APP).by_id(wid).node
 
 
 def test_a_scoped_machine_leaves_applications_outside_its_scope_alone(setup):

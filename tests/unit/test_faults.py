@@ -11,6 +11,7 @@ from controller.fault_detector import (
     Heartbeats,
     failover,
     held_up_by_receivers,
+    lost_hosts,
     rejoin,
     silent_host,
     without,
@@ -241,3 +242,16 @@ def test_a_host_whose_agent_is_silent_gets_no_replacement_but_keeps_its_workers(
 def test_an_exit_status_or_a_heartbeat_timeout_leaves_the_host_open():
     assert silent_host("port h1/101 deleted", -9, "h1") == []  # the agent reported the kill
     assert silent_host("no METRIC_RESP for 5.0 s", None, "h1") == []  # may be hung, not gone
+
+
+def test_a_host_is_lost_only_when_its_switch_and_its_agent_are_both_silent():
+    hosts = ["h1", "h2", "h3", "h4"]
+    beats = {"h1": 100.0, "h2": 94.0, "h3": 99.0, "h4": None}  # h4: no agent record
+    connected = {"h1", "h3"}
+    assert lost_hosts(hosts, connected, beats, now=100.0, timeout=5.0) == {"h2", "h4"}
+    # a switch gone, its agent heard 1 s ago: a reconnect, not a power cut
+    assert lost_hosts(hosts, {"h1"}, beats, now=100.0, timeout=5.0) == {"h2", "h4"}
+    # an agent silent, its switch connected: an agent restart, not a power cut
+    assert lost_hosts(hosts, set(hosts), beats, now=100.0, timeout=5.0) == set()
+    # only the hosts asked about
+    assert lost_hosts(["h1", "h2"], connected, beats, now=100.0, timeout=5.0) == {"h2"}
