@@ -1,0 +1,147 @@
+"""A runtime mixin declares what it uses of its host (a ``Protocol``), and the host has it.
+
+``ControlHandling`` (typhoon/runtime/control.py) runs inside ``Framework`` and
+``SdnSending`` (typhoon/runtime/sdn_send.py) inside ``SdnTransport``; each reads state
+its host sets and calls methods of its sibling mixins.  Each names all of that in a
+protocol (``ControlHost``, ``SendingHost``) that a type checker sees as its base.  Checked
+on the source here: every ``self.X`` a mixin reads is its own or declared; every
+declaration is used; the host sets every declared attribute and has every declared
+method with the declared parameters; the protocol is no base at run time (its stubs
+would shadow the siblings' methods).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Protocol
+
+import pytest
+
+from typhoon.runtime.control import ControlHandling, ControlHost
+from typhoon.runtime.framework import Framework
+from typhoon.runtime.sdn import SdnTransport
+from typhoon.runtime.sdn_send import SdnSending, SendingHost
+
+CASES = [(ControlHandling, ControlHost, Framework), (SdnSending, SendingHost, SdnTransport)]
+IDS = [mixin.__name__ for mixin, _, _ in CASES]
+
+
+def _class_tree(cls: type) -> ast.ClassDef:
+    node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(node, ast.ClassDef)
+    return node
+
+
+def self_names(cls: type) -> tuple[set[str], set[str]]:
+    """(names read as ``self.X``, names assigned as ``self.X``) in the class's source."""
+    reads, stores = set(), set()
+    for node in ast.walk(_class_tree(cls)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "self":
+                (stores if isinstance(node.ctx, ast.Store) else reads).add(node.attr)
+    return reads, stores
+
+
+def own_names(cls: type) -> set[str]:
+    """What the class itself defines: its methods and class attributes, and the
+    attributes its methods assign."""
+    return set(vars(cls)) | set(vars(cls).get("__annotations__", {})) | self_names(cls)[1]
+
+
+def declared(proto: type) -> tuple[set[str], set[str]]:
+    """(attributes, methods) a protocol declares itself."""
+    methods = {n for n, v in vars(proto).items() if inspect.isfunction(v) and n[:2] != "__"}
+    return set(getattr(proto, "__annotations__", {})), methods
+
+
+def undeclared(mixin: type, proto: type) -> set[str]:
+    attrs, methods = declared(proto)
+    return self_names(mixin)[0] - own_names(mixin) - attrs - methods
+
+
+def unused(mixin: type, proto: type) -> set[str]:
+    attrs, methods = declared(proto)
+    reads, stores = self_names(mixin)
+    return (attrs | methods) - reads - stores
+
+
+def host_sets(host: type) -> set[str]:
+    """Every attribute a class or one of its bases assigns on ``self`` or defines."""
+    found: set[str] = set()
+    for cls in host.__mro__:
+        if cls is object:
+            continue
+        found |= set(vars(cls))
+        try:
+            found |= self_names(cls)[1]
+        except (OSError, TypeError):  # a class without source (builtins)
+            pass
+    return found
+
+
+def _shape(f) -> list[tuple[str, object, bool]]:
+    return [
+        (p.name, p.kind, p.default is not inspect.Parameter.empty)
+        for p in inspect.signature(f).parameters.values()
+    ]
+
+
+def unprovided(proto: type, host: type) -> list[str]:
+    attrs, methods = declared(proto)
+    sets = host_sets(host)
+    problems = [f"{host.__name__} never sets {name}" for name in sorted(attrs - sets)]
+    for name in sorted(methods):
+        impl = getattr(host, name, None)
+        if impl is None:
+            problems.append(f"{host.__name__} has no method {name}")
+        elif _shape(impl) != _shape(vars(proto)[name]):
+            problems.append(f"{host.__name__}.{name}{inspect.signature(impl)} is not as declared")
+    return problems
+
+
+@pytest.mark.parametrize(("mixin", "proto", "host"), CASES, ids=IDS)
+def test_the_mixin_declares_every_name_it_uses_and_no_other(mixin, proto, host):
+    assert undeclared(mixin, proto) == set(), f"{mixin.__name__} uses, undeclared in {proto}"
+    assert unused(mixin, proto) == set(), f"{proto.__name__} declares, {mixin.__name__} unused"
+
+
+@pytest.mark.parametrize(("mixin", "proto", "host"), CASES, ids=IDS)
+def test_the_host_provides_what_the_mixin_declares(mixin, proto, host):
+    assert unprovided(proto, host) == []
+    assert issubclass(host, mixin)
+    assert proto not in host.__mro__ and proto not in mixin.__mro__  # only a checker's base
+
+
+# ----- the checks can fail ------------------------------------------------------------------
+
+
+class _Needs(Protocol):
+    size: int
+
+    def grow(self, by: int) -> None: ...
+
+
+class _Mixin:
+    def use(self) -> int:
+        self.grow(1)
+        self.count = self.size + self.extra  # extra: undeclared
+        return self.count
+
+
+class _Host(_Mixin):
+    def __init__(self) -> None:
+        self.extra = 0
+
+    def grow(self, by: int, twice: bool = False) -> None:  # not as declared
+        pass
+
+
+def test_the_checks_find_an_undeclared_name_a_missing_attribute_and_a_changed_method():
+    assert undeclared(_Mixin, _Needs) == {"extra"}
+    assert unused(_Mixin, _Needs) == set()
+    assert unprovided(_Needs, _Host) == [
+        "_Host never sets size",
+        "_Host.grow(self, by: 'int', twice: 'bool' = False) -> 'None' is not as declared",
+    ]
