@@ -6,10 +6,8 @@ consumed them and sent again when lost; a send waits for the link's credit and
 the port's byte budget (``docs/flow_control.md``), serving urgent control
 meanwhile; a receiver that stays silent is dead.
 
-A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses:
-:class:`SendingHost` declares that state and the methods of the sibling mixins it
-calls (credit frames, reading while it waits), so a type checker can follow them
-(``tests/unit/test_mixin_needs.py`` checks the declaration against the code).
+A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
+(declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
 """
 
 from __future__ import annotations
@@ -17,14 +15,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import links as lk
-from typhoon.runtime.transport import EOS_STREAM, IOStats
+from typhoon.runtime.transport import EOS_STREAM
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Kind
+
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import SdnParts
 
 log = logging.getLogger(__name__)
 
@@ -32,47 +33,8 @@ REQUEST_S = 0.002  # at most one SYNC per link this often while the port budget 
 SETTLE_S = 10.0  # longest a wait for a receiver to hold every frame (end of stream) lasts
 
 
-class FrameWriter(Protocol):
-    """What sending needs of the port: a TAP, or a test's fake (``sdn.Device``)."""
-
-    def write(self, frame: bytes) -> int: ...
-
-
-class SendingHost(Protocol):
-    """What :class:`SdnSending` uses of the transport (``sdn.py``) and of its sibling
-    mixins: credit frames (``sdn_credit.py``) and reading (``sdn_receive.py``)."""
-
-    # the port and this worker's addresses (sdn.py)
-    dev: FrameWriter
-    name: str
-    app_id: int
-    worker_id: int
-    mac: bytes
-    mtu: int
-    ethertype: int
-    clock: Callable[[], float]
-    stats: IOStats
-    # the links and when a receiver counts as dead
-    tx: lk.Sender
-    credit_timeout_s: float
-    reroute_silence_s: float
-    routing_ahead: dict[int, frozenset[int]]
-    streams_of: dict[int, set[int]]
-
-    def _worker_mac(self, wid: int) -> bytes: ...
-    # credit frames (sdn_credit.py)
-    def _credit_entries(self, wid: int, kind: int, values: list[int], dst: bytes = b"") -> None: ...
-    def _probe(self, ol: lk.OutLink, now: float) -> None: ...
-    def _send_bases(self, ol: lk.OutLink) -> None: ...
-    def _housekeeping(self, now: float) -> None: ...
-    # reading while a send waits (sdn_receive.py)
-    def _readable(self, timeout: float) -> bool: ...
-    def _read_batch(self, limit: int = ...) -> int: ...
-    def _serve_urgent(self) -> None: ...
-
-
 if TYPE_CHECKING:
-    _Host = SendingHost
+    _Host = SdnParts
 else:
     _Host = object  # at run time SdnTransport is the host: nothing to inherit
 
