@@ -1,14 +1,14 @@
 """A runtime mixin declares what it uses of its host (a ``Protocol``), and the host has it.
 
-``ControlHandling`` (typhoon/runtime/control.py) runs inside ``Framework``; the four
-parts of ``SdnTransport`` (sdn_receive.py, sdn_credit.py, sdn_send.py, sdn_balanced.py)
-inside it.  Each reads state its host sets and calls methods of its sibling mixins, and
-each names all of that in a protocol (``ControlHost``; ``SdnParts`` for the sdn parts)
-that a type checker sees as its base.  Checked on the source here: every ``self.X`` a
-mixin reads is its own or declared; every declaration is used by one of the mixins; the
-host sets every declared attribute and has every declared method with the declared
-parameters; the protocol is no base at run time (its stubs would shadow the siblings'
-methods).
+``Framework`` is built of seven mixins (output.py, control.py, guarantee.py,
+upstream_backup.py, keyed_cut.py, migration.py, watermarks.py) and ``SdnTransport`` of
+four (sdn_receive.py, sdn_credit.py, sdn_send.py, sdn_balanced.py).  Each reads state
+its host sets and calls methods of its sibling mixins, and each family names all of that
+in one protocol (``FrameworkParts``, ``SdnParts``) that a type checker sees as every
+mixin's base.  Checked on the source here: every ``self.X`` a mixin reads is its own or
+declared; every declaration is used by one of the mixins; the host sets every declared
+attribute and has every declared method with the declared parameters; the protocol is
+no base at run time (its stubs would shadow the siblings' methods).
 """
 
 from __future__ import annotations
@@ -20,18 +20,36 @@ from typing import Protocol
 
 import pytest
 
-from typhoon.runtime.control import ControlHandling, ControlHost
+from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.framework import Framework
+from typhoon.runtime.framework_parts import FrameworkParts
+from typhoon.runtime.guarantee import GuaranteedProcessing
+from typhoon.runtime.keyed_cut import KeyedCheckpoints
+from typhoon.runtime.migration import KeyedMigration
+from typhoon.runtime.output import OutputBatching
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.sdn_balanced import SdnBalancedSending
 from typhoon.runtime.sdn_credit import SdnCredit
 from typhoon.runtime.sdn_parts import SdnParts
 from typhoon.runtime.sdn_receive import SdnReceiving
 from typhoon.runtime.sdn_send import SdnSending
+from typhoon.runtime.upstream_backup import UpstreamBackup
+from typhoon.runtime.watermarks import WatermarkHandling
 
 # protocol -> (the host class, the mixins that declare what they use with it)
 FAMILIES = {
-    ControlHost: (Framework, [ControlHandling]),
+    FrameworkParts: (
+        Framework,
+        [
+            OutputBatching,
+            ControlHandling,
+            GuaranteedProcessing,
+            UpstreamBackup,
+            KeyedCheckpoints,
+            KeyedMigration,
+            WatermarkHandling,
+        ],
+    ),
     SdnParts: (SdnTransport, [SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending]),
 }
 MIXINS = [(mixin, proto) for proto, (_, mixins) in FAMILIES.items() for mixin in mixins]

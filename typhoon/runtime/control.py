@@ -2,119 +2,45 @@
 metrics that answer METRIC_REQ and fill the run report.
 
 One code path for every transport.  A mixin of
-:class:`typhoon.runtime.framework.Framework`, which holds the state it uses:
-:class:`ControlHost` declares that state and the methods of the other mixins it
-calls, so a type checker can follow them (``tests/unit/test_mixin_needs.py`` checks
-the declaration against the code).
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses
+(declared, with the other mixins' methods it calls, in ``framework_parts.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple, wire_metrics
 
 if TYPE_CHECKING:
-    from typhoon.operators.base import Operator
-    from typhoon.runtime.checkpoints import Checkpointer
-    from typhoon.runtime.keyed_state import KeyedStates
-    from typhoon.runtime.migration import Migration
-    from typhoon.runtime.pairs import PairStats
-    from typhoon.runtime.policies import Router
-    from typhoon.runtime.transport import Transport
-    from typhoon.topology.model import Node
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
 
 SPOUT_ONLY = frozenset({Control.INPUT_RATE, Control.ACTIVATE, Control.DEACTIVATE})
 
 
-class ControlHost(Protocol):
-    """What :class:`ControlHandling` uses of the framework (``framework.py``) and its
-    other mixins (``output.py``, ``guarantee.py``, ``upstream_backup.py``,
-    ``migration.py``, ``watermarks.py``)."""
-
-    # the worker (framework.py)
-    worker_id: int
-    node: Node
-    is_spout: bool
-    op: Operator
-    io: Transport
-    now: float
-    routers: dict[int, Router]
-    upstream: set[int]
-    pending_upstream: set[int]
-    finished_upstream: set[int]
-    # a spout's pace and life (Table 2: INPUT_RATE, ACTIVATE, DEACTIVATE; DRAIN)
-    active: bool
-    rate: float
-    tokens: float
-    last_refill: float
-    exhausted: bool
-    draining: bool
-    drain_version: int
-    last_input: float
-    done: bool
-    input_done: bool
-    # batching (output.py)
-    batch_size: int
-    max_delay: float
-    # counts for the metrics
-    tuples_in: dict[int, int]
-    sent_to: dict[tuple[int, int], int]
-    received_from: dict[tuple[int, int], int]
-    sent_balanced: dict[int, int]
-    serializations: int
-    unrouted: int
-    proc_ns: int
-    proc_count: int
-    in_bytes: int
-    # optional parts: None when the worker has none
-    ckpt: Checkpointer | None  # guarantee.py
-    keyed: KeyedStates | None
-    migration: Migration | None  # migration.py
-    moved_to: int | None
-    pairs: PairStats | None
-    _op_metrics: Callable[[], dict[str, Any]] | None
-
-    def emit(self, values: list, stream: str = ...) -> None: ...
-    def flush(self, force: bool = False) -> None: ...
-    def set_batch_size(self, size: int) -> None: ...
-    def install_route(self, route: Route) -> None: ...
-    def release(self, workers: list[int] | tuple[int, ...]) -> None: ...
-    def end_of_input(self) -> None: ...
-    def finish(self) -> None: ...
-    def _align(self) -> None: ...
-    def rollback(self, gen: int, epoch: int | None) -> None: ...
-    def replay(
-        self, gen: int, epoch: int | None, receivers: list[int], links: list[int] | None = None
-    ) -> bool: ...
-    def job_complete(self) -> None: ...
-    def _guarantee_metrics(self) -> dict[str, Any]: ...
-    def keygroups(self, body: dict[str, Any]) -> None: ...
-    def send_handoffs(self, stream: int, migration: int, hops: list[int]) -> None: ...
-    def _handoff_from(self, src: int, stream: int | None, migration: int | None) -> None: ...
-    def _migration_metrics(self) -> dict[str, Any]: ...
-    def _event_time(self) -> bool: ...
-    def _watermark_metrics(self) -> dict[str, Any]: ...
-
-
 if TYPE_CHECKING:
-    _Host = ControlHost
+    _Host = FrameworkParts
 else:
-    _Host = object  # at run time the framework is the host: nothing to inherit
+    _Host = object  # at run time Framework is the host: nothing to inherit
 
 
 class ControlHandling(_Host):
     """Control tuples from the controller (or the tcp runner), acks and metrics."""
 
-    # set by guarantee.py, read and set here (COMPLETE); declared on the mixin, not on
-    # ControlHost: mypy cannot type a protocol member read before the subclass sets it
+    # the framework starts these, this part reads and sets them (declared here, not on
+    # FrameworkParts: mypy cannot type a protocol member read before a subclass sets it)
     may_exit: bool
+    rate: float
+    tokens: float
+    last_refill: float
+    exhausted: bool
+    drain_version: int
+    last_input: float
 
     def control(self, ct: ControlTuple) -> None:
         """Apply one control tuple from the controller (or the tcp runner)."""
