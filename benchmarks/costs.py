@@ -23,6 +23,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from typhoon.topology.batching import DEFAULTS
+
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
@@ -144,7 +146,7 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transport", nargs="+", default=["sdn", "tcp"], choices=["sdn", "tcp"])
-    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ap.add_argument("--rate", type=int, default=250, help="samples per second")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)

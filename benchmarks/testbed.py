@@ -30,6 +30,7 @@ from mininet_env.fabric import FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.report import read_worker_reports
 from typhoon.tcp_cluster import RunOptions
+from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,8 @@ class RunSpec:
     transport: str
     hosts: int
     topology: Topology
-    batch_size: int = 100
-    max_delay_ms: float = 2.0
+    batch_size: int = DEFAULTS.batch_size
+    max_delay_ms: float = DEFAULTS.max_delay_ms
     duration: float | None = None  # seconds; then sources are drained
     timeout: float = 120.0
     label: str = ""
@@ -209,8 +210,7 @@ class Testbed:
         """Run one topology to completion; failures become a failed result."""
         topology = spec.topology
         topology.name = f"bench{next(self.names):04d}-{topology.name}"[:60]
-        topology.config["batch_size"] = spec.batch_size
-        topology.config["max_delay_ms"] = spec.max_delay_ms
+        Batching(spec.batch_size, spec.max_delay_ms).write(topology.config)
         cpu0 = ovs_cpu_seconds()
         t0 = time.monotonic()
         try:

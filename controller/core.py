@@ -59,6 +59,7 @@ from controller.ryu_compat import (
     ofproto_v1_3,
     set_ev_cls,
 )
+from controller.services import CORE_APP
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync
 from controller.view import ClusterView, rereads_view
@@ -70,8 +71,6 @@ from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
 
 register_settings(CoreSettings)
 
-APP_NAME = "TyphoonController"
-
 
 class EventPollCoordinator(event.EventBase):
     """Timer: read the coordinator's changes (every ``poll_interval``)."""
@@ -79,14 +78,6 @@ class EventPollCoordinator(event.EventBase):
 
 class EventMetricsRound(event.EventBase):
     """Timer: METRIC_REQ to every active application (every ``metrics_interval``)."""
-
-
-def core_app() -> TyphoonController:
-    """The running core app (``controller/services.py`` wraps it for apps)."""
-    app = lookup_service_brick(APP_NAME)
-    if app is None:
-        raise RuntimeError("the Typhoon controller core is not loaded")
-    return app
 
 
 class TyphoonController(WorkerProgress, BuiltinRecovery, RyuApp):
@@ -103,7 +94,7 @@ class TyphoonController(WorkerProgress, BuiltinRecovery, RyuApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.name = APP_NAME
+        self.name = CORE_APP
         self.settings = read_settings(CoreSettings)
         self.coordinator = open_coordinator(self.settings.coordinator or None)
         self.version = -1

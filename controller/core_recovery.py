@@ -22,6 +22,7 @@ from controller.fault_detector import FaultSettings, no_recovery
 from controller.fault_detector_machine import FaultMachine
 from controller.options import read_settings, register_settings
 from controller.ryu_compat import event, lookup_service_brick, set_ev_cls
+from controller.services import Services
 from typhoon.checkpoint.progress import guaranteed
 
 register_settings(FaultSettings)
@@ -75,8 +76,6 @@ class BuiltinRecovery:
         if lookup_service_brick(FAULT_APP) is not None:
             self.logger.info("apps/fault_detector.py is loaded: it recovers every application")
             return
-        from controller.services import Services  # it imports this module's class
-
         conf = read_settings(FaultSettings)
         self.recovery = FaultMachine(
             conf, Services(self), self.settings.metrics_interval, self.logger, scope=_guaranteed

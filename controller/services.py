@@ -17,29 +17,77 @@ decides what is visible.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from controller import ofp
 from controller.composer import Source
-from controller.core import TyphoonController, core_app
 from controller.groups import GroupSpec
-from controller.reconfigure import Reconfiguration
+from controller.reconfigure import Reconfiguration, Registry
+from controller.ryu_compat import lookup_service_brick
+from controller.switch_sync import SwitchSync
 from controller.view import ClusterView
 from typhoon.checkpoint.progress import JobProgress
+from typhoon.coordinator import Coordinator
 from typhoon.debug.spec import DebugSpec, all_session_keys, delete_session, put_session
 from typhoon.debug.transport import delete_batches, forget_batches, take_batches
+from typhoon.manager import Manager
 from typhoon.reconfig import Request
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import ControlTuple
 
 __all__ = ["Services", "Source", "services"]
 
+CORE_APP = "TyphoonController"  # the core's Ryu name (controller/core.py)
+
+
+class CoreState(Protocol):
+    """What :class:`Services` reads and calls of the core (``controller/core.py`` has it).
+
+    Declared here, not imported, so that the core and its parts (``core_recovery.py``
+    builds services for the fault machine) import this module and not the reverse."""
+
+    @property
+    def view(self) -> ClusterView: ...
+    @property
+    def coordinator(self) -> Coordinator: ...
+    @property
+    def manager(self) -> Manager: ...
+    @property
+    def progress(self) -> dict[str, JobProgress]: ...
+    @property
+    def worker_metrics(self) -> dict[str, dict[int, dict]]: ...
+    @property
+    def desired_groups(self) -> dict[str, frozenset[GroupSpec]]: ...
+    @property
+    def sync(self) -> SwitchSync: ...
+    @property
+    def reconfigs(self) -> Registry: ...
+
+    def send_control(self, app: str, worker_ids: Iterable[int], ct: ControlTuple) -> int: ...
+    def next_control_version(self) -> int: ...
+    def request_metrics(self, app: str, worker_ids: Iterable[int] | None = None) -> int: ...
+    def acked(self, app: str, what: str, version: int) -> set[int]: ...
+    def set_rules(self, source: Source, owner: str, value: Any) -> None: ...
+    def clear_rules(self, source: Source, owner: str) -> None: ...
+    def synced(self) -> bool: ...
+    def rules_ready(self, app: str, version: int) -> bool: ...
+    def send_to_host(self, host: str, build: Callable[[Any], list[Any]]) -> bool: ...
+    def reconfigure(self, app: str, request: Request) -> Reconfiguration: ...
+
+
+def core_app() -> CoreState:
+    """The running core app, looked up on use (Ryu may start it after an app)."""
+    app = lookup_service_brick(CORE_APP)
+    if app is None:
+        raise RuntimeError("the Typhoon controller core is not loaded")
+    return app
+
 
 class Services:
     """The core as apps see it."""
 
-    def __init__(self, core: TyphoonController) -> None:
+    def __init__(self, core: CoreState) -> None:
         self._core = core
 
     # ----- what the controller knows -------------------------------------------------------

@@ -46,6 +46,7 @@ from typhoon.manager import Manager
 from typhoon.private_files import write_private
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.supervised import Supervised, stop_all
+from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import Topology
 from typhoon.wire import mac_str, worker_mac
 
@@ -57,8 +58,9 @@ class SdnRunOptions:
     plan: FabricPlan = field(default_factory=FabricPlan)
     apps: list[str] = field(default_factory=list)  # extra Ryu apps, e.g. apps/fault_detector.py
     duration: float | None = None
-    batch_size: int = 100
-    max_delay_ms: float = 2.0
+    # the file's config wins over these (EmulatedCluster.submit)
+    batch_size: int = DEFAULTS.batch_size
+    max_delay_ms: float = DEFAULTS.max_delay_ms
     live: bool = True
     live_every: float = 1.0
     timeout: float = 900.0
@@ -260,9 +262,8 @@ class EmulatedCluster:
             raise RuntimeError(f"DRAIN of {name}/{node} refused: {status} {reply}")
 
     def submit(self, topology: Topology) -> None:
-        topology.config.setdefault("batch_size", self.options.batch_size)
-        if "max_delay" not in topology.config:  # the older name: the file's value stands
-            topology.config.setdefault("max_delay_ms", self.options.max_delay_ms)
+        o = self.options  # where the file is silent
+        Batching.of(topology.config, Batching(o.batch_size, o.max_delay_ms)).write(topology.config)
         self.manager.submit(topology)
 
     def wait_active(self, name: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,21 +26,12 @@ from typing import Any, TextIO
 
 import yaml
 
-from typhoon.client import ApiCallError, Client, resolve
+from typhoon.client import ApiCallError
+from typhoon.ctl_control import add_control_parser
 from typhoon.ctl_faults import print_faults
+from typhoon.ctl_verb import EXIT_FAILED, UsageError, VerbFailed, client_of, json_result, run
 from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, expand_environment
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class _Usage(Exception):
-    pass
-
-
-def _client(args: argparse.Namespace) -> Client:
-    return Client(resolve(args.controller, args.token, args.config))
 
 
 def _json_arg(text: str | None, what: str) -> Any:
@@ -50,9 +40,9 @@ def _json_arg(text: str | None, what: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise _Usage(f"{what} is not valid JSON: {e}") from None
+        raise UsageError(f"{what} is not valid JSON: {e}") from None
     if not isinstance(value, dict):
-        raise _Usage(f'{what} must be a JSON object, e.g. \'{{"values": ["view"]}}\'')
+        raise UsageError(f'{what} must be a JSON object, e.g. \'{{"values": ["view"]}}\'')
     return value
 
 
@@ -109,33 +99,33 @@ def _outcome(record: dict[str, Any], out: TextIO, err: TextIO) -> int:
 
 def cmd_reconfigure(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     kind, body = _request(args)
-    client = _client(args)
+    client = client_of(args)
     record = client.call("POST", f"/apps/{args.name}/{kind}", body)
     text = None if args.json else out
     if text:
         print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=text)
     if args.no_wait:
-        return _json_result(args, out, record, 0)
+        return json_result(args, out, record, 0)
     shown = 0
     deadline = time.monotonic() + args.timeout
     while record["state"] == "running":
         if text:
             shown = _print_steps(record, shown, text)
         if time.monotonic() > deadline:
-            raise _Failed(f"still running after {args.timeout:g} s")
+            raise VerbFailed(f"still running after {args.timeout:g} s")
         time.sleep(0.1)
         record = client.call("GET", f"/apps/{args.name}/reconfig")
     if not text:
-        return _json_result(args, out, record, 0 if record["state"] == "done" else EXIT_FAILED)
+        return json_result(args, out, record, 0 if record["state"] == "done" else EXIT_FAILED)
     _print_steps(record, shown, text)
     return _outcome(record, out, err)
 
 
 def cmd_reconfig(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    record = _client(args).call("GET", f"/apps/{args.name}/reconfig")
+    record = client_of(args).call("GET", f"/apps/{args.name}/reconfig")
     code = 0 if record["state"] in ("running", "done") else EXIT_FAILED
     if args.json:
-        return _json_result(args, out, record, code)
+        return json_result(args, out, record, code)
     print(f"reconfiguration {record['id']} of {args.name}: {record['request']}", file=out)
     _print_steps(record, 0, out)
     return 0 if record["state"] == "running" else _outcome(record, out, err)
@@ -145,15 +135,15 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         text = Path(args.file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise _Usage(f"cannot read {args.file}: {e}") from None
+        raise UsageError(f"cannot read {args.file}: {e}") from None
     try:  # ${NAME} is the submitter's environment: the controller substitutes nothing
         text = expand_environment(text, args.file)
     except TopologyError as e:
-        raise _Usage(str(e)) from None
+        raise UsageError(str(e)) from None
     body = {"topology": text, **({"remove_when_done": True} if args.remove_when_done else {})}
-    reply = _client(args).call("POST", "/apps", body)
+    reply = client_of(args).call("POST", "/apps", body)
     if args.json:
-        return _json_result(args, out, reply, 0)
+        return json_result(args, out, reply, 0)
     print(f"submitted {reply['name']}: {len(reply['workers'])} workers", file=out)
     for w in reply["workers"]:
         print(f"  worker {w['worker_id']}: {w['node']}[{w['index']}] on {w['host']} port "
@@ -162,9 +152,9 @@ def cmd_submit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    apps = _client(args).call("GET", "/apps")
+    apps = client_of(args).call("GET", "/apps")
     if args.json:
-        return _json_result(args, out, apps, 0)
+        return json_result(args, out, apps, 0)
     if not apps:
         print("no applications (typhoon submit FILE starts one; typhoon report NAME reads "
               "the report of one that finished)", file=out)  # fmt: skip
@@ -181,17 +171,17 @@ def _state(state: dict[str, Any]) -> str:
 
 def cmd_run_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The merged run report of a submitted job (``--wait``: once it has finished)."""
-    client = _client(args)
+    client = client_of(args)
     deadline = time.monotonic() + args.timeout
     report = client.call("GET", f"/apps/{args.name}/report")
     while args.wait and not report.get("finished"):
         if time.monotonic() > deadline:
-            raise _Failed(f"{args.name} has not finished after {args.timeout:g} s")
+            raise VerbFailed(f"{args.name} has not finished after {args.timeout:g} s")
         time.sleep(0.5)
         report = client.call("GET", f"/apps/{args.name}/report")
     code = 0 if report["ok"] else EXIT_FAILED
     if args.json:
-        return _json_result(args, out, report, code)
+        return json_result(args, out, report, code)
     verdict = "ok" if report["ok"] else "NOT OK"
     print(f"{args.name}: {'finished' if report.get('finished') else 'running'}, {verdict}",
           file=out)  # fmt: skip
@@ -206,11 +196,11 @@ def cmd_run_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    client = _client(args)
+    client = client_of(args)
     if args.watch is None:
         return _show_status(args, client.call("GET", f"/apps/{args.name}"), out)
     if args.watch < 0.1:
-        raise _Usage("--watch takes a period of at least 0.1 s")
+        raise UsageError("--watch takes a period of at least 0.1 s")
     return watch(
         lambda: client.call("GET", f"/apps/{args.name}"),
         lambda s, o: _show_status(args, s, o),
@@ -262,7 +252,7 @@ def watch(
 
 def _show_status(args: argparse.Namespace, s: dict[str, Any], out: TextIO) -> int:
     if args.json:
-        return _json_result(args, out, s, 0)
+        return json_result(args, out, s, 0)
     print(f"{s['name']}  app {s['app_id']:#06x}  physical version {s['version']}  "
           f"{_state(s.get('state') or {})}", file=out)  # fmt: skip
     for name, n in s["nodes"].items():
@@ -297,9 +287,9 @@ def _watermark(w: dict[str, Any]) -> str:
 
 
 def cmd_kill(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    _client(args).call("DELETE", f"/apps/{args.name}")
+    client_of(args).call("DELETE", f"/apps/{args.name}")
     if args.json:
-        return _json_result(args, out, {"killed": args.name}, 0)
+        return json_result(args, out, {"killed": args.name}, 0)
     print(f"killed {args.name}", file=out)
     return 0
 
@@ -309,7 +299,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     what = args.command
     path = f"/apps/{args.name}/{what}" if args.name else f"/{what}"
     try:
-        doc = _client(args).call("GET", path)
+        doc = client_of(args).call("GET", path)
     except ApiCallError as e:
         if e.status == 404 and not args.name:
             app = {"faults": "fault_detector", "autoscaler": "autoscaler", "lb": "load_balancer"}
@@ -318,7 +308,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ) from None
         raise
     if args.json:
-        return _json_result(args, out, doc, 0)
+        return json_result(args, out, doc, 0)
     if what == "faults":
         print_faults(doc, out)
     else:
@@ -328,7 +318,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run the locality router on NAME and wait (``apps/locality_router.py``), or show it."""
-    client = _client(args)
+    client = client_of(args)
     path = f"/apps/{args.name}/locality"
     try:
         doc = client.call("GET" if args.show else "POST", path)
@@ -339,12 +329,12 @@ def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     deadline = time.monotonic() + args.timeout
     while not args.show and not args.no_wait and doc["phase"] in LOCALITY_RUNNING:
         if time.monotonic() > deadline:
-            raise _Failed(f"still in phase {doc['phase']} after {args.timeout:g} s")
+            raise VerbFailed(f"still in phase {doc['phase']} after {args.timeout:g} s")
         time.sleep(0.2)
         doc = client.call("GET", path)
     code = EXIT_FAILED if doc["phase"] == "failed" else 0
     if args.json:
-        return _json_result(args, out, doc, code)
+        return json_result(args, out, doc, code)
     out.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
     if code:
         print(f"error: locality run failed: {doc['reason']}", file=err)
@@ -352,37 +342,6 @@ def cmd_locality(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 LOCALITY_RUNNING = ("collecting", "routing", "measuring")
-
-
-class _Failed(Exception):
-    """The verb ran but what it did failed (exit 1)."""
-
-
-def _json_result(args: argparse.Namespace, out: TextIO, doc: Any, code: int) -> int:
-    print(json.dumps({"ok": code == 0, "result": doc}, indent=2, default=str), file=out)
-    return code
-
-
-def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run a verb; refusals become exit code 2 with one line, failures 1."""
-    out, err = out or sys.stdout, err or sys.stderr
-    try:
-        return args.ctl_func(args, out, err)
-    except _Usage as e:
-        return fail(args, str(e), EXIT_USAGE, out, err)
-    except _Failed as e:
-        return fail(args, str(e), EXIT_FAILED, out, err)
-    except ApiCallError as e:
-        return fail(args, e.message, EXIT_USAGE if e.bad_request else EXIT_FAILED, out, err)
-
-
-def fail(args: argparse.Namespace, message: str, code: int, out: TextIO, err: TextIO) -> int:
-    """One line on stderr, or with ``--json`` one document on stdout."""
-    if getattr(args, "json", False):
-        print(json.dumps({"ok": False, "error": message, "exit": code}), file=out)
-    else:
-        print(f"error: {message}", file=err)
-    return code
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -461,8 +420,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     p.add_argument("--show", action="store_true", help="show the last run, start none")
     waits(p)
-    from typhoon.ctl_control import add_control_parser  # it builds on this module
-
     add_control_parser(verb)
     for name, help_ in (
         ("faults", "the fault detector's incidents (apps/fault_detector.py)"),

@@ -18,7 +18,7 @@ import time
 from typing import Any, TextIO
 
 from typhoon.client import Client
-from typhoon.ctl import _client, _Failed, _json_result, _Usage
+from typhoon.ctl_verb import UsageError, VerbFailed, client_of, json_result
 
 POLL_S = 0.1
 ASK_AGAIN_S = 1.0  # a METRIC_REQ unanswered this long is asked again (a frame may be lost)
@@ -28,19 +28,19 @@ def control_body(args: argparse.Namespace, current_delay: float | None) -> tuple
     """(type, body) of the control tuple the flags ask for."""
     if args.input_rate is not None:
         if not args.input_rate >= 0:
-            raise _Usage("--input-rate takes tuples per second >= 0 (0: unlimited)")
+            raise UsageError("--input-rate takes tuples per second >= 0 (0: unlimited)")
         return "INPUT_RATE", {"rate": float(args.input_rate)}
     if args.batch_size is not None:
         if args.batch_size < 1:
-            raise _Usage("--batch-size takes a number of tuples >= 1")
+            raise UsageError("--batch-size takes a number of tuples >= 1")
         delay = args.max_delay_ms if args.max_delay_ms is not None else current_delay
         if delay is None:
-            raise _Usage(
+            raise UsageError(
                 "--batch-size: give --max-delay-ms too (the workers of this node have not "
                 "reported theirs yet, or they differ)"
             )
         if not delay >= 0:
-            raise _Usage("--max-delay-ms takes milliseconds >= 0")
+            raise UsageError("--max-delay-ms takes milliseconds >= 0")
         return "BATCH_SIZE", {"size": args.batch_size, "max_delay_ms": float(delay)}
     if args.activate:
         return "ACTIVATE", {}
@@ -109,8 +109,8 @@ def confirm(
 
 def cmd_control(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.max_delay_ms is not None and args.batch_size is None:
-        raise _Usage("--max-delay-ms goes with --batch-size")
-    client = _client(args)
+        raise UsageError("--max-delay-ms goes with --batch-size")
+    client = client_of(args)
     current = None
     if args.batch_size is not None and args.max_delay_ms is None:
         current = _current_delay(client, args.name, args.node)
@@ -128,7 +128,7 @@ def cmd_control(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         missing = [w for w in workers if w not in answers]
         return _metrics_result(args, out, answers, missing)
     if args.no_wait:
-        return 0 if text else _json_result(args, out, {**reply, "body": body}, 0)
+        return 0 if text else json_result(args, out, {**reply, "body": body}, 0)
     want = expected(kind, body)
     last, missing = confirm(client, args.name, args.node, workers, want, args.timeout)
     if not text:
@@ -139,13 +139,13 @@ def cmd_control(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "not_confirmed": missing,
             "metrics": {str(w): m for w, m in last.items()},
         }
-        return _json_result(args, out, result, 1 if missing else 0)
+        return json_result(args, out, result, 1 if missing else 0)
     for w in workers:
         m = last.get(w)
         seen = ", ".join(f"{k} {_cell(m.get(k))}" for k in want) if m else "no answer"
         print(f"  [{'NOT CONFIRMED' if w in missing else 'ok'}] worker {w}: {seen}", file=text)
     if missing:
-        raise _Failed(
+        raise VerbFailed(
             f"worker(s) {', '.join(map(str, missing))} did not confirm {kind} within "
             f"{args.timeout:g} s"
         )
@@ -180,13 +180,13 @@ def _metrics_result(
     code = 1 if missing else 0
     if args.json:
         doc = {"metrics": {str(w): m for w, m in answers.items()}, "no_answer": missing}
-        return _json_result(args, out, doc, code)
+        return json_result(args, out, doc, code)
     print("  worker  " + "  ".join(f"{name:>9}" for name, _ in METRIC_COLUMNS), file=out)
     for w, m in sorted(answers.items()):
         cells = "  ".join(f"{_cell(get(m)):>9}" for _, get in METRIC_COLUMNS)
         print(f"  {w:>6}  {cells}", file=out)
     if missing:
-        raise _Failed(
+        raise VerbFailed(
             f"worker(s) {', '.join(map(str, missing))} did not answer METRIC_REQ within "
             f"{args.timeout:g} s"
         )

@@ -36,6 +36,7 @@ from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
 from typhoon.tcp_recovery import drop_left_links, recover, restart
+from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -59,8 +60,9 @@ class RunOptions:
     # reach it at (127.0.0.1 for local runs), 0.0.0.0 only when they differ
     control_bind: str | None = None
     duration: float | None = None  # seconds; then sources are drained
-    batch_size: int = 100
-    max_delay_ms: float = 2.0
+    # the file's config wins over these (Batching.of), as on sdn (EmulatedCluster.submit)
+    batch_size: int = DEFAULTS.batch_size
+    max_delay_ms: float = DEFAULTS.max_delay_ms
     live: bool = True
     live_every: float = 1.0
     timeout: float = 900.0  # hard limit for the whole run
@@ -198,14 +200,13 @@ class TcpCluster:
     def _launch_worker(self, w: Any) -> None:
         o = self.options
         self.launched[w.worker_id] = w
-        config = self.topology.config
+        batching = Batching.of(self.topology.config, Batching(o.batch_size, o.max_delay_ms))
         spec = WorkerSpec(
             self.topology,
             self.physical,
             w.worker_id,
-            # the file's config wins, as on sdn (EmulatedCluster.submit)
-            batch_size=int(config.get("batch_size", o.batch_size)),
-            max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", o.max_delay_ms))),
+            batch_size=batching.batch_size,
+            max_delay_ms=batching.max_delay_ms,
             report_dir=str(self.report_dir),
             transport={
                 "kind": "tcp",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typhoon.cluster import Cluster
 from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.topology.batching import Batching
 from typhoon.topology.budgets import plan_budgets
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
@@ -83,12 +84,13 @@ def write_spec(
         budgets = plan_budgets(topology, physical, cluster).budgets
         if w.worker_id in budgets:
             transport["port_budget"] = budgets[w.worker_id]
+    batching = Batching.of(config)
     spec = WorkerSpec(
         topology,
         physical,
         w.worker_id,
-        batch_size=int(config.get("batch_size", 100)),
-        max_delay_ms=float(config.get("max_delay_ms", config.get("max_delay", 2.0))),
+        batch_size=batching.batch_size,
+        max_delay_ms=batching.max_delay_ms,
         report_dir=str(appdir / "reports"),
         transport=transport,
     )

@@ -29,7 +29,7 @@ from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
 from typhoon.operators import ConnectorError, OperatorError, preflight, resolve_operator
 from typhoon.report import summary_lines
-from typhoon.topology import TopologyError, load_topology, schedule
+from typhoon.topology import TopologyError, batching, load_topology, schedule
 from typhoon.topology.model import Topology
 from typhoon.topology.scheduler import app_id_for
 from typhoon_cli import cluster as cluster_cli
@@ -50,15 +50,11 @@ def apply_run_settings(
 ) -> None:
     """One rule on both transports: the command line over the file's ``config:`` over the
     default (the runners fill in the default only where the file is silent)."""
-    if batch_size is not None:
-        if batch_size < 1:
-            raise UsageError("--batch-size must be at least 1")
-        topology.config["batch_size"] = batch_size
-    if max_delay_ms is not None:
-        if max_delay_ms < 0:
-            raise UsageError("--max-delay-ms must not be negative")
-        topology.config.pop("max_delay", None)  # the older name of the same setting
-        topology.config["max_delay_ms"] = max_delay_ms
+    if batch_size is not None and batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if max_delay_ms is not None and max_delay_ms < 0:
+        raise UsageError("--max-delay-ms must not be negative")
+    batching.override(topology.config, batch_size, max_delay_ms)
 
 
 def apply_overrides(topology: Topology, overrides: list[str]) -> None:
@@ -250,12 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--hosts", type=int, default=1)
     r.add_argument("--duration", type=float, default=None, help="seconds, then drain sources")
     r.add_argument("--report", help="write the JSON report here ('-': to stdout)")
-    r.add_argument(
-        "--batch-size", type=int, help="tuples per batch (over the file's config; default 100)"
-    )
-    r.add_argument(
-        "--max-delay-ms", type=float, help="ms a batch may wait (over the file's; default 2)"
-    )
+    r.add_argument("--batch-size", type=int, help=batching.help_text("batch_size"))
+    r.add_argument("--max-delay-ms", type=float, help=batching.help_text("max_delay_ms"))
     r.add_argument("--arg", action="append", metavar="NODE.ARG=VALUE", help="override an argument")
     r.add_argument("-q", "--quiet", action="store_true", help="no live rates")
     r.add_argument(

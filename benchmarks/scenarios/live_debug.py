@@ -84,6 +84,7 @@ from mininet_env.run import EmulatedCluster
 from typhoon.client import Client, resolve
 from typhoon.report import read_worker_reports
 from typhoon.topology import Topology, load_topology_text
+from typhoon.topology.batching import DEFAULTS
 
 SOURCE = "benchmarks.operators:EventLoggingSource"
 SINK = "benchmarks.operators:BenchSink"
@@ -122,8 +123,7 @@ def run_once(bench: Bench, cluster: EmulatedCluster, variant: str, timing: Timin
     """One run of ``variant``; its record goes to ``results.json`` like any run's."""
     name = f"bench{next(bench.testbed.names):04d}-livedebug-{variant.replace(' ', '')}"
     topo = topology(name, app_copy=variant == APP)
-    topo.config["batch_size"] = 100
-    topo.config["max_delay_ms"] = 2.0
+    DEFAULTS.write(topo.config)
     cluster.options.duration = timing.duration
     cluster.options.timeout = timing.duration + 60
     cluster.options.live_every = 0.5

@@ -39,6 +39,7 @@ from benchmarks.testbed import RunResult
 from typhoon.operators.ads import START_MS, per_window, reference_swap_counts
 from typhoon.report import build_report, read_worker_reports
 from typhoon.topology import load_topology
+from typhoon.topology.batching import DEFAULTS
 from typhoon.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +92,7 @@ def run_swap(bench: Bench, params: dict[str, Any]) -> tuple[RunResult, dict[str,
     count, per_second = params["count"], params["per_second"]
     name = f"bench{next(bench.testbed.names):04d}-logic_swap"
     topo = swap_topology(name, params["engine"], count, params["rate"], per_second)
-    topo.config["batch_size"], topo.config["max_delay_ms"] = 100, 2.0
+    DEFAULTS.write(topo.config)
     label = f"logic swap ({params['engine']} window count)"
     saved = cluster.options.start_timeout, cluster.options.timeout, cluster.options.duration
     cluster.options.start_timeout, cluster.options.timeout = 300.0, params["timeout"]

@@ -91,6 +91,23 @@ def test_forward_million_tuples_no_loss(tmp_path):
     assert sink["received"] == 1_000_000
 
 
+def test_batching_is_the_command_line_over_the_file_over_the_default(tmp_path):
+    # the file sets the batch size and the older max_delay; --batch-size goes over the
+    # file's, the file's max_delay stands for max_delay_ms (typhoon/topology/batching.py)
+    text = (TOPOLOGIES / "forward.yaml").read_text()
+    topo = tmp_path / "forward.yaml"
+    topo.write_text(text + "config: {batch_size: 50, max_delay: 5}\n")
+    work = tmp_path / "work"
+    r = run_report(
+        tmp_path, topo, "--batch-size", "7", "--arg", "source.count=2000", "--workdir", str(work)
+    )
+    assert r["results"]["sink"]["received"] == 2000 and r["results"]["sink"]["missing"] == 0
+    workers = read_worker_reports(work / "forward" / "reports")
+    assert len(workers) == 2
+    for w in workers:
+        assert (w["metrics"]["batch_size"], w["metrics"]["max_delay_ms"]) == (7, 5.0), w["node"]
+
+
 def test_broadcast_every_sink_gets_every_tuple(tmp_path):
     r = run_report(tmp_path, TOPOLOGIES / "broadcast.yaml", "--arg", "source.count=50000")
     sink = r["results"]["sink"]

@@ -174,7 +174,7 @@ def test_no_controller_is_one_sentence_and_exit_1(capsys, argv):
 @pytest.mark.parametrize(
     ("file_config", "flags", "want"),
     [
-        ("", {}, {}),  # nothing said: the runners' defaults (100, 2 ms)
+        ("", {}, {}),  # nothing said: the runners' defaults
         ("config: {batch_size: 50, max_delay: 7}\n", {}, {"batch_size": 50, "max_delay": 7}),
         (
             "config: {batch_size: 50, max_delay: 7}\n",
@@ -194,13 +194,12 @@ def test_command_line_over_file_over_default(file_config, flags, want):
     assert {
         k: v for k, v in topo.config.items() if k in ("batch_size", "max_delay", "max_delay_ms")
     } == want
-    # the tcp runner reads what the CLI left, with its defaults only where nothing is said
-    from typhoon.tcp_cluster import RunOptions
+    # the runners read what the CLI left, with their defaults only where nothing is said
+    from typhoon.topology.batching import Batching
 
-    o = RunOptions()
-    assert topo.config.get("batch_size", o.batch_size) == want.get("batch_size", 100)
-    delay = topo.config.get("max_delay_ms", topo.config.get("max_delay", o.max_delay_ms))
-    assert delay == want.get("max_delay_ms", want.get("max_delay", 2.0))
+    got = Batching.of(topo.config, Batching(99, 9.5))
+    assert got.batch_size == want.get("batch_size", 99)
+    assert got.max_delay_ms == want.get("max_delay_ms", want.get("max_delay", 9.5))
 
 
 @pytest.mark.parametrize("flags", [{"batch_size": 0}, {"max_delay_ms": -1.0}])

@@ -2,25 +2,45 @@
 metrics that answer METRIC_REQ and fill the run report.
 
 One code path for every transport.  A mixin of
-:class:`typhoon.runtime.framework.Framework`, which holds the state it uses.
+:class:`typhoon.runtime.framework.Framework`, which holds the state it uses
+(declared, with the other mixins' methods it calls, in ``framework_parts.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple, wire_metrics
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
 
 SPOUT_ONLY = frozenset({Control.INPUT_RATE, Control.ACTIVATE, Control.DEACTIVATE})
 
 
-class ControlHandling:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class ControlHandling(_Host):
     """Control tuples from the controller (or the tcp runner), acks and metrics."""
+
+    # the framework starts these, this part reads and sets them (declared here, not on
+    # FrameworkParts: mypy cannot type a protocol member read before a subclass sets it)
+    may_exit: bool
+    rate: float
+    tokens: float
+    last_refill: float
+    exhausted: bool
+    drain_version: int
+    last_input: float
 
     def control(self, ct: ControlTuple) -> None:
         """Apply one control tuple from the controller (or the tcp runner)."""

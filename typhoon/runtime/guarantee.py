@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhoon.checkpoint import CheckpointError, checkpoint_settings
 from typhoon.checkpoint.progress import parts_of
@@ -23,13 +23,28 @@ from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.output import rows_in
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
+if TYPE_CHECKING:
+    from typhoon.operators.base import Operator
+    from typhoon.runtime.framework_parts import FrameworkParts
+
 log = logging.getLogger(__name__)
 
 COMPLETE_POLL_S = 0.2  # how often a transactional sink's worker looks for a global checkpoint
 
 
-class GuaranteedProcessing:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class GuaranteedProcessing(_Host):
     """Checkpoint anchors, alignment, checkpoints, marks and rollback of one worker."""
+
+    # the framework starts them, a rollback sets them again (declared here too: mypy cannot
+    # type a protocol member read before a subclass sets it)
+    pending_upstream: set[int]
+    op: Operator
 
     def _init_guarantee(self, store: Any = None) -> None:
         """Checkpoint state; a worker started by a recovery restores its epoch here."""

@@ -31,12 +31,21 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
 
 
-class KeyedCheckpoints:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class KeyedCheckpoints(_Host):
     """Which parts are part of a consistent cut, and where keyed state is restored."""
 
     def _init_keyed_cut(self) -> None:

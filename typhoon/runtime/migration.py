@@ -35,13 +35,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from typhoon.checkpoint import checkpoint_settings
 from typhoon.runtime import checkpoints as ck
 from typhoon.topology.keygroups import is_round
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +90,18 @@ class Migration:
         return (self.shipped or not self.leaving) and not self.waiting
 
 
-class KeyedMigration:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class KeyedMigration(_Host):
     """Key groups leaving and joining this worker (see the module docstring)."""
+
+    # keyed_cut.py starts it, this part reads and sets it (declared here: mypy cannot type
+    # an attribute read before a subclass sets it)
+    plan_version: int
 
     def _init_migration(self, store: Any = None) -> None:
         self.migration: Migration | None = None

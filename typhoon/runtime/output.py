@@ -13,11 +13,16 @@ fit one frame of the transport.  A mixin of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgpack
 
 from typhoon.runtime.policies import Router
 from typhoon.topology.model import DEFAULT_STREAM
 from typhoon.wire import encode_rows
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 ENTRY_FILL = 0.94  # aim a row batch at this share of an entry's room (rows vary in size)
 
@@ -32,8 +37,18 @@ def rows_in(entry: bytes) -> int:
         return 0
 
 
-class OutputBatching:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class OutputBatching(_Host):
     """Routing of emitted tuples and their batches per (receiver, stream)."""
+
+    # the framework starts it, this part reads and sets it (declared here too: mypy cannot
+    # type a protocol member read before a subclass sets it)
+    ready: dict[tuple[int, int], list[list]]
 
     def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""

@@ -59,13 +59,14 @@ import select
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
 from typhoon.runtime.sdn_balanced import SdnBalancedSending
 from typhoon.runtime.sdn_credit import SdnCredit
+from typhoon.runtime.sdn_parts import Device
 from typhoon.runtime.sdn_receive import SdnReceiving
 from typhoon.runtime.sdn_send import SdnSending
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
@@ -82,15 +83,6 @@ DEFAULT_CREDIT_TIMEOUT_S = 10.0
 REROUTE_SILENCE_S = 1.0
 LINGER_S = 2.0  # longest a finished worker waits for its receivers' confirmations
 QUIET_PROBES = 3  # a finished receiver answers SYNCs until this many probe periods pass quietly
-
-
-class Device(Protocol):
-    """What the transport needs of its port (a :class:`Tap`; tests may fake it)."""
-
-    def fileno(self) -> int: ...
-    def read(self, size: int | None = None) -> bytes | None: ...
-    def write(self, frame: bytes) -> int: ...
-    def close(self) -> None: ...
 
 
 class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Transport):

@@ -6,12 +6,14 @@ Frames go to a random load-balancer slot address of the receiving node, flagged
 group window per stream (:mod:`typhoon.runtime.lb_credits`); a frame the switch
 drops on that path is counted lost, not sent again.
 
-A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses.
+A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
+(declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
@@ -19,10 +21,19 @@ from typhoon.runtime import links as lk
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Kind
 
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import SdnParts
+
 log = logging.getLogger(__name__)
 
 
-class SdnBalancedSending:
+if TYPE_CHECKING:
+    _Host = SdnParts
+else:
+    _Host = object  # at run time SdnTransport is the host: nothing to inherit
+
+
+class SdnBalancedSending(_Host):
     """Sending on load-balanced streams and draining them."""
 
     def set_balanced(self, stream: int, members: list[int]) -> None:

@@ -6,23 +6,40 @@ links' own paths; load-balanced streams have their group credits
 arrive and sends the worker's own (grants, probes, NACKs) from the periodic
 housekeeping.
 
-A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses.
+A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
+(declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
 from typhoon.wire import Frame, Kind, WireError
 
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import SdnParts
+
 log = logging.getLogger(__name__)
 
 
-class SdnCredit:
+if TYPE_CHECKING:
+    _Host = SdnParts
+else:
+    _Host = object  # at run time SdnTransport is the host: nothing to inherit
+
+
+class SdnCredit(_Host):
     """Credit frames in and out: grants, SYNC probes, NACKs and resyncs."""
+
+    # sdn.py starts them, this part reads and sets them (declared here and not only on
+    # SdnParts: mypy cannot type a protocol member read before the subclass sets it)
+    credit_seq: int
+    lb_bytes: int
+    _next_timer: float
 
     def _credit_frame(self, f: Frame, now: float) -> None:
         st = self.stats

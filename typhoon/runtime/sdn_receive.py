@@ -6,19 +6,24 @@ controller address, frames for another worker are counted and dropped), data
 goes through its link's receiver (:mod:`typhoon.runtime.links`) and waits in
 ``pending`` unconsumed until handed out.
 
-A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses.
+A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
+(declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import links as lk
 from typhoon.runtime.transport import Inbound
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Control, ControlTuple, Frame, Kind, WireError
+
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import SdnParts
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +34,13 @@ READ_BATCH = 512  # frames read per poll() before handing out what arrived
 HAND_OUT_FRAMES: int | None = None
 
 
-class SdnReceiving:
+if TYPE_CHECKING:
+    _Host = SdnParts
+else:
+    _Host = object  # at run time SdnTransport is the host: nothing to inherit
+
+
+class SdnReceiving(_Host):
     """Reading, checking and handing out the frames of a worker's port."""
 
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:

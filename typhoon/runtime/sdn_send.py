@@ -6,7 +6,8 @@ consumed them and sent again when lost; a send waits for the link's credit and
 the port's byte budget (``docs/flow_control.md``), serving urgent control
 meanwhile; a receiver that stays silent is dead.
 
-A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses.
+A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
+(declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import links as lk
@@ -22,13 +24,22 @@ from typhoon.runtime.transport import EOS_STREAM
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Kind
 
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import SdnParts
+
 log = logging.getLogger(__name__)
 
 REQUEST_S = 0.002  # at most one SYNC per link this often while the port budget blocks
 SETTLE_S = 10.0  # longest a wait for a receiver to hold every frame (end of stream) lasts
 
 
-class SdnSending:
+if TYPE_CHECKING:
+    _Host = SdnParts
+else:
+    _Host = object  # at run time SdnTransport is the host: nothing to inherit
+
+
+class SdnSending(_Host):
     """Writing frames, retransmission, credit waits and settling of a worker's links."""
 
     def _write(self, frame: bytes) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from typhoon.private_files import write_private
+from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 
@@ -16,8 +17,8 @@ class WorkerSpec:
     topology: Topology
     physical: PhysicalTopology
     worker_id: int
-    batch_size: int = 100
-    max_delay_ms: float = 2.0
+    batch_size: int = DEFAULTS.batch_size
+    max_delay_ms: float = DEFAULTS.max_delay_ms
     report_dir: str = ""
     # transport name and its parameters, e.g. {"kind": "tcp", "control": ["127.0.0.1", 4000]}
     transport: dict[str, Any] = field(default_factory=dict)
@@ -39,12 +40,13 @@ class WorkerSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WorkerSpec:
+        batching = Batching.of(d)
         return cls(
             Topology.from_dict(d["topology"]),
             PhysicalTopology.from_dict(d["physical"]),
             d["worker_id"],
-            d.get("batch_size", 100),
-            d.get("max_delay_ms", 2.0),
+            batching.batch_size,
+            batching.max_delay_ms,
             d.get("report_dir", ""),
             dict(d.get("transport", {})),
         )

@@ -18,7 +18,7 @@ the restored epoch on its link.  A mixin of
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhoon.checkpoint import CheckpointError
 from typhoon.checkpoint.output_buffers import OutputBuffers
@@ -30,6 +30,9 @@ from typhoon.runtime.transport import EOS_STREAM
 from typhoon.topology.keygroups import NO_OWNER
 from typhoon.topology.routing import receivers_of
 from typhoon.wire import encode_rows
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +115,18 @@ def newest_written(store: Any, parts: set[str]) -> int | None:
     return None
 
 
-class UpstreamBackup:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class UpstreamBackup(_Host):
     """Output buffers, their purge and replay for one worker."""
+
+    # the framework's transport, which _init_backup wraps in a BackedTransport (Any: it
+    # stands in for a Transport by delegation, which FrameworkParts.io cannot say)
+    io: Any
 
     def _init_backup(self) -> None:
         """After ``_init_guarantee``: a replacement's buffers start at its restored epoch."""

@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -38,6 +38,9 @@ from typhoon.operators.windowing import is_time
 from typhoon.runtime.transport import EOS_STREAM
 from typhoon.topology.model import DEFAULT_STREAM
 from typhoon.wire import decode_value
+
+if TYPE_CHECKING:
+    from typhoon.runtime.framework_parts import FrameworkParts
 
 INF = math.inf
 DEFAULT_INTERVAL_MS = 200.0  # a spout sends its watermark at most this often
@@ -178,7 +181,13 @@ class InputWatermarks:
         return low, False
 
 
-class WatermarkHandling:
+if TYPE_CHECKING:
+    _Host = FrameworkParts
+else:
+    _Host = object  # at run time Framework is the host: nothing to inherit
+
+
+class WatermarkHandling(_Host):
     """Watermarks of one worker: generated (spouts), combined (bolts), passed on."""
 
     def _init_watermarks(self) -> None:

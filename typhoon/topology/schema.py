@@ -22,6 +22,7 @@ import yaml
 
 from typhoon.checkpoint.settings import GUARANTEES
 
+from .batching import SCHEMA as BATCHING_SCHEMA
 from .model import ENGINES
 
 Path = tuple[Any, ...]  # keys and list indexes from the document root
@@ -152,9 +153,7 @@ _CONFIG = {
     "additionalProperties": False,
     "patternProperties": {r"^spark\.": {}},
     "properties": {
-        "batch_size": {"type": "integer", "minimum": 1},
-        "max_delay_ms": {"type": "number", "minimum": 0},
-        "max_delay": {"type": "number", "minimum": 0},  # older name of max_delay_ms
+        **BATCHING_SCHEMA,  # batch_size, max_delay_ms and the older max_delay
         "sdn": {"type": ["object", "null"]},  # I/O-layer options (typhoon.worker_specs.SDN_OPTIONS)
         "flow_control": {"type": "boolean"},
         "output_dir": {"type": "string"},
