@@ -129,6 +129,8 @@ class SparkBolt(Bolt):
         self.fabric_wm: float | None = None  # the fabric's watermark at the input
         self.late_rows = 0  # rows whose time was below it when they arrived
         self.wm: WatermarkBridge | None = None
+        # complete mode re-emits every window each batch: no bound holds on its output
+        self.owns_no_bound = args.get("output_mode", "append") == "complete"
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -215,7 +217,9 @@ class SparkBolt(Bolt):
 
     def output_watermark(self) -> int | None:
         """What the node's output links carry (the framework sends it when it goes up)."""
-        return self.wm.current() if self.wm is not None and self.waiting is None else None
+        if self.wm is None or self.waiting is not None or self.owns_no_bound:
+            return None  # (complete mode: its links close at end of stream only)
+        return self.wm.current()
 
     # ----- guaranteed processing (docs/guarantees.md, "Spark nodes") -----------------------
 

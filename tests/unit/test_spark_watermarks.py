@@ -192,6 +192,19 @@ def test_bolt_marks_the_fabric_watermark_counts_late_rows_and_routes_spark_water
     assert r["late_rows"] == 1 and r["watermark_out"] == 300
 
 
+def test_complete_mode_sends_no_watermark(tmp_path: Path):
+    """Complete mode re-emits every window each batch: no bound holds on its output."""
+    bolt = SparkBolt(dir=str(tmp_path), output_mode="complete")
+    bolt.open(Context("t", "s", 4, 0, 1, input_fields=["key", "ts"], output_fields=["k"]))
+    bolt.on_watermark(150, print)
+    outdir = out_dir(tmp_path)
+    publish(outdir, 0, [], [4], {"4": bolt.log.offset()})
+    progress(tmp_path, 0, at(90))
+    bolt.pump(print, False)
+    assert bolt.wm is not None and bolt.wm.current() == 90  # it would be, in append mode
+    assert bolt.output_watermark() is None
+
+
 # ----- the framework: an operator that owns its output watermark -------------------------
 
 PIPELINE = """
