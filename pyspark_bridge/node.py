@@ -219,6 +219,8 @@ class SparkBolt(Bolt):
         """What the node's output links carry (the framework sends it when it goes up)."""
         if self.wm is None or self.waiting is not None or self.owns_no_bound:
             return None  # (complete mode: its links close at end of stream only)
+        if self.fabric_wm is None:
+            return None  # no watermark reached the input: no log has a mark, no bound holds
         return self.wm.current()
 
     # ----- guaranteed processing (docs/guarantees.md, "Spark nodes") -----------------------
