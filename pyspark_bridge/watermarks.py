@@ -118,7 +118,17 @@ class FabricMarks:
             if m is None:
                 return None
             low = min(low, m)
+        for w in workers:  # (a batch's cut is never before the previous one's)
+            if w in self.marks:
+                self._forget_before(w, int((ends.get(w) or ZERO)["pos"]))
         return low
+
+    def _forget_before(self, worker: str, pos: int) -> None:
+        """Cuts only move forward: the marks before the last one at or before ``pos`` go."""
+        marks = self.marks[worker]
+        i = bisect.bisect_right(marks, (pos, math.inf))
+        if i > 1:
+            del marks[: i - 1]
 
 
 class SparkProgress:

@@ -59,13 +59,15 @@ def test_fabric_marks_minimum_at_a_cut(tmp_path: Path):
     ends = {"1": {"pos": 300, "seq": 3}, "2": {"pos": 40, "seq": 1}}
     assert marks.at_cut(ends, ["1", "2"]) is None  # log 2 has no mark: it holds back
     append_mark(worker_dir(tmp_path, "2"), 40, 700)
-    (worker_dir(tmp_path, "1") / MARKS).open("a").write('{"pos": 400, "wm"')  # half written
-    assert marks.at_cut(ends, ["1", "2"]) == 700  # min(900 at 250 <= 300, 700 at 40)
-    assert marks.at_cut({"1": {"pos": 200, "seq": 2}, "2": ends["2"]}, ["1", "2"]) == 500
     assert marks.at_cut({"1": {"pos": 99, "seq": 1}, "2": ends["2"]}, ["1", "2"]) is None
+    assert marks.at_cut({"1": {"pos": 200, "seq": 2}, "2": ends["2"]}, ["1", "2"]) == 500
+    (worker_dir(tmp_path, "1") / MARKS).open("a").write('{"pos": 400, "wm"')  # half written
+    assert marks.marks["1"][0] == (100, 500)  # still the last one at or before the cut
+    assert marks.at_cut(ends, ["1", "2"]) == 700  # min(900 at 250 <= 300, 700 at 40)
     (worker_dir(tmp_path, "1") / MARKS).open("a").write(": 950}\n")
     marks.refresh(["1"])
     assert marks.below("1", 400) == 950
+    assert marks.marks["1"] == [(250, 900), (400, 950)]  # the cut passed 250: 100 is gone
     # log 2 read to its end: it no longer counts
     write_json(worker_dir(tmp_path, "2") / "eos", {"pos": 40, "seq": 1})
     assert marks.at_cut(ends, ["1", "2"]) == 900
@@ -75,7 +77,7 @@ def test_fabric_marks_minimum_at_a_cut(tmp_path: Path):
     append_mark(worker_dir(tmp_path, "1"), 500, 10)
     append_mark(worker_dir(tmp_path, "1"), 120, 600)
     marks.refresh(["1"])
-    assert marks.marks["1"] == [(100, 500), (120, 600)]
+    assert marks.marks["1"] == [(120, 600)]
 
 
 def test_combine():
