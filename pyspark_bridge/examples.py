@@ -105,8 +105,8 @@ def windowed_sums(
 
     ``time`` is epoch milliseconds, as on the fabric; ``watermark`` is the
     ``withWatermark`` delay, which keeps Spark's watermark consistent with the
-    fabric's when it is at least the upstream spout's ``out_of_order_ms``
-    (docs/windows.md, "Spark nodes").  Output ``key, start, end, value`` (epoch
+    fabric's when it covers the upstream spout's ``out_of_order_ms`` plus how
+    far the fabric's watermark trails the rows (docs/windows.md, "Spark nodes").  Output ``key, start, end, value`` (epoch
     ms): each window once, when Spark's watermark passes its end, so the node's
     output watermark lets a downstream ``window_aggregate`` roll the windows up.
     """
