@@ -99,16 +99,17 @@ def windowed_sums(
     time: str = "ts",
     value: str = "value",
     window: str = "100 milliseconds",
-    watermark: str = "200 milliseconds",
+    watermark: str = "500 milliseconds",
 ) -> Any:
     """Sum of ``value`` per ``key`` and tumbling event-time ``window`` (append mode).
 
     ``time`` is epoch milliseconds, as on the fabric; ``watermark`` is the
     ``withWatermark`` delay, which keeps Spark's watermark consistent with the
     fabric's when it covers the upstream spout's ``out_of_order_ms`` plus how
-    far the fabric's watermark trails the rows (docs/windows.md, "Spark nodes").  Output ``key, start, end, value`` (epoch
-    ms): each window once, when Spark's watermark passes its end, so the node's
-    output watermark lets a downstream ``window_aggregate`` roll the windows up.
+    far the fabric's watermark trails the rows (docs/windows.md, "Spark nodes").
+    Output ``key, start, end, value`` (epoch ms): each window once, when
+    Spark's watermark passes its end, so the node's output watermark lets a
+    downstream ``window_aggregate`` roll the windows up.
     """
     from pyspark.sql import functions as F
 
