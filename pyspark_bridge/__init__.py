@@ -11,7 +11,9 @@ Spark SQL type; others are strings), ``output_mode`` (append | update |
 complete), ``trigger_ms``, ``params`` (keyword arguments of the function),
 ``dir`` (state directory; set by ``plan``), ``guarantee`` (set by ``plan`` from
 the topology's ``config: guarantee``), ``cut_batches`` (under a guarantee: end
-a batch at every checkpoint, ``anchors.py``), ``segment_bytes``, and
+a batch at every checkpoint, ``anchors.py``), ``segment_bytes``,
+``time_field`` (the input's event time: rows below the fabric's watermark are
+counted, ``watermarks.py``), and
 ``spark.*`` settings; ``spark.*`` in the topology config apply to every node.
 ``spark.master`` picks the cluster (default: embedded ``local[*]``).
 

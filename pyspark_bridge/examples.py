@@ -91,3 +91,36 @@ def running_counts(rows: Any, key: str = "word") -> Any:
 
 
 running_counts.output_fields = ("key", "count")  # type: ignore[attr-defined]
+
+
+def windowed_sums(
+    rows: Any,
+    key: str = "key",
+    time: str = "ts",
+    value: str = "value",
+    window: str = "100 milliseconds",
+    watermark: str = "500 milliseconds",
+) -> Any:
+    """Sum of ``value`` per ``key`` and tumbling event-time ``window`` (append mode).
+
+    ``time`` is epoch milliseconds, as on the fabric; ``watermark`` is the
+    ``withWatermark`` delay, which keeps Spark's watermark consistent with the
+    fabric's when it covers the upstream spout's ``out_of_order_ms`` plus how
+    far the fabric's watermark trails the rows (docs/windows.md, "Spark nodes").
+    Output ``key, start, end, value`` (epoch ms): each window once, when
+    Spark's watermark passes its end, so the node's output watermark lets a
+    downstream ``window_aggregate`` roll the windows up.
+    """
+    from pyspark.sql import functions as F
+
+    timed = rows.withColumn("_t", F.timestamp_millis(time)).withWatermark("_t", watermark)
+    sums = timed.groupBy(F.window("_t", window).alias("w"), key).agg(F.sum(value).alias("v"))
+    return sums.select(
+        F.col(key).alias("key"),
+        F.unix_millis(F.col("w.start")).alias("start"),
+        F.unix_millis(F.col("w.end")).alias("end"),
+        F.col("v").alias("value"),
+    )
+
+
+windowed_sums.output_fields = ("key", "start", "end", "value")  # type: ignore[attr-defined]

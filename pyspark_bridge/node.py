@@ -16,6 +16,10 @@ a rollback it asks the driver to take Spark back (``rewind.py``) and, until the
 driver answers, keeps what arrives in memory and routes nothing.  A
 replacement continues the dead worker's log and routes its output (the log
 identity in the snapshot), so Spark's partitions and the outbox owners stay.
+
+Watermarks (``watermarks.py``): the fabric's watermark reaching the bolt is
+marked in its log and rows below it are counted (``time_field``); its output
+carries Spark's watermark, bounded by the fabric's at the batches routed.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ import msgpack
 from pyspark_bridge import anchors, rewind
 from pyspark_bridge.log import SEGMENT_BYTES, ZERO, OffsetLog, worker_dir, worker_ids, write_json
 from pyspark_bridge.outbox import OutboxReader, out_dir, replays
+from pyspark_bridge.watermarks import INF, WatermarkBridge, append_mark
 from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.windowing import is_time
 
 OUTPUT_MODES = ("append", "update", "complete")
 ARGS = (
@@ -45,6 +51,7 @@ ARGS = (
     "segment_bytes",
     "guarantee",
     "cut_batches",
+    "time_field",
 )
 FLUSH_S = 0.005  # the log is flushed (made visible to Spark) at most this long after a tuple
 TRIM_S = 1.0
@@ -76,6 +83,9 @@ def check_args(args: dict[str, Any], input_fields: list[str]) -> None:
     unknown = [f for f in schema if f not in input_fields]
     if unknown:
         raise ValueError(f"schema names {unknown}, which are not input fields {input_fields}")
+    time_field = args.get("time_field")
+    if time_field is not None and time_field not in input_fields:
+        raise ValueError(f"time_field '{time_field}' is not an input field {input_fields}")
     if not isinstance(args.get("params") or {}, dict):
         raise ValueError("params must be a mapping (keyword arguments of the function)")
 
@@ -114,6 +124,13 @@ class SparkBolt(Bolt):
         self.last_trim = 0.0
         self.eos_marked = False
         self.progress_at = 0  # bytes of progress.jsonl already forwarded
+        self.time_field: str | None = args.get("time_field")
+        self.time_index: int | None = None
+        self.fabric_wm: float | None = None  # the fabric's watermark at the input
+        self.late_rows = 0  # rows whose time was below it when they arrived
+        self.wm: WatermarkBridge | None = None
+        # complete mode re-emits every window each batch: no bound holds on its output
+        self.owns_no_bound = args.get("output_mode", "append") == "complete"
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
@@ -135,6 +152,9 @@ class SparkBolt(Bolt):
             )
         # the log opens at the first tuple or turn: a replacement learns whose log it
         # continues from its checkpoint first (restore), and must not start one of its own
+        if self.time_field is not None and self.time_field in context.input_fields:
+            self.time_index = context.input_fields.index(self.time_field)
+        self.wm = WatermarkBridge(str(self.dir))
 
     def _open_log(self) -> OffsetLog:
         if self.log is None:
@@ -146,6 +166,11 @@ class SparkBolt(Bolt):
         return self.log
 
     def process(self, values: list, emit: Emit) -> None:
+        i, low = self.time_index, self.fabric_wm
+        if i is not None and low is not None and i < len(values):
+            ts = values[i]
+            if is_time(ts) and ts < low:
+                self.late_rows += 1  # Spark gets it all the same; its watermark decides
         if self.waiting is not None:
             self.arrived.append(self._pack(values))
             return
@@ -161,7 +186,7 @@ class SparkBolt(Bolt):
         if log.buf and (now - self.last_flush >= FLUSH_S or input_done):
             log.flush()
             self.last_flush = now
-        self.outbox.poll(emit, self._before if self.anchored else None)
+        self.outbox.poll(emit, self._before if self.anchored else None, self._batch_routed)
         if now - self.last_trim >= TRIM_S:
             self.last_trim = now
             log.trim(self._trim_limit())
@@ -171,6 +196,32 @@ class SparkBolt(Bolt):
             self.log.mark_eos()
             self.eos_marked = True
         return not self.outbox.finished()
+
+    # ----- watermarks (watermarks.py) -------------------------------------------------------
+
+    def on_watermark(self, wm: float, emit: Emit) -> None:
+        """The fabric's watermark at the input: marked in the log where it stands."""
+        self.fabric_wm = wm
+        if wm == INF or self.waiting is not None:
+            return  # the end of input is the log's eos mark
+        log = self.log or self._open_log()
+        append_mark(log.dir, log.pos + log.buf_bytes, int(wm))  # before the rows are visible
+        log.flush()
+        self.last_flush = time.monotonic()
+
+    def _batch_routed(self, manifest: dict[str, Any]) -> None:
+        assert self.wm is not None
+        self.wm.batch_routed(
+            int(manifest["batch"]), manifest.get("ends") or {}, worker_ids(self.dir)
+        )
+
+    def output_watermark(self) -> int | None:
+        """What the node's output links carry (the framework sends it when it goes up)."""
+        if self.wm is None or self.waiting is not None or self.owns_no_bound:
+            return None  # (complete mode: its links close at end of stream only)
+        if self.fabric_wm is None:
+            return None  # no watermark reached the input: no log has a mark, no bound holds
+        return self.wm.current()
 
     # ----- guaranteed processing (docs/guarantees.md, "Spark nodes") -----------------------
 
@@ -236,6 +287,9 @@ class SparkBolt(Bolt):
             self.log_id = self.context.worker_id  # no checkpoint yet: from the start
         self.anchored.clear()
         self.unwritten.clear()
+        if self.wm is not None:
+            self.wm.reset()
+        self.fabric_wm = None
         self.waiting, self.waiting_since = generation, time.monotonic()
         body = {"generation": generation, "epoch": epoch, **self.restored, "time": time.time()}
         anchors.write_request(Path(self.dir), str(self.log_id), body)
@@ -273,14 +327,30 @@ class SparkBolt(Bolt):
         """``spark`` entry of METRIC_RESP: worker 0 forwards the progress events not yet sent.
 
         ``events`` is a JSON list (METRIC_RESP values are numbers, strings and
-        string-keyed maps; a progress event has lists and nulls).
+        string-keyed maps; a progress event has lists and nulls).  Every worker
+        reports its watermark counts (``spark_late_rows``, ``spark_watermark``,
+        ``spark_watermark_ahead``).
         """
+        out = self._watermark_counts()
         if self.context is None or self.context.index != 0 or not self.dir:
-            return {}
+            return out
         events = self._new_progress()
         return {
-            "spark": {"node": self.context.node, "events": json.dumps(events), "count": len(events)}
+            **out,
+            "spark": {
+                "node": self.context.node,
+                "events": json.dumps(events),
+                "count": len(events),
+            },
         }
+
+    def _watermark_counts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"spark_late_rows": self.late_rows}
+        if self.wm is not None:
+            out["spark_watermark_ahead"] = self.wm.ahead
+            if self.wm.spark is not None:
+                out["spark_watermark"] = self.wm.spark
+        return out
 
     def _new_progress(self) -> list[dict[str, Any]]:
         path = Path(self.dir) / "metrics" / "progress.jsonl"
@@ -310,6 +380,9 @@ class SparkBolt(Bolt):
             "batches_routed": ob.stats.batches if ob else 0,
             "rows_out": ob.stats.rows if ob else 0,
             "replays_dropped": replays(out_dir(self.dir)) if self.dir else 0,
+            "late_rows": self.late_rows,
+            "watermark_ahead": self.wm.ahead if self.wm else 0,
+            "watermark_out": self.wm.out if self.wm else None,
         }
 
     @classmethod
@@ -326,6 +399,10 @@ class SparkBolt(Bolt):
             "batches": max((r["batches_routed"] for r in results), default=0),
             "rows_out": sum(r["rows_out"] for r in results),
             "replays_dropped": max((r["replays_dropped"] for r in results), default=0),
+            "late_rows": sum(r.get("late_rows", 0) for r in results),
+            # every worker checks every batch it routed: the largest count is the node's
+            "watermark_ahead": max((r.get("watermark_ahead", 0) for r in results), default=0),
+            "watermark_out": [r.get("watermark_out") for r in results],
         }
 
     def close(self) -> None:

@@ -191,11 +191,13 @@ class OutboxReader:
         self,
         emit: Callable[[list], None],
         hold: Callable[[dict[str, Any]], bool] | None = None,
+        done: Callable[[dict[str, Any]], None] | None = None,
     ) -> int:
         """Route every batch published since the last call; returns the rows emitted.
 
         ``hold(manifest)``: asked for each next manifest before it is routed;
-        True stops here (an anchor goes before that batch).
+        True stops here (an anchor goes before that batch).  ``done(manifest)``:
+        called once its rows were emitted (the output watermark, ``watermarks.py``).
         """
         n = 0
         while True:
@@ -223,6 +225,8 @@ class OutboxReader:
             write_json(self.marker, {"batch": self.next, "ends": self.ends})
             self.next += 1
             self.stats.batches += 1
+            if done is not None:
+                done(manifest)
         self.stats.rows += n
         return n
 

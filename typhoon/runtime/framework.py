@@ -456,6 +456,7 @@ class Framework(
             self.poll_purge()
         if self._pump is not None and not self.done:
             busy = self._pump(self.emit, self.input_done)
+            self.owned_watermark()  # behind what the pump emitted
             if self.deferred:
                 self._release_anchors()
             if self.input_done and not busy and not self.deferred:

@@ -19,6 +19,12 @@ it only goes up.  When it advances, the operator's ``on_watermark(wm, emit)``
 runs and the watermark is passed on behind what that emitted.  When every
 input finished, the watermark is +inf (``INF``): every window closes.
 
+An operator whose output is not its input's time (a spark node: Spark emits
+later, by its own watermark) owns its output watermark: with an
+``output_watermark()`` method, the framework passes on what that returns
+after each pump (when it went up) instead of the input's; ``on_watermark``
+still tells it the input's.
+
 Pure parts (:class:`WatermarkSpec`, :class:`WatermarkGenerator`,
 :class:`InputWatermarks`) are tested without a worker; :class:`WatermarkHandling`
 is a mixin of :class:`typhoon.runtime.framework.Framework`.
@@ -205,6 +211,8 @@ class WatermarkHandling(_Host):
         self.wm_last_emit = self.now
         self._on_watermark = getattr(self.op, "on_watermark", None)
         self._on_timer = getattr(self.op, "on_timer", None)
+        self._wm_owner = getattr(self.op, "output_watermark", None)
+        self.wm_out: int | None = None  # what an owning operator's output carries
 
     def wm_emitters(self) -> tuple[Callable[..., None], Callable[..., None]]:
         """``emit`` and ``emit_rows`` of a spout that watch the time field."""
@@ -250,7 +258,7 @@ class WatermarkHandling(_Host):
             self._send_watermark(self._wire_wm(), False)
 
     def _wire_wm(self) -> int:
-        w = self.watermark
+        w = self.watermark if self._wm_owner is None else self.wm_out
         return -(2**62) if w is None else int(w)
 
     def _watermark_from(self, src: int, payload: bytes) -> None:
@@ -302,8 +310,20 @@ class WatermarkHandling(_Host):
                 self._on_timer(ts, key, self.emit)
         if self._on_watermark is not None:
             self._on_watermark(wm, self.emit)
-        if wm != INF:  # +inf travels as end of stream
+        if wm != INF and self._wm_owner is None:  # +inf travels as end of stream
             self._send_watermark(int(wm), False)
+
+    def owned_watermark(self) -> None:
+        """After an owning operator's pump: pass its output watermark on when it went up."""
+        owner = self._wm_owner
+        if owner is None or self.done:
+            return
+        wm = owner()
+        if wm is None or wm == INF or (self.wm_out is not None and wm <= self.wm_out):
+            return  # +inf travels as end of stream
+        self.wm_out = int(wm)
+        self.wm_idle = False
+        self._send_watermark(self.wm_out, False)
 
     def watermark_input_done(self) -> None:
         """Every input finished (not a drain): every window closes."""
@@ -348,15 +368,22 @@ class WatermarkHandling(_Host):
         """After a rollback: links start over; what was emitted before is redone."""
         self.wm_in = InputWatermarks()
         self.watermark = None
+        self.wm_out = None
         self.wm_idle = False
         if self.wm_gen is not None:
             self.wm_gen = WatermarkGenerator(self.wm_gen.spec, self.wm_gen.index)
         self._on_watermark = getattr(self.op, "on_watermark", None)
         self._on_timer = getattr(self.op, "on_timer", None)
+        self._wm_owner = getattr(self.op, "output_watermark", None)
 
     def _event_time(self) -> bool:
         """Does this worker take part in event time (metrics are reported)?"""
-        return bool(self.wm_gen or self.wm_in.channels or self._on_timer is not None)
+        return bool(
+            self.wm_gen
+            or self.wm_in.channels
+            or self._on_timer is not None
+            or self._wm_owner is not None
+        )
 
     def _watermark_metrics(self) -> dict[str, Any]:
         w = self.watermark
@@ -367,6 +394,8 @@ class WatermarkHandling(_Host):
         }
         if w is not None and w != INF:  # METRIC_RESP carries numbers, not None
             out["watermark"] = int(w)
+        if self.wm_out is not None:
+            out["watermark_out"] = self.wm_out
         if self.wm_gen is not None:
             out["watermark_bad_time"] = self.wm_gen.bad
         if self._on_timer is not None:
