@@ -22,7 +22,7 @@ log = logging.getLogger("typhoon.agent")
 # Frame size of a worker when nothing smaller is asked for: the emulated fabric's links
 # carry 65,000 bytes (mininet_env/network.py).  Per-frame costs (a TAP write and read, a
 # pass through the switch, the link protocol's bookkeeping) dominate at 9,000 bytes:
-# forward.yaml on one host went from 1.15M to 1.51M tuples/s (README, "Per-tuple cost").
+# forward.yaml on one host went from 1.15M to 1.51M tuples/s (docs/performance.md).
 WORKER_MTU = 64000
 
 
