@@ -27,8 +27,8 @@ import typhoon_cli as cli
 from controller.fault_detector import FaultSettings, no_recovery
 from controller.reconfigure import Registry
 from controller.rest import MAX_BODY, TyphoonRest
+from controller.rules.view import ClusterView
 from controller.ryu_compat import WSGIApplication
-from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.manager import Manager

@@ -11,6 +11,10 @@ their imports has no cycle.  Every import counts: the top level, ``if TYPE_CHECK
 blocks (a type-only loop is still a loop to a reader) and function bodies (an import
 deferred into a function only hides the loop from Python at load time, not from a
 reader, and it is how loops came back).
+
+``controller/`` has rooms: ``controller/rules/`` computes what a switch should hold
+in pure Python and imports nothing else of ``controller/`` and no Ryu or os-ken (no
+arrow back up from the room to the glue that uses it).
 """
 
 from __future__ import annotations
@@ -51,6 +55,73 @@ CASES = [(pkg, path) for pkg in RULES for path in sorted((ROOT / pkg).rglob("*.p
 def test_imports_go_downward(pkg, path):
     bad = imported_packages(path) & RULES[pkg]
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+RULES_ROOM = ROOT / "controller" / "rules"
+FRAMEWORKS = {"ryu", "os_ken", "eventlet", "webob"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, anywhere in it (``from a import b`` gives ``a`` and
+    ``a.b``; a relative one keeps its dots)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            dots = "." * node.level
+            if node.module:
+                found.add(dots + node.module)
+            prefix = f"{dots}{node.module}." if node.module else dots
+            found.update(prefix + a.name for a in node.names)
+    return found
+
+
+def rules_room_offences(path: Path) -> list[str]:
+    """What a rules-room module must not import: a relative name (so the check cannot be
+    dodged), Ryu/os-ken/eventlet/webob, or any part of ``controller/`` outside the room."""
+    bad = []
+    for name in sorted(imported_modules(path)):
+        if name.startswith("."):
+            bad.append(f"{name} (relative: name the module)")
+        elif name.split(".")[0] in FRAMEWORKS:
+            bad.append(name)
+        elif name.split(".")[0] == "controller" and name.partition(".")[2].split(".")[0] != "rules":
+            bad.append(name)
+    return bad
+
+
+ROOM_CASES = sorted(RULES_ROOM.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", ROOM_CASES, ids=[p.name for p in ROOM_CASES])
+def test_the_rules_room_imports_no_glue_and_no_framework(path):
+    assert not rules_room_offences(path), f"{path.relative_to(ROOT)}: {rules_room_offences(path)}"
+
+
+def test_the_rules_room_holds_the_rule_compilers():
+    names = {p.stem for p in ROOM_CASES}
+    assert {"flows", "groups", "meters", "mirror", "cookies", "composer", "reconcile"} <= names
+
+
+def test_the_room_check_sees_glue_framework_and_relative_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from controller.rules.flows import RuleSpec\n"
+        "from controller.ofp import flow_mod\n"
+        "from controller import core\n"
+        "from controller.rules import cookies\n"
+        "def f():\n    import os_ken.cfg\n"
+        "from . import cookies\n"
+    )
+    assert rules_room_offences(f) == [
+        ".cookies (relative: name the module)",
+        "controller",
+        "controller.core",
+        "controller.ofp",
+        "controller.ofp.flow_mod",
+        "os_ken.cfg",
+    ]
 
 
 CYCLE_PACKAGES = ("controller", "typhoon")

@@ -21,7 +21,7 @@ from controller.locality import (
     sent_links,
 )
 from controller.locality_job import FRESH_WAIT_S, LocalityJob, RouterSettings
-from controller.view import AppView
+from controller.rules.view import AppView
 from typhoon.operators.pairs import pair_tuple
 from typhoon.reconfig import Reroute
 from typhoon.runtime.policies import stable_hash

@@ -17,8 +17,8 @@ from webob import Request
 from controller.fault_detector import Incident
 from controller.metrics import SparkTotals, exposition, registry
 from controller.rest import TyphoonRest
+from controller.rules.view import ClusterView
 from controller.ryu_compat import WSGIApplication
-from controller.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.manager import Manager

@@ -39,7 +39,7 @@ def framework_imports(path: Path) -> list[str]:
 
 def test_only_the_boundary_imports_ryu_or_os_ken():
     offenders = {}
-    for path in sorted([*REPO.glob("controller/*.py"), *REPO.glob("apps/*.py")]):
+    for path in sorted([*REPO.glob("controller/**/*.py"), *REPO.glob("apps/*.py")]):
         rel = path.relative_to(REPO).as_posix()
         if rel not in BOUNDARY and (names := framework_imports(path)):
             offenders[rel] = names
