@@ -28,16 +28,16 @@ from controller.app_support import EventTick, TyphoonApp, start_ticks
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
-from controller.options import read_settings, register_settings
-from controller.rules.cookies import describe
-from controller.rules.meters import meter_id, sampling_meter
-from controller.rules.mirror import apply_mirrors, mirrored
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,
     ofp_event,
     require_app,
     set_ev_cls,
 )
+from controller.options import read_settings, register_settings
+from controller.rules.cookies import describe
+from controller.rules.meters import meter_id, sampling_meter
+from controller.rules.mirror import apply_mirrors, mirrored
 from controller.services import Services, Source, services
 from controller.settings import CoreSettings
 

@@ -41,16 +41,16 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
-from controller.load_balancer_senders import SenderSwitch
-from controller.options import read_settings, register_settings
-from controller.rules.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,
     ofp_event,
     require_app,
     set_ev_cls,
 )
+from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.load_balancer_senders import SenderSwitch
+from controller.options import read_settings, register_settings
+from controller.rules.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
 from controller.services import Services, Source, services
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple

@@ -1,4 +1,4 @@
 """Typhoon's SDN controller: a thin Ryu layer over pure rule logic (docs/design.md §5).
 
-Only `controller.ryu_compat` imports Ryu; everything else imports Ryu names from it.
+Only `controller.framework.ryu_compat` imports Ryu; everything else imports Ryu names from it.
 """

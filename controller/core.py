@@ -34,19 +34,7 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.job_end import finish_jobs
-from controller.metrics import SparkTotals
-from controller.metrics import registry as metrics_registry
-from controller.options import read_settings, register_settings
-from controller.progress import WorkerProgress
-from controller.reconfigure import Executor, Reconfiguration, Registry
-from controller.rest import TyphoonRest, set_read_tokens
-from controller.rules.composer import DEFAULT_RULES, RuleComposer, Source
-from controller.rules.flows import RuleSpec
-from controller.rules.groups import GroupSpec
-from controller.rules.meters import MeterSpec
-from controller.rules.view import ClusterView, rereads_view
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     CONFIG_DISPATCHER,
     DEAD_DISPATCHER,
     MAIN_DISPATCHER,
@@ -60,6 +48,18 @@ from controller.ryu_compat import (
     ofproto_v1_3,
     set_ev_cls,
 )
+from controller.job_end import finish_jobs
+from controller.metrics import SparkTotals
+from controller.metrics import registry as metrics_registry
+from controller.options import read_settings, register_settings
+from controller.progress import WorkerProgress
+from controller.reconfigure import Executor, Reconfiguration, Registry
+from controller.rest import TyphoonRest, set_read_tokens
+from controller.rules.composer import DEFAULT_RULES, RuleComposer, Source
+from controller.rules.flows import RuleSpec
+from controller.rules.groups import GroupSpec
+from controller.rules.meters import MeterSpec
+from controller.rules.view import ClusterView, rereads_view
 from controller.services import CORE_APP
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync

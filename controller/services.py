@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from controller import ofp
+from controller.framework.ryu_compat import lookup_service_brick
 from controller.reconfigure import Reconfiguration, Registry
 from controller.rules.composer import Source
 from controller.rules.groups import GroupSpec
 from controller.rules.view import ClusterView
-from controller.ryu_compat import lookup_service_brick
 from controller.switch_sync import SwitchSync
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import Coordinator

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller import ofp
+from controller.framework.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
 from controller.rules.cookies import RuleKind, app_mask, make_cookie
 from controller.rules.flows import (
     OFPP_CONTROLLER,
@@ -26,7 +27,6 @@ from controller.rules.flows import (
 )
 from controller.rules.meters import meter_id, sampling_meter
 from controller.rules.reconcile import Plan, diff
-from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
 from typhoon.topology.loader import load_topology
 from typhoon.topology.scheduler import schedule
 
