@@ -1,8 +1,8 @@
 """TyphoonController: the core Ryu app (OpenFlow 1.3 only), a shim over pure logic.
 
 It keeps no state that it cannot rebuild: desired rules come from the
-coordinator (``view.py`` + ``flows.py``) and the apps' contributions
-(``composer.py``), installed rules from the switch (``switch_sync.py`` reads
+coordinator (``rules/view.py`` + ``rules/flows.py``) and the apps' contributions
+(``rules/composer.py``), installed rules from the switch (``switch_sync.py`` reads
 them back on connect and returns the messages that reconcile them), so a
 restarted controller or a reconnecting switch converges without touching
 rules that are already right.  Control tuples go to workers by PacketOut and
