@@ -67,7 +67,7 @@ test-install:
 	bash scripts/check_install.sh
 
 ## test-osken: the controller's integration tests on os-ken instead of Ryu (the dev venv has
-## both; controller/backend.py): the daemon, two switches, all apps in one controller, wordcount
+## both; controller/framework/backend.py): the daemon, two switches, all apps in one controller, wordcount
 ## over 3 emulated hosts, a killed worker replaced by the fault detector
 OSKEN_TESTS := tests/integration/test_daemons.py tests/integration/test_stack_smoke.py \
 	tests/integration/test_all_apps.py \

@@ -43,11 +43,11 @@ from controller.autoscaler import (
     worker_signal,
 )
 from controller.events import EventSparkMetrics, EventTopologyChanged, EventWorkerMetrics
-from controller.options import read_settings, register_settings
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     require_app,
     set_ev_cls,
 )
+from controller.options import read_settings, register_settings
 from controller.services import Services, services
 from typhoon.reconfig import ReconfigError, Scale
 

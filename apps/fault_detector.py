@@ -57,12 +57,12 @@ from controller.app_support import EventTick, TyphoonApp, start_ticks, start_tim
 from controller.events import EventWorkerDown, EventWorkerMetrics
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
-from controller.options import read_settings, register_settings
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     event,
     require_app,
     set_ev_cls,
 )
+from controller.options import read_settings, register_settings
 from controller.services import services
 from controller.settings import CoreSettings
 

@@ -5,7 +5,7 @@ to observe one worker's input, output or both.  The app writes a session key
 for the worker's host; that host's agent starts a debug worker and plugs its
 TAP into the bridge; when the switch reports the new port up, the app adds a
 mirror output toward it to the rules that carry the observed traffic
-(``controller/mirror.py``, applied by the core as a rule overlay, so mirrors
+(``controller/rules/mirror.py``, applied by the core as a rule overlay, so mirrors
 follow topology changes).  The switch copies the frames: the observed worker
 serializes and sends nothing extra.  The debug worker decodes, filters and
 samples the copies and posts them back here, to a per-session ring buffer the
@@ -25,19 +25,19 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, TyphoonApp, start_ticks
-from controller.cookies import describe
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
-from controller.meters import meter_id, sampling_meter
-from controller.mirror import apply_mirrors, mirrored
-from controller.options import read_settings, register_settings
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,
     ofp_event,
     require_app,
     set_ev_cls,
 )
+from controller.options import read_settings, register_settings
+from controller.rules.cookies import describe
+from controller.rules.meters import meter_id, sampling_meter
+from controller.rules.mirror import apply_mirrors, mirrored
 from controller.services import Services, Source, services
 from controller.settings import CoreSettings
 

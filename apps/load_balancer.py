@@ -3,7 +3,7 @@
 For every stream with the ``sdn`` grouping the app has the core install, on
 each bridge that holds a sender, an OpenFlow select group for the receiving
 node and a rule per sender that hands the node's load-balancer slot addresses
-to it (``controller/groups.py``; the core reconciles groups like rules, so a
+to it (``controller/rules/groups.py``; the core reconciles groups like rules, so a
 restarted controller finds and keeps them).  Once a sender's bridge holds
 them, the app switches that sender's stream to the load-balancer address with a
 ROUTING control tuple (``balanced: true``); from then on the sender writes each
@@ -41,16 +41,16 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
-from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
-from controller.load_balancer_senders import SenderSwitch
-from controller.options import read_settings, register_settings
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,
     ofp_event,
     require_app,
     set_ev_cls,
 )
+from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.load_balancer_senders import SenderSwitch
+from controller.options import read_settings, register_settings
+from controller.rules.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
 from controller.services import Services, Source, services
 from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple

@@ -24,17 +24,17 @@ from typing import Any
 
 from controller.app_support import EventTick, TyphoonApp, start_ticks
 from controller.events import EventTopologyChanged
-from controller.locality import LocalityError
-from controller.locality_job import LocalityJob, RouterSettings, periodic_due
-from controller.options import read_settings, register_settings
-from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     ControllerBase,
     cfg,
     require_app,
     route,
     set_ev_cls,
 )
+from controller.locality import LocalityError
+from controller.locality_job import LocalityJob, RouterSettings, periodic_due
+from controller.options import read_settings, register_settings
+from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
 from controller.services import services
 
 require_app("controller.core")

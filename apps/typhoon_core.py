@@ -12,7 +12,7 @@ top-level module named after the file, so `apps/typhoon.py` would become
 controller imports. No file in apps/ may be named like a top-level package.
 """
 
-from controller.ryu_compat import RyuApp, require_app
+from controller.framework.ryu_compat import RyuApp, require_app
 
 require_app("controller.core")
 

@@ -40,7 +40,7 @@ def classify(cmdline: Sequence[str], self_pid: int, pid: int) -> str | None:
     if head == "ovs-vswitchd":
         return "ovs-vswitchd"
     joined = " ".join(cmdline[:4])
-    if "ryu-manager" in joined or "controller.launcher" in joined:
+    if "ryu-manager" in joined or "controller.framework.launcher" in joined:
         return "controller"
     if WORKER_MODULE in joined:
         return "worker"

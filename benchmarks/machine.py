@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from controller import backend
+from controller.framework import backend
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -63,7 +63,7 @@ def _version(dist: str) -> str:
 
 
 def _controller_backend() -> str:
-    """The framework the runs' controller uses (controller/backend.py)."""
+    """The framework the runs' controller uses (controller/framework/backend.py)."""
     try:
         return backend.selected()
     except backend.BackendError as e:

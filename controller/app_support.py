@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.rest import API, PREFIX, ApiError, handler
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     ControllerBase,
     RyuApp,
     WSGIApplication,
@@ -21,6 +20,7 @@ from controller.ryu_compat import (
     ofproto_v1_3,
     route,
 )
+from controller.rest import API, PREFIX, ApiError, handler
 
 
 class TyphoonApp(RyuApp):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from controller.view import ClusterView
+from controller.rules.view import ClusterView
 from typhoon.topology.budgets import plan_budgets
 
 

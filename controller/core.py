@@ -1,8 +1,8 @@
 """TyphoonController: the core Ryu app (OpenFlow 1.3 only), a shim over pure logic.
 
 It keeps no state that it cannot rebuild: desired rules come from the
-coordinator (``view.py`` + ``flows.py``) and the apps' contributions
-(``composer.py``), installed rules from the switch (``switch_sync.py`` reads
+coordinator (``rules/view.py`` + ``rules/flows.py``) and the apps' contributions
+(``rules/composer.py``), installed rules from the switch (``switch_sync.py`` reads
 them back on connect and returns the messages that reconcile them), so a
 restarted controller or a reconnecting switch converges without touching
 rules that are already right.  Control tuples go to workers by PacketOut and
@@ -24,7 +24,6 @@ from typing import Any
 from controller.absent_switches import AbsentSwitches
 from controller.app_support import start_timer
 from controller.budgets import budget_updates
-from controller.composer import DEFAULT_RULES, RuleComposer, Source
 from controller.control_channel import ControlChannel, Reply
 from controller.core_recovery import BuiltinRecovery
 from controller.events import (
@@ -35,17 +34,7 @@ from controller.events import (
     EventWorkerMetrics,
     EventWorkerUp,
 )
-from controller.flows import RuleSpec
-from controller.groups import GroupSpec
-from controller.job_end import finish_jobs
-from controller.meters import MeterSpec
-from controller.metrics import SparkTotals
-from controller.metrics import registry as metrics_registry
-from controller.options import read_settings, register_settings
-from controller.progress import WorkerProgress
-from controller.reconfigure import Executor, Reconfiguration, Registry
-from controller.rest import TyphoonRest, set_read_tokens
-from controller.ryu_compat import (
+from controller.framework.ryu_compat import (
     CONFIG_DISPATCHER,
     DEAD_DISPATCHER,
     MAIN_DISPATCHER,
@@ -59,10 +48,21 @@ from controller.ryu_compat import (
     ofproto_v1_3,
     set_ev_cls,
 )
+from controller.job_end import finish_jobs
+from controller.metrics import SparkTotals
+from controller.metrics import registry as metrics_registry
+from controller.options import read_settings, register_settings
+from controller.progress import WorkerProgress
+from controller.reconfigure import Executor, Reconfiguration, Registry
+from controller.rest import TyphoonRest, set_read_tokens
+from controller.rules.composer import DEFAULT_RULES, RuleComposer, Source
+from controller.rules.flows import RuleSpec
+from controller.rules.groups import GroupSpec
+from controller.rules.meters import MeterSpec
+from controller.rules.view import ClusterView, rereads_view
 from controller.services import CORE_APP
 from controller.settings import CoreSettings
 from controller.switch_sync import SwitchSync
-from controller.view import ClusterView, rereads_view
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import open_coordinator
 from typhoon.manager import Manager
@@ -229,7 +229,7 @@ class TyphoonController(WorkerProgress, BuiltinRecovery, RyuApp):
         self._send(dp, build(dp))
         return True
 
-    # ----- rule sources (controller/composer.py) -------------------------------------------
+    # ----- rule sources (controller/rules/composer.py) -------------------------------------------
 
     def set_rules(self, source: Source, owner: str, value: Any) -> None:
         """Replace ``owner``'s contribution of kind ``source``; installed now.
@@ -256,7 +256,7 @@ class TyphoonController(WorkerProgress, BuiltinRecovery, RyuApp):
 
     def _poll_coordinator(self) -> None:
         version, keys = self.coordinator.changes_since(self.version)
-        # reports and debugger records leave the view as it is (controller/view.py)
+        # reports and debugger records leave the view as it is (controller/rules/view.py)
         changed = version != self.version and any(map(rereads_view, keys))
         self.version = version
         if changed:

@@ -20,8 +20,8 @@ from typing import Any
 from controller.app_support import list_rest, start_timer
 from controller.fault_detector import FaultSettings, no_recovery
 from controller.fault_detector_machine import FaultMachine
+from controller.framework.ryu_compat import event, lookup_service_brick, set_ev_cls
 from controller.options import read_settings, register_settings
-from controller.ryu_compat import event, lookup_service_brick, set_ev_cls
 from controller.services import Services
 from typhoon.checkpoint.progress import guaranteed
 

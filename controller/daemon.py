@@ -19,10 +19,10 @@ config file Ryu reads (mode 0600: it holds the API tokens), and runs
     [typhoon]                   # every other section goes to Ryu as it is
     coordinator = zk://10.0.0.1:2181/typhoon
 
-Running the controller in-process (controller/launcher.py) lets this entry point
-apply the Ryu 4.34 fix for eventlet (controller/eventlet_fix.py) first, so an
+Running the controller in-process (controller/framework/launcher.py) lets this entry point
+apply the Ryu 4.34 fix for eventlet (controller/framework/eventlet_fix.py) first, so an
 installed package needs no ``.pth`` file, and run on os-ken instead of Ryu
-(``--backend``, controller/backend.py).
+(``--backend``, controller/framework/backend.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller import backend
+from controller.framework import backend
 from typhoon.private_files import write_private
 
 APPS = ("fault_detector", "live_debugger", "load_balancer", "autoscaler")
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:  # shown, never written: the token stays in its file
         print(settings.ryu_config(redact=True))
         conf = Path(runtime or "<a temporary directory>") / "ryu.conf"
-        print(f"{'ryu-manager' if chosen == backend.RYU else 'controller.launcher'} "
+        print(f"{'ryu-manager' if chosen == backend.RYU else 'controller.framework.launcher'} "
               + " ".join(settings.ryu_argv(conf)) + f"  # backend: {chosen}")  # fmt: skip
         return 0
     temporary = not runtime
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "ryu.conf"
     write_private(conf, text)  # holds the tokens: 0600 even over an older, looser file
-    from controller import launcher
+    from controller.framework import launcher
 
     try:
         return launcher.main(settings.ryu_argv(conf), "typhoon-controller")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.view import AppView, ClusterView
+from controller.rules.view import AppView, ClusterView
 
 MAX_INCIDENTS = 50  # newest fault incidents shown
 MAX_DECISIONS = 20  # newest autoscaler / load-balancer decisions per node

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from controller.debugger import DebugError
+from controller.framework.ryu_compat import ControllerBase, route
 from controller.rest import PREFIX, ApiError, TyphoonRest, handler, read_json
-from controller.ryu_compat import ControllerBase, route
 from typhoon.debug.spec import KEY_HEADER
 
 API = "typhoon_debug"

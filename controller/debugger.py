@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from controller.mirror import EVERY_FRAME, MirrorTap
+from controller.rules.mirror import EVERY_FRAME, MirrorTap
 from controller.settings import setting
 from typhoon.debug.filter import FilterError, check_fields, parse
 from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
@@ -166,7 +166,7 @@ class Session:
     mirrored_rules: int = 0
     error: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
-    # the switch's side (controller/meters.py): frames its meter let through / left out,
+    # the switch's side (controller/rules/meters.py): frames its meter let through / left out,
     # and copies the debug port could not take (read every second while mirroring)
     switch: dict[str, int] = field(default_factory=dict)
     ring: deque[dict[str, Any]] = field(default_factory=deque)

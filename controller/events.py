@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.ryu_compat import event
+from controller.framework.ryu_compat import event
 
 
 class EventWorkerUp(event.EventBase):

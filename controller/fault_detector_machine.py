@@ -32,8 +32,6 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.acks import send_routes
-from controller.composer import Source
-from controller.dead_addresses import dead_address_rules
 from controller.fault_core import Core
 from controller.fault_detector import (
     LIVE,
@@ -46,6 +44,8 @@ from controller.fault_detector import (
     senders_to,
 )
 from controller.fault_failover import Failover
+from controller.rules.composer import Source
+from controller.rules.dead_addresses import dead_address_rules
 from controller.sink_rates import WINDOW_S, SinkWatch, downstream_sinks
 from controller.waits import Task, Tasks
 
@@ -326,7 +326,7 @@ class FaultMachine(Failover):
 
     def _count_drops_to(self, name: str, app: Any, wid: int) -> None:
         """A drop rule for the dead worker's address on every bridge: what its senders
-        still write to it is counted apart (``controller/dead_addresses.py``)."""
+        still write to it is counted apart (``controller/rules/dead_addresses.py``)."""
         dead = self.dead.setdefault(name, set())
         dead.add(wid)
         hosts = self.core.view.cluster.hosts

@@ -20,7 +20,7 @@ How a weight is made (worker i of the node):
   by ``drop_penalty``.  A worker whose port is down is out of the group.
 * **Hash skew** (``trim``, off by default): OVS splits the 256 slot addresses
   among buckets by a hash, so a bucket's achieved share differs from its weight
-  by a few points (``controller.groups``).  With ``trim``, once the bucket
+  by a few points (``controller.rules.groups``).  With ``trim``, once the bucket
   counters since the last change cover ``min_frames`` frames, each worker's
   weight is corrected by the ratio of its configured to its achieved share
   (damped, bounded), at most ``MAX_TRIMS`` times in a row.  Off by default

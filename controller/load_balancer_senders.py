@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.groups import Balanced
+from controller.rules.groups import Balanced
 
 # (app, sender, stream)
 Key = tuple[str, int, int]

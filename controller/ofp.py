@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.cookies import ALL_MASK, app_mask
-from controller.flows import MATCH_FIELDS, OFPP_CONTROLLER, Action, RuleSpec
-from controller.groups import Bucket, GroupSpec
-from controller.meters import MeterSpec
+from controller.rules.cookies import ALL_MASK, app_mask
+from controller.rules.flows import MATCH_FIELDS, OFPP_CONTROLLER, Action, RuleSpec
+from controller.rules.groups import Bucket, GroupSpec
+from controller.rules.meters import MeterSpec
 
 # OpenFlow 1.3 wire numbers, so reading stats back needs no datapath (checked against Ryu's)
 OFPIT_GOTO_TABLE = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from controller.ryu_compat import cfg
+from controller.framework.ryu_compat import cfg
 from controller.settings import Option, from_section, options
 
 T = TypeVar("T")

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.composer import Source
-from controller.flows import compile_rules
+from controller.rules.composer import Source
+from controller.rules.flows import compile_rules
 from typhoon.coordinator import Coordinator
 from typhoon.manager import Manager, ManagerError
 from typhoon.reconfig import Plan, ReconfigError, Step, describe

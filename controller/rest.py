@@ -46,8 +46,8 @@ from typing import Any
 
 from controller.control_request import ControlRequestError, parse_control
 from controller.dashboard import gather, snapshot
+from controller.framework.ryu_compat import ControllerBase, Response, lookup_service_brick, route
 from controller.metrics import CONTENT_TYPE, exposition
-from controller.ryu_compat import ControllerBase, Response, lookup_service_brick, route
 from typhoon.job_report import read_job_report
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request

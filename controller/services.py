@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from controller import ofp
-from controller.composer import Source
-from controller.groups import GroupSpec
+from controller.framework.ryu_compat import lookup_service_brick
 from controller.reconfigure import Reconfiguration, Registry
-from controller.ryu_compat import lookup_service_brick
+from controller.rules.composer import Source
+from controller.rules.groups import GroupSpec
+from controller.rules.view import ClusterView
 from controller.switch_sync import SwitchSync
-from controller.view import ClusterView
 from typhoon.checkpoint.progress import JobProgress
 from typhoon.coordinator import Coordinator
 from typhoon.debug.spec import DebugSpec, all_session_keys, delete_session, put_session
@@ -143,7 +143,8 @@ class Services:
     # ----- switches ------------------------------------------------------------------------
 
     def set_rules(self, source: Source, owner: str, value: Any) -> None:
-        """Contribute rules, groups or an overlay (``controller/composer.py``); installed now."""
+        """Contribute rules, groups or an overlay (``controller/rules/composer.py``); installed
+        now."""
         self._core.set_rules(source, owner, value)
 
     def clear_rules(self, source: Source, owner: str) -> None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller import ofp
-from controller.composer import DEFAULT_RULES
-from controller.flows import RuleSpec
-from controller.groups import GroupSpec, diff_groups
-from controller.meters import MeterSpec, diff_meters
-from controller.reconcile import diff
+from controller.rules.composer import DEFAULT_RULES
+from controller.rules.flows import RuleSpec
+from controller.rules.groups import GroupSpec, diff_groups
+from controller.rules.meters import MeterSpec, diff_meters
+from controller.rules.reconcile import diff
 
 OFPT_MULTIPART_REQUEST = 18  # OpenFlow 1.3 message type
 OFPMP_METER_CONFIG = 10  # OpenFlow 1.3 multipart type

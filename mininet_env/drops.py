@@ -14,7 +14,7 @@ import re
 import subprocess
 
 _FLOW = re.compile(r"n_packets=(\d+), n_bytes=(\d+), (\S+) actions=drop\s*$")
-# the fault detector's rule for a dead worker's address (controller/dead_addresses.py)
+# the fault detector's rule for a dead worker's address (controller/rules/dead_addresses.py)
 _DEAD = re.compile(r"^priority=20,dl_dst=([0-9a-f:]{17})$")
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller import backend
+from controller.framework import backend
 from typhoon.private_files import write_private
 from typhoon.supervised import Supervised
 
@@ -41,9 +41,10 @@ def free_port() -> int:
 
 
 def ryu_manager() -> list[str]:
-    """The controller's command: Ryu's ``ryu-manager``, or controller/launcher.py on os-ken."""
+    """The controller's command: Ryu's ``ryu-manager``, or controller/framework/launcher.py
+    on os-ken."""
     if backend.selected() == backend.OS_KEN:
-        return [sys.executable, "-m", "controller.launcher"]
+        return [sys.executable, "-m", "controller.framework.launcher"]
     exe = Path(sys.executable).with_name("ryu-manager")
     if not exe.exists():
         raise RuntimeError(f"{exe} not found: run `make setup` first")

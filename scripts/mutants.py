@@ -79,7 +79,7 @@ MUTANTS = (
     Mutant(
         "no-mirror-copy",
         "the live debugger's mirror adds no copy to a debugged rule",
-        "controller/mirror.py",
+        "controller/rules/mirror.py",
         "            out.update(mirror_rule(rule, carrying))\n",
         "            out.add(rule)\n",
         ("tests/unit/test_controller_mirror.py",),

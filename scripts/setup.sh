@@ -8,7 +8,7 @@
 #   2. $REPO/.venv with Python 3.11: Ryu 4.34 (with the fixes below), then the
 #      project itself (`pip install -e .[ryu,test,spark,zk,emulation,bench]`), which pulls
 #      every other dependency from pyproject.toml, os-ken among them: the controller runs
-#      on Ryu here (controller/backend.py prefers it), on os-ken with --backend os-ken.
+#      on Ryu here (controller/framework/backend.py prefers it), on os-ken with --backend os-ken.
 #   3. Open vSwitch running (userspace datapath only: no kernel module needed).
 #
 # A second run is fast: apt is skipped when nothing is missing, and the venv step
@@ -22,7 +22,7 @@
 #   * eventlet==0.33.3 (newer releases break Ryu's hub) with dnspython>=2 (1.x
 #     does not import on 3.11);
 #   * eventlet>=0.30.3 dropped eventlet.wsgi.ALREADY_HANDLED, which ryu-manager
-#     imports at start-up: controller/eventlet_fix.py puts it back, called by a
+#     imports at start-up: controller/framework/eventlet_fix.py puts it back, called by a
 #     .pth file in the venv (`typhoon-controller` calls it itself, so an installed
 #     package needs no .pth).
 set -euo pipefail
@@ -30,7 +30,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"
 STAMP="$VENV/.typhoon-setup-stamp"
-FIX_SRC="$REPO/controller/eventlet_fix.py"
+FIX_SRC="$REPO/controller/framework/eventlet_fix.py"
 
 RYU_VERSION="4.34"
 EVENTLET_VERSION="0.33.3"

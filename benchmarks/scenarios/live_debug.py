@@ -15,7 +15,7 @@ runs all three (each first in turn), so they are paired per round:
   Fig. 12), the source does nothing extra.  What the debug port cannot take the
   switch drops and counts (``tx_dropped``).
 * ``mirror sampled``: the same with the debugger's default ``--rate`` (200
-  frames/s): the session's meter (``controller/meters.py``) lets that many
+  frames/s): the session's meter (``controller/rules/meters.py``) lets that many
   frames per second through to the debug port, the rest are never copied.
 * ``app copy``: Storm's event logger.  The same source
   (:class:`benchmarks.operators.EventLoggingSource`) in a topology that also
@@ -79,7 +79,7 @@ from benchmarks.timeline import (
     serializations_per_tuple,
     tick_rates,
 )
-from controller.mirror import DEFAULT_RATE
+from controller.rules.mirror import DEFAULT_RATE
 from mininet_env.run import EmulatedCluster
 from typhoon.client import Client, resolve
 from typhoon.report import read_worker_reports
@@ -241,7 +241,7 @@ def describe_run(
             "copies_seen": stats.get("tuples"),
             "frames": stats.get("frames"),
             "lost_copies": stats.get("seq_gaps"),
-            # sampling in the switch (controller/meters.py) and the debug worker's ring
+            # sampling in the switch (controller/rules/meters.py) and the debug worker's ring
             "switch_copied": stats.get("switch_copied"),
             "switch_sampled": stats.get("switch_sampled"),
             "switch_dropped": stats.get("switch_dropped"),

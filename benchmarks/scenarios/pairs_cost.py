@@ -8,7 +8,7 @@ emulated host) and which of two ways costs less:
   ``config: locality: {pairs, sample, top}``) in every worker of ``a``;
 * ``mirror``: a live-debugger session on the input of the stateful node ``b``
   (its worker ``b[0]``), sampled in the switch (the session's meter,
-  ``MIRROR_RATE`` frames/s, ``controller/meters.py``), the pairs read from its
+  ``MIRROR_RATE`` frames/s, ``controller/rules/meters.py``), the pairs read from its
   records as the CLI reads them;
 * ``off``: neither, the reference.
 

@@ -11,7 +11,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from controller.flows import OFPP_CONTROLLER, RuleSpec
+from controller.rules.flows import OFPP_CONTROLLER, RuleSpec
 
 _FIELD = {"in_port": "in_port", "dl_src": "eth_src", "dl_dst": "eth_dst", "dl_type": "eth_type"}
 

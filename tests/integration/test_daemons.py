@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, free_port, run
 
-from controller import backend
+from controller.framework import backend
 from mininet_env.run import rest_call
 from typhoon.coordinator import SqliteCoordinator
 

@@ -29,9 +29,9 @@ import pytest
 from flowdump import dump_flows
 from harness import emulated_cluster, ryu_apps, wait
 
-from controller.cookies import RuleKind, parse_cookie
-from controller.flows import compile_default_rules, compile_rules
-from controller.mirror import MirrorTap, apply_mirrors
+from controller.rules.cookies import RuleKind, parse_cookie
+from controller.rules.flows import compile_default_rules, compile_rules
+from controller.rules.mirror import MirrorTap, apply_mirrors
 from mininet_env.run import EmulatedCluster, rest_call
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports

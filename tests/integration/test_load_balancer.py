@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from harness import emulated_cluster, wait
 
-from controller.groups import lb_group_id, parse_group_id
+from controller.rules.groups import lb_group_id, parse_group_id
 from mininet_env.processes import start_controller
 from mininet_env.run import EmulatedCluster, port_open
 from typhoon import wire

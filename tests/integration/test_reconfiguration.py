@@ -29,8 +29,8 @@ from harness import emulated_cluster, finish, wait
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.cookies import RuleKind, make_cookie, parse_cookie
-from controller.flows import compile_default_rules, compile_rules
+from controller.rules.cookies import RuleKind, make_cookie, parse_cookie
+from controller.rules.flows import compile_default_rules, compile_rules
 from mininet_env.run import EmulatedCluster, rest_call
 from typhoon.operators.ads import START_MS, generate_ad_events
 from typhoon.operators.sources import generate_sentences

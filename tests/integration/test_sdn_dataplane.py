@@ -16,8 +16,8 @@ import pytest
 from flowdump import dump_flows
 from harness import emulated_cluster, wait
 
-from controller.cookies import RuleKind, parse_cookie
-from controller.flows import compile_default_rules, compile_rules
+from controller.rules.cookies import RuleKind, parse_cookie
+from controller.rules.flows import compile_default_rules, compile_rules
 from mininet_env.run import EmulatedCluster
 from typhoon import wire
 from typhoon.operators.sources import generate_sentences

@@ -10,7 +10,7 @@ import pytest
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController
 
-from controller.cookies import RuleKind, parse_cookie
+from controller.rules.cookies import RuleKind, parse_cookie
 
 pytestmark = pytest.mark.integration
 

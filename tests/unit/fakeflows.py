@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from controller.flows import OFPP_CONTROLLER, RuleSpec
-from controller.groups import HASH_ENTRIES, Bucket, GroupSpec
+from controller.rules.flows import OFPP_CONTROLLER, RuleSpec
+from controller.rules.groups import HASH_ENTRIES, Bucket, GroupSpec
 from typhoon.cluster import Cluster, FabricLink, HostInfo
 from typhoon.wire import ETHERTYPE
 

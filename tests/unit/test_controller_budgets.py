@@ -9,7 +9,7 @@ from pathlib import Path
 from fakeflows import line_cluster
 
 from controller.budgets import budget_updates
-from controller.view import AppView, ClusterView
+from controller.rules.view import AppView, ClusterView
 from typhoon.coordinator import WorkerStatus
 from typhoon.topology import load_topology, schedule
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.cookies import (
+from controller.rules.cookies import (
     Cookie,
     RuleKind,
     app_mask,

@@ -10,8 +10,8 @@ from fakeflows import FakeFabric, Packet, cluster_of, line_cluster, mesh_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.cookies import RuleKind, make_cookie, parse_cookie
-from controller.flows import (
+from controller.rules.cookies import RuleKind, make_cookie, parse_cookie
+from controller.rules.flows import (
     OFPP_CONTROLLER,
     RuleSpec,
     compile_default_rules,

@@ -12,9 +12,10 @@ from fakeflows import FakeFabric, Packet, hash_table, line_cluster
 from test_controller_ofp import FakeDatapath
 
 from controller import ofp
-from controller.cookies import RuleKind, parse_cookie
-from controller.flows import compile_default_rules, compile_rules
-from controller.groups import (
+from controller.framework.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.rules.cookies import RuleKind, parse_cookie
+from controller.rules.flows import compile_default_rules, compile_rules
+from controller.rules.groups import (
     GROUP_MAGIC,
     HASH_ENTRIES,
     Bucket,
@@ -29,8 +30,7 @@ from controller.groups import (
     lb_group_id,
     parse_group_id,
 )
-from controller.reconcile import diff
-from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.rules.reconcile import diff
 from typhoon.topology.loader import load_topology_text
 from typhoon.topology.scheduler import schedule
 from typhoon.wire import LB_SLOTS, lb_mac, mac_str, worker_mac

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fakeflows import FakeFabric, Packet, mesh_cluster
 
-from controller.cookies import RuleKind, make_cookie, parse_cookie
-from controller.flows import (
+from controller.rules.cookies import RuleKind, make_cookie, parse_cookie
+from controller.rules.flows import (
     RuleSpec,
     compile_default_rules,
     compile_rules,
@@ -17,7 +17,7 @@ from controller.flows import (
     meter,
     output,
 )
-from controller.meters import (
+from controller.rules.meters import (
     METER_BASE,
     MeterSpec,
     diff_meters,
@@ -25,7 +25,7 @@ from controller.meters import (
     meter_id,
     sampling_meter,
 )
-from controller.mirror import (
+from controller.rules.mirror import (
     DEFAULT_RATE,
     MIRROR_TABLE,
     MirrorTap,

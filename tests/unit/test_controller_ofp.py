@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from controller import ofp
-from controller.cookies import RuleKind, app_mask, make_cookie
-from controller.flows import (
+from controller.framework.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.rules.cookies import RuleKind, app_mask, make_cookie
+from controller.rules.flows import (
     OFPP_CONTROLLER,
     RuleSpec,
     compile_default_rules,
@@ -24,9 +25,8 @@ from controller.flows import (
     meter,
     output,
 )
-from controller.meters import meter_id, sampling_meter
-from controller.reconcile import Plan, diff
-from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.rules.meters import meter_id, sampling_meter
+from controller.rules.reconcile import Plan, diff
 from typhoon.topology.loader import load_topology
 from typhoon.topology.scheduler import schedule
 
@@ -115,7 +115,7 @@ EXTRA = [
         (("set_eth_dst", "02:00:07:00:00:0B"),),
         make_cookie(7, RuleKind.MIRROR),
     ),
-    # a mirrored rule and its metered copy (controller/mirror.py)
+    # a mirrored rule and its metered copy (controller/rules/mirror.py)
     RuleSpec(100, match(in_port=3), (output(4), goto_table(1)), make_cookie(7, RuleKind.MIRROR)),
     RuleSpec(
         100,

@@ -5,9 +5,9 @@ from fakeflows import line_cluster
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.cookies import RuleKind, make_cookie
-from controller.flows import RuleSpec, compile_default_rules, compile_rules, match, output
-from controller.reconcile import Plan, diff
+from controller.rules.cookies import RuleKind, make_cookie
+from controller.rules.flows import RuleSpec, compile_default_rules, compile_rules, match, output
+from controller.rules.reconcile import Plan, diff
 from typhoon.topology.loader import load_topology_text
 from typhoon.topology.scheduler import schedule
 

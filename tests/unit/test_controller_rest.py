@@ -25,10 +25,10 @@ from webob import Request
 
 import typhoon_cli as cli
 from controller.fault_detector import FaultSettings, no_recovery
+from controller.framework.ryu_compat import WSGIApplication
 from controller.reconfigure import Registry
 from controller.rest import MAX_BODY, TyphoonRest
-from controller.ryu_compat import WSGIApplication
-from controller.view import ClusterView
+from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.manager import Manager
@@ -520,11 +520,11 @@ def test_cli_submit_expands_the_submitters_environment(server, capsys, monkeypat
 @pytest.fixture(params=["ryu_compat", "osken_wsgi"])
 def eventlet_server(request, core):
     """The REST app on the controller's own server (eventlet.wsgi, which decodes chunked bodies)."""
-    from controller.ryu_compat import hub
+    from controller.framework.ryu_compat import hub
 
     if request.param == "osken_wsgi":
         os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")
-        from controller.osken_wsgi import WSGIApplication as App
+        from controller.framework.osken_wsgi import WSGIApplication as App
     else:
         App = WSGIApplication
     wsgi = App()

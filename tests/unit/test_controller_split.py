@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from controller.composer import DEFAULT_RULES, RuleComposer, Source
 from controller.control_channel import ControlChannel
-from controller.cookies import RuleKind, make_cookie
-from controller.flows import RuleSpec, match, meter, output
-from controller.groups import Bucket, GroupSpec, lb_group_id
-from controller.meters import sampling_meter
-from controller.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.framework.ryu_compat import ofproto_v1_3, ofproto_v1_3_parser
+from controller.rules.composer import DEFAULT_RULES, RuleComposer, Source
+from controller.rules.cookies import RuleKind, make_cookie
+from controller.rules.flows import RuleSpec, match, meter, output
+from controller.rules.groups import Bucket, GroupSpec, lb_group_id
+from controller.rules.meters import sampling_meter
+from controller.rules.view import ClusterView
 from controller.switch_sync import SwitchSync
-from controller.view import ClusterView
 from typhoon import wire
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.wire import Control, ControlTuple, Kind

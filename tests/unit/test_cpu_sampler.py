@@ -13,7 +13,7 @@ def test_processes_are_grouped_by_what_they_run() -> None:
     assert classify(["/v/bin/python", "/v/bin/ryu-manager", "--config-file", "c"], 1, 2) == (
         "controller"
     )
-    assert classify(["python", "-m", "controller.launcher"], 1, 2) == "controller"
+    assert classify(["python", "-m", "controller.framework.launcher"], 1, 2) == "controller"
     assert classify(["python", "-m", "typhoon.runtime.worker", "w.spec.json"], 1, 2) == "worker"
     assert classify(["python", "-m", "typhoon.debug.worker", "x"], 1, 2) == "debug worker"
     assert classify(["python", "-m", "typhoon.agent", "--host", "h1"], 1, 2) == "agents"

@@ -13,10 +13,10 @@ from webob import Request
 
 from controller.dashboard import MAX_DECISIONS, MAX_INCIDENTS, Inputs, Reports, gather, snapshot
 from controller.fault_detector import Incident
+from controller.framework.ryu_compat import WSGIApplication
 from controller.reconfigure import Registry
 from controller.rest import DASHBOARD_DIR, DASHBOARD_FILES, TyphoonRest
-from controller.ryu_compat import WSGIApplication
-from controller.view import ClusterView
+from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, FabricLink, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.coordinator.base import WorkerStatus

@@ -12,7 +12,7 @@ from webob import Request
 
 from controller.debug_rest import DebugRest
 from controller.debugger import DebugError
-from controller.ryu_compat import WSGIApplication
+from controller.framework.ryu_compat import WSGIApplication
 from typhoon.client import ApiCallError
 from typhoon.debug import cli
 from typhoon.debug.spec import KEY_HEADER

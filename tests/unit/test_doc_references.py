@@ -1,6 +1,6 @@
 """Every file and module a docstring, comment or doc names exists in the repository.
 
-Paths (``controller/flows.py``, ``docs/guarantees.md``) must be files or folders
+Paths (``controller/rules/flows.py``, ``docs/guarantees.md``) must be files or folders
 of the checkout; dotted names in backticks (``typhoon.runtime.links``,
 :mod:`typhoon.wire`, ``typhoon.agent.main``) must be a module, or a name that
 module defines.  So a split or a rename cannot leave a reader at a dead end.

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from controller.dead_addresses import PRIO_DEAD_ADDRESS
 from controller.fault_detector import FaultSettings
 from controller.fault_detector_machine import FaultMachine
-from controller.view import AppView
+from controller.rules.dead_addresses import PRIO_DEAD_ADDRESS
+from controller.rules.view import AppView
 from typhoon.coordinator import WorkerStatus
 from typhoon.manager import Placement
 from typhoon.topology import load_topology, schedule

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from controller.job_end import finish_jobs
-from controller.view import ClusterView
+from controller.rules.view import ClusterView
 from typhoon import job_report
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator, WorkerStatus
@@ -151,7 +151,7 @@ def test_the_controller_stores_the_report_marks_finished_and_removes_if_asked(
 
 
 def test_reports_and_debugger_batches_do_not_make_the_core_reread_its_view():
-    from controller.view import rereads_view
+    from controller.rules.view import rereads_view
 
     assert not any(map(rereads_view, ["report/wc/3", "result/wc", "debugrec/ab12/7"]))
     assert all(map(rereads_view, ["status/wc/3", "metrics/wc/3", "physical/wc", "cluster"]))

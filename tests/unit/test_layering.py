@@ -11,6 +11,11 @@ their imports has no cycle.  Every import counts: the top level, ``if TYPE_CHECK
 blocks (a type-only loop is still a loop to a reader) and function bodies (an import
 deferred into a function only hides the loop from Python at load time, not from a
 reader, and it is how loops came back).
+
+``controller/`` has rooms: ``controller/rules/`` computes what a switch should hold
+in pure Python and imports nothing else of ``controller/`` and no Ryu or os-ken;
+``controller/framework/`` (the Ryu/os-ken boundary) imports nothing else of
+``controller/`` either (no arrow back up from a room to the glue that uses it).
 """
 
 from __future__ import annotations
@@ -51,6 +56,95 @@ CASES = [(pkg, path) for pkg in RULES for path in sorted((ROOT / pkg).rglob("*.p
 def test_imports_go_downward(pkg, path):
     bad = imported_packages(path) & RULES[pkg]
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+FRAMEWORKS = {"ryu", "os_ken", "eventlet", "webob"}
+# controller/'s rooms that must not import the rest of controller/ (no arrow back up),
+# and whether the room may import a framework.  controller/rules/ computes what a
+# switch should hold in pure Python; controller/framework/ is the Ryu/os-ken boundary.
+ROOMS = {"rules": False, "framework": True}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, anywhere in it (``from a import b`` gives ``a`` and
+    ``a.b``; a relative one keeps its dots)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            dots = "." * node.level
+            if node.module:
+                found.add(dots + node.module)
+            prefix = f"{dots}{node.module}." if node.module else dots
+            found.update(prefix + a.name for a in node.names)
+    return found
+
+
+def room_offences(path: Path, room: str, framework_ok: bool) -> list[str]:
+    """What a module of ``controller/<room>/`` must not import: a relative name (so the
+    check cannot be dodged), any part of ``controller/`` outside its room, and (unless the
+    room is the framework boundary) Ryu/os-ken/eventlet/webob."""
+    bad = []
+    for name in sorted(imported_modules(path)):
+        if name.startswith("."):
+            bad.append(f"{name} (relative: name the module)")
+        elif name.split(".")[0] in FRAMEWORKS and not framework_ok:
+            bad.append(name)
+        elif name.split(".")[0] == "controller" and name.partition(".")[2].split(".")[0] != room:
+            bad.append(name)
+    return bad
+
+
+ROOM_CASES = [
+    (room, path) for room in ROOMS for path in sorted((ROOT / "controller" / room).rglob("*.py"))
+]
+
+
+@pytest.mark.parametrize(
+    ("room", "path"), ROOM_CASES, ids=[str(p.relative_to(ROOT)) for _, p in ROOM_CASES]
+)
+def test_a_room_imports_nothing_of_controller_above_it(room, path):
+    bad = room_offences(path, room, ROOMS[room])
+    assert not bad, f"{path.relative_to(ROOT)}: {bad}"
+
+
+def test_the_rooms_hold_the_rule_compilers_and_the_boundary():
+    names = {(room, p.stem) for room, p in ROOM_CASES}
+    rules = {"flows", "groups", "meters", "mirror", "cookies", "composer", "reconcile"}
+    assert {("rules", n) for n in rules} <= names
+    assert {("framework", n) for n in ("ryu_compat", "osken_wsgi", "backend")} <= names
+
+
+def test_the_room_check_sees_glue_framework_and_relative_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from controller.rules.flows import RuleSpec\n"
+        "from controller.ofp import flow_mod\n"
+        "from controller import core\n"
+        "from controller.rules import cookies\n"
+        "def f():\n    import os_ken.cfg\n"
+        "from . import cookies\n"
+    )
+    assert room_offences(f, "rules", framework_ok=False) == [
+        ".cookies (relative: name the module)",
+        "controller",
+        "controller.core",
+        "controller.ofp",
+        "controller.ofp.flow_mod",
+        "os_ken.cfg",
+    ]
+    assert room_offences(f, "framework", framework_ok=True) == [
+        ".cookies (relative: name the module)",
+        "controller",
+        "controller.core",
+        "controller.ofp",
+        "controller.ofp.flow_mod",
+        "controller.rules",
+        "controller.rules.cookies",
+        "controller.rules.flows",
+        "controller.rules.flows.RuleSpec",
+    ]
 
 
 CYCLE_PACKAGES = ("controller", "typhoon")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
-from controller.groups import Balanced
 from controller.load_balancer_senders import SenderSwitch
+from controller.rules.groups import Balanced
 from typhoon.topology.model import WorkerAssignment
 
 

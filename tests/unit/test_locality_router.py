@@ -21,7 +21,7 @@ from controller.locality import (
     sent_links,
 )
 from controller.locality_job import FRESH_WAIT_S, LocalityJob, RouterSettings
-from controller.view import AppView
+from controller.rules.view import AppView
 from typhoon.operators.pairs import pair_tuple
 from typhoon.reconfig import Reroute
 from typhoon.runtime.policies import stable_hash
@@ -303,7 +303,7 @@ def test_periodic_runs_only_when_on_counting_idle_and_the_interval_passed():
 
 def test_the_app_leaves_ryus_own_methods_alone():
     from apps.locality_router import LocalityRouter
-    from controller.ryu_compat import RyuApp
+    from controller.framework.ryu_compat import RyuApp
 
     for name in ("start", "stop", "close", "send_event", "register_handler"):
         assert getattr(LocalityRouter, name) is getattr(RyuApp, name), name

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from webob import Request
 
 from controller.fault_detector import Incident
+from controller.framework.ryu_compat import WSGIApplication
 from controller.metrics import SparkTotals, exposition, registry
 from controller.rest import TyphoonRest
-from controller.ryu_compat import WSGIApplication
-from controller.view import ClusterView
+from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import SqliteCoordinator
 from typhoon.manager import Manager

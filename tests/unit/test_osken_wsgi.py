@@ -1,4 +1,4 @@
-"""controller/osken_wsgi.py, Ryu's REST framework carried over for os-ken.
+"""controller/framework/osken_wsgi.py, Ryu's REST framework carried over for os-ken.
 
 The same requests through it and through Ryu's own ``ryu.app.wsgi`` (when
 Ryu is installed) give the same answers: routing by path and method, path
@@ -13,18 +13,18 @@ import os
 import pytest
 from webob import Request
 
-from controller import backend
+from controller.framework import backend
 
 if not backend.installed("os_ken"):  # a dependency of the package: only a broken venv lacks it
     pytest.fail("os-ken is not installed (pip install -e .)", pytrace=False)
-os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")  # as controller/ryu_compat.py does
-from controller import osken_wsgi  # noqa: E402
+os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")  # as controller/framework/ryu_compat.py does
+from controller.framework import osken_wsgi  # noqa: E402
 
 
 def frameworks():
     yield osken_wsgi
     if backend.installed("ryu"):
-        from controller.eventlet_fix import install
+        from controller.framework.eventlet_fix import install
 
         install()
         import ryu.app.wsgi
@@ -69,7 +69,7 @@ def answers(app) -> list[tuple[int, str]]:
 
 def test_the_port_routes_as_ryu_does():
     got = {w.__name__: answers(make_app(w)) for w in frameworks()}
-    port = got["controller.osken_wsgi"]
+    port = got["controller.framework.osken_wsgi"]
     assert port == [
         (200, '{"name": "a b", "owner": "typhoon"}'),
         (204, ""),

@@ -83,7 +83,7 @@ def test_private_dir_refuses_another_users_open_directory(tmp_path):
 
 
 def test_the_controllers_ryu_conf_is_0600_even_over_an_old_file(tmp_path, umask, monkeypatch):
-    from controller import launcher
+    from controller.framework import launcher
 
     conf = loose(tmp_path / "ryu.conf")
     token = tmp_path / "token"

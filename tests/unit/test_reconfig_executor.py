@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.composer import Source
 from controller.reconfigure import Executor, Registry
-from controller.view import ClusterView
+from controller.rules.composer import Source
+from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
 from typhoon.coordinator import AgentState, SqliteCoordinator, WorkerStatus
 from typhoon.manager import Manager

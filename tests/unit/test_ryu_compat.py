@@ -1,7 +1,7 @@
 """The controller's framework boundary: Ryu or os-ken, chosen in one place.
 
 Every module of controller/ and apps/ takes its framework names from
-controller/ryu_compat.py (so the same code runs on both); controller/backend.py
+controller/framework/ryu_compat.py (so the same code runs on both); controller/framework/backend.py
 picks the framework.
 """
 
@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from controller import backend
+from controller.framework import backend
 
 REPO = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("ryu", "os_ken")
 # The only modules allowed to import a framework: the boundary itself, the os-ken port of
 # Ryu's REST framework, and the launcher that starts either.
-BOUNDARY = {"controller/ryu_compat.py", "controller/osken_wsgi.py", "controller/launcher.py"}
+BOUNDARY = {
+    "controller/framework/ryu_compat.py",
+    "controller/framework/osken_wsgi.py",
+    "controller/framework/launcher.py",
+}
 
 
 def framework_imports(path: Path) -> list[str]:
@@ -39,7 +43,7 @@ def framework_imports(path: Path) -> list[str]:
 
 def test_only_the_boundary_imports_ryu_or_os_ken():
     offenders = {}
-    for path in sorted([*REPO.glob("controller/*.py"), *REPO.glob("apps/*.py")]):
+    for path in sorted([*REPO.glob("controller/**/*.py"), *REPO.glob("apps/*.py")]):
         rel = path.relative_to(REPO).as_posix()
         if rel not in BOUNDARY and (names := framework_imports(path)):
             offenders[rel] = names
@@ -81,7 +85,7 @@ def test_unknown_and_missing_backends_say_what_to_do():
 def test_the_environment_selects_the_backend_of_ryu_compat():
     """In a fresh interpreter, as the controller process starts."""
     want = backend.choose(None)
-    code = "import controller.ryu_compat as r, sys; print(r.BACKEND, r.RyuApp.__module__)"
+    code = "import controller.framework.ryu_compat as r, sys; print(r.BACKEND, r.RyuApp.__module__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=REPO, env={**_env(), backend.ENV: want})  # fmt: skip
     assert out.stdout.split() == [want, f"{want}.base.app_manager"]

@@ -43,7 +43,7 @@ def test_a_rule_replaced_during_the_run_counts_from_zero():
 
 
 def test_drops_at_a_dead_workers_address_go_to_its_incident():
-    """The fault detector's rule for a dead address (controller/dead_addresses.py) counts
+    """The fault detector's rule for a dead address (controller/rules/dead_addresses.py) counts
     what its senders still wrote to it; every other drop stays a problem."""
     dump = (
         " cookie=0x7a0b00040000, duration=3.1s, table=0, n_packets=1033, n_bytes=39254, "

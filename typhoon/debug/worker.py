@@ -9,7 +9,7 @@ worker loses copies (counted by sequence number), never slows the observed
 worker down.
 
 The switch usually samples already (its meter copies at most the session's rate
-of frames per second, ``controller/meters.py``; ``--rate all`` has no meter and
+of frames per second, ``controller/rules/meters.py``; ``--rate all`` has no meter and
 every frame comes here); on top, a reader thread moves
 frames off the TAP into a bounded ring that drops its oldest frame when the
 decoder falls behind (``ring_dropped``), so the TAP's queue never fills because

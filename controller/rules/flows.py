@@ -1,7 +1,7 @@
 """The flow rules every host bridge should hold for an application (paper Table 3).
 
 `compile_rules` is a pure function from (logical topology, physical topology,
-cluster) to rule specs per host; `controller.reconcile` diffs them against what
+cluster) to rule specs per host; `controller.rules.reconcile` diffs them against what
 a switch holds and `controller.ofp` translates them to OpenFlow 1.3. Nothing
 here knows Ryu, so the rules are tested by forwarding packets through a fake
 table (tests/unit/fakeflows.py), not by reading flow text.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from controller.cookies import RuleKind, make_cookie
+from controller.rules.cookies import RuleKind, make_cookie
 from typhoon.cluster import Cluster
 from typhoon.topology.fabric import fabric_graph, multicast_tree, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment

@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.cookies import RuleKind, make_cookie
-from controller.flows import PRIO_DATA, Action, RuleSpec, match, output
+from controller.rules.cookies import RuleKind, make_cookie
+from controller.rules.flows import PRIO_DATA, Action, RuleSpec, match, output
 from typhoon.cluster import Cluster
 from typhoon.topology.fabric import fabric_graph, next_hop_port
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment

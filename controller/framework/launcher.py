@@ -1,5 +1,5 @@
 """The controller's launcher: ``ryu-manager`` for either backend,
-``python -m controller.launcher [ryu-manager args]``.
+``python -m controller.framework.launcher [ryu-manager args]``.
 
 Not the streaming manager (``typhoon/manager.py``): this one starts the Ryu/os-ken
 process that loads the controller's apps.
@@ -8,7 +8,7 @@ On Ryu it is Ryu's own ``ryu.cmd.manager.main`` (after the eventlet fix).
 os-ken dropped its ``osken-manager`` command in 4.0; ``_run_os_ken`` does what
 ``ryu-manager`` does with os-ken's parts: read the config, load the apps with
 what they require, instantiate them, and serve the REST API
-(controller/osken_wsgi.py) when an app asked for the ``wsgi`` context.
+(controller/framework/osken_wsgi.py) when an app asked for the ``wsgi`` context.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from controller import backend
+from controller.framework import backend
 
 
 def _run_os_ken(args: list[str] | None, prog: str | None) -> None:
@@ -36,7 +36,7 @@ def _run_os_ken(args: list[str] | None, prog: str | None) -> None:
     # after app_manager, as in ryu-manager (they import each other): the ofp-* options
     importlib.import_module("os_ken.controller.controller")
 
-    from controller import osken_wsgi
+    from controller.framework import osken_wsgi
 
     conf = cfg.CONF
     conf.register_cli_opts(
@@ -77,7 +77,7 @@ def main(args: list[str] | None = None, prog: str | None = None) -> int:
     if chosen == backend.OS_KEN:
         _run_os_ken(args, prog)
         return 0
-    from controller.eventlet_fix import install
+    from controller.framework.eventlet_fix import install
 
     install()  # before the first Ryu import
     try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from controller.cookies import RuleKind, make_cookie
-from controller.flows import PRIO_SPOOF_DROP, RuleSpec, match
+from controller.rules.cookies import RuleKind, make_cookie
+from controller.rules.flows import PRIO_SPOOF_DROP, RuleSpec, match
 from typhoon.wire import mac_str, worker_mac
 
 # above SPOOF_DROP (10), below every forwarding rule (100): only frames no rule takes

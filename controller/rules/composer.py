@@ -25,10 +25,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from controller.flows import RuleSpec, compile_default_rules
-from controller.groups import GroupSpec
-from controller.meters import MeterSpec
-from controller.view import ClusterView
+from controller.rules.flows import RuleSpec, compile_default_rules
+from controller.rules.groups import GroupSpec
+from controller.rules.meters import MeterSpec
+from controller.rules.view import ClusterView
 
 DEFAULT_RULES = frozenset(compile_default_rules())
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.flows import RuleSpec, compile_default_rules, compile_rules
+from controller.rules.flows import RuleSpec, compile_default_rules, compile_rules
 from typhoon.cluster import Cluster
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 

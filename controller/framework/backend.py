@@ -5,7 +5,7 @@ maintained fork (same API under ``os_ken``) and runs on 3.12+.  Both may be
 installed: the operator picks one with ``TYPHOON_CONTROLLER_BACKEND`` (or
 ``typhoon-controller --backend``), else Ryu wins when present (it is what
 scripts/setup.sh installs), else os-ken (what a plain ``pip install`` brings).
-Pure logic, no import of either framework: controller/ryu_compat.py imports
+Pure logic, no import of either framework: controller/framework/ryu_compat.py imports
 the chosen one.
 """
 

@@ -4,10 +4,10 @@
 """Ryu's REST framework (``ryu.app.wsgi``) for os-ken, which dropped it in 2.0.
 
 The controller's REST API (controller/rest.py) and the dashboard's websocket
-are written against ``ryu.app.wsgi``.  On os-ken, controller/ryu_compat.py
+are written against ``ryu.app.wsgi``.  On os-ken, controller/framework/ryu_compat.py
 takes the same names from here: routes + WebOb as in Ryu, served by os-ken's
 eventlet hub.  Left out: Ryu's JSON-RPC over websocket (tinyrpc), which the
-project does not use.  controller/launcher.py starts the server with
+project does not use.  controller/framework/launcher.py starts the server with
 ``start_service`` as ``ryu-manager`` does.
 """
 

@@ -1,10 +1,10 @@
 """The one module that imports Ryu (or os-ken, its maintained fork).
 
 Everything in `controller/` and `apps/` takes its Ryu names from here
-(tests/unit/test_ryu_compat.py checks it).  Which framework: controller/backend.py
+(tests/unit/test_ryu_compat.py checks it).  Which framework: controller/framework/backend.py
 (``TYPHOON_CONTROLLER_BACKEND``, else Ryu if installed, else os-ken).
 
-Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which controller/eventlet_fix.py
+Ryu 4.34 needs eventlet.wsgi.ALREADY_HANDLED, which controller/framework/eventlet_fix.py
 provides: installed here before the first Ryu import (so `import controller.core`
 works in any environment), by `typhoon-controller` before it starts
 ryu-manager, and by a `.pth` file in the development venv (scripts/setup.sh) for
@@ -12,7 +12,7 @@ a bare `ryu-manager apps/...`, which imports `ryu.app.wsgi` before any app.
 
 os-ken differs in three ways, all absorbed here: its app class is ``OSKenApp``
 (exported as ``RyuApp``); it dropped Ryu's REST framework, which
-controller/osken_wsgi.py carries over; and since 4.0 its hub defaults to native
+controller/framework/osken_wsgi.py carries over; and since 4.0 its hub defaults to native
 threads, while the controller is written for eventlet's cooperative green
 threads as in Ryu, so ``OSKEN_HUB_TYPE`` defaults to eventlet.
 """
@@ -20,18 +20,18 @@ threads as in Ryu, so ``OSKEN_HUB_TYPE`` defaults to eventlet.
 import importlib
 import os
 
-from controller import backend as _backend
+from controller.framework import backend as _backend
 
 BACKEND = _backend.selected()  # BackendError (one sentence) if neither is installed
 
 if BACKEND == _backend.RYU:
-    from controller.eventlet_fix import install as _install_eventlet_fix
+    from controller.framework.eventlet_fix import install as _install_eventlet_fix
 
     _install_eventlet_fix()  # before the first Ryu import below; idempotent
     _wsgi = importlib.import_module("ryu.app.wsgi")
 else:
     os.environ.setdefault("OSKEN_HUB_TYPE", "eventlet")  # read once, when os_ken.lib.hub loads
-    _wsgi = importlib.import_module("controller.osken_wsgi")
+    _wsgi = importlib.import_module("controller.framework.osken_wsgi")
 
 
 def _mod(name: str):

@@ -2,7 +2,7 @@
 
 A debug session's copies leave table 0 by ``goto_table`` and pass the
 session's meter (a packets-per-second band of type drop) before the output
-toward the debug port (``controller/mirror.py``), so the switch copies at most
+toward the debug port (``controller/rules/mirror.py``), so the switch copies at most
 ``rate`` frames per second (plus ``burst``) to the debug worker and never
 outputs the others: the debug worker cannot fall behind, whatever the observed
 worker sends.  Measured on OVS 3.1 (userspace datapath): ``meter-features``

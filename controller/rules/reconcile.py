@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from controller.cookies import is_typhoon
-from controller.flows import RuleSpec
+from controller.rules.cookies import is_typhoon
+from controller.rules.flows import RuleSpec
 
 
 @dataclass(frozen=True)

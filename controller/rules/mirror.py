@@ -1,7 +1,7 @@
 """Mirror outputs for the live debugger: one host's rules in, the same rules with copies out.
 
 A debug session observes one worker's input, output or both.  The switch
-already has a rule for every path that traffic takes (``controller.flows``);
+already has a rule for every path that traffic takes (``controller.rules.flows``);
 mirroring adds one output action, toward the debug worker's port, to exactly
 the rules that carry the observed worker's data frames, and changes nothing
 else.  The result replaces the host's rules as a whole, so "detach" is just
@@ -29,7 +29,7 @@ A mirrored rule carries a MIRROR cookie (same app, worker and peer fields), so
 Sampling in the switch.  The copy does not go straight to the debug port: the
 mirrored rule keeps its own actions and adds ``goto_table:1``; table 1 holds,
 for each mirrored rule (same priority and match), the session's meter
-(``controller/meters.py``: ``rate`` frames/s, drop above) and then the output to
+(``controller/rules/meters.py``: ``rate`` frames/s, drop above) and then the output to
 the debug port.  OVS executes ``<own outputs>,meter(N),<debug port>``: the
 observed frame is always forwarded, the copy only when the meter lets it
 through, so unsampled frames are never output toward the debug worker.  When
@@ -52,9 +52,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from controller.cookies import RuleKind, make_cookie, parse_cookie
-from controller.flows import RuleSpec, goto_table, meter, output
-from controller.meters import MeterSpec, meter_id, sampling_meter
+from controller.rules.cookies import RuleKind, make_cookie, parse_cookie
+from controller.rules.flows import RuleSpec, goto_table, meter, output
+from controller.rules.meters import MeterSpec, meter_id, sampling_meter
 from typhoon.wire import mac_str, worker_mac
 
 DIRECTIONS = ("in", "out", "both")
