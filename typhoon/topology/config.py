@@ -29,9 +29,10 @@ PLACEMENTS = ("packed", "spread")
 SPARK_PREFIX = r"^spark\."  # keys passed to the Spark engine unchecked
 
 
-def setting(default: Any, doc: str, schema: Mapping[str, Any]) -> Any:
-    """One declared key: its default, a one-line doc and its JSON schema."""
-    return field(default=default, metadata={"doc": doc, "schema": dict(schema)})
+def setting(default: Any, doc: str, schema: Mapping[str, Any], nested: type | None = None) -> Any:
+    """One declared key: its default, a one-line doc and its JSON schema; ``nested``: the
+    declaration of the keys of a mapping-valued setting."""
+    return field(default=default, metadata={"doc": doc, "schema": dict(schema), "nested": nested})
 
 
 def _batching(name: str) -> Any:
@@ -50,6 +51,33 @@ class LocalityConfig:
     top: int = setting(200, "pairs reported per METRIC_RESP", {"type": "integer", "minimum": 1})
 
 
+@dataclass(frozen=True)
+class SdnConfig:
+    """``config: {sdn: ...}``: the sdn transport's links (docs/flow_control.md)."""
+
+    window: int = setting(
+        128, "frames in flight per link (typhoon/runtime/links)", {"type": "integer", "minimum": 1}
+    )
+    port_budget: int | None = setting(
+        None,
+        "bytes a worker may have queued at the switch, 0: none (default: planned)",
+        {"type": "integer", "minimum": 0},
+    )
+    credit_timeout_s: float = setting(
+        10.0,
+        "s a receiver may stay silent before it counts as dead",
+        {"type": "number", "exclusiveMinimum": 0},
+    )
+    mtu: int | None = setting(
+        None,
+        "frame size; only lowers the fabric's (default: the fabric's, at most 64000)",
+        {"type": "integer", "minimum": 1},
+    )
+    control_priority: bool = setting(
+        True, "urgent control tuples overtake queued data", {"type": "boolean"}
+    )
+
+
 _GROUPS = {"type": "integer", "minimum": 1, "maximum": 65536}
 _STEP = {"type": "integer", "minimum": 0, "maximum": 65536}
 
@@ -60,10 +88,11 @@ class TopologyConfig:
 
     batch_size: int = _batching("batch_size")
     max_delay_ms: float = _batching("max_delay_ms")
-    sdn: dict[str, Any] | None = setting(
+    sdn: SdnConfig | None = setting(
         None,
-        "I/O-layer options (`typhoon.worker_specs.SDN_OPTIONS`)",
-        {"type": ["object", "null"]},
+        "the sdn transport's link settings (defaults below)",
+        {"type": ["object", "null"], "additionalProperties": False},
+        nested=SdnConfig,
     )
     flow_control: bool = setting(
         True, "credit-based flow control between workers", {"type": "boolean"}
@@ -114,6 +143,7 @@ class TopologyConfig:
         None,
         "key-pair statistics for locality-aware routing (off when absent)",
         {"type": "object", "additionalProperties": False},
+        nested=LocalityConfig,
     )
 
     @classmethod
@@ -123,8 +153,9 @@ class TopologyConfig:
         config = dict(config or {})
         config.update(dataclasses.asdict(Batching.of(config)))
         given = {k: config[k] for k in TOPOLOGY_KEYS if k in config}
-        if isinstance(given.get("locality"), Mapping):
-            given["locality"] = LocalityConfig(**given["locality"])
+        for f in dataclasses.fields(cls):
+            if f.metadata["nested"] and isinstance(given.get(f.name), Mapping):
+                given[f.name] = f.metadata["nested"](**given[f.name])
         return cls(**given)
 
 
@@ -148,13 +179,17 @@ TOPOLOGY_KEYS = keys_of(TopologyConfig)
 NODE_KEYS = keys_of(NodeConfig)
 DEFAULTS = TopologyConfig()
 LOCALITY_DEFAULTS = LocalityConfig()
+SDN_DEFAULTS = SdnConfig()
 
 
 def schema_properties(cls: type) -> dict[str, dict[str, Any]]:
     """The JSON-schema ``properties`` of a declaration's keys."""
-    properties = {f.name: dict(f.metadata["schema"]) for f in dataclasses.fields(cls)}
+    properties = {}
+    for f in dataclasses.fields(cls):
+        properties[f.name] = dict(f.metadata["schema"])
+        if f.metadata["nested"]:
+            properties[f.name]["properties"] = schema_properties(f.metadata["nested"])
     if cls is TopologyConfig:
-        properties["locality"]["properties"] = schema_properties(LocalityConfig)
         properties.update({old: BATCHING_SCHEMA[old] for old in BATCHING_LEGACY})
     return properties
 
@@ -169,72 +204,3 @@ def config_schema(cls: type) -> dict[str, Any]:
     if cls is TopologyConfig:
         schema["patternProperties"] = {SPARK_PREFIX: {}}
     return schema
-
-
-# --- the docs table (docs/topology.md) ---------------------------------------------------
-
-_TYPE_NAMES = {
-    "integer": "integer",
-    "number": "number",
-    "string": "string",
-    "boolean": "true/false",
-    "object": "mapping",
-}
-
-
-def _type_cell(schema: Mapping[str, Any]) -> str:
-    if "enum" in schema:
-        return " \\| ".join(f"`{v}`" for v in schema["enum"])
-    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-    text = " or ".join(_TYPE_NAMES[k] for k in kinds if k != "null")
-    low = schema.get("minimum", schema.get("exclusiveMinimum"))
-    if low is not None:
-        sign = ">" if "exclusiveMinimum" in schema else "≥"
-        text += f" {sign} {low:g}"
-    if "maximum" in schema:
-        text += f", ≤ {schema['maximum']:g}"
-    return text
-
-
-def _default_cell(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    if isinstance(value, float):
-        return f"`{value:g}`"
-    return f"`{value}`"
-
-
-def _rows(cls: type, prefix: str = "") -> list[str]:
-    rows = []
-    for f in dataclasses.fields(cls):
-        schema = f.metadata["schema"]
-        default = f.default
-        rows.append(
-            f"| `{prefix}{f.name}` | {_type_cell(schema)} | {_default_cell(default)} "
-            f"| {f.metadata['doc']} |"
-        )
-        if cls is TopologyConfig and f.name == "locality":
-            rows += _rows(LocalityConfig, "locality.")
-    return rows
-
-
-def markdown_table() -> str:
-    """The docs' tables of every config key: the topology's, then a node's."""
-    head = "| key | type | default | meaning |\n|---|---|---|---|\n"
-    topology = _rows(TopologyConfig)
-    topology += [
-        f"| `{old}` | | | older name of `{new}`, read when `{new}` is absent |"
-        for old, new in BATCHING_LEGACY.items()
-    ]
-    topology.append("| `spark.*` | | | passed to the Spark engine as they are |")
-    return (
-        "Topology `config:`\n\n"
-        + head
-        + "\n".join(topology)
-        + "\n\nNode `config:` (a spout's or bolt's own)\n\n"
-        + head
-        + "\n".join(_rows(NodeConfig))
-        + "\n"
-    )
