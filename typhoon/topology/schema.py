@@ -248,18 +248,16 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
             k for k in value if k not in allowed and not any(re.search(p, str(k)) for p in patterns)
         ][0]
         close = difflib.get_close_matches(str(extra), allowed, n=1)
-        if path == ("config",):
-            hint = (
-                f"; did you mean '{close[0]}'?"
-                if close
-                else f" (known keys: {', '.join(allowed)}, and spark.* settings)"
-            )
-            return path + (extra,), f"unknown config key '{extra}'{hint}"
-        if path[-1:] == ("config",) and path[0] in ("spouts", "bolts"):
-            hint = (
-                f"; did you mean '{close[0]}'?" if close else f" (known keys: {', '.join(allowed)})"
-            )
-            return path + (extra,), f"unknown config key '{extra}' in {where}{hint}"
+        inside = _config_keys_path(path)
+        if inside is not None:  # a key of a topology's or node's `config`, or nested in one
+            name = ".".join([*inside, str(extra)])
+            if close:
+                hint = f"; did you mean '{'.'.join([*inside, close[0]])}'?"
+            else:
+                spark = ", and spark.* settings" if path == ("config",) else ""
+                hint = f" (known keys: {', '.join(allowed)}{spark})"
+            place = "" if path[0] == "config" else f" in {where}"
+            return path + (extra,), f"unknown config key '{name}'{place}{hint}"
         hint = f"; did you mean '{close[0]}'?" if close else f" (expected: {', '.join(allowed)})"
         place = "at top level" if where == "the topology" and not path else f"in {where}"
         if path and path[-1] == "grouping":
@@ -290,6 +288,16 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
         what = "topology name" if path == ("name",) else f"{where.split()[0]} id"
         return path, f"{what} {show(value)} may only contain letters, digits, '_', '-' and '.'"
     return path, f"{subject}: {err.message}"
+
+
+def _config_keys_path(path: Path) -> list[str] | None:
+    """The keys below ``config`` of a path into a topology's or a node's ``config``
+    (``[]`` for the mapping itself, ``["sdn"]`` inside ``config.sdn``), else None."""
+    if path[:1] == ("config",):
+        return [str(step) for step in path[1:]]
+    if len(path) >= 3 and path[0] in ("spouts", "bolts") and path[2] == "config":
+        return [str(step) for step in path[3:]]
+    return None
 
 
 def first_problem(doc: Any, line_of: Callable[[Path], int]) -> tuple[int, str] | None:
