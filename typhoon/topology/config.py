@@ -172,6 +172,7 @@ class NodeConfig:
 
 
 def keys_of(cls: type) -> tuple[str, ...]:
+    """The keys a declaration holds, in declaration order."""
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
