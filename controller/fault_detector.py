@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from controller.settings import setting
+from typhoon.topology.config import DEFAULTS
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.routing import Route, routes_for
 from typhoon.topology.scheduler import reschedule
@@ -245,7 +246,7 @@ def held_up_by_receivers(
 def no_recovery(topology: Topology, conf: FaultSettings) -> str:
     """Why a controller with these settings cannot keep ``topology``'s guarantee, in
     one sentence (a submission is refused with it), or '' if it can or none is asked."""
-    guarantee = topology.config.get("guarantee", "none")
+    guarantee = topology.config.get("guarantee", DEFAULTS.guarantee)
     if guarantee in (None, "none"):
         return ""
     head = f"application '{topology.name}' asks for guarantee {guarantee}, but this controller"

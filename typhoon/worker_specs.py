@@ -15,6 +15,7 @@ from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.topology.batching import Batching
 from typhoon.topology.budgets import plan_budgets
+from typhoon.topology.config import SdnConfig, keys_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 log = logging.getLogger("typhoon.agent")
@@ -26,7 +27,7 @@ log = logging.getLogger("typhoon.agent")
 WORKER_MTU = 64000
 
 
-SDN_OPTIONS = ("window", "port_budget", "credit_timeout_s", "mtu", "control_priority")
+SDN_OPTIONS = keys_of(SdnConfig)  # declared in typhoon/topology/config.py
 
 
 def sdn_options(config: dict) -> dict:

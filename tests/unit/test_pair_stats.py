@@ -69,7 +69,7 @@ def test_pair_keys_only_between_two_keyed_streams():
     [
         ("{locality: {pairs: 0}}", "'config.locality.pairs' of the topology must be at least 1"),
         ("{locality: {sample: x}}", "'config.locality.sample' of the topology must be an integer"),
-        ("{locality: {pair: 10}}", "unknown key 'pair'"),
+        ("{locality: {pair: 10}}", "unknown config key 'locality.pair'; did you mean 'locality.pa"),
         ("{locality: 5}", "'config.locality' of the topology must be a mapping"),
     ],
 )

@@ -1,7 +1,7 @@
 """What a topology asks for: its processing guarantee and how it checkpoints.
 
 Read from the topology's ``config`` (``guarantee``, ``checkpoint_interval_ms``,
-``checkpoint_store``), with the defaults here, so the runtime and the
+``checkpoint_store``), with the defaults of ``typhoon/topology/config.py``, so the runtime and the
 controller agree on them.  The loader has checked the values of a topology
 file already; a topology built in code is checked again here.
 """
@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from typhoon.topology.config import DEFAULTS, GUARANTEES
+
 from .store import DEFAULT_STORE
 
-GUARANTEES = ("none", "at_least_once", "exactly_once")
-DEFAULT_GUARANTEE = "none"
-DEFAULT_INTERVAL_MS = 1000.0
+# declared with every other config key in typhoon/topology/config.py
+DEFAULT_GUARANTEE = DEFAULTS.guarantee
+DEFAULT_INTERVAL_MS = DEFAULTS.checkpoint_interval_ms
 
 
 @dataclass(frozen=True)

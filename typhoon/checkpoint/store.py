@@ -30,10 +30,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from typhoon.private_files import private_dir, write_private
+from typhoon.topology.config import DEFAULTS
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORE = "file:///var/tmp/typhoon/checkpoints"
+DEFAULT_STORE = DEFAULTS.checkpoint_store  # declared in typhoon/topology/config.py
 MAGIC = b"TYCK"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct(">4sHQ32s")  # magic, format version, payload length, sha256(payload)

@@ -12,13 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the loader imports this module: no import of the topology package here
+from typhoon.topology.config import LOCALITY_DEFAULTS
+
+if TYPE_CHECKING:
     from typhoon.topology.model import Topology
 
 KEYED = ("fields", "direct")  # groupings that route by key fields
-DEFAULT_PAIRS = 1000
-DEFAULT_SAMPLE = 10
-DEFAULT_TOP = 200  # pairs per METRIC_RESP: a few frames, sent every metrics round
+# declared with every other config key in typhoon/topology/config.py
+DEFAULT_PAIRS = LOCALITY_DEFAULTS.pairs
+DEFAULT_SAMPLE = LOCALITY_DEFAULTS.sample
+DEFAULT_TOP = LOCALITY_DEFAULTS.top  # pairs per METRIC_RESP: a few frames, every metrics round
 
 
 @dataclass(frozen=True)

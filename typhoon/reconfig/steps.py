@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
+from typhoon.topology.config import DEFAULTS
 from typhoon.topology.keygroups import round_id
 from typhoon.topology.routing import routes_for
 
-DEFAULT_MIGRATION_STEP = 4  # key groups per round (docs/keyed_state.md, "Stepwise migration")
+DEFAULT_MIGRATION_STEP = DEFAULTS.migration_step  # docs/keyed_state.md, "Stepwise migration"
 
 Moved = dict[int, tuple[int, int]]  # group -> (old owner, new owner), worker IDs
 

@@ -72,11 +72,12 @@ from typhoon.runtime.sdn_send import SdnSending
 from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
 from typhoon.runtime.transport import Transport
 from typhoon.runtime.truesize import default_budget
+from typhoon.topology.config import SDN_DEFAULTS
 from typhoon.wire import AddrClass, ControlTuple, Frame, Kind, WireError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CREDIT_TIMEOUT_S = 10.0
+DEFAULT_CREDIT_TIMEOUT_S = SDN_DEFAULTS.credit_timeout_s  # declared in typhoon/topology/config.py
 # a receiver the controller routes around that answered no request for credit for this
 # long is dead at once, without waiting out the credit timeout (a live receiver, even
 # a blocked one, answers every SYNC)
@@ -188,7 +189,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
             ethertype=int(p.get("ethertype", wire.ETHERTYPE)),
             credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
             port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
-            control_priority=bool(p.get("control_priority", True)),
+            control_priority=bool(p.get("control_priority", SDN_DEFAULTS.control_priority)),
         )
 
     @property

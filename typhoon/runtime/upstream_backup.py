@@ -27,6 +27,7 @@ from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.output import rows_in
 from typhoon.runtime.policies import Router
 from typhoon.runtime.transport import EOS_STREAM
+from typhoon.topology.config import DEFAULTS
 from typhoon.topology.keygroups import NO_OWNER
 from typhoon.topology.routing import receivers_of
 from typhoon.wire import encode_rows
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PURGE_POLL_S = 0.5  # how often a worker looks for a newer complete checkpoint
-DEFAULT_BACKUP_MB = 64.0  # per worker; config ``upstream_backup_mb`` (0: no upstream backup)
+DEFAULT_BACKUP_MB = DEFAULTS.upstream_backup_mb  # per worker (0: no upstream backup)
 FULL_WAIT_S = 0.01  # a source whose buffers are full looks again after this long
 # a source waits at most this many checkpoint intervals for a purge, then trims like a
 # bolt (its oldest epochs can no longer be replayed): a purge that never comes (the

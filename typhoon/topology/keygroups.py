@@ -21,7 +21,9 @@ from typing import Any
 
 import msgpack
 
-DEFAULT_MAX_PARALLELISM = 128
+from .config import DEFAULTS
+
+DEFAULT_MAX_PARALLELISM = DEFAULTS.max_parallelism  # declared in typhoon/topology/config.py
 KEY_ROUTED = ("fields", "direct")  # groupings that route by key fields
 
 

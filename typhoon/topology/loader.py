@@ -18,8 +18,10 @@ import os
 from pathlib import Path as FilePath
 from typing import Any
 
-from typhoon.checkpoint.settings import guarantee_of
-from typhoon.locality.settings import counting_nodes
+# as modules, read at call time: both import their defaults from .config, and either
+# may be the first module a program imports
+from typhoon.checkpoint import settings as checkpoint_settings
+from typhoon.locality import settings as locality_settings
 from typhoon.operators import (
     BUILTINS,
     OperatorError,
@@ -150,7 +152,7 @@ class _Builder:
 
     def check_locality(self, topo: Topology) -> None:
         """Pair statistics need a node between two key-routed streams to count them."""
-        if "locality" not in topo.config or counting_nodes(topo):
+        if "locality" not in topo.config or locality_settings.counting_nodes(topo):
             return
         raise self.fail(
             ("config", "locality"),
@@ -160,7 +162,7 @@ class _Builder:
 
     def check_guarantee(self, topo: Topology) -> None:
         """A guarantee needs sources that can replay what a crash lost (offset and seek)."""
-        guarantee = guarantee_of(topo)
+        guarantee = checkpoint_settings.guarantee_of(topo)
         if guarantee == "none":
             return
         for node in topo.nodes.values():

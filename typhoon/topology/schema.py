@@ -20,9 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from typhoon.checkpoint.settings import GUARANTEES
-
-from .batching import SCHEMA as BATCHING_SCHEMA
+from .config import NodeConfig, TopologyConfig, config_schema
 from .model import ENGINES
 
 Path = tuple[Any, ...]  # keys and list indexes from the document root
@@ -103,16 +101,8 @@ _NODE = {
                 "interval_ms": {"type": "number", "exclusiveMinimum": 0},
             },
         },
-        # per-node settings; max_parallelism: key groups (typhoon/topology/keygroups.py);
-        # migration_step: key groups per round when a rescale moves them (typhoon/reconfig/steps.py)
-        "config": {
-            "type": ["object", "null"],
-            "additionalProperties": False,
-            "properties": {
-                "max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536},
-                "migration_step": {"type": "integer", "minimum": 0, "maximum": 65536},
-            },
-        },
+        # a node's own settings, declared in typhoon/topology/config.py
+        "config": config_schema(NodeConfig),
     },
 }
 
@@ -146,47 +136,10 @@ _STREAM = {
     },
 }
 
-# Every key the code reads from a topology's `config`; `spark.*` settings go to the Spark
-# engine as they are.  A key not listed here is a typo until someone adds it.
-_CONFIG = {
-    "type": ["object", "null"],
-    "additionalProperties": False,
-    "patternProperties": {r"^spark\.": {}},
-    "properties": {
-        **BATCHING_SCHEMA,  # batch_size, max_delay_ms and the older max_delay
-        "sdn": {"type": ["object", "null"]},  # I/O-layer options (typhoon.worker_specs.SDN_OPTIONS)
-        "flow_control": {"type": "boolean"},
-        "output_dir": {"type": "string"},
-        "guarantee": {"type": "string", "enum": list(GUARANTEES)},
-        "checkpoint_interval_ms": {"type": "number", "exclusiveMinimum": 0},
-        "checkpoint_store": {"type": "string", "minLength": 1},
-        # a failure rolls back the failed workers and their downstream closure only; their
-        # senders replay from output buffers of upstream backup, at most this many MiB per
-        # worker (docs/guarantees.md "Partial rollback")
-        "partial_rollback": {"type": "boolean"},
-        # region (default): a failure rolls back its failover regions; global: the whole
-        # job (typhoon/checkpoint/regions.py)
-        "failover": {"type": "string", "enum": ["region", "global"]},
-        "upstream_backup_mb": {"type": "number", "minimum": 0},
-        # packed (default): fill hosts along the topological order; spread: worker i of
-        # every node on host i mod H (typhoon/topology/scheduler.py)
-        "placement": {"type": "string", "enum": ["packed", "spread"]},
-        # key groups of every key-routed node without its own (typhoon/topology/keygroups.py)
-        "max_parallelism": {"type": "integer", "minimum": 1, "maximum": 65536},
-        # key groups per round of a rescale's migration, 0: all at once (typhoon/reconfig/steps.py)
-        "migration_step": {"type": "integer", "minimum": 0, "maximum": 65536},
-        # key-pair statistics for locality-aware routing (typhoon/locality/settings.py)
-        "locality": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "pairs": {"type": "integer", "minimum": 1},
-                "sample": {"type": "integer", "minimum": 1},
-                "top": {"type": "integer", "minimum": 1},
-            },
-        },
-    },
-}
+# Every key the code reads from a topology's `config` is declared in
+# typhoon/topology/config.py; `spark.*` settings go to the Spark engine as they are.
+# A key not declared there is a typo until someone adds it.
+_CONFIG = config_schema(TopologyConfig)
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -295,13 +248,16 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
             k for k in value if k not in allowed and not any(re.search(p, str(k)) for p in patterns)
         ][0]
         close = difflib.get_close_matches(str(extra), allowed, n=1)
-        if path == ("config",):
-            hint = (
-                f"; did you mean '{close[0]}'?"
-                if close
-                else f" (known keys: {', '.join(allowed)}, and spark.* settings)"
-            )
-            return path + (extra,), f"unknown config key '{extra}'{hint}"
+        inside = _config_keys_path(path)
+        if inside is not None:  # a key of a topology's or node's `config`, or nested in one
+            name = ".".join([*inside, str(extra)])
+            if close:
+                hint = f"; did you mean '{'.'.join([*inside, close[0]])}'?"
+            else:
+                spark = ", and spark.* settings" if path == ("config",) else ""
+                hint = f" (known keys: {', '.join(allowed)}{spark})"
+            place = "" if path[0] == "config" else f" in {where}"
+            return path + (extra,), f"unknown config key '{name}'{place}{hint}"
         hint = f"; did you mean '{close[0]}'?" if close else f" (expected: {', '.join(allowed)})"
         place = "at top level" if where == "the topology" and not path else f"in {where}"
         if path and path[-1] == "grouping":
@@ -332,6 +288,16 @@ def _sentence(doc: Any, err: Any) -> tuple[Path, str]:
         what = "topology name" if path == ("name",) else f"{where.split()[0]} id"
         return path, f"{what} {show(value)} may only contain letters, digits, '_', '-' and '.'"
     return path, f"{subject}: {err.message}"
+
+
+def _config_keys_path(path: Path) -> list[str] | None:
+    """The keys below ``config`` of a path into a topology's or a node's ``config``
+    (``[]`` for the mapping itself, ``["sdn"]`` inside ``config.sdn``), else None."""
+    if path[:1] == ("config",):
+        return [str(step) for step in path[1:]]
+    if len(path) >= 3 and path[0] in ("spouts", "bolts") and path[2] == "config":
+        return [str(step) for step in path[3:]]
+    return None
 
 
 def first_problem(doc: Any, line_of: Callable[[Path], int]) -> tuple[int, str] | None:

@@ -3,6 +3,8 @@ arithmetic of 32-bit sequence numbers (overview in :mod:`typhoon.runtime.links`)
 
 from __future__ import annotations
 
+from typhoon.topology.config import SDN_DEFAULTS
+
 U32 = 1 << 32
 MASK = U32 - 1
 
@@ -22,7 +24,7 @@ RESYNC = 5  # receiver -> sender [link]: I hold no state for this link, send me 
 # tuples overtake queued data (docs/flow_control.md, "The 128-frame window again"); a
 # topology may ask for another with config: {sdn: {window: N}}.  Receivers' TAP queues hold
 # DEFAULT_TXQUEUELEN frames (runtime/tap.py).
-DEFAULT_WINDOW = 128
+DEFAULT_WINDOW = SDN_DEFAULTS.window  # declared in typhoon/topology/config.py
 MAX_WINDOW = 1 << 20  # frames kept for retransmission per link, far below 2**31
 PROBE_S = 0.02  # unconfirmed frames this old make the sender probe with a SYNC
 REFRESH_S = 0.1  # a receiver refreshes its grant this often while a link is in use
