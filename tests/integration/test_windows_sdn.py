@@ -96,8 +96,10 @@ def test_windows_stay_exact_through_a_rescale(cluster):
     topology, reports = finish(cluster, t.name)
     report = build_report(topology, reports)
     assert report["ok"], report["problems"]
-    moved = [w["keyed"]["migration"] for w in report["workers"]
-             if w["node"] == "window" and w.get("keyed", {}).get("migration")]  # fmt: skip
+    # every round of the stepwise migration (docs/keyed_state.md), not only a worker's
+    # last one: with 8 keys in 64 key groups most rounds move groups without a key
+    moved = [m for w in report["workers"] if w["node"] == "window"
+             for m in w.get("keyed", {}).get("migrations", {}).values()]  # fmt: skip
     assert sum(m["keys"] for m in moved) > 0, report["workers"]
     want, want_late = expected_windows(args, t.nodes["window"].args)
     assert want_late == []
