@@ -433,6 +433,8 @@ def test_a_low_rate_session_gets_at_most_its_rate_and_the_run_stays_exact(cluste
         # meter let through counted by the debug worker, with some left out
         def settled() -> dict | None:
             st = cluster.rest("GET", path)[1]["stats"]
+            if not {"switch_copied", "switch_dropped"} <= st.keys():
+                return None  # the meter's or the port's first reply not read yet
             agree = st["switch_copied"] == st["data_frames"] + st["other"]
             return st if agree and st["switch_sampled"] > 0 else None
 
