@@ -22,7 +22,7 @@ from midrun_kill import run_killing, sent_by
 
 from typhoon.operators.ads import reference_window_counts
 from typhoon.operators.events import BAD, event, expected_windows
-from typhoon.tcp_cluster import RunOptions, TcpCluster
+from typhoon.tcp_cluster import RunOptions, TcpCluster, run_tcp
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,14 +35,7 @@ def test_windows_equal_the_reference_and_late_events_go_to_late(tmp_path):
     t.name = "windowstcp"
     args = t.nodes["events"].args
     args.update(count=20_000, bad_every=499)
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    try:
-        cluster.start()
-        cluster.activate()
-        clean = cluster.wait()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
+    report = run_tcp(t, RunOptions(live=False, timeout=120, workdir=tmp_path))
     assert report["ok"], report["problems"]
     want, want_late = expected_windows(args, t.nodes["window"].args)
     got = {}
@@ -134,14 +127,7 @@ def test_window_join_pairs_equal_every_pair_of_the_two_sources(tmp_path):
     from typhoon.topology import load_topology_text
 
     t = load_topology_text(JOIN, "join.yaml")
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    try:
-        cluster.start()
-        cluster.activate()
-        clean = cluster.wait()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
+    report = run_tcp(t, RunOptions(live=False, timeout=120, workdir=tmp_path))
     assert report["ok"], report["problems"]
     sides = []
     for node in ("bids", "asks"):
@@ -175,14 +161,7 @@ def test_ad_analytics_native_counts_equal_the_reference(tmp_path):
     t.nodes["campaign"].args["table"] = str(ROOT / "topologies" / "data" / "campaigns.csv")
     args = t.nodes["events"].args
     args.update(count=30_000, rate=15_000)
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    try:
-        cluster.start()
-        cluster.activate()
-        clean = cluster.wait()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
+    report = run_tcp(t, RunOptions(live=False, timeout=120, workdir=tmp_path))
     assert report["ok"], report["problems"]
     rows = report["results"]["sink"]["tuples"]
     got = {(campaign, start): n for campaign, start, _end, n in rows}
