@@ -279,6 +279,10 @@ class TcpCluster:
 
     # ----- control -------------------------------------------------------------------------
 
+    def connected(self, worker_id: int) -> bool:
+        """False once the worker closed its control connection (it finished, or died)."""
+        return worker_id in self.conns
+
     def send(self, worker_id: int, ct: ControlTuple) -> None:
         """Send a control tuple to one worker over its control connection."""
         c = self.conns.get(worker_id)

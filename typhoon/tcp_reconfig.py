@@ -72,6 +72,7 @@ class Cluster(Protocol):
     def launch_workers(self, worker_ids: list[int]) -> None: ...
     def restart(self, topology: Topology, physical: PhysicalTopology, reason: str) -> None: ...
     def await_workers(self, worker_ids: list[int]) -> None: ...
+    def connected(self, worker_id: int) -> bool: ...
     def send(self, worker_id: int, ct: ControlTuple) -> None: ...
     def pump(self, timeout: float) -> None: ...
     def next_version(self) -> int: ...
@@ -323,6 +324,11 @@ class Executor:
             if w in self.gone:
                 continue
             v = self.c.next_version()
+            if not self.c.connected(w):
+                # it closed its control connection: its stream ended (it is exiting) or it
+                # died; its exit code below says which
+                pending[(w, v)] = w
+                continue
             self.c.send(w, ControlTuple(Control[ctype], {**body, "version": v}))
             pending[(w, v)] = w
         seen = 0
@@ -343,7 +349,12 @@ class Executor:
                     return f"worker {w} exited (code {code}) before it confirmed {ctype}"
             return not pending
 
-        self._wait(answered, lambda: f"workers {sorted(pending.values())} did not confirm {ctype}")
+        def late() -> str:
+            closed = sorted(w for w in pending.values() if not self.c.connected(w))
+            why = f" ({closed} closed their control connection but did not exit)" if closed else ""
+            return f"workers {sorted(pending.values())} did not confirm {ctype}{why}"
+
+        self._wait(answered, late)
 
     def _placement(self, nodes: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
         """Ask the keyed nodes' running workers which groups they own and hold keys of."""
@@ -351,7 +362,8 @@ class Executor:
         asked: dict[int, int] = {}
         for node in nodes:
             for w in c.physical.active_of_node(node):
-                if self._ended(w.worker_id) is None:
+                # one that closed its connection finished its stream: its final report says
+                if self._ended(w.worker_id) is None and c.connected(w.worker_id):
                     rid = c.next_version()
                     body = {"request_id": rid, "keys": True}
                     c.send(w.worker_id, ControlTuple(Control.METRIC_REQ, body))

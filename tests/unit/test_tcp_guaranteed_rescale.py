@@ -160,6 +160,9 @@ class ModelCluster:
     def await_workers(self, worker_ids: list[int]) -> None:
         """Hellos and peers: the model's links need no addresses."""
 
+    def connected(self, worker_id: int) -> bool:
+        return self.procs[worker_id].poll() is None
+
     def send(self, worker_id: int, ct: ControlTuple) -> None:
         self.net.controls.append((worker_id, ct))
 

@@ -185,6 +185,7 @@ class FakeCluster:
         silent: set[int] = frozenset(),
         die: tuple[str, int] | None = None,
         restart_fails: bool = False,
+        closed: dict[int, int | None] | None = None,
     ) -> None:
         self.topology = t
         self.physical = schedule(t, ["h1"], app_id_for(t.name), first_port=0)
@@ -200,6 +201,11 @@ class FakeCluster:
         self.die = die  # (control type, worker): it dies instead of acking that control
         self.restart_fails = restart_fails
         self.restarts: list[tuple[Any, Any, str]] = []
+        # worker -> exit code it ends with after closing its control connection (None: never)
+        self.closed = dict(closed or {})
+
+    def connected(self, w: int) -> bool:
+        return w not in self.closed
 
     def launch_workers(self, ids: list[int]) -> None:
         self.log.append(("launch", ids))
@@ -232,7 +238,10 @@ class FakeCluster:
         self.die = None
 
     def pump(self, timeout: float) -> None:
+        for w, code in self.closed.items():
+            self.procs[w].code = code
         for w, ct in self.inbox:
+            assert w not in self.closed, f"sent {ct.type.name} to {w} after it closed"
             if w in self.silent:
                 continue
             if self.die == (ct.type.name, w):
@@ -290,6 +299,30 @@ def test_a_drained_worker_that_fails_fails_the_update():
     (rec,) = r.records
     assert rec.state == "failed" and "exited (code 3)" in rec.error
     assert r.failed() == [f"rescale 1 (scale count to 2): {rec.error}"]
+
+
+def test_a_worker_whose_stream_ended_during_a_scale_down_is_left_out_not_sent_to():
+    """CI run of e162d0a: the source finished while 6 -> 3 ran; count worker 11 had closed
+    its control connection and was exiting when DRAIN was due (KeyError, a crashed run)."""
+    c = FakeCluster(topo(), closed={7: 0})
+    r = Rescaler(c)
+    rec = r.request(Scale("count", 2))
+    assert r.turn(0.0) and rec.state == "done", rec.error
+    assert ("DRAIN", 7) not in c.log and ("DRAIN", 6) in c.log
+    assert 7 not in rec.placement["count"]
+
+
+@pytest.mark.parametrize("code", [3, None])
+def test_a_closed_worker_that_fails_or_hangs_fails_the_update_in_one_sentence(monkeypatch, code):
+    monkeypatch.setattr("typhoon.tcp_reconfig.STEP_TIMEOUT_S", 0.05)
+    c = FakeCluster(topo(), closed={7: code})
+    r = Rescaler(c, [(0.0, Scale("count", 2))])
+    assert not r.turn(0.0)
+    (rec,) = r.records
+    if code is None:
+        assert "[7] closed their control connection but did not exit" in rec.error
+    else:
+        assert "worker 7 exited (code 3)" in rec.error
 
 
 def test_an_unconfirmed_step_fails_after_its_timeout(monkeypatch):
