@@ -6,5 +6,5 @@ measurement, statistics), ``scenarios/`` (one module per paper figure),
 up between runs), ``tcp_fabric.py`` (Mininet hosts for the baseline),
 ``topologies.py`` and ``operators.py`` (what the runs run), ``measure.py``
 (numbers from a run), ``plots.py``, ``machine.py``, ``runner.py`` (results
-directory), ``cli.py`` (the ``bench`` verb).
+directory); the ``bench`` verb's arguments are ``typhoon_cli/bench.py``.
 """

@@ -1,7 +1,7 @@
 """Which workers must be told a new flow-control budget (FLOW_CONTROL), free of Ryu.
 
 Agents start workers with their share of the switch's socket buffers
-(``typhoon/topology/budgets.py``) as the physical topology they launch them
+(``typhoon/port_budgets.py``) as the physical topology they launch them
 from says; workers added or moved later change the shares of the others, so
 the core (``controller/core.py``) tells every attached worker whose share
 differs from what it was last told.  Applications that set
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from controller.rules.view import ClusterView
-from typhoon.topology.budgets import plan_budgets
+from typhoon.port_budgets import plan_budgets
 
 
 def budget_updates(

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from typhoon.locality.partition import LocalityPlan, Slot, plan_locality
-from typhoon.locality.settings import locality_settings, pair_keys
+from typhoon.locality.settings import locality_settings
 from typhoon.reconfig import Reroute
 from typhoon.topology.keygroups import DEFAULT_MAX_PARALLELISM, default_table, stable_hash, table_of
 from typhoon.topology.model import Grouping, PhysicalTopology, Stream, Topology
+from typhoon.topology.pair_keys import pair_keys
 
 Link = tuple[int, int]  # (sender worker, receiver worker)
 

@@ -1,4 +1,6 @@
-"""Spark engine for ``engine: spark`` nodes (docs/design.md §7), named in ``typhoon.engines``.
+"""Spark engine for ``engine: spark`` nodes (docs/design.md §7).
+
+Named in ``typhoon.operators.engine_modules``.
 
 A spark node names a PySpark function ``DataFrame -> DataFrame``
 (``operator: module:function``).  Its workers (``node.SparkBolt``) append

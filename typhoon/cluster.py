@@ -23,7 +23,7 @@ class HostInfo:
     dpid: int  # datapath ID of that bridge
     first_worker_port: int = FIRST_WORKER_PORT
     # bytes (kernel truesize) each port socket of the bridge holds: net.core.rmem_default
-    # of the host when OVS opened the port; flow control shares it (typhoon.topology.budgets)
+    # of the host when OVS opened the port; flow control shares it (typhoon.port_budgets)
     socket_buffer: int = DEFAULT_SOCKET_BUFFER
     address: str = ""  # management address (a cluster file's host); "" when emulated
 

@@ -2,7 +2,8 @@
 
 A node with ``engine: spark`` runs its computation outside the worker process
 (docs/design.md §7).  The core never imports an engine statically (layering rule): an
-engine is a module named here, imported by name only when a topology uses it.
+engine is a module named in ``typhoon/operators/engine_modules.py``, imported by
+name only when a topology uses it.
 Such a module provides:
 
 * ``bolt_for(operator: str) -> type[Bolt]``: the bolt the node's workers run
@@ -20,14 +21,11 @@ with a non-zero status while the application runs.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
+from typhoon.operators.engine_modules import engine_module
 from typhoon.topology.model import PhysicalTopology, Topology
-
-ENGINE_MODULES: dict[str, str] = {"spark": "pyspark_bridge"}
 
 
 @dataclass
@@ -40,14 +38,6 @@ class EngineService:
     nodes: list[str] = field(default_factory=list)  # the nodes it serves
     # the service creates this file once it serves its nodes; sources are activated after that
     ready_file: str = ""
-
-
-def engine_module(engine: str) -> ModuleType:
-    """The module implementing ``engine`` (ValueError for python or an unknown engine)."""
-    name = ENGINE_MODULES.get(engine)
-    if name is None:
-        raise ValueError(f"no engine module for engine '{engine}'")
-    return importlib.import_module(name)
 
 
 def plan_engines(

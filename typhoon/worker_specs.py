@@ -11,10 +11,10 @@ import logging
 from pathlib import Path
 
 from typhoon.cluster import Cluster
+from typhoon.port_budgets import plan_budgets
 from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.topology.batching import Batching
-from typhoon.topology.budgets import plan_budgets
 from typhoon.topology.config import SdnConfig, keys_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
@@ -40,7 +40,7 @@ def sdn_options(config: dict) -> dict:
     urgent control tuples out in arrival order, behind queued data: only for
     measuring what the priority buys); without ``port_budget`` every
     worker gets its share of the switch's socket buffers
-    (:func:`typhoon.topology.budgets.plan_budgets`), kept current by the controller.
+    (:func:`typhoon.port_budgets.plan_budgets`), kept current by the controller.
     """
     opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
     if config.get("flow_control") is False:

@@ -1,7 +1,7 @@
 """``typhoon`` command line: validate and run topology files; drive a running controller.
 
 ``typhoon submit|list|status|scale|route|swap|insert|remove|reconfig|kill``
-talk to the controller's REST API (see ``typhoon.ctl`` for the verbs and
+talk to the controller's REST API (see ``typhoon_cli.ctl`` for the verbs and
 ``typhoon.client`` for where the controller URL and token come from).
 
 Exit codes: 0 success, 1 the run failed (a worker crashed, tuples were
@@ -20,19 +20,20 @@ from typing import Any
 
 import yaml
 
-from benchmarks import cli as bench_cli
-from typhoon import __version__, ctl, logs
+from typhoon import __version__, logs
 from typhoon.cluster import FIRST_WORKER_PORT
 from typhoon.cluster_file import ClusterFileError
 from typhoon.coordinator import CoordinatorError
-from typhoon.debug import cli as debug_cli
 from typhoon.manager import ManagerError
 from typhoon.operators import ConnectorError, OperatorError, preflight, resolve_operator
 from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, batching, load_topology, schedule
 from typhoon.topology.model import Topology
 from typhoon.topology.scheduler import app_id_for
+from typhoon_cli import bench as bench_cli
 from typhoon_cli import cluster as cluster_cli
+from typhoon_cli import ctl
+from typhoon_cli import debug as debug_cli
 
 # The top layer: the one package that composes the core with the runners (mininet_env)
 # and the benchmarks; no package imports it (tests/unit/test_layering.py).

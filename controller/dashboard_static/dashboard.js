@@ -313,7 +313,7 @@ async function readTuples(sessions) {
   }
 }
 
-// one line per tuple, as `typhoon debug` prints it (typhoon/debug/cli.py)
+// one line per tuple, as `typhoon debug` prints it (typhoon_cli/debug.py)
 function formatRecord(r) {
   if (r.error) return r.error;
   if ("raw" in r) return `#${r.n} raw frame ${r.raw}`;

@@ -1,4 +1,4 @@
-"""``typhoon control`` (typhoon/ctl_control.py) on the REST API in-process, with real
+"""``typhoon control`` (typhoon_cli/ctl_control.py) on the REST API in-process, with real
 framework workers behind the fake core: each verb is sent, obeyed and confirmed, a
 worker that does not obey is named, refusals exit 2 with one line (issue 34)."""
 

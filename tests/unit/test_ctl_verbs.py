@@ -15,8 +15,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 import typhoon_cli as cli
-from typhoon import ctl, logs
+from typhoon import logs
 from typhoon.client import ApiCallError, Client, Endpoint
+from typhoon_cli import ctl
 
 INCIDENT = {
     "app": "wc",

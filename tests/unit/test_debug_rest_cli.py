@@ -14,8 +14,8 @@ from controller.debug_rest import DebugRest
 from controller.debugger import DebugError
 from controller.framework.ryu_compat import WSGIApplication
 from typhoon.client import ApiCallError
-from typhoon.debug import cli
 from typhoon.debug.spec import KEY_HEADER
+from typhoon_cli import debug as cli
 
 TOKEN = "secret"
 

@@ -16,6 +16,13 @@ reader, and it is how loops came back).
 in pure Python and imports nothing else of ``controller/`` and no Ryu or os-ken;
 ``controller/framework/`` (the Ryu/os-ken boundary) imports nothing else of
 ``controller/`` either (no arrow back up from a room to the glue that uses it).
+
+Inside ``typhoon/`` the subpackages and top-level modules have layers too
+(:data:`TYPHOON_LAYERS`): the wire format below all, then the host utilities, the
+operators, the topology, what reads a topology (checkpoints, locality, coordinator,
+reconfiguration plans), the worker runtime, and on top what starts and runs jobs.  A
+module imports its own layer or a lower one, never a higher; every part of ``typhoon/``
+has a layer, so a new module is placed on purpose.
 """
 
 from __future__ import annotations
@@ -147,7 +154,7 @@ def test_the_room_check_sees_glue_framework_and_relative_imports(tmp_path):
     ]
 
 
-CYCLE_PACKAGES = ("controller", "typhoon")
+CYCLE_PACKAGES = ("controller", "typhoon", "typhoon_cli")
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -185,7 +192,7 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> nx.DiGraph:
     return graph
 
 
-def test_no_import_cycle_in_controller_or_typhoon():
+def test_no_import_cycle_in_controller_typhoon_or_the_cli():
     graph = import_graph(ROOT, CYCLE_PACKAGES)
     assert graph.number_of_nodes() > 100  # it did read the packages
     cycles = sorted(" -> ".join(c) for c in nx.simple_cycles(graph))
@@ -209,3 +216,105 @@ def test_the_cycle_check_sees_a_type_only_loop_and_a_deferred_one(tmp_path):
         ["pkg.machine", "pkg.recovery"],
     ]
     assert graph.has_edge("pkg.later", "pkg.machine") and graph.has_edge("pkg.alone", "pkg.machine")
+
+
+# typhoon/'s layers, lowest first: a part (subpackage or top-level module, "__init__" for
+# the package's own) imports parts of its own layer or lower ones.  The order is the
+# import graph's (no part imports one listed above it); what stands where and why:
+TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
+    ("wire format", {"wire"}),  # imports nothing else of typhoon/
+    (
+        "host and process utilities",
+        {
+            "__init__",
+            "cluster",
+            "private_files",
+            "logs",
+            "supervised",
+            "client",
+            "live",
+            "ovs_bridge",
+            "dissect",
+            "cluster_file",
+            "bridge_plan",
+            "fabric_guard",
+        },
+    ),
+    ("operators", {"operators"}),  # what a node runs; the loader resolves them
+    ("topology", {"topology"}),  # the file, the model, the scheduler, the config keys
+    (
+        "what reads a topology",
+        {"checkpoint", "locality", "coordinator", "engines", "report", "reconfig"},
+    ),
+    ("worker runtime", {"runtime"}),
+    (
+        "starting and running jobs",
+        {
+            "manager",
+            "assignments",
+            "job_report",
+            "engine_services",
+            "worker_specs",
+            "port_budgets",
+            "control_queue",
+            "host_setup",
+            "debug",
+            "agent",
+            "tcp_cluster",
+            "tcp_gate",
+            "tcp_reconfig",
+            "tcp_recovery",
+        },
+    ),
+]
+
+
+def part_of(module: str) -> str:
+    """``typhoon.topology.loader`` -> ``topology``; the package itself -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: nx.DiGraph, layers: list[tuple[str, set[str]]]) -> list[str]:
+    """Every import of a module from a part in a higher layer than its own."""
+    level = {part: i for i, (_, parts) in enumerate(layers) for part in parts}
+    return sorted(
+        f"{a} -> {b} ({layers[level[part_of(a)]][0]} imports {layers[level[part_of(b)]][0]})"
+        for a, b in graph.edges
+        if level[part_of(b)] > level[part_of(a)]
+    )
+
+
+def test_every_part_of_typhoon_has_one_layer():
+    graph = import_graph(ROOT, ("typhoon",))
+    parts = {part_of(m) for m in graph}
+    listed = [part for _, layer in TYPHOON_LAYERS for part in layer]
+    assert len(listed) == len(set(listed)), "a part is in two layers"
+    assert parts == set(listed), (
+        f"without a layer: {sorted(parts - set(listed))}; "
+        f"listed but gone: {sorted(set(listed) - parts)}"
+    )
+
+
+def test_typhoon_imports_go_down_its_layers():
+    graph = import_graph(ROOT, ("typhoon",))
+    assert graph.number_of_edges() > 200  # it did read the imports
+    bad = upward_imports(graph, TYPHOON_LAYERS)
+    assert not bad, "upward imports inside typhoon/:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_import_from_above(tmp_path):
+    pkg = tmp_path / "typhoon"
+    (pkg / "topology").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "topology" / "__init__.py").write_text("")
+    (pkg / "topology" / "budgets.py").write_text(
+        "from typhoon.wire import frames\ndef f():\n    from typhoon.runtime import tap\n"
+    )
+    (pkg / "runtime.py").write_text("from typhoon.topology import budgets\n")
+    (pkg / "wire.py").write_text("")
+    layers = [("wire", {"wire", "__init__"}), ("topology", {"topology"}), ("rt", {"runtime"})]
+    graph = import_graph(tmp_path, ("typhoon",))
+    assert upward_imports(graph, layers) == [
+        "typhoon.topology.budgets -> typhoon.runtime (topology imports rt)"
+    ]

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from test_framework import Recorder
 
-from typhoon.locality.settings import LocalitySettings, PairKeys, pair_keys
+from typhoon.locality.settings import LocalitySettings
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context
 from typhoon.operators.pairs import PairSource, expected_counts, pair_tuple, partner
@@ -16,6 +16,7 @@ from typhoon.runtime.pairs import PairStats
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
 from typhoon.topology import TopologyError, load_topology_text, schedule
+from typhoon.topology.pair_keys import PairKeys, pair_keys
 from typhoon.wire import Control, ControlTuple, encode_control, encode_rows
 
 

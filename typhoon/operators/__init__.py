@@ -13,6 +13,7 @@ from collections.abc import Collection
 from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
 from typhoon.operators.connectors import ConnectorError
+from typhoon.operators.engine_modules import engine_module
 from typhoon.operators.events import EventSource
 from typhoon.operators.file_sink import FileSink
 from typhoon.operators.files import FileSource
@@ -112,7 +113,7 @@ def resolve_operator(name: str, engine: str | None = None) -> type[Operator]:
 
     Nodes on another engine (``engine: spark``) name a function that engine
     runs; their workers run the bolt the engine module gives for it (see
-    ``typhoon.engines``).  Without ``engine`` a ``module:function`` is taken as
+    ``typhoon.operators.engine_modules``).  Without ``engine`` a ``module:function`` is taken as
     such a function, so callers that only know the name still get a class.
     """
     if not isinstance(name, str) or not name:
@@ -140,8 +141,6 @@ def resolve_operator(name: str, engine: str | None = None) -> type[Operator]:
 
 
 def _engine_bolt(name: str, engine: str) -> type[Operator]:
-    from typhoon.engines import engine_module  # imported late: engines are optional
-
     try:
         module = engine_module(engine)
     except ImportError as e:

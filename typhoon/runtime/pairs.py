@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from typhoon.locality.settings import LocalitySettings, PairKeys, locality_settings, pair_keys
+from typhoon.locality.settings import LocalitySettings, locality_settings
 from typhoon.locality.spacesaving import SpaceSaving
 from typhoon.topology.model import DEFAULT_STREAM, Topology
+from typhoon.topology.pair_keys import PairKeys, pair_keys
 
 Emit = Callable[..., None]
 FOLD_AT = 256  # distinct recent pairs kept before they go into the counter

@@ -42,7 +42,7 @@ Spec (``WorkerSpec.transport``)::
      "mtu": 64000, "window": 128,  # window in frames per link
      "ethertype": 0x88B5,        # optional
      "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
-     "port_budget": 180224}      # bytes in flight (typhoon.topology.budgets); 0 = off
+     "port_budget": 180224}      # bytes in flight (typhoon.port_budgets); 0 = off
 
 The port must be (re-)added to the bridge by the agent *after* the worker created
 its TAP; when a worker is restarted under the same device name, the agent must

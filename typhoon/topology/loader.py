@@ -18,10 +18,6 @@ import os
 from pathlib import Path as FilePath
 from typing import Any
 
-# as modules, read at call time: both import their defaults from .config, and either
-# may be the first module a program imports
-from typhoon.checkpoint import settings as checkpoint_settings
-from typhoon.locality import settings as locality_settings
 from typhoon.operators import (
     BUILTINS,
     OperatorError,
@@ -30,7 +26,9 @@ from typhoon.operators import (
     resolve_operator,
 )
 
+from .config import DEFAULTS
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
+from .pair_keys import counting_nodes
 from .scheduler import topological_order
 from .schema import Document, EnvMode, Path, TopologyError, describe, read_document, show
 
@@ -152,7 +150,7 @@ class _Builder:
 
     def check_locality(self, topo: Topology) -> None:
         """Pair statistics need a node between two key-routed streams to count them."""
-        if "locality" not in topo.config or locality_settings.counting_nodes(topo):
+        if "locality" not in topo.config or counting_nodes(topo):
             return
         raise self.fail(
             ("config", "locality"),
@@ -162,7 +160,8 @@ class _Builder:
 
     def check_guarantee(self, topo: Topology) -> None:
         """A guarantee needs sources that can replay what a crash lost (offset and seek)."""
-        guarantee = checkpoint_settings.guarantee_of(topo)
+        # the schema has checked the value (typhoon/topology/config.py)
+        guarantee = topo.config.get("guarantee", DEFAULTS.guarantee)
         if guarantee == "none":
             return
         for node in topo.nodes.values():

@@ -201,7 +201,7 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "max_delay_ms": (_nonneg_float, _REQUIRED),
     },
     Control.DRAIN: {"version": (_u64, _REQUIRED)},
-    # bytes of truesize the worker may have in flight (typhoon.topology.budgets)
+    # bytes of truesize the worker may have in flight (typhoon.port_budgets)
     Control.FLOW_CONTROL: {"budget": (_int(0, U32_MAX), _REQUIRED)},
     # a recovery: restore the global checkpoint ``epoch`` (-1: the start) as ``generation``
     Control.ROLLBACK: {

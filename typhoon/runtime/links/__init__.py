@@ -22,7 +22,7 @@ Flow control.  A GRANT ``[link, consumed, received]`` carries a receiver's
 cumulative counts; the sender may have at most ``window`` frames of a link beyond
 any member's *consumed* count, and at most ``budget`` bytes (kernel truesize, see
 :mod:`typhoon.runtime.truesize`) over all its links together -- the share of the
-switch's socket buffers this worker may fill (:mod:`typhoon.topology.budgets`).
+switch's socket buffers this worker may fill (:mod:`typhoon.port_budgets`).
 Receivers grant when the sender asks: a data frame flagged ACK_REQ (the sender sets
 it every quarter window, or every quarter of its byte share on the link), a SYNC,
 a duplicate, or a periodic refresh that repairs a lost grant.

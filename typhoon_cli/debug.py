@@ -296,7 +296,7 @@ def cmd_tuples(
 
 
 def _controller_options(p: argparse.ArgumentParser) -> None:
-    """The same options as the other REST verbs (typhoon.ctl)."""
+    """The same options as the other REST verbs (typhoon_cli.ctl)."""
     p.add_argument("--controller", help="REST URL (default: $TYPHOON_CONTROLLER, config)")
     p.add_argument("--token", help="API token (default: $TYPHOON_TOKEN, config)")
     p.add_argument("--config", help="INI file with [typhoon] controller/token")

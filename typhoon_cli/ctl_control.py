@@ -18,7 +18,7 @@ import time
 from typing import Any, TextIO
 
 from typhoon.client import Client
-from typhoon.ctl_verb import UsageError, VerbFailed, client_of, json_result
+from typhoon_cli.ctl_verb import UsageError, VerbFailed, client_of, json_result
 
 POLL_S = 0.1
 ASK_AGAIN_S = 1.0  # a METRIC_REQ unanswered this long is asked again (a frame may be lost)
@@ -202,7 +202,9 @@ def _cell(value: Any) -> str:
 
 
 def add_control_parser(verb: Any) -> None:
-    """Register ``typhoon control`` (``verb``: the helper of :func:`typhoon.ctl.add_parsers`)."""
+    """Register ``typhoon control``.
+
+    ``verb``: the helper of :func:`typhoon_cli.ctl.add_parsers`."""
     p = verb("control", cmd_control, "send a Table 2 control tuple to a node's workers")
     p.add_argument("name")
     p.add_argument("node")

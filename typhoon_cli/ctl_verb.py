@@ -1,6 +1,6 @@
 """How one ``typhoon`` verb on the REST API runs: its client, its errors, its output.
 
-Every verb module (:mod:`typhoon.ctl`, :mod:`typhoon.ctl_control`) builds on this one
+Every verb module (:mod:`typhoon_cli.ctl`, :mod:`typhoon_cli.ctl_control`) builds on this one
 and none on another, so the verbs import each other one way only.  A verb raises
 :class:`UsageError` for input it refuses (exit 2) and :class:`VerbFailed` when what it
 did failed (exit 1); :func:`run` turns both, and the controller's refusals, into one

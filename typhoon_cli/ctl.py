@@ -1,7 +1,7 @@
 """CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
 
 ``typhoon submit|list|status|report|scale|route|swap|insert|remove|move|reconfig|kill``,
-``control`` (Table 2: :mod:`typhoon.ctl_control`), ``locality`` and the apps' reports
+``control`` (Table 2: :mod:`typhoon_cli.ctl_control`), ``locality`` and the apps' reports
 ``faults|autoscaler|lb``: :func:`add_parsers` gives each one's arguments.
 Where the controller is and the token: see :mod:`typhoon.client`.
 
@@ -27,11 +27,11 @@ from typing import Any, TextIO
 import yaml
 
 from typhoon.client import ApiCallError
-from typhoon.ctl_control import add_control_parser
-from typhoon.ctl_faults import print_faults
-from typhoon.ctl_verb import EXIT_FAILED, UsageError, VerbFailed, client_of, json_result, run
 from typhoon.report import summary_lines
 from typhoon.topology import TopologyError, expand_environment
+from typhoon_cli.ctl_control import add_control_parser
+from typhoon_cli.ctl_faults import print_faults
+from typhoon_cli.ctl_verb import EXIT_FAILED, UsageError, VerbFailed, client_of, json_result, run
 
 
 def _json_arg(text: str | None, what: str) -> Any:
