@@ -36,10 +36,11 @@ test-long: setup
 test-mutants: setup
 	$(PY) scripts/mutants.py
 
-## lint: ruff, read-only
+## lint: ruff and mypy (strict on typhoon/wire, typhoon/runtime, controller/rules), read-only
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 ## demo: wordcount on 3 emulated hosts (sdn) with the four control-plane apps; demo-report.json
 demo: setup

@@ -51,7 +51,7 @@ class Source(enum.Enum):
     METERS = "meters"  # MetersByHost
 
 
-def _union(into: dict[str, frozenset], add: dict[str, frozenset]) -> None:
+def _union(into: dict[str, frozenset[Any]], add: dict[str, frozenset[Any]]) -> None:
     for host, items in add.items():
         into[host] = into.get(host, frozenset()) | items
 

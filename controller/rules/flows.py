@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -82,7 +83,8 @@ class RuleSpec:
         gotos = tuple(a for a in actions if a[0] == "goto_table")
         if len(meters) > 1 or len(gotos) > 1:
             raise ValueError(f"at most one meter and one goto_table, not {actions}")
-        if gotos and not gotos[0][1] > self.table_id:
+        goto = gotos[0][1] if gotos else None
+        if gotos and not (isinstance(goto, int) and goto > self.table_id):
             raise ValueError(f"goto_table must go forward from table {self.table_id}")
         rest = tuple(a for a in actions if a[0] not in ("meter", "goto_table"))
         object.__setattr__(self, "actions", meters + rest + gotos)
@@ -139,7 +141,7 @@ class _Rules:
     """Per-host rule sets being built: merges duplicates, refuses contradictions."""
 
     def __init__(self, hosts: Iterable[str]) -> None:
-        self.by_host: dict[str, dict[tuple, RuleSpec]] = {h: {} for h in hosts}
+        self.by_host: dict[str, dict[tuple[Any, ...], RuleSpec]] = {h: {} for h in hosts}
 
     def add(self, host: str, rule: RuleSpec) -> None:
         old = self.by_host[host].setdefault(rule.key, rule)
@@ -158,15 +160,14 @@ class _Compiler:
     def __init__(self, physical: PhysicalTopology, cluster: Cluster, ethertype: int) -> None:
         self.app = physical.app_id
         self.ethertype = ethertype
-        self.graph: nx.Graph = fabric_graph(cluster)
+        self.graph: nx.Graph[str] = fabric_graph(cluster)
         self.paths = {h: shortest_paths(self.graph, h) for h in sorted(cluster.hosts)}
         self.rules = _Rules(cluster.hosts)
         self._check_ports(physical, cluster)
 
     def _check_ports(self, physical: PhysicalTopology, cluster: Cluster) -> None:
-        fabric = {
-            (h, p) for a, b, ports in self.graph.edges(data="ports") for h, p in ports.items()
-        }
+        links: Iterable[tuple[str, str, dict[str, int]]] = self.graph.edges(data="ports")
+        fabric = {(h, p) for a, b, ports in links for h, p in ports.items()}
         seen: set[tuple[str, int]] = set()
         for w in physical.workers:
             if w.host not in cluster.hosts:

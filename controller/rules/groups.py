@@ -78,7 +78,8 @@ class Bucket:
 
     def worker_mac(self) -> str | None:
         """The worker this bucket rewrites frames to (None if it does not)."""
-        return next((arg for name, arg in self.actions if name == "set_eth_dst"), None)
+        macs = (arg for name, arg in self.actions if name == "set_eth_dst")
+        return next((mac for mac in macs if isinstance(mac, str)), None)
 
 
 @dataclass(frozen=True)

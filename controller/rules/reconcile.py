@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from controller.rules.cookies import is_typhoon
 from controller.rules.flows import RuleSpec
@@ -42,7 +43,7 @@ class Plan:
         return len(self.add) + len(self.modify) + len(self.delete)
 
 
-def _order(rule: RuleSpec) -> tuple:
+def _order(rule: RuleSpec) -> tuple[Any, ...]:
     """Sort key that never compares a str with an int (e.g. masked vs. plain eth_dst)."""
     return rule.table_id, rule.priority, repr(rule.match), repr(rule.actions), rule.cookie
 
@@ -57,7 +58,7 @@ def diff(
     `owned(cookie)` says which installed rules we may delete; by default every
     Typhoon rule. Two desired rules with one key are a bug upstream: ValueError.
     """
-    want: dict[tuple, RuleSpec] = {}
+    want: dict[tuple[Any, ...], RuleSpec] = {}
     for rule in desired:
         other = want.setdefault(rule.key, rule)
         if other != rule:

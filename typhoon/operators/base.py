@@ -107,6 +107,9 @@ class Operator:
     # over the rows of each arriving frame; for sinks that check where tuples came from
     sees_sender: ClassVar[bool] = False
     sender: int = -1
+    # True: the framework sets ``self.input`` (the node the rows came from) likewise; joins
+    sees_input: ClassVar[bool] = False
+    input: str = ""
 
     kind: ClassVar[str] = "bolt"
     fields: ClassVar[tuple[str, ...]] = ()

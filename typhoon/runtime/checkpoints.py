@@ -23,11 +23,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from typhoon.wire import decode_value
+
+if TYPE_CHECKING:
+    from typhoon.checkpoint.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +38,21 @@ EPOCHS_PER_GENERATION = 1_000_000  # epoch = generation * this + n: a rollback n
 
 
 def anchor_payload(epoch: int) -> bytes:
-    return msgpack.packb([["anchor", epoch]], use_bin_type=True)
+    data: bytes = msgpack.packb([["anchor", epoch]], use_bin_type=True)
+    return data
 
 
 def mark_payload(generation: int, epoch: int | None) -> bytes:
-    return msgpack.packb([["mark", generation, -1 if epoch is None else epoch]], use_bin_type=True)
+    data: bytes = msgpack.packb(
+        [["mark", generation, -1 if epoch is None else epoch]], use_bin_type=True
+    )
+    return data
 
 
 def handoff_payload(stream: int, migration: int) -> bytes:
     """A sender's last word on ``stream`` under the key groups before ``migration``."""
-    return msgpack.packb([["handoff", stream, migration]], use_bin_type=True)
+    data: bytes = msgpack.packb([["handoff", stream, migration]], use_bin_type=True)
+    return data
 
 
 # the end of stream of a sender that a reconfiguration takes off this link (drained, or
@@ -83,7 +91,9 @@ class Checkpointer:
     checkpoint remains the one a recovery uses.
     """
 
-    def __init__(self, url: str | None, app: str, part: str, store: Any = None) -> None:
+    def __init__(
+        self, url: str | None, app: str, part: str, store: CheckpointStore | None = None
+    ) -> None:
         self.part = part
         self.written: int | None = None  # newest epoch on disk
         self.failed = 0
@@ -91,7 +101,7 @@ class Checkpointer:
         self.bytes = 0
         self.write_ms = 0.0
         self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
-        self.store = store
+        self.store: CheckpointStore | None = store
         if store is None:
             from typhoon.checkpoint import CheckpointError, open_store
 
@@ -120,7 +130,8 @@ class Checkpointer:
         if self.store is None:
             raise CheckpointError(f"no checkpoint store ({self.error})")
         data = self.store.read(epoch, part)
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        state: dict[str, Any] = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return state
 
     def _run(self) -> None:
         while True:

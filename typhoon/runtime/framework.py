@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
 from typhoon.checkpoint import checkpoint_settings
-from typhoon.operators.base import Context, Operator
+from typhoon.operators.base import Bolt, Context, Operator, Spout
 from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
@@ -115,10 +115,10 @@ class Framework(
         self.upstream: set[int] = set(self.pending_upstream)
         self.batch_size = spec.batch_size
         self.max_delay = spec.max_delay_ms / 1000.0
-        self.out: dict[tuple[int, int], list[list]] = {}  # rows waiting per (receiver, stream)
+        self.out: dict[tuple[int, int], list[list[Any]]] = {}  # rows waiting per (receiver, stream)
         self.out_since: dict[tuple[int, int], float] = {}
         # rows of finished batches, serialized and sent at the end of the turn (push)
-        self.ready: dict[tuple[int, int], list[list]] = {}
+        self.ready: dict[tuple[int, int], list[list[Any]]] = {}
         self.now = clock()
         # spouts wait for ACTIVATE (paper Table 2): the topology starts when its flows exist
         self.active = not self.is_spout
@@ -298,14 +298,15 @@ class Framework(
         self.received_from[key] = self.received_from.get(key, 0) + good
         self.between_slices()
 
-    def _run(self, rows: list[list]) -> None:
+    def _run(self, rows: list[list[Any]]) -> None:
         """The operator on some rows (a whole batch at once where it can)."""
+        bolt = cast(Bolt, self.op)  # a spout gets no rows
         if self.pairs is not None:
-            self.pairs.run(rows, self.op.process, self._process_batch, self.emit)
+            self.pairs.run(rows, bolt.process, self._process_batch, self.emit)
         elif self._process_batch is not None:
             self._process_batch(rows, self.emit)
         else:
-            process, emit = self.op.process, self.emit
+            process, emit = bolt.process, self.emit
             for values in rows:
                 process(values, emit)
 
@@ -334,7 +335,7 @@ class Framework(
             self.control(ct)
         self.start_slice()
 
-    def _decode_entry(self, entry: bytes) -> list[list] | None:
+    def _decode_entry(self, entry: bytes) -> list[list[Any]] | None:
         """The rows of one row-batch entry; what is not a row is counted and left out.
 
         ``typhoon.wire.unpack_rows``: as strict as every other decoder (no msgpack
@@ -402,7 +403,7 @@ class Framework(
         if self._next_rows is not None:
             more = self._next_rows(emit_rows, n)
         else:
-            more = self.op.next_batch(emit, n)
+            more = cast(Spout, self.op).next_batch(emit, n)
         self.proc_ns += time.perf_counter_ns() - t0
         self.proc_count += n
         if self.wm_gen is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from typhoon.checkpoint import CheckpointError, checkpoint_settings
 from typhoon.checkpoint.progress import parts_of
@@ -24,7 +24,7 @@ from typhoon.runtime.output import rows_in
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
 if TYPE_CHECKING:
-    from typhoon.operators.base import Operator
+    from typhoon.operators.base import Operator, Spout
     from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class GuaranteedProcessing(_Host):
         if self.keyed is not None and self.keyed.stores:
             state["keyed"] = self.keyed.pack()  # names the key whose state cannot be packed
         if self.is_spout:
-            state["offset"] = self.op.offset()
+            state["offset"] = cast("Spout", self.op).offset()
             state["exhausted"] = self.exhausted
             state["position"] = self._position()
         cut = self._cut_fields(epoch)  # None: key groups are moving, the part is no cut
@@ -315,7 +315,7 @@ class GuaranteedProcessing(_Host):
                 self._restore_keyed(epoch, saved)  # each key on its current owner
             if self.is_spout:
                 self.replayed_from = saved.get("offset")
-                self.op.seek(self.replayed_from)
+                cast("Spout", self.op).seek(self.replayed_from)
         if self.is_spout:
             self._reposition(saved.get("position") if epoch is not None else 0)
         rewind = getattr(self.op, "rewind", None)

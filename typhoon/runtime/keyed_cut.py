@@ -115,18 +115,20 @@ class KeyedCheckpoints(_Host):
     def _restore_keyed(self, epoch: int, saved: dict[str, Any]) -> None:
         """Each key on its current owner: this part if it holds exactly our groups (or
         predates the record), else our keys from every part of the node."""
-        keyed = self.keyed
+        keyed, ckpt = self.keyed, self.ckpt
+        assert keyed is not None and ckpt is not None  # (a rollback of keyed state)
         groups = saved.get("groups")
         if groups is None or (set(groups) == keyed.owned and not keyed.pinned):
             keyed.restore(saved.get("keyed"))
-            self.restored_from = [self.ckpt.part]
+            self.restored_from = [ckpt.part]
             return
         keyed.reset()
-        store = self.ckpt.store
+        store = ckpt.store
+        assert store is not None  # ``saved`` was read from it
         mine = re.compile(re.escape(self.node.name) + r"-\d+")
         parts = sorted(p for p in store.parts(epoch) if mine.fullmatch(p))
         for part in parts:
-            other = saved if part == self.ckpt.part else self.ckpt.load_part(epoch, part)
+            other = saved if part == ckpt.part else ckpt.load_part(epoch, part)
             keyed.load_owned(other.get("keyed"))
         self.restored_from = parts
         log.info("worker %d: keyed state of epoch %d restored from %s",

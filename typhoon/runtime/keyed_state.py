@@ -40,7 +40,7 @@ class KeyedStateError(ValueError):
     """Keyed state that cannot be stored or moved (not msgpack-able, wrong shape)."""
 
 
-class KeyedState(MutableMapping):
+class KeyedState(MutableMapping[str, Any]):
     """One named mapping of keyed state; missing keys read as the default.
 
     ``default`` callable: ``default()`` is stored and returned for a missing
@@ -134,7 +134,7 @@ class KeyedStates:
             store.default, store.factory = default, callable(default)
         return store
 
-    def key(self, values: list) -> Any:
+    def key(self, values: list[Any]) -> Any:
         """The key of an input tuple, as keyed state holds it."""
         if self.width == 1:
             return values[self.key_indexes[0]]
@@ -241,10 +241,10 @@ class KeyedStates:
         groups: set[int] | None = None,
         remove: bool = False,
         keys: set[str] | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """``{name: [[key, value], ...]}`` of the keys in ``groups`` or ``keys`` (their
         table spelling); both None: every key."""
-        out: dict[str, list] = {}
+        out: dict[str, list[Any]] = {}
         for name, s in self.stores.items():
             rows = [[k, v] for k, v in s.data.items() if self._selected(k, groups, keys)]
             if remove:
@@ -265,14 +265,14 @@ class KeyedStates:
         and type."""
         entries = self.entries(groups, keys=keys)
         try:
-            data = msgpack.packb(entries, use_bin_type=True)
+            data: bytes = msgpack.packb(entries, use_bin_type=True)
         except (TypeError, ValueError, OverflowError):
             raise self._unpackable(entries) from None
         if remove:
             self.entries(groups, remove=True, keys=keys)
         return data
 
-    def _unpackable(self, entries: dict) -> KeyedStateError:
+    def _unpackable(self, entries: dict[str, Any]) -> KeyedStateError:
         for name, rows in entries.items():
             for k, v in rows:
                 for what, obj in (("key", k), ("value", v)):
@@ -289,7 +289,7 @@ class KeyedStates:
             f"operator '{self.operator}' of '{self.node}': keyed state cannot be serialized"
         )
 
-    def load(self, data: bytes | dict | None) -> int:
+    def load(self, data: bytes | dict[str, Any] | None) -> int:
         """Add the keys of :meth:`pack` output; returns how many."""
         if data is None:
             return 0
@@ -310,7 +310,7 @@ class KeyedStates:
                 n += 1
         return n
 
-    def load_owned(self, data: bytes | dict | None) -> int:
+    def load_owned(self, data: bytes | dict[str, Any] | None) -> int:
         """Add the keys of :meth:`pack` output that this worker owns (another worker's
         checkpoint of before a rescale); returns how many."""
         if data is None:
@@ -320,7 +320,7 @@ class KeyedStates:
             if isinstance(data, (bytes, bytearray))
             else data
         )
-        mine: dict[str, list] = {}
+        mine: dict[str, list[Any]] = {}
         for name, rows in entries.items():
             kept = mine[name] = []
             for k, v in rows:

@@ -45,6 +45,7 @@ from typhoon.topology.keygroups import is_round
 
 if TYPE_CHECKING:
     from typhoon.runtime.framework_parts import FrameworkParts
+    from typhoon.runtime.keyed_state import KeyedStates
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class KeyedMigration(_Host):
         self.holding: dict[int, int] = {}  # group -> old owner, while its state travels
         self.holding_keys: dict[str, int] = {}  # direct-table key -> old owner, the same
         # (old owner waited for, sender, row) in arrival order
-        self.held_rows: list[tuple[int, int, list]] = []
+        self.held_rows: list[tuple[int, int, list[Any]]] = []
         # where moving state travels: the checkpoint store (opened when first needed)
         self._mig_store: Any = store if hasattr(store, "put_blob") else None
         self._next_poll = 0.0
@@ -123,6 +124,7 @@ class KeyedMigration(_Host):
     def keygroups(self, body: dict[str, Any]) -> None:
         """A KEYGROUPS control tuple (prepare or finish)."""
         mid = body["migration"]
+        m: Migration | None
         if body["phase"] == "prepare":
             moving = body.get("operator_out") or body.get("operator_in")
             if self.keyed is None and not moving:
@@ -145,7 +147,7 @@ class KeyedMigration(_Host):
             self.holding_keys.update(m.keys_in)
             m.pins = body.get("pins")
             if self.keyed is not None:
-                self._prepare_keyed(m)
+                self._prepare_keyed(m, self.keyed)
             self._ack("KEYGROUPS", body["version"])
             self._maybe_ship()
             return
@@ -157,13 +159,13 @@ class KeyedMigration(_Host):
         self._maybe_ship()
         self._migration_done()
 
-    def _prepare_keyed(self, m: Migration) -> None:
-        self.keyed.owned |= set(m.incoming)
+    def _prepare_keyed(self, m: Migration, keyed: KeyedStates) -> None:
+        keyed.owned |= set(m.incoming)
         if m.pins is None:  # a plan without the new tables' keys
             for k in m.keys_in:
-                self.keyed.pinned[k] = True
+                keyed.pinned[k] = True
         else:  # the keys the new tables name; leaving ones stay until shipped
-            self.keyed.set_pins({**m.pins, **dict.fromkeys(m.keys_out, True)})
+            keyed.set_pins({**m.pins, **dict.fromkeys(m.keys_out, True)})
 
     def send_handoffs(self, stream: int, migration: int, hops: list[int]) -> None:
         """After a ROUTING with ``handoff``: the old receivers learn our old table ended."""
@@ -232,7 +234,7 @@ class KeyedMigration(_Host):
             m.shipped_bytes[dst] = size
         m.ship_ms = (time.monotonic() - t0) * 1000
         if self.keyed is not None:
-            self._shipped_keyed(m)
+            self._shipped_keyed(m, self.keyed)
         if m.operator_to is not None:  # retired: its state lives on the new worker now
             self.moved_to = m.operator_to
             self.context.timers.restore(None)
@@ -245,20 +247,20 @@ class KeyedMigration(_Host):
         )  # fmt: skip
         self._migration_done()
 
-    def _shipped_keyed(self, m: Migration) -> None:
-        self.keyed.owned -= set(m.out)
+    def _shipped_keyed(self, m: Migration, keyed: KeyedStates) -> None:
+        keyed.owned -= set(m.out)
         if m.operator_to is not None:
-            self.keyed.owned.clear()
+            keyed.owned.clear()
         for k in m.keys_out:
             if m.pins is not None and k not in m.pins:
-                self.keyed.pinned.pop(k, None)  # no table names it now: its group decides
+                keyed.pinned.pop(k, None)  # no table names it now: its group decides
             else:
-                self.keyed.pinned[k] = False
-        self.keyed.forget_checked()
+                keyed.pinned[k] = False
+        keyed.forget_checked()
 
     # ----- the new owner -------------------------------------------------------------------
 
-    def _hold(self, src: int, rows: list[list]) -> list[list]:
+    def _hold(self, src: int, rows: list[list[Any]]) -> list[list[Any]]:
         """The rows of groups and keys not moving here; the others wait for their state
         (held with the old owner they wait for)."""
         if self.hold_from is not None:  # a move: nothing runs before the operator's state
@@ -268,6 +270,7 @@ class KeyedMigration(_Host):
             self.held_rows.extend((self.hold_from, src, r) for r in rows)
             return []
         keyed, holding, held = self.keyed, self.holding, self.held_rows
+        assert keyed is not None  # groups and keys wait for their state only with keyed state
         keys, key_str = self.holding_keys, keyed.key_str
         key, group_of = keyed.key, keyed.group_of
         first = self.migration.first_held if self.migration is not None else {}
@@ -372,6 +375,7 @@ class KeyedMigration(_Host):
 
     def _migration_metrics(self) -> dict[str, Any]:
         keyed = self.keyed
+        assert keyed is not None  # (asked for only with keyed state)
         out: dict[str, Any] = {"keyed": {"groups": len(keyed.owned), "keys": keyed.keys()}}
         if self.held_rows:
             out["keyed"]["held"] = len(self.held_rows)

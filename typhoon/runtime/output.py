@@ -13,7 +13,7 @@ fit one frame of the transport.  A mixin of
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -32,7 +32,8 @@ def rows_in(entry: bytes) -> int:
     try:
         head = msgpack.Unpacker()
         head.feed(entry[:5])
-        return head.read_array_header()
+        rows: int = head.read_array_header()
+        return rows
     except Exception:
         return 0
 
@@ -48,9 +49,9 @@ class OutputBatching(_Host):
 
     # the framework starts it, this part reads and sets it (declared here too: mypy cannot
     # type a protocol member read before a subclass sets it)
-    ready: dict[tuple[int, int], list[list]]
+    ready: dict[tuple[int, int], list[list[Any]]]
 
-    def emit(self, values: list, stream: str = DEFAULT_STREAM) -> None:
+    def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""
         routers = self.routes.get(stream)
         if not routers:
@@ -83,7 +84,7 @@ class OutputBatching(_Host):
             self.serializations += 1
             self._buffer((-1 - r.route.lb_node, sid), values)
 
-    def emit_rows(self, rows: list[list], stream: str = DEFAULT_STREAM) -> None:
+    def emit_rows(self, rows: list[list[Any]], stream: str = DEFAULT_STREAM) -> None:
         """Route several tuples at once: the same effect as :meth:`emit` on each row in
         order, with the per-tuple work of the common policies done per list.
 
@@ -129,7 +130,7 @@ class OutputBatching(_Host):
             self.serializations += n
             self._buffer_rows((-1 - r.route.lb_node, sid), rows)
 
-    def emit_one(self, r: Router, values: list) -> None:
+    def emit_one(self, r: Router, values: list[Any]) -> None:
         """:meth:`emit` for one router of a stream (a unicast policy)."""
         r.emitted += 1
         dst = r.select(values)
@@ -139,7 +140,7 @@ class OutputBatching(_Host):
         self.serializations += 1
         self._buffer((dst, r.route.stream), values)
 
-    def _buffer_rows(self, key: tuple[int, int], rows: list[list]) -> None:
+    def _buffer_rows(self, key: tuple[int, int], rows: list[list[Any]]) -> None:
         """:meth:`_buffer` for several rows: the open batch is filled first, then every
         whole batch is finished in one :meth:`_send` (it only counts rows and queues
         them for :meth:`push`), and what is left opens the next batch."""
@@ -166,7 +167,7 @@ class OutputBatching(_Host):
             self.out[key] = rows[i:]
             self.out_since[key] = self.now
 
-    def _broadcast(self, r: Router, values: list, sid: int) -> None:
+    def _broadcast(self, r: Router, values: list[Any], sid: int) -> None:
         if self.io.multicast:
             # one serialization; the switch copies the frame to every receiver
             self.serializations += 1
@@ -177,7 +178,7 @@ class OutputBatching(_Host):
             self.serializations += 1
             self._buffer((dst, sid), values)
 
-    def _buffer(self, key: tuple[int, int], values: list) -> None:
+    def _buffer(self, key: tuple[int, int], values: list[Any]) -> None:
         buf = self.out.get(key)
         if buf is None:
             buf = self.out[key] = []
@@ -188,7 +189,7 @@ class OutputBatching(_Host):
             del self.out[key]
             del self.out_since[key]
 
-    def _entries(self, rows: list[list]) -> list[bytes]:
+    def _entries(self, rows: list[list[Any]]) -> list[bytes]:
         """Serialize ``rows`` as row-batch entries that each fit one frame.
 
         One msgpack call per entry.  How many rows fit is learnt from the sizes
@@ -226,7 +227,7 @@ class OutputBatching(_Host):
         self.rows_per_entry = max(1, int(self.entry_cap * ENTRY_FILL * rows / max(1, size)))
         self.set_batch_size(self.batch_size)  # send_at follows what a frame holds
 
-    def _send(self, key: tuple[int, int], rows: list[list]) -> None:
+    def _send(self, key: tuple[int, int], rows: list[list[Any]]) -> None:
         """A batch is finished: it leaves at :meth:`push`, with the turn's others."""
         dst, sid = key
         n = len(rows)

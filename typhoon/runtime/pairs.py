@@ -23,7 +23,7 @@ Emit = Callable[..., None]
 FOLD_AT = 256  # distinct recent pairs kept before they go into the counter
 
 
-def table_key(values: list, fields: tuple[int, ...]) -> str:
+def table_key(values: list[Any], fields: tuple[int, ...]) -> str:
     """A tuple's key as a ``direct`` routing table names it."""
     if len(fields) == 1:
         return str(values[fields[0]])
@@ -36,7 +36,7 @@ class PairStats:
     def __init__(self, settings: LocalitySettings, keys: PairKeys) -> None:
         self.settings = settings
         self.keys = keys
-        self.counter = SpaceSaving(settings.pairs)
+        self.counter: SpaceSaving[tuple[str, str]] = SpaceSaving(settings.pairs)
         self.sample = settings.sample
         self.skip = settings.sample - 1  # rows before the next sampled one
         self.sampled = 0  # rows handed over on their own
@@ -48,9 +48,9 @@ class PairStats:
 
     def run(
         self,
-        rows: list[list],
-        process: Callable[[list, Emit], None],
-        batch: Callable[[list, Emit], None] | None,
+        rows: list[list[Any]],
+        process: Callable[[list[Any], Emit], None],
+        batch: Callable[[list[Any], Emit], None] | None,
         emit: Emit,
     ) -> None:
         """Give ``rows`` to the operator in order, the sampled ones with a recording emit."""
@@ -81,14 +81,19 @@ class PairStats:
         self.recent = {}
 
     @staticmethod
-    def _plain(rows: list[list], process: Callable, batch: Callable | None, emit: Emit) -> None:
+    def _plain(
+        rows: list[list[Any]],
+        process: Callable[[list[Any], Emit], None],
+        batch: Callable[[list[Any], Emit], None] | None,
+        emit: Emit,
+    ) -> None:
         if batch is not None:
             batch(rows, emit)
         else:
             for values in rows:
                 process(values, emit)
 
-    def _record(self, values: list, stream: str = DEFAULT_STREAM) -> None:
+    def _record(self, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
         if stream == self.keys.out_stream:
             pair = (self._a, table_key(values, self.keys.out_fields))
             recent = self.recent

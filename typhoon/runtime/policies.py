@@ -13,7 +13,9 @@ cache), so a hot key costs one dict look-up instead of packing and hashing.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from operator import itemgetter
+from typing import Any
 
 from typhoon.topology.keygroups import stable_hash
 from typhoon.topology.routing import Route
@@ -28,7 +30,7 @@ _CACHED_TYPES = frozenset((str, int, bytes))
 __all__ = ["LB_SLOTS", "Router", "stable_hash"]
 
 
-def _no_key(values: list) -> tuple:
+def _no_key(values: list[Any]) -> tuple[Any, ...]:
     """The key of a fields grouping without fields: the same for every tuple."""
     return ()
 
@@ -58,7 +60,9 @@ class Router:
         self.g = len(self.groups)
         self.sid = route.stream
         # the key fields of a tuple: the value itself for one field, a tuple for several
-        self.key_of = itemgetter(*self.fields) if self.fields else _no_key
+        self.key_of: Callable[[list[Any]], Any] = (
+            itemgetter(*self.fields) if self.fields else _no_key
+        )
         self.cache: dict[str | int | bytes, int] = {}  # one-field key -> receiver
         self.broadcast = route.policy == "all"
         # the switch's select group picks the receiver (sdn policy, load-balancer app on)
@@ -70,7 +74,7 @@ class Router:
         # one method per policy, chosen once: select() runs for every tuple
         self.select = self._none if not self.n else self._pick_select(route.policy)
 
-    def _pick_select(self, policy: str):  # noqa: ANN202 - a bound method of this class
+    def _pick_select(self, policy: str) -> Callable[[list[Any]], int]:
         if policy in ("shuffle", "sdn"):
             return self._round_robin
         if policy == "fields":
@@ -87,22 +91,22 @@ class Router:
 
     # select(values) -> receiving worker ID for a unicast policy; -1 when there is none
 
-    def _none(self, values: list) -> int:
+    def _none(self, values: list[Any]) -> int:
         return -1
 
-    def _round_robin(self, values: list) -> int:
+    def _round_robin(self, values: list[Any]) -> int:
         self.counter += 1
         return self.hops[self.counter % self.n]
 
-    def _local(self, values: list) -> int:
+    def _local(self, values: list[Any]) -> int:
         self.counter += 1
         pool = self.local
         return pool[self.counter % len(pool)]
 
-    def _fields(self, values: list) -> int:
+    def _fields(self, values: list[Any]) -> int:
         return self.groups[stable_hash(self.key_of(values)) % self.g]
 
-    def _field(self, values: list) -> int:
+    def _field(self, values: list[Any]) -> int:
         """``_fields`` for one key field, with the receivers of recent keys remembered."""
         key = self.key_of(values)
         if type(key) not in _CACHED_TYPES:
@@ -116,10 +120,10 @@ class Router:
             cache[key] = dst
         return dst
 
-    def _first(self, values: list) -> int:
+    def _first(self, values: list[Any]) -> int:
         return self.hops[0]
 
-    def _direct(self, values: list) -> int:
+    def _direct(self, values: list[Any]) -> int:
         key = [values[i] for i in self.fields]
         dst = self.route.table.get(str(key[0]) if len(key) == 1 else str(key))
         if dst is not None:
@@ -143,7 +147,7 @@ class Router:
             return []
         return None
 
-    def _no_single(self, values: list) -> int:
+    def _no_single(self, values: list[Any]) -> int:
         raise ValueError(f"policy {self.route.policy!r} has no single receiver")
 
     def lb_slot(self) -> int:

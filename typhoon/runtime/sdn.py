@@ -59,7 +59,7 @@ import select
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
@@ -73,7 +73,10 @@ from typhoon.runtime.tap import DEFAULT_TXQUEUELEN, Tap, tap_name
 from typhoon.runtime.transport import Transport
 from typhoon.runtime.truesize import default_budget
 from typhoon.topology.config import SDN_DEFAULTS
-from typhoon.wire import AddrClass, ControlTuple, Frame, Kind, WireError
+from typhoon.wire import AddrClass, ControlTuple, Kind, WireError
+
+if TYPE_CHECKING:
+    from typhoon.runtime.sdn_parts import Pending
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.clock = clock
         budget = default_budget() if port_budget is None else port_budget or None
         self.tx = lk.Sender(window, budget)
-        self.rx = lk.Receiver(window)
+        self.rx: lk.Receiver[Pending] = lk.Receiver(window)
         self.window = window
         # load-balanced streams: group windows as a sender, grants owed as a receiver
         self.lb_tx: dict[int, lb.BalancedSender] = {}
@@ -155,7 +158,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.credit_frames_out = 0
         # frames read off the port but not handed out yet:
         # (frame, sender id or 0, bytes, its InLink or None, link key)
-        self.pending: deque[tuple[Frame, int, int, Any, Any]] = deque()
+        self.pending: deque[Pending] = deque()
         self.pending_bytes = 0
         self.ctrl_pending = 0  # control frames among them
         self.queued_at_take = 0  # pending bytes left when the framework last took input

@@ -40,6 +40,7 @@ class SdnCredit(_Host):
     credit_seq: int
     lb_bytes: int
     _next_timer: float
+    routed: set[int] | None
 
     def _credit_frame(self, f: Frame, now: float) -> None:
         st = self.stats
@@ -77,7 +78,7 @@ class SdnCredit(_Host):
             self._on_sync(src, values, now)
             return
         ol, m = self.tx.find(values[0], src)
-        if m is None:
+        if ol is None or m is None:  # (no link: no member either)
             st.drop("unexpected_credit")
             return
         if kind == lk.GRANT:

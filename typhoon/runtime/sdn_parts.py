@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import select
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from typhoon.runtime import links as lk
     from typhoon.runtime.transport import IOStats
     from typhoon.wire import ControlTuple, Frame
+
+    # a frame waiting for the framework: (frame, sender, size, its link, (sender, link));
+    # the last two are None for a control frame or a load-balanced one
+    Pending = tuple[Frame, int, int, lk.InLink | None, tuple[int, int] | None]
 
 
 class Device(Protocol):
@@ -52,7 +56,7 @@ class SdnParts(Protocol):
     _poller: select.poll
     _read_size: int
     reassembler: wire.Reassembler
-    pending: deque[tuple[Frame, int, int, Any, Any]]
+    pending: deque[Pending]
     control_priority: bool
     urgent: deque[ControlTuple]
     on_urgent: Callable[[ControlTuple], None] | None
@@ -60,7 +64,7 @@ class SdnParts(Protocol):
     # the links, their credit and when a receiver counts as dead
     window: int
     tx: lk.Sender
-    rx: lk.Receiver
+    rx: lk.Receiver[Pending]
     lb_tx: dict[int, lb.BalancedSender]
     lb_rx: lb.BalancedReceiver
     lb_seq: dict[int, int]

@@ -231,7 +231,7 @@ class SdnReceiving(_Host):
                 continue
             if il is None:  # load-balanced: the sender's group window gets the credit
                 self.lb_rx.on_consume((src, f.stream), truesize(size))
-            elif links.get(key) is il:  # a link restarted meanwhile: not its frame
+            elif key is not None and links.get(key) is il:  # restarted meanwhile: not its frame
                 il.consumed = (il.consumed + 1) & lk.MASK
                 if f.flags & ack_req:
                     rx.urgent.add(key)

@@ -21,6 +21,7 @@ import socket
 import termios
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from typhoon import wire
 from typhoon.runtime import tcp_auth as auth
@@ -97,7 +98,7 @@ class TcpTransport(Transport):
         self.peers: dict[int, tuple[str, int]] = {}
         self.early: list[Inbound | ControlTuple] = []  # control read while awaiting peers
         self.out: dict[int, socket.socket] = {}
-        self.seq_out: dict[int, int] = {}
+        self.seq_out: dict[tuple[int, int], int] = {}
         self.seq_in: dict[tuple[bytes, int], int] = {}
         self.reassembly: dict[tuple[bytes, int], wire.Reassembler] = {}
         port = self.listener.getsockname()[1]
@@ -160,16 +161,21 @@ class TcpTransport(Transport):
     def _authenticate(self, conn: _Conn, messages: list[bytes]) -> list[bytes]:
         """The first message of a data connection must prove the run's secret for the
         sender it names; otherwise the connection is counted and closed."""
+        peer: int | None = None  # the sender, once it proved the secret
         try:
             body = auth.boot_body(messages[0])
-            peer = body.get("peer")
-            ok = type(peer) is int and 1 <= peer <= 0xFFFE
-            ok = ok and auth.verify(
-                self.secret, body.get("proof"), auth.PEER, conn.nonce, peer, self.worker_id
-            )
+            claim = body.get("peer")
+            if (
+                type(claim) is int
+                and 1 <= claim <= 0xFFFE
+                and auth.verify(
+                    self.secret, body.get("proof"), auth.PEER, conn.nonce, claim, self.worker_id
+                )
+            ):
+                peer = claim
         except WireError:
-            ok = False
-        if not ok:
+            pass
+        if peer is None:
             log.warning("worker %d: refused an unauthenticated data connection", self.worker_id)
             self.stats.drop("unauthenticated")
             self._closed(conn)
@@ -186,7 +192,7 @@ class TcpTransport(Transport):
             raise ConnectionError("control connection closed")
         self.inbound.remove(conn)
 
-    def _control_messages(self, messages: list[bytes], out: list) -> None:
+    def _control_messages(self, messages: list[bytes], out: list[Any]) -> None:
         for m in messages:
             if not m:
                 self.stats.drop("malformed_control")
@@ -209,7 +215,7 @@ class TcpTransport(Transport):
             except WireError:
                 self.stats.drop("malformed_control")
 
-    def _data_messages(self, conn: _Conn, messages: list[bytes], out: list) -> None:
+    def _data_messages(self, conn: _Conn, messages: list[bytes], out: list[Any]) -> None:
         st = self.stats
         for m in messages:
             st.frames_in += 1

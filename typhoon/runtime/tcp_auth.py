@@ -67,7 +67,7 @@ def boot_body(message: bytes) -> dict[str, Any]:
 
 def read_challenge(
     sock: socket.socket, reader: MessageReader, timeout: float
-) -> tuple[bytes, list]:
+) -> tuple[bytes, list[Any]]:
     """Wait for the peer's challenge on a new connection: its nonce, and any messages
     that came after it.  ConnectionError if the peer closes or stays silent, WireError
     if it sends anything else."""

@@ -33,6 +33,7 @@ from typhoon.topology.routing import receivers_of
 from typhoon.wire import encode_rows
 
 if TYPE_CHECKING:
+    from typhoon.checkpoint.store import CheckpointStore
     from typhoon.runtime.framework_parts import FrameworkParts
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def backup_limit(topology: Any) -> int:
     return int(mb * 1024 * 1024)
 
 
-def newest_written(store: Any, parts: set[str]) -> int | None:
+def newest_written(store: CheckpointStore, parts: set[str]) -> int | None:
     """The newest epoch with every one of ``parts`` written (listed, not read: a part
     that does not verify makes a recovery take an older epoch, which the buffers then
     do not reach, and it falls back to the region)."""
@@ -181,7 +182,7 @@ class UpstreamBackup(_Host):
         elif old is not None and NO_OWNER not in old.groups:
             self.orphans[new.sid] = old
 
-    def _unrouted(self, r: Router, values: list) -> None:
+    def _unrouted(self, r: Router, values: list[Any]) -> None:
         """A tuple no receiver takes: counted, or kept for a dead owner's replacement."""
         old = self.orphans.get(r.sid) if self.backup is not None else None
         if old is not None:

@@ -76,7 +76,8 @@ class WatermarkSpec:
 
 
 def watermark_payload(wm: int, idle: bool, channel: int, channels: int) -> bytes:
-    return msgpack.packb([["wm", wm, int(idle), channel, channels]], use_bin_type=True)
+    data: bytes = msgpack.packb([["wm", wm, int(idle), channel, channels]], use_bin_type=True)
+    return data
 
 
 def parse_watermark(payload: bytes) -> tuple[int, bool, int, int] | None:
@@ -108,7 +109,7 @@ class WatermarkGenerator:
         self.max_ts: float | None = None
         self.bad = 0
 
-    def observe(self, values: list) -> None:
+    def observe(self, values: list[Any]) -> None:
         i = self.index
         if i is None:
             return
@@ -122,7 +123,7 @@ class WatermarkGenerator:
         elif self.max_ts is None or ts > self.max_ts:
             self.max_ts = ts
 
-    def observe_rows(self, rows: list[list]) -> None:
+    def observe_rows(self, rows: list[list[Any]]) -> None:
         for values in rows:
             self.observe(values)
 
@@ -220,11 +221,11 @@ class WatermarkHandling(_Host):
         assert gen is not None
         emit, emit_rows = self.emit, self.emit_rows
 
-        def emit_watched(values: list, stream: str = DEFAULT_STREAM) -> None:
+        def emit_watched(values: list[Any], stream: str = DEFAULT_STREAM) -> None:
             gen.observe(values)
             emit(values, stream)
 
-        def emit_rows_watched(rows: list[list], stream: str = DEFAULT_STREAM) -> None:
+        def emit_rows_watched(rows: list[list[Any]], stream: str = DEFAULT_STREAM) -> None:
             gen.observe_rows(rows)
             emit_rows(rows, stream)
 

@@ -174,7 +174,7 @@ class Worker:
 
     def report(self) -> dict[str, Any]:
         a = self.spec.assignment
-        return json_safe(
+        report: dict[str, Any] = json_safe(
             {
                 "worker": a.worker_id,
                 "node": a.node,
@@ -193,6 +193,7 @@ class Worker:
                 "result": None if self.fw.moved_to else self.operator.result(),
             }
         )
+        return report
 
     def write_report(self) -> None:
         if not self.spec.report_dir:

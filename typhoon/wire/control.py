@@ -55,7 +55,7 @@ class ControlTuple:
     """A control tuple (paper Table 2); ``body`` follows the schema of its type."""
 
     type: Control
-    body: dict
+    body: dict[str, Any]
 
 
 _Check = Callable[[Any], Any]
@@ -99,7 +99,7 @@ def _choice(options: frozenset[str]) -> _Check:
 
 
 def _list_of(item: _Check) -> _Check:
-    def check(v: Any) -> list:
+    def check(v: Any) -> list[Any]:
         if not isinstance(v, (list, tuple)):
             raise ValueError(f"expected a list, got {type(v).__name__}")
         return [item(x) for x in v]
@@ -108,7 +108,7 @@ def _list_of(item: _Check) -> _Check:
 
 
 def _str_key_dict(value: _Check) -> _Check:
-    def check(v: Any) -> dict:
+    def check(v: Any) -> dict[str, Any]:
         if not isinstance(v, dict):
             raise ValueError(f"expected a dict, got {type(v).__name__}")
         out = {}
@@ -137,7 +137,7 @@ def _metric_value(v: Any) -> Any:
 _metrics = _str_key_dict(_metric_value)
 
 
-def wire_metrics(value: dict, path: str = "") -> tuple[dict, list[str]]:
+def wire_metrics(value: dict[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
     """``value`` as METRIC_RESP can carry it, and the paths of what it cannot.
 
     A worker's metrics include what its operator reports; a value the schema refuses
@@ -248,7 +248,7 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
 }
 
 
-def _normalize(ctype: Control, body: Any) -> dict:
+def _normalize(ctype: Control, body: Any) -> dict[str, Any]:
     """Validated copy of ``body`` with defaults filled in; ValueError if invalid."""
     if not isinstance(body, dict):
         raise ValueError(f"{ctype.name} body must be a dict, got {type(body).__name__}")
@@ -273,7 +273,8 @@ def _normalize(ctype: Control, body: Any) -> dict:
 def encode_control(ct: ControlTuple) -> bytes:
     """Validate, then serialize as msgpack ``[type, body]`` (defaults filled in)."""
     ctype = Control(ct.type)
-    return msgpack.packb([int(ctype), _normalize(ctype, ct.body)], use_bin_type=True)
+    data: bytes = msgpack.packb([int(ctype), _normalize(ctype, ct.body)], use_bin_type=True)
+    return data
 
 
 def decode_control(data: bytes) -> ControlTuple:

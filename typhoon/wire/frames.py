@@ -151,7 +151,7 @@ def decode_frame(buf: bytes, ethertype: int = ETHERTYPE, mtu: int = DEFAULT_MTU)
             raise WireError("segment total length past end of frame")
         (total,) = _U32.unpack_from(buf, off)
         off += 4
-    payloads = []
+    payloads: list[bytes] = []
     append = payloads.append
     unpack_len = _U16.unpack_from
     for _ in range(count):
@@ -359,4 +359,5 @@ def encode_credit(credits: int) -> bytes:
 def decode_credit(data: bytes) -> int:
     if len(data) != 4:
         raise WireError(f"credit body must be 4 bytes, got {len(data)}")
-    return _U32.unpack(data)[0]
+    credit: int = _U32.unpack(data)[0]
+    return credit

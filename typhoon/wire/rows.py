@@ -13,7 +13,7 @@ input can end in a RecursionError (docs/security-notes-wire.md).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from typing import Any
 
@@ -60,7 +60,7 @@ def _heads(data: bytes) -> int:
     return len(data) - len(data.translate(None, _CONTAINER_HEADS))
 
 
-def _children(level: list, kinds: set[type]) -> Iterator[Any]:
+def _children(level: list[Any], kinds: set[type]) -> Iterator[Any]:
     """The values inside the containers of ``level`` (lists and dicts), lazily, in C."""
     if dict not in kinds:
         return chain.from_iterable(level)
@@ -101,10 +101,11 @@ def decode_value(data: bytes) -> Any:
     return value
 
 
-def encode_tuple(values: list | tuple) -> bytes:
+def encode_tuple(values: list[Any] | tuple[Any, ...]) -> bytes:
     """Serialize one tuple (a sequence of plain values) with msgpack; never pickle."""
     if not isinstance(values, (list, tuple)):
         raise TypeError(f"a tuple must be a list or tuple, got {type(values).__name__}")
+    pack: Callable[[object], bytes]  # msgpack is untyped
     try:
         pack = _local.pack
     except AttributeError:
@@ -112,7 +113,7 @@ def encode_tuple(values: list | tuple) -> bytes:
     return pack(values)  # the Packer resets its buffer if this raises
 
 
-def decode_tuple(data: bytes) -> list:
+def decode_tuple(data: bytes) -> list[Any]:
     """Inverse of :func:`encode_tuple`; sequences come back as lists.
 
     Strict (:func:`decode_value`): every failure is a WireError, whatever msgpack
@@ -124,8 +125,9 @@ def decode_tuple(data: bytes) -> list:
     return value
 
 
-def encode_rows(rows: list) -> bytes:
+def encode_rows(rows: list[Any]) -> bytes:
     """Serialize a batch of tuples as one data entry (one msgpack array of arrays)."""
+    pack: Callable[[object], bytes]  # msgpack is untyped
     try:
         pack = _local.pack
     except AttributeError:
@@ -133,7 +135,7 @@ def encode_rows(rows: list) -> bytes:
     return pack(rows)
 
 
-def unpack_rows(data: bytes) -> tuple[list, int]:
+def unpack_rows(data: bytes) -> tuple[list[Any], int]:
     """A row-batch entry as strict as :func:`decode_value`, and how many items are rows.
 
     Returns the outer array and the count of its items that are arrays (the rows);
@@ -156,7 +158,7 @@ def unpack_rows(data: bytes) -> tuple[list, int]:
     return value, rows
 
 
-def decode_rows(data: bytes) -> list[list]:
+def decode_rows(data: bytes) -> list[list[Any]]:
     """Inverse of :func:`encode_rows`, as strict as :func:`decode_tuple`.
 
     Every row must be a msgpack array; a batch with one bad row is rejected whole

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from typhoon.runtime.links.protocol import (
     DEFAULT_WINDOW,
@@ -16,6 +17,8 @@ from typhoon.runtime.links.protocol import (
     diff32,
 )
 
+T = TypeVar("T")  # what the caller keeps of a frame until it is in order
+
 
 @dataclass(slots=True)
 class InLink:
@@ -24,14 +27,14 @@ class InLink:
     expect: int = 0  # next sequence number to deliver
     consumed: int = 0  # frames handed to the framework
     granted: int = 0  # ``consumed`` when the last grant went out
-    ooo: dict = field(default_factory=dict)  # frames after a gap: seq -> (frame, size)
+    ooo: dict[int, Any] = field(default_factory=dict)  # frames after a gap: seq -> Receiver's T
     nack_at: float = -math.inf
     nack_from: int = -1
     last_grant: float = -math.inf
     last_rx: float = -math.inf
 
 
-class Receiver:
+class Receiver(Generic[T]):
     """Every incoming link of one worker: ordering, gaps, duplicates and grants.
 
     Keys are (sender id, link id).  ``ooo_limit`` bounds how far past a gap frames
@@ -69,7 +72,7 @@ class Receiver:
             il.last_grant = old.last_grant
         return il
 
-    def accept(self, il: InLink, seq: int, item: object, now: float) -> tuple[list, bool]:
+    def accept(self, il: InLink, seq: int, item: T, now: float) -> tuple[list[T], bool]:
         """A data frame ``item`` with ``seq`` arrived; returns (items now in order, gap?).
 
         ``gap`` is True while frames are missing before ones we hold: the caller
@@ -80,7 +83,7 @@ class Receiver:
             il.last_grant = now
         d = diff32(seq, il.expect)
         if d == 0:
-            out = [item]
+            out: list[T] = [item]
             il.expect = (il.expect + 1) & MASK
             ooo = il.ooo
             while ooo:

@@ -47,8 +47,8 @@ class OutLink:
     link: int  # 0 (unicast) or the stream of the one-to-many address
     next: int = 0  # sequence number of the next new frame (unwrapped)
     base: int = 0  # sequence number of frames[0]
-    frames: deque = field(default_factory=deque)  # kept frames [base, next): bytes
-    costs: deque = field(default_factory=deque)  # their truesize
+    frames: deque[bytes] = field(default_factory=deque)  # kept frames [base, next)
+    costs: deque[int] = field(default_factory=deque)  # their truesize
     members: dict[int, Member] = field(default_factory=dict)
     unmarked: int = 0  # frames since the last ACK_REQ
     unmarked_bytes: int = 0
