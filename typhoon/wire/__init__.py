@@ -102,9 +102,7 @@ from typhoon.wire.frames import (
     SEG,
     SEG_FIRST,
     SEG_LAST,
-    VERSION,
     Frame,
-    Kind,
     Reassembler,
     decode_credit,
     decode_frame,
@@ -114,7 +112,7 @@ from typhoon.wire.frames import (
     pack_frames,
     with_flags,
 )
-from typhoon.wire.header import FLAGS, LAYOUT
+from typhoon.wire.header import FLAGS, LAYOUT, VERSION, Kind
 from typhoon.wire.rows import (
     MAX_DEPTH,
     decode_rows,

@@ -158,7 +158,7 @@ def decode_frame(buf: bytes, ethertype: int = ETHERTYPE, mtu: int = DEFAULT_MTU)
             raise WireError("segment total length past end of frame")
         (total,) = _TOTAL.unpack_from(buf, off)
         off += _TOTAL.size
-    payloads = []
+    payloads: list[bytes] = []
     append = payloads.append
     unpack_len = _ENTRY_LEN.unpack_from
     elen = _ENTRY_LEN.size
@@ -368,4 +368,5 @@ def encode_credit(credits: int) -> bytes:
 def decode_credit(data: bytes) -> int:
     if len(data) != 4:
         raise WireError(f"credit body must be 4 bytes, got {len(data)}")
-    return _U32.unpack(data)[0]
+    value: int = _U32.unpack(data)[0]
+    return value
