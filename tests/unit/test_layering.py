@@ -16,6 +16,9 @@ reader, and it is how loops came back).
 in pure Python and imports nothing else of ``controller/`` and no Ryu or os-ken;
 ``controller/framework/`` (the Ryu/os-ken boundary) imports nothing else of
 ``controller/`` either (no arrow back up from a room to the glue that uses it).
+
+``typhoon/wire/`` is below everything: it imports nothing of the project outside
+itself, so a wire change (one edit of ``typhoon/wire/header.py``) stays in its room.
 """
 
 from __future__ import annotations
@@ -209,3 +212,50 @@ def test_the_cycle_check_sees_a_type_only_loop_and_a_deferred_one(tmp_path):
         ["pkg.machine", "pkg.recovery"],
     ]
     assert graph.has_edge("pkg.later", "pkg.machine") and graph.has_edge("pkg.alone", "pkg.machine")
+
+
+WIRE = ROOT / "typhoon" / "wire"
+
+
+def wire_offences(path: Path) -> list[str]:
+    """What a module of ``typhoon/wire/`` imports of the project outside ``typhoon.wire``
+    (anywhere in it), or relatively: the wire format is the bottom layer, which every
+    other part (runtime, control queue, dissector, controller) reads."""
+    bad = []
+    for name in sorted(imported_modules(path)):
+        if name.startswith("."):
+            bad.append(f"{name} (relative: name the module)")
+        elif name.split(".")[0] in RULES and name.split(".")[0] != "typhoon":
+            bad.append(name)
+        elif name.startswith("typhoon.") and not name.startswith("typhoon.wire"):
+            bad.append(name)
+    return bad
+
+
+WIRE_CASES = sorted(WIRE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", WIRE_CASES, ids=[str(p.relative_to(ROOT)) for p in WIRE_CASES])
+def test_the_wire_format_imports_nothing_above_it(path):
+    bad = wire_offences(path)
+    assert not bad, f"{path.relative_to(ROOT)}: {bad}"
+
+
+def test_the_wire_check_sees_the_rest_of_typhoon(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from typhoon.wire.header import LAYOUT\n"
+        "from typhoon import wire, topology\n"
+        "def f():\n    from typhoon.runtime import links\n"
+        "import controller.rules.flows\n"
+        "from .checks import U16_MAX\n"
+    )
+    assert wire_offences(f) == [
+        ".checks (relative: name the module)",
+        ".checks.U16_MAX (relative: name the module)",
+        "controller.rules.flows",
+        "typhoon.runtime",
+        "typhoon.runtime.links",
+        "typhoon.topology",
+    ]
+    assert {p.stem for p in WIRE_CASES} >= {"header", "frames", "__init__"}
