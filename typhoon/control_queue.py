@@ -35,14 +35,15 @@ from dataclasses import dataclass
 from typhoon import wire
 from typhoon.runtime import lb_credits as lb
 from typhoon.runtime import links as lk
+from typhoon.wire.header import LAYOUT
 
 # credit frame kinds (the header's stream field of a CREDIT frame) that go first
 URGENT_CREDIT_KINDS: tuple[int, ...] = (lk.GRANT, lk.NACK, lk.RESYNC, lb.LB_GRANT)
-# byte offsets in the Ethernet frame (typhoon.wire's header: version, kind, flags,
-# reserved, stream, seq, count after the 14-byte Ethernet header)
-ETHERTYPE_AT = 12
-KIND_AT = wire.ETH_HLEN + 1
-STREAM_AT = wire.ETH_HLEN + 4
+# the header fields the classifier reads (declared in typhoon/wire/header.py): their
+# byte offsets in the Ethernet frame, widths and masks come from that one declaration
+CLASSIFIED = ("ethertype", "kind", "stream")
+_CLASSIFIED_END = max(LAYOUT.offset[n] + LAYOUT.field[n].size for n in CLASSIFIED)
+_U32_SIZES = {1: "u8", 2: "u16", 4: "u32"}  # what a tc u32 match can test
 CONTROL_SHARE = 0.1  # of the link's rate guaranteed to the control class (credit frames are tiny)
 # what a tunnel adds between the outer IP header and the worker frame: UDP + the tunnel
 # header (Geneve without options), and the tunnel's UDP destination port
@@ -106,16 +107,33 @@ def tunnel_queueing(
                         outer=outer)  # fmt: skip
 
 
+def header_match(name: str, value: int, frame_at: int) -> Match:
+    """A ``tc`` u32 match of header field ``name`` equal to ``value``, the worker frame
+    starting at ``frame_at``: the field's offset, width and mask as the header declares."""
+    f = LAYOUT.field[name]
+    off = frame_at + LAYOUT.offset[name]
+    if f.size not in _U32_SIZES:
+        raise ValueError(f"header field {name} of {f.size} bytes: tc u32 matches 1, 2 or 4")
+    if off % f.size:  # tc packs a u16 or u32 match into an aligned 32-bit word
+        raise ValueError(f"header field {name} at {off}: tc cannot match {f.size} bytes there")
+    return (_U32_SIZES[f.size], value, f.max, off)
+
+
+def _field(frame: bytes, name: str) -> int:
+    at = LAYOUT.offset[name]
+    return int.from_bytes(frame[at : at + LAYOUT.field[name].size], "big")
+
+
 def is_urgent_frame(frame: bytes) -> bool:
     """Does the classifier put ``frame`` in the control class?  (What the ``tc`` filters
     built by :func:`tc_commands` test, in Python: unit-testable.)"""
-    if len(frame) < STREAM_AT + 2:
+    if len(frame) < _CLASSIFIED_END:
         return False
-    if int.from_bytes(frame[ETHERTYPE_AT : ETHERTYPE_AT + 2], "big") != wire.ETHERTYPE:
+    if _field(frame, "ethertype") != wire.ETHERTYPE:
         return False
-    if frame[KIND_AT] != wire.Kind.CREDIT:
+    if _field(frame, "kind") != wire.Kind.CREDIT:
         return False
-    return int.from_bytes(frame[STREAM_AT : STREAM_AT + 2], "big") in URGENT_CREDIT_KINDS
+    return _field(frame, "stream") in URGENT_CREDIT_KINDS
 
 
 def classes(link: LinkQueueing) -> tuple[str, str]:
@@ -162,9 +180,9 @@ def control_matches(link: LinkQueueing, kind: int, ethertype: int = wire.ETHERTY
     at = link.frame_at
     return [
         *link.outer,
-        ("u16", ethertype, 0xFFFF, at + ETHERTYPE_AT),
-        ("u8", int(wire.Kind.CREDIT), 0xFF, at + KIND_AT),
-        ("u16", kind, 0xFFFF, at + STREAM_AT),
+        header_match("ethertype", ethertype, at),
+        header_match("kind", int(wire.Kind.CREDIT), at),
+        header_match("stream", kind, at),
     ]
 
 

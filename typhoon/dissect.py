@@ -2,8 +2,9 @@
 
 tcpdump and Wireshark show Typhoon traffic as an opaque EtherType; this module
 lets scapy print the header and the length-prefixed entries, and turns a capture
-of a switch port back into tuples.  The byte layout is defined (and documented) in
-:mod:`typhoon.wire`; the scapy fields only mirror it, and every decode goes through
+of a switch port back into tuples.  The byte layout is declared once, in
+:mod:`typhoon.wire.header`: the scapy fields are built from that field list (so a
+header change reaches this layer with no edit here), and every decode goes through
 ``typhoon.wire`` so there is one parser to trust.
 
 Captures may come from scapy (``wrpcap``/``wrpcapng``) or tcpdump, on an Ethernet
@@ -19,14 +20,12 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from scapy.fields import (
-    ByteEnumField,
-    ByteField,
     ConditionalField,
+    EnumField,
+    Field,
     FieldLenField,
     FlagsField,
-    IntField,
     PacketListField,
-    ShortField,
     StrLenField,
 )
 from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ether
@@ -46,6 +45,7 @@ from typhoon.wire import (
     decode_credit,
     decode_frame,
     decode_rows,
+    header,
     mac_bytes,
     mac_str,
 )
@@ -64,7 +64,7 @@ class TyphoonEntry(Packet):
 
     name = "TyphoonEntry"
     fields_desc = [
-        FieldLenField("len", None, length_of="data", fmt="!H"),
+        FieldLenField("len", None, length_of="data", fmt="!" + header.ENTRY_LENGTH.fmt),
         StrLenField("data", b"", length_from=lambda p: p.len),
     ]
 
@@ -72,19 +72,33 @@ class TyphoonEntry(Packet):
         return b"", s  # the next entry follows, not a payload of this one
 
 
+def header_fields(fields: tuple[header.Field, ...]) -> list[Field[Any, Any]]:
+    """Scapy fields of the Typhoon header, one per declared field, in order: ``kind``
+    shows its :class:`Kind` names, ``flags`` its flag names, ``count`` is counted from
+    the entries; any other field is a plain big-endian integer."""
+    out: list[Field[Any, Any]] = []
+    for f in fields:
+        fmt = "!" + f.fmt
+        if f.name == "kind":
+            out.append(EnumField("kind", Kind.DATA, {k.value: k.name for k in Kind}, fmt=fmt))
+        elif f.name == "flags":
+            out.append(FlagsField("flags", 0, 8 * f.size, [n for n, _ in header.FLAGS]))
+        elif f.name == "count":
+            out.append(FieldLenField("count", None, count_of="entries", fmt=fmt))
+        else:
+            out.append(Field(f.name, VERSION if f.name == "version" else 0, fmt))
+    return out
+
+
 class Typhoon(Packet):
-    """Typhoon header (12 bytes after Ethernet) and its entries."""
+    """Typhoon header (declared in :mod:`typhoon.wire.header`) and its entries."""
 
     name = "Typhoon"
     fields_desc = [
-        ByteField("version", VERSION),
-        ByteEnumField("kind", Kind.DATA, {k.value: k.name for k in Kind}),
-        FlagsField("flags", 0, 8, ["SEG", "SEG_FIRST", "SEG_LAST", "LB", "ACK_REQ"]),
-        ByteField("reserved", 0),
-        ShortField("stream", 0),
-        IntField("seq", 0),
-        FieldLenField("count", None, count_of="entries", fmt="!H"),
-        ConditionalField(IntField("total", 0), lambda p: int(p.flags) & SEG_FIRST),
+        *header_fields(header.LAYOUT.typhoon),
+        ConditionalField(
+            Field("total", 0, "!" + header.SEGMENT_TOTAL.fmt), lambda p: int(p.flags) & SEG_FIRST
+        ),
         PacketListField("entries", [], TyphoonEntry, count_from=lambda p: p.count),
     ]
 

@@ -23,6 +23,9 @@ operators, the topology, what reads a topology (checkpoints, locality, coordinat
 reconfiguration plans), the worker runtime, and on top what starts and runs jobs.  A
 module imports its own layer or a lower one, never a higher; every part of ``typhoon/``
 has a layer, so a new module is placed on purpose.
+
+``typhoon/wire/`` is below everything: it imports nothing of the project outside
+itself, so a wire change (one edit of ``typhoon/wire/header.py``) stays in its room.
 """
 
 from __future__ import annotations
@@ -318,3 +321,50 @@ def test_the_layer_check_sees_an_import_from_above(tmp_path):
     assert upward_imports(graph, layers) == [
         "typhoon.topology.budgets -> typhoon.runtime (topology imports rt)"
     ]
+
+
+WIRE = ROOT / "typhoon" / "wire"
+
+
+def wire_offences(path: Path) -> list[str]:
+    """What a module of ``typhoon/wire/`` imports of the project outside ``typhoon.wire``
+    (anywhere in it), or relatively: the wire format is the bottom layer, which every
+    other part (runtime, control queue, dissector, controller) reads."""
+    bad = []
+    for name in sorted(imported_modules(path)):
+        if name.startswith("."):
+            bad.append(f"{name} (relative: name the module)")
+        elif name.split(".")[0] in RULES and name.split(".")[0] != "typhoon":
+            bad.append(name)
+        elif name.startswith("typhoon.") and not name.startswith("typhoon.wire"):
+            bad.append(name)
+    return bad
+
+
+WIRE_CASES = sorted(WIRE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", WIRE_CASES, ids=[str(p.relative_to(ROOT)) for p in WIRE_CASES])
+def test_the_wire_format_imports_nothing_above_it(path):
+    bad = wire_offences(path)
+    assert not bad, f"{path.relative_to(ROOT)}: {bad}"
+
+
+def test_the_wire_check_sees_the_rest_of_typhoon(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "from typhoon.wire.header import LAYOUT\n"
+        "from typhoon import wire, topology\n"
+        "def f():\n    from typhoon.runtime import links\n"
+        "import controller.rules.flows\n"
+        "from .checks import U16_MAX\n"
+    )
+    assert wire_offences(f) == [
+        ".checks (relative: name the module)",
+        ".checks.U16_MAX (relative: name the module)",
+        "controller.rules.flows",
+        "typhoon.runtime",
+        "typhoon.runtime.links",
+        "typhoon.topology",
+    ]
+    assert {p.stem for p in WIRE_CASES} >= {"header", "frames", "__init__"}

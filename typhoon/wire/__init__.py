@@ -1,15 +1,17 @@
 """Typhoon wire format: worker addresses, frames, tuples, control tuples, credits.
 
-One module a part: ``addresses.py`` (the MACs), ``frames.py`` (header,
-segments, reassembly, credits), ``rows.py`` (msgpack tuples), ``control.py``
+One module a part: ``addresses.py`` (the MACs), ``header.py`` (the frame
+header's fields, declared once), ``frames.py`` (packing, segments, reassembly,
+credits), ``rows.py`` (msgpack tuples), ``control.py``
 (control tuples), ``checks.py`` (ranges, :class:`WireError`).  Callers import
 from ``typhoon.wire``, which re-exports them all.
 
 Tuples travel as Ethernet frames through Open vSwitch (paper §3.3.1, Fig. 5).  The
 switch routes on the Ethernet addresses alone, so everything a flow rule needs is
 in the MAC addresses; everything the receiving worker needs is in a small header.
-This package is the single definition of those bytes; the scapy layer in
-``typhoon.dissect`` only mirrors it.
+This package is the single definition of those bytes: the scapy layer in
+``typhoon.dissect`` and the ``tc`` classifier in ``typhoon.control_queue`` build
+their fields and offsets from ``header.py``'s declaration.
 
 Addresses (6 bytes)::
 
@@ -20,24 +22,28 @@ Addresses (6 bytes)::
     bytes 4-5  u16: worker id (1..0xFFFE) | 0 (controller)
                | node_index << 8 | slot (load balancer) | stream id (multicast)
 
-Frame (all integers big endian)::
+Frame (all integers big endian; this table is ``typhoon.wire.header.LAYOUT.table()``,
+the one declaration every reader of the header derives from)::
 
     offset  size  field
-    0       6     Ethernet destination (address above)
-    6       6     Ethernet source
-    12      2     EtherType, 0x88B5 by default (configurable)
-    14      1     version (2)
+    0       6     dst: Ethernet destination (address above)
+    6       6     src: Ethernet source
+    12      2     ethertype: EtherType, 0x88B5 by default (configurable)
+    14      1     version: wire version (2)
     15      1     kind: 0 data, 1 control, 2 credit
-    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, 0x10 ACK_REQ,
-                  other bits 0
-    17      1     reserved, 0
-    18      2     stream id (of a credit frame: its kind, typhoon.runtime.links)
-    20      4     sequence number, +1 per frame on a link, wraps at 2**32
-    24      2     count of entries
-    26            unsegmented: count x (u16 length, length bytes)
-                  segment (SEG set, count = 1):
-                    [u32 total payload length, only if SEG_FIRST]
-                    u16 chunk length, chunk bytes
+    16      1     flags: 0x01 SEG, 0x02 SEG_FIRST, 0x04 SEG_LAST, 0x08 LB, 0x10 ACK_REQ, rest 0
+    17      1     reserved: 0
+    18      2     stream: stream id (of a credit frame: its kind, typhoon.runtime.links)
+    20      4     seq: sequence number, +1 per frame on a link, wraps at 2**32
+    24      2     count: count of entries
+    26            entries (below)
+
+Entries::
+
+    unsegmented: count x (u16 length, length bytes)
+    segment (SEG set, count = 1):
+      [u32 total payload length, only if SEG_FIRST]
+      u16 chunk length, chunk bytes
 
 Each entry of a data frame is a *row batch*: one msgpack array of tuples (each a
 msgpack array), encoded in one call (:func:`encode_rows`), so a frame costs one
@@ -96,9 +102,7 @@ from typhoon.wire.frames import (
     SEG,
     SEG_FIRST,
     SEG_LAST,
-    VERSION,
     Frame,
-    Kind,
     Reassembler,
     decode_credit,
     decode_frame,
@@ -108,6 +112,7 @@ from typhoon.wire.frames import (
     pack_frames,
     with_flags,
 )
+from typhoon.wire.header import FLAGS, LAYOUT, VERSION, Kind
 from typhoon.wire.rows import (
     MAX_DEPTH,
     decode_rows,
@@ -125,6 +130,8 @@ __all__ = [
     "ETH_HLEN",
     "ETH_ZLEN",
     "ETHERTYPE",
+    "FLAGS",
+    "LAYOUT",
     "HEADER_LEN",
     "LB",
     "MAX_DEPTH",

@@ -1,55 +1,62 @@
 """Frames: the Typhoon header, segmentation and reassembly, credit entries.
 
-The byte layout is in ``typhoon/wire/__init__.py``; this module is its single
-definition (``typhoon/dissect.py`` only mirrors it for scapy).
+The header's fields are declared once, in ``typhoon/wire/header.py``; this module
+packs and parses frames with the struct built there (once, at import).  The byte
+layout is documented in ``typhoon/wire/__init__.py``.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from enum import IntEnum
 
-from typhoon.wire.checks import U16_MAX, U32_MAX, WireError, check_int
+from typhoon.wire.checks import U32_MAX, WireError, check_int
+from typhoon.wire.header import ENTRY_LENGTH, LAYOUT, SEGMENT_TOTAL, VERSION, Kind, flag_bit
 
 ETHERTYPE = 0x88B5
-VERSION = 2  # 2: data entries are row batches (1: one tuple per entry)
-HEADER_LEN = 12
-ETH_HLEN = 14
+HEADER_LEN = LAYOUT.header_len
+ETH_HLEN = LAYOUT.eth_len
 ETH_ZLEN = 60  # minimum Ethernet frame without FCS; shorter frames get zero padding
 DEFAULT_MTU = 9000
-MIN_MTU = HEADER_LEN + 4 + 2 + 1  # room for a first segment carrying one byte
+# room for a first segment carrying one byte
+MIN_MTU = HEADER_LEN + SEGMENT_TOTAL.size + ENTRY_LENGTH.size + 1
 
+# The pack and unpack calls below pass the fields positionally, in this order: a
+# header change that adds, drops or reorders a field must change them too.
+_PACKED = ("dst", "src", "ethertype", "version", "kind", "flags", "reserved", "stream", "seq",
+           "count")  # fmt: skip
+if LAYOUT.names != _PACKED:
+    raise ImportError(f"frames.py packs {_PACKED}, the header declares {LAYOUT.names}")
 
-SEG = 0x01
-SEG_FIRST = 0x02
-SEG_LAST = 0x04
-LB = 0x08
-ACK_REQ = 0x10
+SEG = flag_bit("SEG")
+SEG_FIRST = flag_bit("SEG_FIRST")
+SEG_LAST = flag_bit("SEG_LAST")
+LB = flag_bit("LB")
+ACK_REQ = flag_bit("ACK_REQ")
 _SEG_MASK = SEG | SEG_FIRST | SEG_LAST
 _FLAG_MASK = _SEG_MASK | LB | ACK_REQ
-_FLAGS_OFFSET = ETH_HLEN + 2
-
-
-class Kind(IntEnum):
-    DATA = 0
-    CONTROL = 1
-    CREDIT = 2
-
+_FLAGS_OFFSET = LAYOUT.offset["flags"]
+_FLAGS_MAX = LAYOUT.field["flags"].max
+_STREAM_MAX = LAYOUT.field["stream"].max
+_SEQ_MAX = LAYOUT.field["seq"].max
+_COUNT_MAX = LAYOUT.field["count"].max
+_ETHERTYPE_MAX = LAYOUT.field["ethertype"].max
+_ENTRY_MAX = ENTRY_LENGTH.max
+_TOTAL_MAX = SEGMENT_TOTAL.max
 
 _KINDS = tuple(Kind)
 
 # Ethernet header + Typhoon header in one struct: one call per frame.
-_HDR = struct.Struct("!6s6sHBBBBHIH")
-_U16 = struct.Struct("!H")
-_U32 = struct.Struct("!I")
-_FULL_HLEN = ETH_HLEN + HEADER_LEN
-assert _HDR.size == _FULL_HLEN
+_HDR = LAYOUT.struct
+_ENTRY_LEN = struct.Struct("!" + ENTRY_LENGTH.fmt)
+_TOTAL = struct.Struct("!" + SEGMENT_TOTAL.fmt)
+_U32 = struct.Struct("!I")  # a credit entry
+_FULL_HLEN = _HDR.size
 
 
 def entry_capacity(mtu: int) -> int:
     """Largest entry that still travels unsegmented in one frame of ``mtu``."""
-    return min(mtu - HEADER_LEN - 2, U16_MAX)
+    return min(mtu - HEADER_LEN - _ENTRY_LEN.size, _ENTRY_MAX)
 
 
 # --------------------------------------------------------------------------- frames
@@ -88,22 +95,22 @@ def _check_flags(flags: int, count: int) -> str | None:
 def _check_addr_args(dst: bytes, src: bytes, ethertype: int) -> None:
     if len(dst) != 6 or len(src) != 6:
         raise ValueError("dst and src must be 6-byte MACs")
-    check_int("ethertype", ethertype, 0, U16_MAX)
+    check_int("ethertype", ethertype, 0, _ETHERTYPE_MAX)
 
 
 def encode_frame(frame: Frame, ethertype: int = ETHERTYPE) -> bytes:
     """Serialize one frame exactly as given (no batching, no MTU check)."""
     _check_addr_args(frame.dst, frame.src, ethertype)
     kind = Kind(frame.kind)
-    check_int("stream", frame.stream, 0, U16_MAX)
-    check_int("seq", frame.seq, 0, U32_MAX)
-    flags = check_int("flags", frame.flags, 0, 0xFF)
+    check_int("stream", frame.stream, 0, _STREAM_MAX)
+    check_int("seq", frame.seq, 0, _SEQ_MAX)
+    flags = check_int("flags", frame.flags, 0, _FLAGS_MAX)
     payloads = frame.payloads
     count = len(payloads)
     problem = _check_flags(flags, count)
     if problem:
         raise ValueError(problem)
-    if count > U16_MAX:
+    if count > _COUNT_MAX:
         raise ValueError(f"too many payloads for one frame: {count}")
     parts = [
         _HDR.pack(
@@ -111,14 +118,14 @@ def encode_frame(frame: Frame, ethertype: int = ETHERTYPE) -> bytes:
         )
     ]
     if flags & SEG_FIRST:
-        total = check_int("total", frame.total, len(payloads[0]), U32_MAX)
+        total = check_int("total", frame.total, len(payloads[0]), _TOTAL_MAX)
         if flags & SEG_LAST and total != len(payloads[0]):
             raise ValueError("single-segment payload: total must equal the chunk length")
-        parts.append(_U32.pack(total))
+        parts.append(_TOTAL.pack(total))
     for p in payloads:
-        if len(p) > U16_MAX:
+        if len(p) > _ENTRY_MAX:
             raise ValueError(f"payload of {len(p)} bytes exceeds the u16 length prefix")
-        parts.append(_U16.pack(len(p)))
+        parts.append(_ENTRY_LEN.pack(len(p)))
         parts.append(p)
     return b"".join(parts)
 
@@ -147,18 +154,19 @@ def decode_frame(buf: bytes, ethertype: int = ETHERTYPE, mtu: int = DEFAULT_MTU)
     off = _FULL_HLEN
     total = 0
     if flags & SEG_FIRST:
-        if blen < off + 4:
+        if blen < off + _TOTAL.size:
             raise WireError("segment total length past end of frame")
-        (total,) = _U32.unpack_from(buf, off)
-        off += 4
+        (total,) = _TOTAL.unpack_from(buf, off)
+        off += _TOTAL.size
     payloads: list[bytes] = []
     append = payloads.append
-    unpack_len = _U16.unpack_from
+    unpack_len = _ENTRY_LEN.unpack_from
+    elen = _ENTRY_LEN.size
     for _ in range(count):
-        if off + 2 > blen:
+        if off + elen > blen:
             raise WireError("fewer entries than the header count")
         (n,) = unpack_len(buf, off)
-        off += 2
+        off += elen
         end = off + n
         if end > blen:
             raise WireError("entry length past end of frame")
@@ -195,28 +203,29 @@ def pack_frames(
     if flags & ~LB:
         raise ValueError(f"pack_frames sets segment flags itself, got flags {flags:#04x}")
     kind = Kind(kind)
-    check_int("stream", stream, 0, U16_MAX)
+    check_int("stream", stream, 0, _STREAM_MAX)
     check_int("mtu", mtu, MIN_MTU, U32_MAX)
     cap = mtu - HEADER_LEN  # bytes available after the Typhoon header
-    # an entry fits unsegmented if its u16 prefix + body fit and the prefix can hold it
-    max_single = min(cap - 2, U16_MAX)
+    # an entry fits unsegmented if its length prefix + body fit and the prefix can hold it
+    elen = _ENTRY_LEN.size
+    max_single = min(cap - elen, _ENTRY_MAX)
     pack_hdr = _HDR.pack
-    pack_len = _U16.pack
+    pack_len = _ENTRY_LEN.pack
     join = b"".join
-    seq = first_seq & U32_MAX
+    seq = first_seq & _SEQ_MAX
     frames: list[bytes] = []
-    # [header slot, u16 length, payload, u16 length, payload, ...]: one join per frame
+    # [header slot, length, payload, length, payload, ...]: one join per frame
     parts: list[bytes] = [b""]
     used = 0
-    max_parts = 1 + 2 * U16_MAX
+    max_parts = 1 + 2 * _COUNT_MAX
     for p in payloads:
         n = len(p)
-        if len(parts) > 1 and (n > max_single or used + n + 2 > cap or len(parts) == max_parts):
+        if len(parts) > 1 and (n > max_single or used + n + elen > cap or len(parts) == max_parts):
             parts[0] = pack_hdr(
                 dst, src, ethertype, VERSION, kind, flags, 0, stream, seq, len(parts) >> 1
             )
             frames.append(join(parts))
-            seq = (seq + 1) & U32_MAX
+            seq = (seq + 1) & _SEQ_MAX
             parts = [b""]
             used = 0
         if n > max_single:
@@ -224,7 +233,7 @@ def pack_frames(
             continue
         parts.append(pack_len(n))
         parts.append(p)
-        used += n + 2
+        used += n + elen
     if len(parts) > 1:
         parts[0] = pack_hdr(
             dst, src, ethertype, VERSION, kind, flags, 0, stream, seq, len(parts) >> 1
@@ -247,11 +256,11 @@ def _segment(
 ) -> int:
     """Append the SEG frames of one oversize payload; return the next sequence number."""
     total = len(payload)
-    if total > U32_MAX:
+    if total > _TOTAL_MAX:
         raise ValueError(f"payload of {total} bytes exceeds the u32 total length")
     view = memoryview(payload)
-    first = min(cap - 6, U16_MAX)  # after u32 total + u16 length
-    rest = min(cap - 2, U16_MAX)
+    first = min(cap - _TOTAL.size - _ENTRY_LEN.size, _ENTRY_MAX)  # after total + length
+    rest = min(cap - _ENTRY_LEN.size, _ENTRY_MAX)
     off = 0
     flags = SEG | SEG_FIRST | extra_flags
     while off < total:
@@ -261,9 +270,9 @@ def _segment(
             flags |= SEG_LAST
         hdr = _HDR.pack(dst, src, ethertype, VERSION, kind, flags, 0, stream, seq, 1)
         if off == 0:
-            hdr += _U32.pack(total)
-        frames.append(b"".join((hdr, _U16.pack(end - off), view[off:end])))
-        seq = (seq + 1) & U32_MAX
+            hdr += _TOTAL.pack(total)
+        frames.append(b"".join((hdr, _ENTRY_LEN.pack(end - off), view[off:end])))
+        seq = (seq + 1) & _SEQ_MAX
         off = end
         flags = SEG | extra_flags
     return seq
@@ -327,7 +336,7 @@ class Reassembler:
                 return [chunk]
             if len(chunk) >= total:
                 raise WireError("first segment is not shorter than its total length")
-            partials[key] = _Partial(total, (frame.seq + 1) & U32_MAX, len(chunk), [chunk])
+            partials[key] = _Partial(total, (frame.seq + 1) & _SEQ_MAX, len(chunk), [chunk])
             return []
         partial = partials.get(key)
         if partial is None:
@@ -344,7 +353,7 @@ class Reassembler:
             del partials[key]
             return [b"".join(partial.chunks)]
         partial.received = received
-        partial.next_seq = (partial.next_seq + 1) & U32_MAX
+        partial.next_seq = (partial.next_seq + 1) & _SEQ_MAX
         return []
 
 
@@ -359,5 +368,5 @@ def encode_credit(credits: int) -> bytes:
 def decode_credit(data: bytes) -> int:
     if len(data) != 4:
         raise WireError(f"credit body must be 4 bytes, got {len(data)}")
-    credit: int = _U32.unpack(data)[0]
-    return credit
+    value: int = _U32.unpack(data)[0]
+    return value
