@@ -27,10 +27,13 @@ import copy
 import os
 import secrets
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from harness import emulated_cluster, wait
+from test_forced_loss import link_between
 from test_guarantees import checkpointed, exact, reference
 
 from benchmarks.recovery_size import pipelines_yaml
@@ -219,3 +222,60 @@ def test_a_second_kill_during_a_partial_recovery(cluster, tmp_path):
     partial_of_both(now, [split], new | counts, {source, other})
     _, reports = exact(c, t, name)
     never_restored(reports, {source, other})
+
+
+def test_a_fabric_link_cut_and_restored_mid_run_is_exact_or_named(cluster, tmp_path):
+    """A network partition: the fabric link between the first split worker's host and
+    a count worker's host goes down mid-run, past the senders' credit timeout (1 s
+    here: they write the silent receiver's frames off), and comes back.  No worker
+    dies, so no recovery starts.  The run is either exact and ok, or not ok with a
+    problem naming the cut link's workers: never ok with wrong counts."""
+    c = cluster
+    store = tmp_path / "ckpt"
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
+    t.name = name = f"pd{secrets.token_hex(2)}"
+    t.nodes["source"].args.update(count=SENTENCES, rate=RATE)
+    t.config.update(
+        guarantee="exactly_once",
+        checkpoint_interval_ms=500,
+        checkpoint_store=str(store),
+        partial_rollback=True,
+        sdn={"credit_timeout_s": 1.0},
+    )
+    c.submit(t)
+    c.wait_active(name)
+    ready(c, name, store)
+    physical = c.coordinator.get_physical(name)
+    split = physical.active_of_node("split")[0]
+    far = [w for w in physical.active_of_node("count") if w.host != split.host]
+    assert far, "every count worker is on the split's host"
+    ends = link_between(c, split.host, far[0].host)
+
+    def drops() -> int:
+        m = c.coordinator.get_metrics(name).get(split.worker_id, {})
+        return m.get("drops", {}).get("credit_timeout", 0)
+
+    cut = time.monotonic()
+    for intf in ends:
+        subprocess.run(["ip", "link", "set", "dev", intf, "down"], check=True)
+    try:
+        wait(lambda: drops() > 0, 60, "the split to write the cut receiver off")
+    finally:
+        for intf in ends:
+            subprocess.run(["ip", "link", "set", "dev", intf, "up"], check=True)
+    print(f"link {split.host}-{far[0].host} down {time.monotonic() - cut:.1f} s")
+    clean = c.wait_finished(name)
+    reports = read_worker_reports(c.report_dir(name))
+    c.kill(name)
+    report = build_report(t, reports, ok=clean, recovered=c.recovered, transport="sdn")
+    got = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
+    want = reference(t.nodes["source"].args)
+    wrong = sum(abs(got.get(w, 0) - n) for w, n in want.items())
+    print("partition:", {"ok": report["ok"], "wrong": wrong, "problems": report["problems"][:5],
+                         "incidents": incidents(c, name)})  # fmt: skip
+    if report["ok"]:
+        assert wrong == 0 and set(got) == set(want), wrong
+    else:
+        link = f"worker {split.worker_id} (split[{split.index}]) -> worker "
+        named = [p for p in report["problems"] if p.startswith(link)]
+        assert any("written off" in p for p in named), report["problems"]
