@@ -15,6 +15,8 @@ true`` (docs/guarantees.md "Partial rollback", "Several failures at once").
   and a split worker once the controller's REST shows the first incident
   ``replacing`` (its partial plan and replacement are written, its rollback not
   yet sent).  The split's recovery takes the count's replacement into its set.
+* A network partition: a fabric link cut past the credit timeout and restored
+  (no worker dies): exact and ok, or not ok naming the link's frames written off.
 
 Each: counts exact against the generator's reference, the run report ok, the
 incidents' ``region`` names the rolled-back set, and the workers outside it
