@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from controller.fault_core import Core
 
 CANNOT_REPLAY = -2  # ``backup_from`` of a worker whose buffers cannot replay at all
+IN_FLIGHT = ("rerouting", "replacing")  # an incident whose recovery has not finished
 
 
 class _NoStore:
@@ -103,10 +104,16 @@ class PartialRecoveries:
         generation: int,
         store: Any,
         predecessors: Mapping[int, int] | None = None,
+        started: set[int] | None = None,
+        gone: set[int] | frozenset[int] = frozenset(),
     ) -> RecoveryPlan:
         """The recovery of ``failed`` (``physical`` already holds ``replacements`` in their
         place; ``predecessors``: replacement -> the dead worker whose link it takes over):
-        partial when it can be, else the failed workers' regions."""
+        partial when it can be, else the failed workers' regions.  ``started``: the
+        replacements that start restored in this generation (default: all of them; one
+        of an earlier recovery restores again).  ``gone``: failed workers that are dead
+        and not replaced yet: members, but nobody replays to them (their replacement's
+        own recovery will)."""
         self.predecessors = dict(predecessors or {})
         dead = failed | replacements
         closure = downstream_closure(worker_edges(self.topology, physical), dead)
@@ -115,8 +122,14 @@ class PartialRecoveries:
         chosen = partial_rollback(self.topology, physical, dead, epoch, cover)
         if chosen.path != PARTIAL:
             epoch = recovery_point(physical, store, set(chosen.workers))
-        return self._plan(physical, chosen.workers, chosen.path, chosen.replayers, generation,
-                          epoch, replacements, chosen.reason)  # fmt: skip
+        replayers = {
+            w: kept
+            for w, ms in chosen.replayers.items()
+            if (kept := tuple(m for m in ms if m not in gone))
+        }
+        started = replacements if started is None else started
+        return self._plan(physical, chosen.workers, chosen.path, replayers, generation,
+                          epoch, started, chosen.reason)  # fmt: skip
 
     def _plan(
         self,
@@ -225,9 +238,14 @@ class PartialRecovery:
             return None
         machine = self.partials.setdefault(incident.app, PartialRecoveries(topology))
         machine.topology = topology
+        others = self._in_flight(topology, physical, incident, replacement)
+        replacements = {replacement} | {i.replacement for i in others if i.replacement is not None}
+        predecessors = {replacement: incident.worker}
+        predecessors.update({i.replacement: i.worker for i in others if i.replacement is not None})
+        gone = {i.worker for i in others if i.replacement is None}
         plan = machine.plan(
-            physical, {incident.worker}, {replacement}, generation, store,
-            {replacement: incident.worker},
+            physical, {incident.worker} | {i.worker for i in others}, replacements, generation,
+            store, predecessors, {replacement}, gone,
         )  # fmt: skip
         if plan.path != PARTIAL:
             incident.fallback = plan.reason
@@ -250,6 +268,39 @@ class PartialRecovery:
         )  # fmt: skip
         return plan.physical
 
+    def _in_flight(
+        self, topology: Topology, physical: PhysicalTopology, incident: Incident, new: int
+    ) -> list[Incident]:
+        """The other failures of ``incident``'s failover region whose recovery has not
+        finished (not replaced yet, or not yet rolled back).  One recovery plans them
+        with this one: a worker dead at the same time is not a sender that can replay,
+        and a replacement restored for an earlier failure in the set restores again."""
+        ids = {w.worker_id for w in physical.workers}
+        region = rollback_set(topology, physical, {incident.worker, new} & ids).workers
+        return [
+            i
+            for i in self.incidents
+            if i.app == incident.app
+            and i is not incident
+            and i.state in IN_FLIGHT
+            and (i.worker in region or i.replacement in region)
+        ]
+
+    def _covered_by(self, incident: Incident, plan: RecoveryPlan, ids: set[int]) -> Incident | None:
+        """A later failure whose recovery (a newer generation) rolls back every live member
+        of ``plan`` too: this one's ROLLBACKs would only be undone by it."""
+        live = plan.workers & ids
+        for i in self.incidents:
+            if (
+                i.app == incident.app
+                and i is not incident
+                and i.state != "failed"
+                and (i.generation or 0) > plan.generation
+                and live <= set(i.region)
+            ):
+                return i
+        return None
+
     def _partial_rollback(
         self, core: Core, incident: Incident, app: Any
     ) -> Generator[Check, Any, str]:
@@ -260,6 +311,14 @@ class PartialRecovery:
         if plan is None:
             return "no partial plan"
         now = core.view.apps.get(name) or app
+        newer = self._covered_by(incident, plan, {w.worker_id for w in now.physical.workers})
+        if newer is not None:
+            self.logger.info(
+                "app %s worker %d: generation %d covered by the recovery of worker %d as "
+                "generation %s", name, incident.worker, plan.generation, newer.worker,
+                newer.generation,
+            )  # fmt: skip
+            return ""
         sent = self._send_plan(core, name, now, plan, {incident.replacement})
         incident.rolled_back = sorted(w for w in sent.values() if w in plan.workers)
         refused: set[int] = yield self._answers(core, name, sent)

@@ -234,3 +234,47 @@ def test_without_coverage_reports_the_machine_takes_the_region_path(machine_job)
     checkpoint(store, physical, everyone, 2)
     incident = fail_and_rejoin(machine, core, ids(physical, "count")[0])
     assert incident.rollback == "global" and "do not reach back" in incident.fallback
+
+
+def test_a_split_and_a_count_dead_at_once_are_one_rollback_set_the_source_replays(machine_job):
+    """Two consecutive stages dead at once: the count worker's recovery is planned with
+    the split's (not yet replaced) failure, so the dead split is a member, never a
+    replayer; together the incidents roll back the split's closure, only the source and
+    the other split replay, and the older generation's ROLLBACKs, covered by the newer
+    one, are not sent."""
+    from test_fault_detector_machine import APP
+
+    machine, core, clock, physical, store = machine_job
+    everyone = {w.worker_id for w in physical.workers}
+    checkpoint(store, physical, everyone, 2)
+    report_coverage(machine, physical, clock)
+    split, count = ids(physical, "split")[0], ids(physical, "count")[0]
+    (other,) = set(ids(physical, "split")) - {split}
+    (source,) = ids(physical, "source")
+    machine.worker_down(APP, split, "h1", 98, "deleted", machine.clock())
+    machine.worker_down(APP, count, "h1", 99, "deleted", machine.clock())
+    core.status(count, "exited", -9)  # the count's exit status comes first: planned first
+    machine.step()
+    core.status(split, "exited", -9)
+    machine.step()
+    first, second = (next(i for i in machine.incidents if i.worker == w) for w in (count, split))
+    core.poll()
+    for i in (first, second):
+        core.status(i.replacement, "attached")
+    for _ in range(12):
+        machine.step()
+    new = {first.replacement, second.replacement}
+    counts = set(ids(physical, "count")) - {count}
+    assert first.state == second.state == "rejoined", (first, second)
+    assert first.rollback == second.rollback == "partial"
+    assert first.generation == 1 and second.generation == 2
+    assert set(first.region) | set(second.region) == new | counts | {split}
+    assert set(second.region) == new | counts
+    told = set(first.replayers) | set(second.replayers)
+    assert told == {source, other}, (first.replayers, second.replayers)
+    rolled = [(w, b) for w, t, b in core.sent if t == "ROLLBACK"]
+    assert all(b["generation"] == 2 for _, b in rolled), rolled  # generation 1 covered
+    assert all("replay" in b for w, b in rolled if w in (source, other)), rolled
+    assert {w for w, b in rolled if "replay" not in b} == (new | counts) - {second.replacement}
+    assert split not in {m for _, b in rolled for m in b.get("replay", [])}
+    assert {w: b["replay"] for w, b in rolled if w == source} == {source: [second.replacement]}
