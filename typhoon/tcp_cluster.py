@@ -35,7 +35,7 @@ from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import drop_left_links, recover, restart
+from typhoon.tcp_recovery import IncidentSinks, drop_left_links, recover, restart
 from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
@@ -127,6 +127,7 @@ class TcpCluster:
         self.recovered: list[int] = []  # workers relaunched after a death (a guarantee)
         # one record per death, as the fault detector's on sdn (GET /typhoon/faults)
         self.incidents: list[dict[str, Any]] = []
+        self.sinks = IncidentSinks()  # what each incident cost its sinks (back_at_80_ms)
         self.peers: dict[int, tuple[str, int]] = {}
         if self.progress is not None:
             fresh_checkpoints(topology)  # ManagerError: the store cannot be used
@@ -349,6 +350,8 @@ class TcpCluster:
         if self.progress is None:
             return
         self.progress.heard(worker, metrics)
+        at = time.monotonic()
+        self.sinks.heard(self.topology, self.physical, self.incidents, worker, metrics, at)
         for wid in self.progress.to_complete(worker, metrics, self.physical):
             if wid in self.conns:
                 self.send(wid, ControlTuple(Control.COMPLETE, {}))
@@ -374,7 +377,7 @@ class TcpCluster:
             elapsed = now - self.started_at
             if self.progress is not None:
                 for wid in [w for w, p in self.procs.items() if p.returncode]:
-                    recover(self, wid)  # a guarantee: replace it, roll the job back
+                    recover(self, wid)  # a guarantee: replace it, roll its region back
             if failed_at is None and any(p.returncode for p in self.procs.values()):
                 failed_at = now  # nothing replaces a failed worker on tcp: its peers would wait
             if failed_at is not None and now - failed_at > o.failure_grace:

@@ -1,4 +1,4 @@
-"""The sinks' recovery after a failure (controller/sink_rates.py), and the fault
+"""The sinks' recovery after a failure (typhoon/sink_rates.py), and the fault
 machine putting it into the incident: pure, with a fake clock."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_fault_detector_machine import APP, ROOT, ids, machine_for
 
-from controller.sink_rates import (
+from typhoon.sink_rates import (
     Progress,
     back_at,
     baseline,

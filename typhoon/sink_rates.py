@@ -1,17 +1,19 @@
 """How fast a failure's sinks are back: time from detection to 80% of their rate before.
 
-An incident (``controller/fault_detector.py``) says how long its recovery cost the
-results, not only how long its steps took.  The rule, pure so it is unit-tested
-and the benchmarks can apply the same one:
+An incident (``controller/fault_detector.py`` on sdn, ``typhoon/tcp_recovery.py`` on
+tcp) says how long its recovery cost the results, not only how long its steps took.
+The rule, pure so it is unit-tested and both transports and the benchmarks apply
+the same one:
 
 * the **sinks** of an incident are the workers of every node without outputs that
   the failed worker's node reaches (itself included), replacements included;
 * each sink worker's **progress** is its data tuples in (``METRIC_RESP`` ``in``,
-  stream 0 is control), as a cumulative count over the controller's arrival times
-  of its replies, linear between two replies and flat outside them; only what
-  goes past the highest count reported so far adds (a counter that went down, as
-  a restore or a new process does, counts again only beyond where it had been),
-  so progress never goes back; a worker's first reply is its starting point;
+  stream 0 is control), as a cumulative count over the arrival times of its
+  replies (at the controller, or the tcp coordinator), linear between two replies
+  and flat outside them; only what goes past the highest count reported so far
+  adds (a counter that went down, as a restore or a new process does, counts
+  again only beyond where it had been), so progress never goes back; a worker's
+  first reply is its starting point;
 * the **rate** over a window is the sinks' summed progress in it over its length;
   windows are ``WINDOW_S`` (1 s) long;
 * the **baseline** is the median rate of the ``BASELINE_WINDOWS`` whole windows
