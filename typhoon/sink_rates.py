@@ -231,9 +231,13 @@ class SinkWatch:
 
     def judge(self, app: str, sinks: set[str], detected: float, now: float) -> Back | None:
         """The recovery of ``sinks`` (node names) of ``app`` after ``detected``; None while
-        it cannot be said (no baseline)."""
+        it cannot be said (no baseline, or a sink has not replied since ``detected``: the
+        baseline's windows are judged only once replied past, as every window is)."""
         nodes = self.nodes.get(app, {})
         logs = [p for w, p in self.logs.get(app, {}).items() if nodes.get(w) in sinks]
+        seen = horizon(logs)
+        if seen is None or seen < detected:
+            return None  # the baseline's last window is not replied past yet
         key = (app, detected)
         back = back_at(logs, detected, since=self.pending.get(key))
         if back is not None and back.after_s is None:
