@@ -12,9 +12,10 @@ restore or replay.  A job that is one region (wordcount), or says
 
 The incident records what the failure cost the results as on sdn: the sinks the
 dead worker's node reaches, their rate before, their lowest 1 s window since and
-``back_at_80_ms`` (:class:`IncidentSinks`, the rule of ``typhoon/sink_rates.py``
-applied to the sink workers' METRIC_RESPs as the coordinator receives them), and
-the tuples each rolled-back source replayed.
+``back_at_80_ms`` (:class:`IncidentWatch`, the rule of ``typhoon/sink_rates.py``
+applied to the sink workers' METRIC_RESPs as the coordinator receives them), the
+tuples each rolled-back source replayed, and when every worker told confirmed its
+ROLLBACK (``rolled_back_ms``).
 
 A worker that dies *during* a rescale (``typhoon/tcp_reconfig.py``) leaves
 the others half-way through the update: some routes switched, key groups
@@ -104,6 +105,7 @@ def recover(cluster: Any, wid: int) -> None:
             "rollback": rollback.path,  # "region", or "global" when that is every worker
             "region": sorted(rollback.workers),  # the replacement included
             "rolled_back": rolled_back,
+            "rolled_back_ms": None,  # every one of them confirmed it (IncidentWatch.acked)
             "replayed": {},
             "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
             **unjudged(cluster.topology, w.node),
@@ -112,7 +114,7 @@ def recover(cluster: Any, wid: int) -> None:
 
 
 def unjudged(topology: Topology, node: str) -> dict[str, Any]:
-    """An incident's sink fields before :class:`IncidentSinks` judged them: the sink nodes
+    """An incident's sink fields before :class:`IncidentWatch` judged them: the sink nodes
     a death of ``node`` reaches, and nothing known of their rate yet."""
     return {
         "sinks": sorted(downstream_sinks(topology, node)),
@@ -123,12 +125,29 @@ def unjudged(topology: Topology, node: str) -> dict[str, Any]:
 
 
 @dataclass
-class IncidentSinks:
-    """What each tcp incident cost its sinks, from the METRIC_RESPs the coordinator
-    receives, and the tuples each rolled-back source replayed (as the fault detector
-    records them on sdn)."""
+class IncidentWatch:
+    """What the METRIC_RESPs the coordinator receives after a recovery say of its
+    incidents, as the fault detector records it on sdn: when every worker sent ROLLBACK
+    confirmed it, the tuples each rolled-back source replayed, and what the failure
+    cost its sinks."""
 
     watch: SinkWatch = field(default_factory=SinkWatch)
+    confirmed: dict[int, set[int]] = field(default_factory=dict)  # generation -> workers
+
+    def acked(
+        self, incidents: list[dict[str, Any]], wid: int, metrics: Mapping[str, Any], at: float
+    ) -> None:
+        """A worker confirmed a control tuple: ``rolled_back_ms`` of an incident once every
+        worker it sent ROLLBACK has confirmed that generation."""
+        gen = metrics.get("version")
+        if metrics.get("ack") != "ROLLBACK" or type(gen) is not int:
+            return
+        done = self.confirmed.setdefault(gen, set())
+        done.add(wid)
+        for i in incidents:
+            if i.get("generation") == gen and i.get("rolled_back_ms") is None and i["rolled_back"]:
+                if done >= set(i["rolled_back"]):
+                    i["rolled_back_ms"] = round((at - i["detected"]) * 1000, 2)
 
     def heard(
         self,
@@ -237,6 +256,7 @@ def restart(cluster: Any, topology: Topology, physical: PhysicalTopology, reason
                 "rollback": "restart",  # every worker started again, in the update's topology
                 "region": sorted(ids),
                 "rolled_back": sorted(ids - {wid}),
+                "rolled_back_ms": None,  # started again, not sent ROLLBACK
                 "replayed": {},  # every source is a new process: it cannot know
                 "rejoined_ms": round((time.monotonic() - detected) * 1000, 2),
                 **unjudged(topology, w.node),

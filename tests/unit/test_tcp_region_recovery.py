@@ -1,7 +1,7 @@
 """Region failover on tcp (typhoon/tcp_recovery.py): the run coordinator's ``recover``
 rolls back only the dead worker's failover region, from that region's newest
 checkpoint, and its incident records what the failure cost the sinks
-(``IncidentSinks``, the rule of typhoon/sink_rates.py) and what the sources replayed.
+(``IncidentWatch``, the rule of typhoon/sink_rates.py) and what the sources replayed.
 
 The coordinator here is a recording stand-in for ``TcpCluster`` (what ``recover``
 uses of it); the checkpoint store is a real one in a temp directory."""
@@ -17,7 +17,7 @@ import pytest
 
 from typhoon.checkpoint import open_store
 from typhoon.checkpoint.regions import replayed_since
-from typhoon.tcp_recovery import IncidentSinks, recover
+from typhoon.tcp_recovery import IncidentWatch, recover
 from typhoon.topology import load_topology, schedule
 from typhoon.topology.scheduler import app_id_for
 from typhoon.wire import ControlTuple
@@ -140,6 +140,14 @@ def test_a_death_rolls_back_only_its_pipeline_from_that_pipelines_newest_checkpo
     assert (i["generation"], i["restore_epoch"], i["replacement"]) == (1, 2, victim)
     assert i["sinks"] == ["count_1"] and i["back_at_80_ms"] is None
     assert c.recovered == [victim] and c.broadcasts == 1
+    # rolled back once every worker told confirmed that generation's ROLLBACK
+    watch, late = IncidentWatch(), max(one - {victim})
+    for w in sorted(one - {victim, late}):
+        watch.acked(c.incidents, w, {"ack": "ROLLBACK", "version": 1}, i["detected"] + 0.2)
+        watch.acked(c.incidents, late, {"ack": "ROUTING", "version": 1}, i["detected"] + 0.3)
+    assert i["rolled_back_ms"] is None
+    watch.acked(c.incidents, late, {"ack": "ROLLBACK", "version": 1}, i["detected"] + 0.4)
+    assert i["rolled_back_ms"] == pytest.approx(400.0)
 
 
 def test_a_later_death_in_another_pipeline_takes_a_generation_of_its_own(tmp_path):
@@ -212,7 +220,7 @@ def test_the_incident_gets_its_sinks_rate_and_back_at_80_from_their_replies(tmp_
     c = Coordinator(pipelines(tmp_path))
     a, b = (w.worker_id for w in c.physical.of_node("count_1"))
     other = c.physical.of_node("count_2")[0].worker_id
-    sinks = IncidentSinks()
+    sinks = IncidentWatch()
     incident = {"app": c.topology.name, "worker": a, "detected": 10.0, "generation": 1}
     incident.update(rolled_back=[b], replayed={}, sinks=["count_1"], back_at_80_ms=None)
     incident.update(sink_rate_before=None, sink_rate_lowest=None)
@@ -244,7 +252,7 @@ def test_a_rolled_back_source_says_what_it_replayed(tmp_path):
     c = Coordinator(pipelines(tmp_path))
     src = c.physical.of_node("source_1")[0].worker_id
     incidents = [{"generation": 2, "rolled_back": [src], "replayed": {}, "sinks": ["count_1"]}]
-    sinks = IncidentSinks()
+    sinks = IncidentWatch()
     sinks.heard(c.topology, c.physical, incidents, src, {"replayed": {"1": 9, "3": 40}}, 1.0)
     assert incidents[0]["replayed"] == {src: 40}  # generation 2 was covered by 3's rollback
     sinks.heard(c.topology, c.physical, incidents, src, {"replayed": {"2": 12, "3": 40}}, 2.0)
