@@ -220,6 +220,17 @@ class SinkWatch:
         self.nodes.setdefault(app, {})[wid] = node
         self.logs.setdefault(app, {}).setdefault(wid, Progress()).add(at, n)
 
+    def relaunched(self, app: str, wid: int) -> None:
+        """``wid`` runs again as a new process under the same ID (tcp relaunches a dead
+        worker so): what it took in so far stays, as a worker that no longer reports
+        (sdn's dead worker), and the new process's first reply is its starting point
+        (sdn's replacement, which has an ID of its own).  Without this the new process's
+        counter, started over, would count only past the dead one's."""
+        logs, nodes = self.logs.get(app, {}), self.nodes.get(app, {})
+        if wid in logs:
+            old = min(0, *logs) - 1  # a key no worker has
+            logs[old], nodes[old] = logs.pop(wid), nodes.pop(wid)
+
     def forget(self, apps: Iterable[str]) -> None:
         """Drop every application not in ``apps``."""
         keep = set(apps)

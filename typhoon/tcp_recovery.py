@@ -69,6 +69,7 @@ def recover(cluster: Any, wid: int) -> None:
         wid, code, generation, epoch, rollback.path, len(rollback.workers), rollback.regions,
     )  # fmt: skip
     cluster.recovered.append(wid)
+    cluster.watch.sinks.relaunched(cluster.topology.name, wid)
     old = cluster.conns.pop(wid, None)
     if old is not None:
         cluster.sel.unregister(old.sock)
@@ -131,7 +132,7 @@ class IncidentWatch:
     confirmed it, the tuples each rolled-back source replayed, and what the failure
     cost its sinks."""
 
-    watch: SinkWatch = field(default_factory=SinkWatch)
+    sinks: SinkWatch = field(default_factory=SinkWatch)
     confirmed: dict[int, set[int]] = field(default_factory=dict)  # generation -> workers
 
     def acked(
@@ -171,13 +172,13 @@ class IncidentWatch:
         node = next((w.node for w in physical.workers if w.worker_id == wid), None)
         if node is None or topology.outputs_of(node):
             return
-        self.watch.note(app, wid, node, metrics, at)
+        self.sinks.note(app, wid, node, metrics, at)
         for i in incidents:
             if i.get("back_at_80_ms") is not None or node not in i.get("sinks", ()):
                 continue
-            if at - i["detected"] > self.watch.give_up_s + WINDOW_S:
+            if at - i["detected"] > self.sinks.give_up_s + WINDOW_S:
                 continue  # left unknown, as on sdn
-            back = self.watch.judge(app, set(i["sinks"]), i["detected"], at)
+            back = self.sinks.judge(app, set(i["sinks"]), i["detected"], at)
             if back is not None:
                 i["sink_rate_before"] = round(back.before, 2)
                 i["sink_rate_lowest"] = round(back.lowest, 2)
@@ -227,6 +228,7 @@ def restart(cluster: Any, topology: Topology, physical: PhysicalTopology, reason
         reason, generation, epoch,
     )  # fmt: skip
     for w in active:
+        cluster.watch.sinks.relaunched(topology.name, w.worker_id)
         cluster._launch_worker(w)
     cluster.peers = cluster._accept_hellos({w.worker_id for w in active})
     cluster._broadcast_peers()

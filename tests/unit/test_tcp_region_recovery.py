@@ -66,6 +66,7 @@ class Coordinator:
         self.sent: list[tuple[int, ControlTuple]] = []
         self.launched: list[tuple[int, tuple[int, int | None]]] = []  # wid, its generation
         self.broadcasts = 0
+        self.watch = IncidentWatch()
 
     def die(self, wid: int) -> None:
         self.procs[wid] = Proc(-9)
@@ -213,39 +214,45 @@ def test_no_store_rolls_the_region_back_to_the_start(tmp_path):
 # ----- what the failure cost the sinks, and the replays ---------------------------------------
 
 
-def test_the_incident_gets_its_sinks_rate_and_back_at_80_from_their_replies(tmp_path):
-    """count_1's two workers reply once a second at 500 words/s each; the kill stops one
-    for 2 s (its replacement starts at 0 and counts again only past its old top); the
-    sinks of the other pipelines never count toward the incident."""
+@pytest.mark.parametrize("relaunched", [True, False])
+def test_the_incident_gets_its_sinks_rate_and_back_at_80_from_their_replies(tmp_path, relaunched):
+    """count_1's two workers reply once a second at 500 words/s each.  Worker ``a`` dies
+    at 10 s; a new process under its ID replies from 11 s, counting from 0 and taking in
+    1,200 words/s from 12 s on.  As on sdn, where a replacement has an ID of its own,
+    the new process counts from its first reply (``SinkWatch.relaunched``); counted in
+    the dead one's log it would count only past the dead one's 5,000.  The sinks of
+    the other pipelines never count toward the incident."""
     c = Coordinator(pipelines(tmp_path))
     a, b = (w.worker_id for w in c.physical.of_node("count_1"))
     other = c.physical.of_node("count_2")[0].worker_id
-    sinks = IncidentWatch()
+    watch = IncidentWatch()
     incident = {"app": c.topology.name, "worker": a, "detected": 10.0, "generation": 1}
     incident.update(rolled_back=[b], replayed={}, sinks=["count_1"], back_at_80_ms=None)
     incident.update(sink_rate_before=None, sink_rate_lowest=None)
     incidents = [incident]
 
     def reply(wid: int, at: float, n: int) -> None:
-        sinks.heard(c.topology, c.physical, incidents, wid, {"in": {"0": 3, "1": n}}, at)
+        watch.heard(c.topology, c.physical, incidents, wid, {"in": {"0": 3, "1": n}}, at)
 
     for t in range(11):  # 0..10 s: 1,000 words/s between them
         reply(a, float(t), 500 * t)
         reply(b, float(t), 500 * t)
         reply(other, float(t), 7 * t)  # another pipeline's sink: not this incident's
-    for t in (11, 12):  # a's replacement restored to its checkpoint (count 4,000)
-        reply(a, float(t), 4000)
-        reply(b, float(t), 500 * t)
-    assert incident["back_at_80_ms"] is None  # 500/s since the detection: not back
-    for t in range(13, 18):  # a at 1,200/s from its old top (5,000) at 13 s on
-        reply(a, float(t), 5000 + 1200 * (t - 13))
+    if relaunched:
+        watch.sinks.relaunched(c.topology.name, a)  # what recover() does
+    for t in range(11, 18):
+        reply(a, float(t), 1200 * max(0, t - 12))
         reply(b, float(t), 500 * t)
     assert incident["sink_rate_before"] == 1000.0
-    assert incident["sink_rate_lowest"] == 500.0
-    # the window [lo, lo + 1) from 12 s on does 500 + 1,200 (lo - 12) words/s: the first
-    # at >= 800/s (80%) starts at 12.3 s (windows slide by 0.1 s), 2.3 s after detection
-    assert incident["back_at_80_ms"] == 2300.0
-    assert sinks.watch.logs[c.topology.name].keys() == {a, b, other}
+    assert incident["sink_rate_lowest"] == 500.0  # b alone, right after the detection
+    if relaunched:
+        # the window [lo, lo + 1) from 11 s on does 500 + 1,200 (lo - 11) words/s: the
+        # first at >= 800/s (80%) starts at 11.3 s (windows slide by 0.1 s)
+        assert incident["back_at_80_ms"] == 1300.0
+        assert len(watch.sinks.logs[c.topology.name]) == 4  # a's old log stays, silent
+    else:
+        # a counts only past 5,000, from 16 s on (1,000 of its 1,200 words to 17 s)
+        assert incident["back_at_80_ms"] == 5300.0
 
 
 def test_a_rolled_back_source_says_what_it_replayed(tmp_path):
