@@ -82,7 +82,9 @@ def recover(cluster: Any, wid: int) -> None:
     rolled_back = []
     for other in sorted(rollback.workers - {wid}):
         p = cluster.procs.get(other)
-        if other not in cluster.conns or p is None or p.poll() is not None:
+        # not poll(): a death reaped here would be seen by the run loop as a failure before
+        # its next turn recovers it; one not reaped yet is recovered then, and rolls back
+        if other not in cluster.conns or p is None or p.returncode is not None:
             continue  # died too (recovered on its own), or a drained one gone
         cluster.send(other, ControlTuple(Control.ROLLBACK, body))
         rolled_back.append(other)
