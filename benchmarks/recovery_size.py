@@ -12,7 +12,7 @@ settings, interleaved per size on one cluster (the core's built-in recovery):
   source replays, as before failover regions (Flink's ``full`` strategy).
 
 Measured per run, from the count workers' METRIC_RESP (polled from the
-coordinator; the rule of ``controller/sink_rates.py``: 1 s windows, baseline the
+coordinator; the rule of ``typhoon/sink_rates.py``: 1 s windows, baseline the
 median of the windows before the kill): the workers rolled back (the incident's
 ``region``, replacement included), the recovery time (kill -> first 1 s window of
 pipeline 1's count workers at >= 80% of their rate before), the incident's own
@@ -33,7 +33,10 @@ from typing import Any
 from benchmarks.app_runs import counter, run_app, wait_for
 from benchmarks.scenario import Bench, Ratio, ScenarioResult, Table
 from benchmarks.stats import fmt_num, fmt_ratio, median
-from controller.sink_rates import (
+from mininet_env.run import EmulatedCluster
+from typhoon.operators.sources import generate_sentences
+from typhoon.report import read_worker_reports
+from typhoon.sink_rates import (
     WINDOW_S,
     Progress,
     back_at,
@@ -42,9 +45,6 @@ from controller.sink_rates import (
     horizon,
     lowest_ratio,
 )
-from mininet_env.run import EmulatedCluster
-from typhoon.operators.sources import generate_sentences
-from typhoon.report import read_worker_reports
 from typhoon.topology.loader import load_topology_text
 
 SIZES = (1, 2, 4)
@@ -409,7 +409,7 @@ class SizeAxis:
                     "2 count workers; exactly_once, checkpoints every "
                     f"{CHECKPOINT_MS} ms; 3 emulated hosts, the core's built-in recovery, "
                     "METRIC_RESP every 0.25 s. Rates are the count workers' input in 1 s "
-                    "windows (controller/sink_rates.py); 'before' is the median of the 1 s "
+                    "windows (typhoon/sink_rates.py); 'before' is the median of the 1 s "
                     "windows before the kill; recovery = start of the first window (sliding by "
                     "0.1 s) at >= 80% of before; 'untouched lowest' = lowest window of "
                     "pipelines 2..N from the kill until pipeline 1 is back (and at least until "

@@ -384,7 +384,7 @@ class Incident:
     # its output buffers to; fallback: why a partial app took the region path instead
     replayers: dict[int, list[int]] = field(default_factory=dict)
     fallback: str = ""
-    # what the failure cost the results (controller/sink_rates.py): sinks: the sink nodes
+    # what the failure cost the results (typhoon/sink_rates.py): sinks: the sink nodes
     # the dead worker's node reaches; sink_rate_before: their tuples/s before (median of
     # 1 s windows); sink_rate_lowest: their lowest 1 s window since; back_at_80_ms: from
     # the detection to the first 1 s window at >= 80% of before (None: not yet, or never)

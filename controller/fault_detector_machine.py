@@ -46,8 +46,8 @@ from controller.fault_detector import (
 from controller.fault_failover import Failover
 from controller.rules.composer import Source
 from controller.rules.dead_addresses import dead_address_rules
-from controller.sink_rates import WINDOW_S, SinkWatch, downstream_sinks
 from controller.waits import Task, Tasks
+from typhoon.sink_rates import WINDOW_S, SinkWatch, downstream_sinks
 
 ENDING = "every sender of it finished: it ends after their end of stream, or its exit says"
 
@@ -122,7 +122,7 @@ class FaultMachine(Failover):
 
     def judge_sinks(self) -> None:
         """Each recent incident's sinks: their rate before, lowest since, and when they
-        were back at 80% of it (``controller/sink_rates.py``)."""
+        were back at 80% of it (``typhoon/sink_rates.py``)."""
         now = self.clock()
         self.sink_watch.forget(self.core.view.apps)
         for i in self.incidents:

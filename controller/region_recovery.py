@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from controller.fault_detector import Incident
-from typhoon.checkpoint.regions import RollbackSet, rollback_set
+from typhoon.checkpoint.regions import RollbackSet, replayed_since, rollback_set
 from typhoon.wire import Control, ControlTuple
 
 if TYPE_CHECKING:
@@ -105,20 +105,13 @@ class RegionRecovery:
 
     def _note_replays(self, app: str, wid: int, metrics: dict[str, Any]) -> None:
         """A source's METRIC_RESP says how many tuples it emitted again after each of its
-        rollbacks (``replayed``: generation -> tuples): the incident whose ROLLBACK it
-        got records the count of the first generation it rolled back as since (a newer
-        failure of the region may have covered that incident's own generation)."""
-        replayed = metrics.get("replayed")
-        if not isinstance(replayed, dict) or not replayed:
+        rollbacks: each incident whose ROLLBACK it got records its count
+        (``typhoon.checkpoint.regions.replayed_since``)."""
+        if not metrics.get("replayed"):
             return
-        counts = {
-            int(g): n
-            for g, n in replayed.items()
-            if isinstance(g, str) and g.isdigit() and type(n) is int
-        }
         for i in self.incidents:
             if i.app != app or i.generation is None or wid not in i.rolled_back:
                 continue
-            since = [g for g in counts if g >= i.generation]
-            if since:
-                i.replayed[wid] = counts[min(since)]
+            n = replayed_since(metrics["replayed"], i.generation)
+            if n is not None:
+                i.replayed[wid] = n

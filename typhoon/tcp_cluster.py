@@ -35,7 +35,7 @@ from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import drop_left_links, recover, restart
+from typhoon.tcp_recovery import IncidentWatch, drop_left_links, recover, restart
 from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
@@ -127,6 +127,7 @@ class TcpCluster:
         self.recovered: list[int] = []  # workers relaunched after a death (a guarantee)
         # one record per death, as the fault detector's on sdn (GET /typhoon/faults)
         self.incidents: list[dict[str, Any]] = []
+        self.watch = IncidentWatch()  # what replies say of them (rolled back, back at 80%)
         self.peers: dict[int, tuple[str, int]] = {}
         if self.progress is not None:
             fresh_checkpoints(topology)  # ManagerError: the store cannot be used
@@ -343,6 +344,7 @@ class TcpCluster:
                 self.replies[ct.body["worker"]] = (ct.body["request_id"], metrics)
                 if "ack" in metrics:
                     self.acks.append({"worker": ct.body["worker"], **metrics})
+                    self.watch.acked(self.incidents, ct.body["worker"], metrics, time.monotonic())
                 else:
                     self._spark_events(metrics)
                     self.metrics[ct.body["worker"]] = metrics
@@ -353,6 +355,8 @@ class TcpCluster:
         if self.progress is None:
             return
         self.progress.heard(worker, metrics)
+        at = time.monotonic()
+        self.watch.heard(self.topology, self.physical, self.incidents, worker, metrics, at)
         for wid in self.progress.to_complete(worker, metrics, self.physical):
             if wid in self.conns:
                 self.send(wid, ControlTuple(Control.COMPLETE, {}))
@@ -378,7 +382,7 @@ class TcpCluster:
             elapsed = now - self.started_at
             if self.progress is not None:
                 for wid in [w for w, p in self.procs.items() if p.returncode]:
-                    recover(self, wid)  # a guarantee: replace it, roll the job back
+                    recover(self, wid)  # a guarantee: replace it, roll its region back
             if failed_at is None and any(p.returncode for p in self.procs.values()):
                 failed_at = now  # nothing replaces a failed worker on tcp: its peers would wait
             if failed_at is not None and now - failed_at > o.failure_grace:

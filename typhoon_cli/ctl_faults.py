@@ -31,7 +31,7 @@ def print_faults(incidents: list[dict[str, Any]], out: TextIO) -> None:
                 f"checkpoint {'the start' if epoch is None else epoch}, "
                 f"{sum((i.get('replayed') or {}).values())} tuples replayed"
             )
-        if i.get("sink_rate_before") is not None:  # controller/sink_rates.py
+        if i.get("sink_rate_before") is not None:  # typhoon/sink_rates.py
             back = i.get("back_at_80_ms")
             lines.append(
                 f"{'':20}sinks {', '.join(i.get('sinks') or [])}: "

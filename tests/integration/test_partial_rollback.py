@@ -17,7 +17,7 @@ generation 0, and no source seeked back; the counts are exact and the run report
 is ok.  In the first test the other pipelines' count workers never pause: every
 1 s window from the kill until the replays are recorded holds input of each of
 those pipelines; and the incident says when pipeline 1's count workers were back
-at 80% of their rate before (``back_at_80_ms``, ``controller/sink_rates.py``).
+at 80% of their rate before (``back_at_80_ms``, ``typhoon/sink_rates.py``).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from harness import emulated_cluster, wait
 from test_guarantees import checkpointed, exact, reference
 
 from benchmarks.recovery_size import pipelines_yaml
-from controller.sink_rates import Progress, data_in, window_rate
 from mininet_env.run import EmulatedCluster
 from typhoon.coordinator import open_coordinator
 from typhoon.report import build_report, read_worker_reports, restored_epochs
+from typhoon.sink_rates import Progress, data_in, window_rate
 from typhoon.topology import load_topology
 from typhoon.topology.loader import load_topology_text
 

@@ -275,6 +275,10 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
         cluster.close()
     assert sent_at_kill[0] >= mid, sent_at_kill  # the kill came mid-run, not on a timeout
     assert len(cluster.recovered) == len(victims), cluster.recovered
+    # wordcount is one failover region: each death rolls every worker back
+    everyone = sorted(w.worker_id for w in cluster.physical.workers)
+    incidents = report["incidents"]
+    assert all(i["rollback"] == "global" and i["region"] == everyone for i in incidents), incidents
     want = Counter()
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
         want.update(s.split())
@@ -291,55 +295,102 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     assert 0 < source["replayed_from"]["emitted"] < args["count"], source["replayed_from"]
 
 
-def test_tcp_guaranteed_run_lists_its_incident_and_is_ok(tmp_path: Path) -> None:
-    """No flag, no app: a guarantee recovers on tcp.  A count worker is SIGKILLed once a
-    global checkpoint is complete; the counts are exact, the report is ok and its
-    ``incidents`` name the dead worker, the epoch restored and the workers rolled back."""
+@pytest.mark.parametrize(
+    "victims",
+    [
+        pytest.param(["count_1"], id="one"),
+        pytest.param(["count_1", "split_2"], marks=pytest.mark.long, id="two_pipelines"),
+    ],
+)
+def test_tcp_region_failover_rolls_back_only_the_dead_workers_pipeline(
+    tmp_path: Path, victims: list[str]
+) -> None:
+    """No flag, no app: a guarantee recovers on tcp, and only what the failure touched.
+    ``topologies/pipelines.yaml`` is three independent pipelines (three failover regions).
+    A count worker of pipeline 1 (and, in the long variant, a split worker of pipeline 2
+    at the same time) is SIGKILLed once a global checkpoint is complete and source_1
+    sent 2,000 sentences (a baseline for the sinks' rate): each incident says
+    ``"rollback": "region"``, its region and ``rolled_back`` are its pipeline's workers
+    only, it restored a checkpoint, and says when its sinks were back at 80%; the
+    workers of the untouched pipelines never restored nor rolled back; every pipeline's
+    counts are exact and the report is ok."""
     import copy
     import signal
+    import time
 
+    from typhoon.report import restored_epochs
     from typhoon.tcp_cluster import RunOptions, TcpCluster
     from typhoon.topology import load_topology
 
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = "tcpinc"
-    args = t.nodes["source"].args
-    args.update(count=12_000, rate=3_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
-    )
+    t = copy.deepcopy(load_topology(TOPOLOGIES / "pipelines.yaml"))
+    t.name = "tcpregion"
+    for i in (1, 2, 3):
+        t.nodes[f"source_{i}"].args.update(count=6_000, rate=1_000)
+    t.config.update(checkpoint_store=str(tmp_path / "ck"))
     cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    killed: list[int] = []
+    killed: list[float] = []
     try:
         cluster.start()
         cluster.activate()
-        victim = cluster.physical.of_node("count")[0].worker_id
+        dead = first_workers(cluster, victims)
+        sent = sent_by(cluster, "source_1")
         clean = run_killing(
             cluster,
-            [victim],
+            dead,
             # a completed global checkpoint, as the run coordinator heard of it
-            lambda: cluster.progress.global_epoch(cluster.physical) is not None,
+            lambda: cluster.progress.global_epoch(cluster.physical) is not None and sent() >= 2_000,
             kill_on_timeout=False,
-            at_kill=lambda: killed.append(victim),
+            at_kill=lambda: killed.append(time.monotonic() - cluster.started_at),
             poll_s=0.05,
         )
         report = cluster.report(clean)
     finally:
         cluster.close()
-    assert killed == [victim], "no global checkpoint before the end"
-    want = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
-    assert counts == dict(want)
+    assert killed, "no global checkpoint before the end"
+    # what each pipeline's sinks took in per second (live polls), for the docs
+    for h in report["rates"]:
+        rates = {n: round(h["rates"][f"count_{n}"]["in"]) for n in (1, 2, 3)}
+        print(f"t {h['t'] - killed[0]:+.1f} s from the kill: count_N in/s {rates}")
+    for i in (1, 2, 3):
+        args = t.nodes[f"source_{i}"].args
+        want = Counter()
+        for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+            want.update(s.split())
+        counts = {k: int(v) for k, v in report["results"][f"count_{i}"]["counts"].items()}
+        assert counts == dict(want), i
     assert report["ok"], report["problems"]
-    assert report["recovered"] == [victim]
-    (incident,) = report["incidents"]
-    assert incident["worker"] == victim and incident["node"] == "count", incident
-    assert incident["state"] == "rejoined" and incident["exit_code"] == -signal.SIGKILL
-    assert incident["restore_epoch"] is not None and incident["generation"] == 1, incident
-    others = {w.worker_id for w in cluster.physical.workers} - {victim}
-    assert set(incident["rolled_back"]) == others, incident
+    assert sorted(report["recovered"]) == sorted(dead)
+    incidents = {i["worker"]: i for i in report["incidents"]}
+    assert sorted(incidents) == sorted(dead), report["incidents"]
+    touched: set[int] = set()
+    keys = ("rollback", "region", "rolled_back", "restore_epoch", "replayed", "rejoined_ms")
+    keys += ("rolled_back_ms", "sink_rate_before", "sink_rate_lowest", "back_at_80_ms")
+    for node, victim in zip(victims, dead, strict=True):
+        incident, n = incidents[victim], node.rsplit("_", 1)[1]
+        print("incident:", {k: incident[k] for k in keys})
+        assert incident["node"] == node and incident["state"] == "rejoined", incident
+        assert incident["exit_code"] == -signal.SIGKILL, incident
+        assert incident["restore_epoch"] is not None, incident  # a checkpoint, not the start
+        mine = {w.worker_id for w in cluster.physical.workers if w.node.endswith(f"_{n}")}
+        assert incident["rollback"] == "region" and set(incident["region"]) == mine, incident
+        assert set(incident["rolled_back"]) == mine - {victim}, incident
+        (source,) = cluster.physical.of_node(f"source_{n}")
+        assert {int(w) for w in incident["replayed"]} == {source.worker_id}, incident
+        assert incident["sinks"] == [f"count_{n}"], incident
+        assert incident["back_at_80_ms"] is not None, incident
+        touched |= mine
+    by_worker = {r["worker"]: r for r in read_worker_reports(cluster.report_dir)}
+    assert len(by_worker) == 15 and len(touched) == 5 * len(victims)
+    for w, r in by_worker.items():
+        if w in touched:
+            assert restored_epochs(r["metrics"]), r["metrics"]  # rolled back, or restored
+        else:
+            assert restored_epochs(r["metrics"]) == [], r["metrics"].get("restored_epochs")
+            assert r["metrics"].get("rollbacks", 0) == 0, r["metrics"]
+            assert r["metrics"].get("generation") == 0, r["metrics"]
+    for victim in dead:
+        replacement = by_worker[victim]["metrics"]
+        assert restored_epochs(replacement)[0] == incidents[victim]["restore_epoch"]
 
 
 def test_locality_pair_statistics_in_a_real_run(tmp_path):

@@ -1,4 +1,4 @@
-"""The sinks' recovery after a failure (controller/sink_rates.py), and the fault
+"""The sinks' recovery after a failure (typhoon/sink_rates.py), and the fault
 machine putting it into the incident: pure, with a fake clock."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from test_fault_detector_machine import APP, ROOT, ids, machine_for
 
-from controller.sink_rates import (
+from typhoon.sink_rates import (
     Progress,
+    SinkWatch,
     back_at,
     baseline,
     data_in,
@@ -160,3 +161,18 @@ def test_the_incident_says_when_the_sinks_were_back():
     assert incident.back_at_80_ms == pytest.approx(1400, abs=150)
     d = incident.to_dict()
     assert d["back_at_80_ms"] == incident.back_at_80_ms and d["sinks"] == ["count"]
+
+
+def test_the_baseline_waits_until_every_sink_replied_past_the_detection():
+    """Judged right at the detection, the baseline's last window would be read flat past
+    the sinks' last replies (a rate too low, and the sinks then "back" at once): the watch
+    says nothing until every sink has replied since, and keeps no answer from before."""
+    watch = SinkWatch()
+    for t in range(11):
+        watch.note("app", 1, "sink", {"in": {"1": 500 * t}}, float(t))
+        watch.note("app", 2, "sink", {"in": {"1": 500 * t}}, float(t) + 0.5)
+    assert watch.judge("app", {"sink"}, 10.2, 10.5) is None  # worker 1 last replied at 10
+    assert watch.pending == {}
+    watch.note("app", 1, "sink", {"in": {"1": 5000}}, 11.0)  # stalled since the failure
+    back = watch.judge("app", {"sink"}, 10.2, 11.0)
+    assert back is not None and back.before == 1000.0 and back.after_s is None

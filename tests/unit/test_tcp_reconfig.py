@@ -12,6 +12,7 @@ import pytest
 from typhoon.reconfig import Reroute, Scale, plan
 from typhoon.runtime.keyed_state import KeyedStates
 from typhoon.tcp_reconfig import Record, Rescaler, keyed_nodes, parse_scale_option, tcp_refusal
+from typhoon.tcp_recovery import IncidentWatch
 from typhoon.topology import load_topology_text, schedule
 from typhoon.topology.scheduler import app_id_for
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control
@@ -498,6 +499,7 @@ class Coordinator:
         self.sent: list[tuple[int, str]] = []
         self.specs: list[tuple[int, int, int | None]] = []
         self.broadcasts = 0
+        self.watch = IncidentWatch()
 
     def _launch_worker(self, w) -> None:
         self.specs.append((w.worker_id, self.physical.generation, self.physical.restore_epoch))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -110,3 +111,20 @@ def roll_back(
     return dataclasses.replace(
         physical, generation=generation, restore_epoch=epoch, worker_generations=table
     )
+
+
+def replayed_since(replayed: Any, generation: int) -> int | None:
+    """Tuples a source emitted again after the rollback an incident of ``generation`` sent
+    it, from its METRIC_RESP ``replayed`` (generation, as a string -> tuples emitted since
+    its rollback to it): the count of the first generation it rolled back as since (a
+    newer failure of the region may have covered that incident's own generation); None
+    when it says nothing of one."""
+    if not isinstance(replayed, dict):
+        return None
+    counts = {
+        int(g): n
+        for g, n in replayed.items()
+        if isinstance(g, str) and g.isdigit() and type(n) is int
+    }
+    since = [g for g in counts if g >= generation]
+    return counts[min(since)] if since else None

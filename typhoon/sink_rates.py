@@ -1,17 +1,19 @@
 """How fast a failure's sinks are back: time from detection to 80% of their rate before.
 
-An incident (``controller/fault_detector.py``) says how long its recovery cost the
-results, not only how long its steps took.  The rule, pure so it is unit-tested
-and the benchmarks can apply the same one:
+An incident (``controller/fault_detector.py`` on sdn, ``typhoon/tcp_recovery.py`` on
+tcp) says how long its recovery cost the results, not only how long its steps took.
+The rule, pure so it is unit-tested and both transports and the benchmarks apply
+the same one:
 
 * the **sinks** of an incident are the workers of every node without outputs that
   the failed worker's node reaches (itself included), replacements included;
 * each sink worker's **progress** is its data tuples in (``METRIC_RESP`` ``in``,
-  stream 0 is control), as a cumulative count over the controller's arrival times
-  of its replies, linear between two replies and flat outside them; only what
-  goes past the highest count reported so far adds (a counter that went down, as
-  a restore or a new process does, counts again only beyond where it had been),
-  so progress never goes back; a worker's first reply is its starting point;
+  stream 0 is control), as a cumulative count over the arrival times of its
+  replies (at the controller, or the tcp coordinator), linear between two replies
+  and flat outside them; only what goes past the highest count reported so far
+  adds (a counter that went down, as a restore or a new process does, counts
+  again only beyond where it had been), so progress never goes back; a worker's
+  first reply is its starting point;
 * the **rate** over a window is the sinks' summed progress in it over its length;
   windows are ``WINDOW_S`` (1 s) long;
 * the **baseline** is the median rate of the ``BASELINE_WINDOWS`` whole windows
@@ -218,6 +220,17 @@ class SinkWatch:
         self.nodes.setdefault(app, {})[wid] = node
         self.logs.setdefault(app, {}).setdefault(wid, Progress()).add(at, n)
 
+    def relaunched(self, app: str, wid: int) -> None:
+        """``wid`` runs again as a new process under the same ID (tcp relaunches a dead
+        worker so): what it took in so far stays, as a worker that no longer reports
+        (sdn's dead worker), and the new process's first reply is its starting point
+        (sdn's replacement, which has an ID of its own).  Without this the new process's
+        counter, started over, would count only past the dead one's."""
+        logs, nodes = self.logs.get(app, {}), self.nodes.get(app, {})
+        if wid in logs:
+            old = min(0, *logs) - 1  # a key no worker has
+            logs[old], nodes[old] = logs.pop(wid), nodes.pop(wid)
+
     def forget(self, apps: Iterable[str]) -> None:
         """Drop every application not in ``apps``."""
         keep = set(apps)
@@ -229,9 +242,13 @@ class SinkWatch:
 
     def judge(self, app: str, sinks: set[str], detected: float, now: float) -> Back | None:
         """The recovery of ``sinks`` (node names) of ``app`` after ``detected``; None while
-        it cannot be said (no baseline)."""
+        it cannot be said (no baseline, or a sink has not replied since ``detected``: the
+        baseline's windows are judged only once replied past, as every window is)."""
         nodes = self.nodes.get(app, {})
         logs = [p for w, p in self.logs.get(app, {}).items() if nodes.get(w) in sinks]
+        seen = horizon(logs)
+        if seen is None or seen < detected:
+            return None  # the baseline's last window is not replied past yet
         key = (app, detected)
         back = back_at(logs, detected, since=self.pending.get(key))
         if back is not None and back.after_s is None:
