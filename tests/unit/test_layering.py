@@ -241,6 +241,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "cluster_file",
             "bridge_plan",
             "fabric_guard",
+            "sink_rates",  # pure: how fast sinks went before and after an incident
         },
     ),
     ("operators", {"operators"}),  # what a node runs; the loader resolves them
