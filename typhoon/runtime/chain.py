@@ -17,11 +17,11 @@ import logging
 import select
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
-from typhoon.runtime.worker import Worker, make_transport, traceback_tail
 from typhoon.wire import ControlTuple
 
 log = logging.getLogger("typhoon.worker")
@@ -71,9 +71,16 @@ class ChainLinks:
 class ChainWorker:
     """The workers of one chain instance in one process (head first)."""
 
-    def __init__(self, specs: list[WorkerSpec]) -> None:
-        self.links = [ChainLinks(make_transport(s), s.worker_id) for s in specs]
-        self.members = [Worker(s, io) for s, io in zip(specs, self.links, strict=True)]
+    def __init__(
+        self,
+        specs: list[WorkerSpec],
+        worker: Callable[[WorkerSpec, Any], Any],
+        transport: Callable[[WorkerSpec], Any],
+    ) -> None:
+        """``worker``: typhoon.runtime.worker.Worker; ``transport``: its make_transport
+        (passed in: the worker module starts a chain, this one does not import it)."""
+        self.links = [ChainLinks(transport(s), s.worker_id) for s in specs]
+        self.members = [worker(s, io) for s, io in zip(specs, self.links, strict=True)]
         for i in range(len(self.members) - 1):
             up, down = self.members[i], self.members[i + 1]
             self.links[i].peers[down.fw.worker_id] = down.fw
@@ -145,7 +152,7 @@ class ChainWorker:
             error = f"connection lost: {e}"
         except Exception as e:  # an operator (or the framework) raised: every member says so
             error = "".join(traceback.format_exception_only(e)).strip()
-            tb = traceback_tail(traceback.format_exc())
+            tb = [line for line in traceback.format_exc().splitlines() if line.strip()][-12:]
             log.exception("chain %s failed", [m.spec.worker_id for m in self.members])
         finally:
             for m in self.members:

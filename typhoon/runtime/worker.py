@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(specs) > 1:  # one chain instance, head first (typhoon.topology.chaining)
         from typhoon.runtime.chain import ChainWorker
 
-        worker = ChainWorker(specs)
+        worker = ChainWorker(specs, Worker, make_transport)
     else:
         worker = Worker(specs[0])
     signal.signal(signal.SIGTERM, worker.stop)
