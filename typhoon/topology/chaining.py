@@ -122,3 +122,17 @@ def group_of(topology: Topology, physical: PhysicalTopology, worker_id: int) -> 
         if worker_id in ws:
             return ws
     return [worker_id]
+
+
+def refuse_observing(
+    topology: Topology, physical: PhysicalTopology, worker_id: int, direction: str
+) -> None:
+    """Raise :class:`ChainedError` when the live debugger would watch an edge of
+    ``worker_id`` that runs as a function call (no frame of it crosses the switch)."""
+    group = group_of(topology, physical, worker_id)
+    at = group.index(worker_id)
+    node = physical.by_id(worker_id).node
+    if direction in ("in", "both") and at > 0:
+        refuse_chained_edge(topology, physical.by_id(group[at - 1]).node, node, "watching")
+    if direction in ("out", "both") and at < len(group) - 1:
+        refuse_chained_edge(topology, node, physical.by_id(group[at + 1]).node, "watching")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from typhoon.topology.keygroups import KEY_ROUTED, owners
-from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+from typhoon.topology.model import PhysicalTopology, Stream, Topology, WorkerAssignment
 
 
 @dataclass
@@ -85,6 +85,17 @@ def forward_peer(physical: PhysicalTopology, worker_id: int, node: str) -> list[
     others = physical.active_of_node(node)
     at = position(physical, worker_id)
     return others[at : at + 1]
+
+
+def stream_pairs(
+    physical: PhysicalTopology, stream: Stream
+) -> list[tuple[WorkerAssignment, WorkerAssignment]]:
+    """(sender, receiver) pairs whose link ``stream`` may use: every pair, or for a
+    ``forward`` stream each sender with its partner."""
+    senders, receivers = physical.of_node(stream.src), physical.of_node(stream.dst)
+    if stream.grouping.type != "forward":
+        return [(u, v) for u in senders for v in receivers]
+    return [(u, v) for u in senders for v in forward_peer(physical, u.worker_id, stream.dst)]
 
 
 def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -> list[Route]:
