@@ -241,3 +241,59 @@ def test_chain_links_send_outside_the_chain_to_the_transport():
     links.on_urgent = print  # set on the transport it wraps
     assert inner.on_urgent is print
     decode_rows  # noqa: B018 - imported for Recorder.tuples
+
+
+# ----- what needs an edge on the network is refused on a chained one ----------------------
+
+
+def test_reconfiguring_a_chained_node_or_edge_is_refused_409():
+    from typhoon.reconfig import Move, ReconfigError, Reroute, Scale, Swap, plan
+
+    t = topo()
+    phys = schedule(t, ["h1", "h2"], 5, 100)
+    split0 = phys.of_node("split")[0].worker_id
+    for request in (
+        Scale("split", 3),
+        Swap("upper", "identity", {}),
+        Move(split0, "h2"),
+        Reroute("split->upper", "shuffle"),
+    ):
+        with pytest.raises(ReconfigError) as e:
+            plan(request, t, phys, ["h1", "h2"], 100)
+        assert e.value.status == 409 and CHAINING_OFF in e.value.message, request
+    # count is not chained: scaling it plans (the chains keep their processes)
+    assert plan(Scale("count", 4), t, phys, ["h1", "h2"], 100).added
+    # with chaining off the same scale of a forward node fails at the forward rule instead
+    off = topo(config="config: {chaining: false}")
+    phys_off = schedule(off, ["h1", "h2"], 5, 100)
+    with pytest.raises(ReconfigError, match="parallelism differs"):
+        plan(Scale("split", 3), off, phys_off, ["h1", "h2"], 100)
+    assert plan(Reroute("split->upper", "shuffle"), off, phys_off, ["h1", "h2"], 100)
+
+
+def test_an_update_that_would_form_a_chain_is_refused():
+    from typhoon.reconfig import ReconfigError, Reroute, plan
+
+    t = load_topology_text(CHAIN3.format(config="", upper_config="").replace("forward", "shuffle"))
+    phys = schedule(t, ["h1"], 5, 100)
+    with pytest.raises(ReconfigError, match="split or form a chain") as e:
+        plan(Reroute("split->upper", "forward"), t, phys, ["h1"], 100)
+    assert e.value.status == 409
+
+
+def test_the_live_debugger_refuses_a_chained_edge():
+    from controller.debugger import DebugError, DebugSessions, Limits
+
+    t = topo()
+    phys = schedule(t, ["h1"], 5, 100)
+    sessions = DebugSessions(Limits())
+    split = phys.of_node("split")[0]
+    for direction in ("in", "out", "both"):
+        with pytest.raises(DebugError) as e:
+            sessions.plan("c3", t, phys, split, 1, set(), {"worker": split.worker_id,
+                          "direction": direction}, "s1", "k", 0.0)  # fmt: skip
+        assert e.value.status == 409 and CHAINING_OFF in str(e.value), direction
+    # upper's output goes to count over the network: watching it is fine
+    upper = phys.of_node("upper")[0]
+    s = sessions.plan("c3", t, phys, upper, 1, set(), {"worker": upper.worker_id}, "s2", "k", 0.0)
+    assert s.spec.direction == "out"
