@@ -26,6 +26,7 @@ from typing import Any
 
 from typhoon.checkpoint import CheckpointError, checkpoint_settings, open_store
 from typhoon.checkpoint.progress import recovery_point
+from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
@@ -34,7 +35,12 @@ log = logging.getLogger(__name__)
 
 def recover(cluster: Any, wid: int) -> None:
     """Relaunch a dead worker (same ID) from the newest verified global checkpoint in
-    a new generation, tell everyone its new address, and roll the others back."""
+    a new generation, tell everyone its new address, and roll the others back.  A chained
+    worker's process is its chain's (typhoon.topology.chaining): the chain comes back whole,
+    once (its other workers' turn finds it running)."""
+    if cluster.procs[wid].poll() is None:
+        return  # relaunched with its chain
+    group = group_of(cluster.topology, cluster.physical, wid)
     code = cluster.procs[wid].returncode
     detected = time.monotonic()
     cluster.generation = cluster.physical.generation + 1
@@ -51,22 +57,25 @@ def recover(cluster: Any, wid: int) -> None:
         "worker %d exited with %s: relaunched as generation %d from checkpoint %s",
         wid, code, cluster.generation, epoch,
     )  # fmt: skip
-    cluster.recovered.append(wid)
-    old = cluster.conns.pop(wid, None)
-    if old is not None:
-        cluster.sel.unregister(old.sock)
-        old.sock.close()
+    cluster.recovered.extend(group)
+    for m in group:
+        old = cluster.conns.pop(m, None)
+        if old is not None:
+            cluster.sel.unregister(old.sock)
+            old.sock.close()
     w = cluster.physical.by_id(wid)
     cluster._launch_worker(w)
-    cluster.peers.update(cluster._accept_hellos({wid}))
+    cluster.peers.update(cluster._accept_hellos(set(group)))
     cluster._broadcast_peers()
     body = {"generation": cluster.generation, "epoch": -1 if epoch is None else epoch}
     rolled_back = []
-    for other in [o for o in cluster.conns if o != wid]:
+    for other in [o for o in cluster.conns if o not in group]:
         cluster.send(other, ControlTuple(Control.ROLLBACK, body))
         rolled_back.append(other)
-    if w.node in {n.name for n in cluster.topology.spouts()}:
-        cluster.send(wid, ControlTuple(Control.ACTIVATE, {}))
+    spouts = {n.name for n in cluster.topology.spouts()}
+    for m in group:
+        if cluster.physical.by_id(m).node in spouts:
+            cluster.send(m, ControlTuple(Control.ACTIVATE, {}))
     cluster.incidents.append(
         {
             "worker": wid,
