@@ -169,40 +169,51 @@ def wordcount(
     vocabulary: int = 500,
     splits: int = 2,
     counts: int = 4,
+    chained: bool = False,
 ) -> Topology:
     """``topologies/wordcount.yaml`` (paper Fig. 2): source -> split (shuffle) -> count
-    (fields on word), the count timing its arrivals (``TimedCount``)."""
-    return _load(
-        {
-            "name": name,
-            "spouts": [
-                {
-                    "id": "source",
-                    "operator": "sentence_source",
-                    "args": {
-                        "count": count,
-                        "seed": seed,
-                        "words": words,
-                        "vocabulary": vocabulary,
-                    },
-                }
-            ],
-            "bolts": [
-                {"id": "split", "operator": "split_words", "parallelism": splits},
-                {
-                    "id": "count",
-                    "operator": TIMED_COUNT,
-                    "args": {"key": "word"},
-                    "parallelism": counts,
+    (fields on word), the count timing its arrivals (``TimedCount``).  ``chained``:
+    ``topologies/wordcount_chained.yaml``'s shape instead, one source worker per split
+    worker, source -> split ``forward`` (chained: one process each, docs/topology.md)."""
+    doc = _wordcount_doc(name, count, seed, words, vocabulary, splits, counts)
+    if chained:
+        doc["spouts"][0]["parallelism"] = splits
+        doc["streams"][0]["grouping"] = "forward"
+    return _load(doc)
+
+
+def _wordcount_doc(
+    name: str, count: int, seed: int, words: int, vocabulary: int, splits: int, counts: int
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "spouts": [
+            {
+                "id": "source",
+                "operator": "sentence_source",
+                "args": {
+                    "count": count,
+                    "seed": seed,
+                    "words": words,
+                    "vocabulary": vocabulary,
                 },
-            ],
-            "streams": [
-                {"from": "source", "to": "split", "grouping": "shuffle"},
-                {
-                    "from": "split",
-                    "to": "count",
-                    "grouping": {"type": "fields", "fields": ["word"]},
-                },
-            ],
-        }
-    )
+            }
+        ],
+        "bolts": [
+            {"id": "split", "operator": "split_words", "parallelism": splits},
+            {
+                "id": "count",
+                "operator": TIMED_COUNT,
+                "args": {"key": "word"},
+                "parallelism": counts,
+            },
+        ],
+        "streams": [
+            {"from": "source", "to": "split", "grouping": "shuffle"},
+            {
+                "from": "split",
+                "to": "count",
+                "grouping": {"type": "fields", "fields": ["word"]},
+            },
+        ],
+    }

@@ -30,6 +30,7 @@ from controller.settings import setting
 from typhoon.debug.filter import FilterError, check_fields, parse
 from typhoon.debug.spec import DIRECTIONS, DebugSpec, debug_tap_name
 from typhoon.operators import BUILTINS, import_refusal
+from typhoon.topology.chaining import ChainedError, refuse_observing
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 
 MAX_OFPORT = 0xFEFF  # highest port OVS assigns on request
@@ -291,6 +292,10 @@ class DebugSessions:
         direction = request.get("direction", "out")
         if direction not in DIRECTIONS:
             raise DebugError(400, f"'direction' must be one of {', '.join(DIRECTIONS)}")
+        try:  # a chained edge carries no frames to watch (typhoon/topology/chaining.py)
+            refuse_observing(topology, physical, w.worker_id, direction)
+        except ChainedError as e:
+            raise DebugError(409, str(e)) from None
         text = request.get("filter") or ""
         if not isinstance(text, str):
             raise DebugError(400, "'filter' must be a string")

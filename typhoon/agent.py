@@ -1,15 +1,13 @@
-"""Worker agent, one per host: ``typhoon-agent --host H --coordinator C --workdir D``.
-
-(``python -m typhoon.agent`` is the same program; deploy/systemd/typhoon-agent.service
-runs it as a service.)
+"""Worker agent, one per host: ``typhoon-agent --host H --coordinator C --workdir D``
+(or ``python -m typhoon.agent``; deploy/systemd/typhoon-agent.service runs it).
 
 It makes the host run what the physical topologies assign to it (paper §3.2,
 step iv) and tells the coordinator what it saw.  Per worker:
 
 * assigned here, never run (no status): write the spec to
   ``DIR/NAME/worker-WID.spec.json``, start ``python -m typhoon.runtime.worker
-  SPEC`` (log in ``worker-WID.log``, reports in ``DIR/NAME/reports``), status
-  ``starting``;
+  SPEC`` (a chain's workers: one process, every spec; log in ``worker-WID.log``,
+  reports in ``DIR/NAME/reports``), status ``starting``;
 * ``starting``: once the worker has created its TAP device, add it to the
   host's bridge at the scheduled OpenFlow port, check the port number OVS
   gave it, status ``attached``; no TAP within ``--tap-timeout`` or a wrong
@@ -20,13 +18,12 @@ step iv) and tells the coordinator what it saw.  Per worker:
 * no longer assigned (application killed, worker removed or moved): SIGTERM,
   SIGKILL after ``--stop-timeout``, remove its port, delete its status.
 
-A worker that has a status is never launched again by this rule, so an agent
-restart adopts the workers still alive (their process, found by the spec path
-on its command line) and marks the lost ones ``exited``.  The agent publishes
-``agents/HOST`` (ports in use, workers per application) on every change and
-every ``--heartbeat`` seconds.  SIGTERM/SIGINT: stop every worker, remove
-their ports, mark them ``exited``, delete ``agents/HOST``.  Unreadable
-coordinator data is logged and skipped; the agent keeps running.
+A worker that has a status is never launched again by this rule, so an agent restart
+adopts the workers still alive (their process, found by the spec path on its command
+line) and marks the lost ones ``exited``.  The agent publishes ``agents/HOST`` (ports
+in use, workers per application) on every change and every ``--heartbeat`` seconds.
+SIGTERM/SIGINT: stop every worker, remove their ports, mark them ``exited``, delete
+``agents/HOST``.  Unreadable coordinator data is logged and skipped; it keeps running.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from typhoon import logs
@@ -59,8 +56,9 @@ from typhoon.ovs_bridge import Bridge, OvsError
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
 from typhoon.supervised import Supervised
+from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
-from typhoon.worker_specs import write_spec
+from typhoon.worker_specs import write_group_specs
 
 log = logging.getLogger("typhoon.agent")
 
@@ -242,33 +240,39 @@ class Agent:
     # ----- worker life ---------------------------------------------------------------------
 
     def launch(self, topology: Topology, physical: PhysicalTopology, w: WorkerAssignment) -> None:
+        """Start ``w``, or its chain's one process (typhoon.topology.chaining)."""
         assert self.bridge is not None
         name, wid = physical.name, w.worker_id
-        tap = tap_name(physical.app_id, wid)
-        status = WorkerStatus(wid, self.host, "starting", port=w.port, tap=tap)
+        group = [physical.by_id(m) for m in group_of(topology, physical, wid)]
+        if group[0].worker_id != wid:
+            return  # started with the head of its chain
         try:
             topology = self.engines.topology_for(topology, physical)
-            if not self.port_range[0] <= w.port <= self.port_range[1]:
-                raise ValueError(f"port {w.port} is outside this host's range {self.port_range}")
-            spec_path = write_spec(self.workdir, topology, physical, w, tap, self.cluster)
-            self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
+            specs = write_group_specs(self.workdir, topology, physical, group, self.cluster,
+                                      self.port_range)  # fmt: skip
+            for _, tap, _ in specs:
+                self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
             # a session of its own: the agent's terminal signals reach only the agent
             proc = Supervised.start(
-                f"worker-{wid}", [*self.worker_cmd, str(spec_path)],
-                spec_path.with_name(f"worker-{wid}.log"),
+                f"worker-{wid}", [*self.worker_cmd, *(str(p) for _, _, p in specs)],
+                specs[0][2].with_name(f"worker-{wid}.log"),
             )  # fmt: skip
         except (OSError, ValueError, TypeError, OvsError) as e:
             log.error("cannot launch %s worker %d: %s", name, wid, e)
-            status = replace(status, state="exited", error=f"launch failed: {e}")
-            self.c.put_worker_status(name, replace(status, updated=time.time()))
+            for m in group:
+                tap, why = tap_name(physical.app_id, m.worker_id), f"launch failed: {e}"
+                self.c.put_worker_status(name, WorkerStatus(m.worker_id, self.host, "exited",
+                    port=m.port, tap=tap, error=why, updated=time.time()))  # fmt: skip
             return
         deadline = time.monotonic() + self.tap_timeout
-        wk = _Worker(name, physical.app_id, w, tap, self.bridge, proc, "starting", deadline)
-        self.workers[wk.key] = wk
+        for m, tap, _ in specs:
+            wk = _Worker(name, physical.app_id, m, tap, self.bridge, proc, "starting", deadline)
+            self.workers[wk.key] = wk
+            log.info("launched %s worker %d (%s[%d]) pid %d, waiting for TAP %s",
+                     name, m.worker_id, m.node, m.index, proc.pid, tap)  # fmt: skip
+            self.c.put_worker_status(name, WorkerStatus(m.worker_id, self.host, "starting",
+                proc.pid, m.port, tap, updated=time.time()))  # fmt: skip
         self._publish_now = True
-        log.info("launched %s worker %d (%s[%d]) pid %d, waiting for TAP %s",
-                 name, wid, w.node, w.index, proc.pid, tap)  # fmt: skip
-        self.c.put_worker_status(name, replace(status, pid=proc.pid, updated=time.time()))
 
     def supervise(self) -> None:
         """Advance every worker: attach TAPs, notice exits, escalate stops."""
@@ -289,9 +293,8 @@ class Agent:
                     wk.error = f"TAP {wk.tap} did not appear within {self.tap_timeout:g} s"
                     self.begin_stop(wk, remove=False, why=wk.error)
             elif wk.phase == "stopping" and not wk.killed and time.monotonic() > wk.deadline:
-                log.warning(
-                    "%s worker %d ignored SIGTERM for %g s: SIGKILL", *wk.key, self.stop_timeout
-                )
+                log.warning("%s worker %d ignored SIGTERM for %g s: SIGKILL",
+                            *wk.key, self.stop_timeout)  # fmt: skip
                 wk.process.signal_group(signal.SIGKILL)
                 wk.killed = True
 

@@ -39,6 +39,7 @@ from typhoon.runtime.tap import DEFAULT_TXQUEUELEN
 from typhoon.runtime.truesize import CREDIT_TRUESIZE, MAX_TRUESIZE
 from typhoon.topology.fabric import fabric_graph, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.topology.routing import stream_pairs
 
 CONTROL_RESERVE_SHARE = 8  # 1/8 of a socket stays free for control tuples and replies
 CREDIT_FRAMES_PER_LINK = 2  # a grant and a NACK (or a SYNC) per link using a socket
@@ -81,20 +82,18 @@ def plan_budgets(
     carried: dict[Hop, int] = {}  # (sender, receiver) pairs whose frames cross a link
     in_links: dict[int, int] = {}  # links into each receiver (its TAP queue holds them)
     for s in topology.streams:
-        receivers = physical.of_node(s.dst)
-        for u in physical.of_node(s.src):
-            for v in receivers:
-                peers[u.worker_id].add(v.worker_id)
-                peers[v.worker_id].add(u.worker_id)
-                in_links[v.worker_id] = in_links.get(v.worker_id, 0) + 1
-                path = paths.get(u.host, {}).get(v.host)
-                if path is None:
-                    continue
-                for hop in zip(path, path[1:], strict=False):
-                    crosses[u.worker_id].add(hop)
-                    carried[hop] = carried.get(hop, 0) + 1
-                    back = (hop[1], hop[0])  # grants and NACKs come back the other way
-                    carried[back] = carried.get(back, 0) + 1
+        for u, v in stream_pairs(physical, s):
+            peers[u.worker_id].add(v.worker_id)
+            peers[v.worker_id].add(u.worker_id)
+            in_links[v.worker_id] = in_links.get(v.worker_id, 0) + 1
+            path = paths.get(u.host, {}).get(v.host)
+            if path is None:
+                continue
+            for hop in zip(path, path[1:], strict=False):
+                crosses[u.worker_id].add(hop)
+                carried[hop] = carried.get(hop, 0) + 1
+                back = (hop[1], hop[0])  # grants and NACKs come back the other way
+                carried[back] = carried.get(back, 0) + 1
 
     def buffer(host: str) -> int:
         info = cluster.hosts.get(host)

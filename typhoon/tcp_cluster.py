@@ -37,6 +37,7 @@ from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_reconfig import Rescaler
 from typhoon.tcp_recovery import IncidentWatch, drop_left_links, recover, restart
 from typhoon.topology.batching import DEFAULTS, Batching
+from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
@@ -199,8 +200,22 @@ class TcpCluster:
         return list(self.options.hosts)
 
     def _launch_worker(self, w: Any) -> None:
+        """Start ``w``'s process, or its chain's (typhoon.topology.chaining), once."""
+        group = group_of(self.topology, self.physical, w.worker_id)
+        running = [self.procs[m] for m in group if m in self.procs and m != w.worker_id]
+        if running and running[0].poll() is None:  # started with its chain
+            self.launched[w.worker_id], self.procs[w.worker_id] = w, running[0]
+            return
+        members = [self.physical.by_id(wid) for wid in group]
+        self.launched.update({m.worker_id: m for m in members})
+        gen = f".g{self.physical.generation}" if self.physical.generation else ""
+        argv = [sys.executable, "-m", "typhoon.runtime.worker"]
+        argv += [str(self._write_spec(m, gen)) for m in members]
+        proc = self.launcher(w.host, argv, self.workdir / f"worker-{group[0]}{gen}.log")
+        self.procs.update(dict.fromkeys(group, proc))
+
+    def _write_spec(self, w: Any, gen: str) -> Path:
         o = self.options
-        self.launched[w.worker_id] = w
         batching = Batching.of(self.topology.config, Batching(o.batch_size, o.max_delay_ms))
         spec = WorkerSpec(
             self.topology,
@@ -216,13 +231,9 @@ class TcpCluster:
                 "secret": self.secret,  # the spec file is created 0600 (WorkerSpec.save)
             },
         )
-        gen = f".g{self.physical.generation}" if self.physical.generation else ""
         path = self.workdir / f"worker-{w.worker_id}{gen}.spec.json"
         spec.save(path)
-        argv = [sys.executable, "-m", "typhoon.runtime.worker", str(path)]
-        self.procs[w.worker_id] = self.launcher(
-            w.host, argv, self.workdir / f"worker-{w.worker_id}{gen}.log"
-        )
+        return path
 
     def _accept_hellos(self, expected: set[int] | None = None) -> dict[int, tuple[str, int]]:
         """Authenticated hellos of starting workers: every worker (start), or ``expected``."""
@@ -248,7 +259,8 @@ class TcpCluster:
     def _check_alive(self, started: Container[int]) -> None:
         for wid, p in self.procs.items():
             if p.poll() is not None and wid not in started:
-                logtext = (self.workdir / f"worker-{wid}.log").read_text(errors="replace")
+                logfile = self.workdir / f"worker-{wid}.log"
+                logtext = logfile.read_text(errors="replace") if logfile.exists() else ""
                 raise RuntimeError(f"worker {wid} exited with {p.returncode}:\n{logtext[-2000:]}")
 
     def _launch_service(self, svc: EngineService) -> None:

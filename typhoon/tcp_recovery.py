@@ -41,6 +41,7 @@ from typhoon.checkpoint import CheckpointError, checkpoint_settings, open_store
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import replayed_since, roll_back, rollback_set
 from typhoon.sink_rates import WINDOW_S, SinkWatch, downstream_sinks
+from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
@@ -50,12 +51,17 @@ log = logging.getLogger(__name__)
 def recover(cluster: Any, wid: int) -> None:
     """Relaunch a dead worker (same ID) in a new generation from the newest checkpoint
     that verifies for its failover region, tell everyone its new address, and roll the
-    other live workers of its region back (module docstring)."""
+    other live workers of its region back (module docstring).  A chained worker's process
+    is its chain's (typhoon.topology.chaining): the chain comes back whole, once (its other
+    workers' turn finds it running)."""
+    if cluster.procs[wid].poll() is None:
+        return  # relaunched with its chain
+    group = group_of(cluster.topology, cluster.physical, wid)
     code = cluster.procs[wid].returncode
     detected = time.monotonic()
     generation = max(cluster.generation, cluster.physical.generation) + 1
     cluster.generation = generation
-    rollback = rollback_set(cluster.topology, cluster.physical, {wid})
+    rollback = rollback_set(cluster.topology, cluster.physical, set(group))
     try:
         store = open_store(checkpoint_settings(cluster.topology).store_url, cluster.topology.name)
         epoch = recovery_point(cluster.physical, store, set(rollback.workers))
@@ -68,19 +74,20 @@ def recover(cluster: Any, wid: int) -> None:
         "rollback of %d workers (%d regions)",
         wid, code, generation, epoch, rollback.path, len(rollback.workers), rollback.regions,
     )  # fmt: skip
-    cluster.recovered.append(wid)
-    cluster.watch.sinks.relaunched(cluster.topology.name, wid)
-    old = cluster.conns.pop(wid, None)
-    if old is not None:
-        cluster.sel.unregister(old.sock)
-        old.sock.close()
+    cluster.recovered.extend(group)
+    for m in group:
+        cluster.watch.sinks.relaunched(cluster.topology.name, m)
+        old = cluster.conns.pop(m, None)
+        if old is not None:
+            cluster.sel.unregister(old.sock)
+            old.sock.close()
     w = cluster.physical.by_id(wid)
     cluster._launch_worker(w)
-    cluster.peers.update(cluster._accept_hellos({wid}))
+    cluster.peers.update(cluster._accept_hellos(set(group)))
     cluster._broadcast_peers()
     body = {"generation": generation, "epoch": -1 if epoch is None else epoch}
     rolled_back = []
-    for other in sorted(rollback.workers - {wid}):
+    for other in sorted(rollback.workers - set(group)):
         p = cluster.procs.get(other)
         # not poll(): a death reaped here would be seen by the run loop as a failure before
         # its next turn recovers it; one not reaped yet is recovered then, and rolls back
@@ -88,8 +95,10 @@ def recover(cluster: Any, wid: int) -> None:
             continue  # died too (recovered on its own), or a drained one gone
         cluster.send(other, ControlTuple(Control.ROLLBACK, body))
         rolled_back.append(other)
-    if w.node in {n.name for n in cluster.topology.spouts()}:
-        cluster.send(wid, ControlTuple(Control.ACTIVATE, {}))
+    spouts = {n.name for n in cluster.topology.spouts()}
+    for m in group:
+        if cluster.physical.by_id(m).node in spouts:
+            cluster.send(m, ControlTuple(Control.ACTIVATE, {}))
     cluster.incidents.append(
         {
             "app": cluster.topology.name,

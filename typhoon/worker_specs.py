@@ -14,6 +14,7 @@ from typhoon.cluster import Cluster
 from typhoon.port_budgets import plan_budgets
 from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.tap import tap_name
 from typhoon.topology.batching import Batching
 from typhoon.topology.config import SdnConfig, keys_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
@@ -98,3 +99,22 @@ def write_spec(
     path = appdir / f"worker-{w.worker_id}.spec.json"
     spec.save(path)
     return path
+
+
+def write_group_specs(
+    workdir: Path,
+    topology: Topology,
+    physical: PhysicalTopology,
+    group: list[WorkerAssignment],
+    cluster: Cluster | None,
+    ports: tuple[int, int],
+) -> list[tuple[WorkerAssignment, str, Path]]:
+    """(worker, TAP, spec path) of the workers one process runs: one, or a chain's
+    (typhoon.topology.chaining), head first.  ValueError: a port outside ``ports``."""
+    out = []
+    for w in group:
+        if not ports[0] <= w.port <= ports[1]:
+            raise ValueError(f"port {w.port} is outside this host's range {ports}")
+        tap = tap_name(physical.app_id, w.worker_id)
+        out.append((w, tap, write_spec(workdir, topology, physical, w, tap, cluster)))
+    return out

@@ -14,8 +14,9 @@ round by round so that the machine's drift hits all alike.
   objects inside one process.
 * **wordcount**: ``sentences`` sentences of ``typhoon.operators.sources.
   generate_sentences`` (8 words, vocabulary 500, seed 7), split into words and
-  counted per word.  Typhoon: ``topologies/wordcount.yaml``'s shape (source,
-  2 split, 4 count workers: 7 processes); Bytewax: ``flat_map`` + ``fold_final``
+  counted per word.  Typhoon: ``topologies/wordcount_chained.yaml``'s shape (2
+  source workers each chained to its split worker by ``forward``, 4 count workers:
+  6 processes, docs/topology.md "Chaining"); Bytewax: ``flat_map`` + ``fold_final``
   (``count_final``'s work) on 1 or 2 processes.  Rate: words arriving at the
   count step per clock tick (``benchmarks.arrivals``), between 10% and 90% of
   all words (the steady-state window), divided by the words per sentence.
@@ -163,7 +164,7 @@ class Peers(Scenario):
             if workload == "forward":
                 topology = forwarding("peers-fwd", size=SIZE, count=count)
             else:
-                topology = wordcount("peers-wc", count, SEED, WORDS, VOCABULARY)
+                topology = wordcount("peers-wc", count, SEED, WORDS, VOCABULARY, chained=True)
             box: list[Outcome] = []
 
             def check(r: RunResult) -> None:
@@ -257,7 +258,8 @@ class Peers(Scenario):
                     f"{params['sentences']:,} sentences of {WORDS} words (vocabulary "
                     f"{VOCABULARY}, seed {SEED}), words/s arriving at the count step between "
                     f"10% and 90% of all words, / {WORDS}. Wall: job start (processes) to end. "
-                    "Typhoon: one emulated host, batch 100; wordcount 7 worker processes. "
+                    "Typhoon: one emulated host, batch 100; wordcount 6 worker processes "
+                    "(source[i] and split[i] chained). "
                     "Bytewax: host loopback, one worker per process, source batch 100. Word "
                     "counts of every run checked against the generator's (lost / extra = "
                     "occurrences missing / above it, summed over runs)."

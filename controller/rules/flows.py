@@ -29,8 +29,10 @@ import networkx as nx
 
 from controller.rules.cookies import RuleKind, make_cookie
 from typhoon.cluster import Cluster
+from typhoon.topology.chaining import hosted_by
 from typhoon.topology.fabric import fabric_graph, multicast_tree, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
+from typhoon.topology.routing import stream_pairs
 from typhoon.wire import ETHERTYPE, controller_mac, mac_str, multicast_mac, worker_mac
 
 OFPP_CONTROLLER = 0xFFFFFFFD  # OpenFlow 1.3 reserved port; no Ryu import here
@@ -45,7 +47,9 @@ MATCH_FIELDS = ("in_port", "eth_src", "eth_dst", "eth_type")
 # "meter" and "goto_table" are OpenFlow instructions, kept in the action list so a rule stays
 # one tuple: a meter first (it applies before the actions), a goto_table last
 ACTIONS = ("output", "group", "set_eth_dst", "meter", "goto_table", "unknown")
-UNICAST_GROUPINGS = ("shuffle", "fields", "global", "direct", "local_or_shuffle", "sdn")
+UNICAST_GROUPINGS = (
+    "shuffle", "fields", "global", "direct", "local_or_shuffle", "sdn", "forward",
+)  # fmt: skip
 MULTICAST_GROUPINGS = ("all",)
 
 _FULL_MAC_MASK = (1 << 48) - 1
@@ -247,17 +251,20 @@ def compile_rules(
     c = _Compiler(physical, cluster, ethertype)
     for w in physical.workers:
         c.worker_port(w)
+    # a chain's inner edges are function calls in one process: no frame, no rule
+    head = hosted_by(topology, physical)
     for stream in topology.streams:
         kind = stream.grouping.type
         if kind not in UNICAST_GROUPINGS + MULTICAST_GROUPINGS:
             raise ValueError(f"stream {stream.id}: unknown grouping {kind!r}")
-        senders, receivers = physical.of_node(stream.src), physical.of_node(stream.dst)
-        for u in senders:
-            if kind in MULTICAST_GROUPINGS:
-                c.multicast(stream.id, u, receivers)
-            for v in receivers:
-                # a one-to-many link still needs unicast both ways: a receiver's base SYNC,
-                # and the end of stream, which follows the frames once they are confirmed
-                c.unicast(u, v, credit=kind in MULTICAST_GROUPINGS)
-                c.unicast(v, u, credit=True)  # grants and NACKs, whatever the grouping
+        if kind in MULTICAST_GROUPINGS:
+            for u in physical.of_node(stream.src):
+                c.multicast(stream.id, u, physical.of_node(stream.dst))
+        for u, v in stream_pairs(physical, stream):
+            if v.worker_id in head and head[v.worker_id] == head.get(u.worker_id, u.worker_id):
+                continue
+            # a one-to-many link still needs unicast both ways: a receiver's base SYNC,
+            # and the end of stream, which follows the frames once they are confirmed
+            c.unicast(u, v, credit=kind in MULTICAST_GROUPINGS)
+            c.unicast(v, u, credit=True)  # grants and NACKs, whatever the grouping
     return c.rules.frozen()

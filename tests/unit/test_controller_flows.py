@@ -20,6 +20,7 @@ from controller.rules.flows import (
     output,
 )
 from typhoon.cluster import Cluster
+from typhoon.topology.chaining import chain_groups
 from typhoon.topology.loader import load_topology, load_topology_text
 from typhoon.topology.model import (
     GROUPINGS,
@@ -70,11 +71,21 @@ def deploy(topology: Topology, cluster: Cluster) -> tuple[PhysicalTopology, Fake
 
 def allowed_pairs(topology: Topology, physical: PhysicalTopology) -> set[tuple[int, int]]:
     """(src worker, dst worker) pairs that may exchange unicast frames: data and credits,
-    both ways for every grouping (a one-to-many link sends base SYNCs and EOS unicast)."""
+    both ways for every grouping (a one-to-many link sends base SYNCs and EOS unicast).
+    A forward stream pairs worker i with worker i only, and none of a chain's pairs (one
+    process, typhoon/topology/chaining.py)."""
     pairs = set()
+    same_process = {
+        (a, b) for ws in chain_groups(topology, physical).values() for a in ws for b in ws
+    }
     for s in topology.streams:
-        for u in physical.of_node(s.src):
-            for v in physical.of_node(s.dst):
+        us, vs = physical.of_node(s.src), physical.of_node(s.dst)
+        for i, u in enumerate(us):
+            for j, v in enumerate(vs):
+                if s.grouping.type == "forward" and i != j:
+                    continue
+                if (u.worker_id, v.worker_id) in same_process:
+                    continue
                 pairs.add((v.worker_id, u.worker_id))
                 pairs.add((u.worker_id, v.worker_id))
     return pairs

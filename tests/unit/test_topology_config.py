@@ -34,7 +34,10 @@ class NoReplay(Spout):
         ("{batchsize: 10}", "t:2: unknown config key 'batchsize'; did you mean 'batch_size'?"),
         ("{gaurantee: exactly_once}", "unknown config key 'gaurantee'; did you mean 'guarantee'?"),
         ("{checkpoint_intervall: 5}", "did you mean 'checkpoint_interval_ms'?"),
-        ("{zzz: 1}", "unknown config key 'zzz' (known keys: batch_size, checkpoint_interval_ms"),
+        (
+            "{zzz: 1}",
+            "unknown config key 'zzz' (known keys: batch_size, chaining, checkpoint_interval_ms",
+        ),
         ("{guarantee: exactly-once}", "must be one of none, at_least_once, exactly_once"),
         ("{checkpoint_interval_ms: 0}", "'config.checkpoint_interval_ms' of the topology must be"),
         ("{checkpoint_interval_ms: -5}", "greater than 0, not -5"),

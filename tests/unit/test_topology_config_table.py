@@ -170,7 +170,9 @@ def test_unknown_node_config_key_names_the_node():
     assert str(e.value) == (
         "t:5: unknown config key 'migration_stp' in spout 'src'; did you mean 'migration_step'?"
     )
-    with pytest.raises(TopologyError, match=r"'zzz' in spout 'src' \(known keys: max_paral"):
+    with pytest.raises(
+        TopologyError, match=r"'zzz' in spout 'src' \(known keys: chaining, max_paral"
+    ):
         load_topology_text(text.replace("migration_stp", "zzz"), "t")
 
 

@@ -146,6 +146,7 @@ def test_topological_order_breaks_ties_by_file_order() -> None:
         "pinned",
         "near",
         "balanced",
+        "paired",
     ]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
+from typhoon.reconfig.chains import check_groups, check_request
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.move import add_worker_move, check_move
 from typhoon.reconfig.requests import Move, ReconfigError, Request, describe
@@ -126,6 +127,7 @@ def plan(
         raise ReconfigError(
             f"'{topology.name}' still has draining workers from an earlier update", 409
         )
+    check_request(request, topology, physical)  # typhoon.reconfig.chains
     moving, move = None, None
     if isinstance(request, Move):  # typhoon.reconfig.move
         moving = check_move(request, topology, physical, hosts, exited)
@@ -145,6 +147,7 @@ def plan(
         )
     except ValueError as e:
         raise ReconfigError(f"cannot place the workers: {e}", 409) from None
+    check_groups((topology, physical), (new_topo, placed))
     kept = {w.worker_id for w in placed.workers}
     old_ids = {w.worker_id for w in physical.workers}
     draining = [

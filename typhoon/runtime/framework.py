@@ -40,7 +40,7 @@ from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
-from typhoon.runtime.output import OutputBatching, rows_in
+from typhoon.runtime.output import OutputBatching
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
@@ -119,6 +119,8 @@ class Framework(
         self.out_since: dict[tuple[int, int], float] = {}
         # rows of finished batches, serialized and sent at the end of the turn (push)
         self.ready: dict[tuple[int, int], list[list[Any]]] = {}
+        # receivers in this process (a chain, typhoon.runtime.chain): rows go by function call
+        self.chained: dict[int, Any] = {}
         self.now = clock()
         # spouts wait for ACTIVATE (paper Table 2): the topology starts when its flows exist
         self.active = not self.is_spout
@@ -251,7 +253,7 @@ class Framework(
         if src not in self.upstream:
             # data or punctuation from a worker that is not one of our senders: counted,
             # never processed (docs/security-notes-wire.md)
-            self.io.stats.drop("not_upstream", sum(map(rows_in, item.payloads)))
+            self.io.stats.drop("not_upstream", item.count())
             return
         if item.stream == EOS_STREAM:
             self._punctuation(item)
@@ -259,12 +261,12 @@ class Framework(
         if self.ckpt is not None and not self._admit(item):
             return
         if self.moved_to is not None:  # moved: its state (and its senders) left for another
-            self.io.stats.drop("moved_away", sum(map(rows_in, item.payloads)))
+            self.io.stats.drop("moved_away", item.count())
             return
         if src in self.finished_upstream:
             # after its end of stream (a release): one-to-many frames the switch still
             # copies here; the sender no longer counts them as sent to us
-            self.io.stats.drop("after_eos", sum(map(rows_in, item.payloads)))
+            self.io.stats.drop("after_eos", item.count())
             return
         self.last_input = self.now
         if self.wm_in.idle:  # an idle input that sends again holds the watermark again
@@ -275,8 +277,8 @@ class Framework(
             self.op.input = self.input_node.get(item.stream, "")
         good = 0
         t0 = time.perf_counter_ns()
-        for p in item.payloads:
-            rows = self._decode_entry(p)
+        batches = [item.rows] if item.rows is not None else map(self._decode_entry, item.payloads)
+        for rows in batches:
             if rows is None:
                 continue
             good += len(rows)

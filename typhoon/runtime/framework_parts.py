@@ -59,6 +59,8 @@ class FrameworkParts(Protocol):
     out: dict[tuple[int, int], list[list[Any]]]
     out_since: dict[tuple[int, int], float]
     ready: dict[tuple[int, int], list[list[Any]]]
+    # the next workers of our chain: receiver ID -> its framework (rows by function call)
+    chained: dict[int, Any]
     # counts for the metrics and the run report
     tuples_in: dict[int, int]
     sent_to: dict[tuple[int, int], int]

@@ -20,7 +20,6 @@ from typhoon.checkpoint.progress import parts_of
 from typhoon.operators import resolve_operator
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.hooks import batch_hook
-from typhoon.runtime.output import rows_in
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
 if TYPE_CHECKING:
@@ -105,7 +104,7 @@ class GuaranteedProcessing(_Host):
         """Data of the current generation, not behind an anchor being aligned."""
         src = item.src
         if self.link_gen.get(src, 0) != self.gen:
-            self.discarded += sum(map(rows_in, item.payloads))
+            self.discarded += item.count()
             return False
         if src in self.blocked:
             self.held.append(item)

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
 from typhoon.runtime.policies import Router
+from typhoon.runtime.transport import Inbound
 from typhoon.topology.model import DEFAULT_STREAM
 from typhoon.wire import encode_rows
 
@@ -25,17 +24,6 @@ if TYPE_CHECKING:
     from typhoon.runtime.framework_parts import FrameworkParts
 
 ENTRY_FILL = 0.94  # aim a row batch at this share of an entry's room (rows vary in size)
-
-
-def rows_in(entry: bytes) -> int:
-    """Rows of a row-batch entry, without decoding them (0 if it is not one)."""
-    try:
-        head = msgpack.Unpacker()
-        head.feed(entry[:5])
-        rows: int = head.read_array_header()
-        return rows
-    except Exception:
-        return 0
 
 
 if TYPE_CHECKING:
@@ -253,7 +241,11 @@ class OutputBatching(_Host):
             return
         ready, self.ready = self.ready, {}
         io = self.io
+        chained = self.chained
         for (dst, sid), rows in ready.items():
+            if dst in chained:  # the next operator of our chain: a function call
+                chained[dst].deliver(Inbound(self.worker_id, sid, [], rows))
+                continue
             entries = self._entries(rows)
             if dst > 0:
                 io.send(dst, sid, entries)

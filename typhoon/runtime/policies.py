@@ -79,7 +79,7 @@ class Router:
             return self._round_robin
         if policy == "fields":
             return self._field if len(self.fields) == 1 else self._fields
-        if policy == "global":
+        if policy in ("global", "forward"):  # forward: the one partner at our position
             return self._first
         if policy == "local_or_shuffle":
             if self.local:

@@ -53,6 +53,7 @@ class SdnParts(Protocol):
     clock: Callable[[], float]
     stats: IOStats
     # reading (sdn.py sets, sdn_receive.py uses)
+    fd: int  # the TAP's descriptor (a chain's process waits on it, runtime/chain.py)
     _poller: select.poll
     _read_size: int
     reassembler: wire.Reassembler

@@ -51,6 +51,9 @@ class SdnReceiving(_Host):
         self._housekeeping(self.clock())
         return out
 
+    def waitable(self) -> int | None:
+        return None if self.pending or self.urgent else self.fd
+
     def urgent_controls(self) -> list[ControlTuple]:
         """Read the port without waiting and return the urgent control tuples that arrived
         (the framework calls this between slices of its work on queued data).

@@ -111,6 +111,9 @@ class TcpTransport(Transport):
 
     # ----- receiving -----------------------------------------------------------------------
 
+    def waitable(self) -> int | None:
+        return None if self.early else self.sel.fileno()
+
     def poll(self, timeout: float) -> list[Inbound | ControlTuple]:
         out: list[Inbound | ControlTuple] = self.early
         self.early = []

@@ -14,9 +14,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from typhoon.wire import DEFAULT_MTU, ControlTuple
 
 EOS_STREAM = 0  # reserved stream ID: end-of-stream punctuation on a link
+
+
+def rows_in(entry: bytes) -> int:
+    """Rows of a row-batch entry, without decoding them (0 if it is not one)."""
+    try:
+        head = msgpack.Unpacker()
+        head.feed(entry[:5])
+        rows: int = head.read_array_header()
+        return rows
+    except Exception:
+        return 0
 
 
 @dataclass
@@ -26,6 +39,14 @@ class Inbound:
     src: int  # sender worker ID
     stream: int
     payloads: list[bytes]  # row-batch entries (typhoon.wire.encode_rows)
+    # rows handed over by function call from a worker of the same chain (no bytes)
+    rows: list[list[Any]] | None = None
+
+    def count(self) -> int:
+        """Tuples it carries."""
+        if self.rows is not None:
+            return len(self.rows)
+        return sum(map(rows_in, self.payloads))
 
 
 @dataclass
@@ -68,6 +89,11 @@ class Transport(ABC):
     @abstractmethod
     def send(self, dst: int, stream: int, payloads: list[bytes]) -> None:
         """Send serialized tuples to one receiver (batched into frames)."""
+
+    def waitable(self) -> int | None:
+        """A descriptor that is readable when :meth:`poll` has something new, or None
+        when something is queued already (a chain's process waits on several)."""
+        return None
 
     def urgent_controls(self) -> list[ControlTuple]:
         """Control tuples of the urgent kinds (``typhoon.wire.URGENT_CONTROL``) that arrived

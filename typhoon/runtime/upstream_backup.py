@@ -24,9 +24,8 @@ from typhoon.checkpoint import CheckpointError
 from typhoon.checkpoint.output_buffers import OutputBuffers
 from typhoon.checkpoint.settings import partial_enabled
 from typhoon.runtime import checkpoints as ck
-from typhoon.runtime.output import rows_in
 from typhoon.runtime.policies import Router
-from typhoon.runtime.transport import EOS_STREAM
+from typhoon.runtime.transport import EOS_STREAM, rows_in
 from typhoon.topology.config import DEFAULTS
 from typhoon.topology.keygroups import NO_OWNER
 from typhoon.topology.routing import receivers_of

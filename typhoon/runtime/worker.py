@@ -75,11 +75,12 @@ def traceback_tail(text: str, lines: int = TRACEBACK_LINES) -> list[str]:
 class Worker:
     """One worker process: the event loop around the framework layer."""
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, io: Any = None) -> None:
         self.spec = spec
         node = spec.topology.nodes[spec.assignment.node]
         operator = resolve_operator(node.operator, node.engine)(**node.args)
-        self.io = make_transport(spec)
+        # a chain's worker gets its transport wrapped (typhoon.runtime.chain.ChainLinks)
+        self.io = make_transport(spec) if io is None else io
         self.fw = Framework(spec, operator, self.io)
         self.fw.on_finish = self.finished
         self.stopping = False
@@ -206,12 +207,18 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m typhoon.runtime.worker SPEC.json", file=sys.stderr)
+    if not argv:
+        print("usage: python -m typhoon.runtime.worker SPEC.json [SPEC.json ...]", file=sys.stderr)
         return 2
     logs.setup(logging.INFO)
-    spec = WorkerSpec.load(Path(argv[0]))
-    worker = Worker(spec)
+    specs = [WorkerSpec.load(Path(a)) for a in argv]
+    worker: Any
+    if len(specs) > 1:  # one chain instance, head first (typhoon.topology.chaining)
+        from typhoon.runtime.chain import ChainWorker
+
+        worker = ChainWorker(specs, Worker, make_transport)
+    else:
+        worker = Worker(specs[0])
     signal.signal(signal.SIGTERM, worker.stop)
     signal.signal(signal.SIGINT, worker.stop)
     worker.run()

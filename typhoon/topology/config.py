@@ -139,6 +139,11 @@ class TopologyConfig:
     migration_step: int = setting(
         4, "key groups per round of a rescale's migration, 0: all at once", _STEP
     )
+    chaining: bool = setting(
+        True,
+        "run `forward` edges' chains in one worker process (docs/topology.md, Chaining)",
+        {"type": "boolean"},
+    )
     locality: LocalityConfig | None = setting(
         None,
         "key-pair statistics for locality-aware routing (off when absent)",
@@ -168,6 +173,11 @@ class NodeConfig:
     )
     migration_step: int | None = setting(
         None, "this node's key groups per migration round (default: the topology's)", _STEP
+    )
+    chaining: bool | None = setting(
+        None,
+        "false: this node is chained to neither neighbour (default: the topology's)",
+        {"type": "boolean"},
     )
 
 

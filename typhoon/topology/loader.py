@@ -74,6 +74,7 @@ class _Builder:
             self.doc["name"], nodes, streams, dict(self.doc.get("config") or {}), self.filename
         )
         self.check_graph(topo)
+        self.check_forward(topo)
         self.compute_fields(topo)
         self.check_watermarks(topo)
         self.check_guarantee(topo)
@@ -309,6 +310,23 @@ class _Builder:
                     )
                 table[str(key)] = index
         return Grouping(gtype, fields, table), stream_name
+
+    def check_forward(self, topo: Topology) -> None:
+        """A ``forward`` stream pairs worker i of its source with worker i of its
+        destination (chained in one process when it can be, typhoon/topology/chaining.py)."""
+        for s in topo.streams:
+            if s.grouping.type != "forward":
+                continue
+            a, b = topo.nodes[s.src], topo.nodes[s.dst]
+            if a.parallelism != b.parallelism:
+                raise TopologyError(
+                    self.filename,
+                    s.line,
+                    f"stream '{s.src}' -> '{s.dst}' uses forward grouping, which pairs worker i "
+                    f"of '{s.src}' with worker i of '{s.dst}', but their parallelism differs "
+                    f"({a.parallelism} and {b.parallelism}); give both the same parallelism or "
+                    "use shuffle grouping",
+                )
 
     def check_graph(self, topo: Topology) -> None:
         import networkx as nx  # here, not at the top: a worker imports this module, never calls it

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-GROUPINGS = ("shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn")
+GROUPINGS = (
+    "shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn", "forward",
+)  # fmt: skip
 ENGINES = ("python", "spark")
 DEFAULT_STREAM = "default"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from typhoon.topology.keygroups import KEY_ROUTED, owners
-from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.topology.model import PhysicalTopology, Stream, Topology, WorkerAssignment
 
 
 @dataclass
@@ -72,15 +72,44 @@ def node_index(topology: Topology, node: str) -> int:
     return list(topology.nodes).index(node)
 
 
+def position(physical: PhysicalTopology, worker_id: int) -> int:
+    """Index of ``worker_id`` among its node's active workers (its own index if draining)."""
+    me = physical.by_id(worker_id)
+    ids = [w.worker_id for w in physical.active_of_node(me.node)]
+    return ids.index(worker_id) if worker_id in ids else me.index
+
+
+def forward_peer(physical: PhysicalTopology, worker_id: int, node: str) -> list[WorkerAssignment]:
+    """A ``forward`` stream's one partner of ``worker_id`` in ``node``: the worker at the
+    same position (none when ``node`` has fewer workers)."""
+    others = physical.active_of_node(node)
+    at = position(physical, worker_id)
+    return others[at : at + 1]
+
+
+def stream_pairs(
+    physical: PhysicalTopology, stream: Stream
+) -> list[tuple[WorkerAssignment, WorkerAssignment]]:
+    """(sender, receiver) pairs whose link ``stream`` may use: every pair, or for a
+    ``forward`` stream each sender with its partner."""
+    senders, receivers = physical.of_node(stream.src), physical.of_node(stream.dst)
+    if stream.grouping.type != "forward":
+        return [(u, v) for u in senders for v in receivers]
+    return [(u, v) for u in senders for v in forward_peer(physical, u.worker_id, stream.dst)]
+
+
 def routes_for(topology: Topology, physical: PhysicalTopology, worker_id: int) -> list[Route]:
     """Routes of every output stream of ``worker_id``, in stream order.
 
-    Draining receivers are left out: a reconfiguration is removing them.
+    Draining receivers are left out: a reconfiguration is removing them.  A
+    ``forward`` stream goes to the receiver at the sender's own position only.
     """
     me = physical.by_id(worker_id)
     routes = []
     for s in topology.outputs_of(me.node):
         receivers = physical.active_of_node(s.dst)
+        if s.grouping.type == "forward":
+            receivers = forward_peer(physical, worker_id, s.dst)
         hops = [w.worker_id for w in receivers]
         src_fields = list(topology.nodes[s.src].output_fields)
         key = [src_fields.index(f) for f in s.grouping.fields if f in src_fields]
@@ -114,7 +143,14 @@ def upstream_of(
     """
     me = physical.by_id(worker_id)
     return {
-        s.id: [w.worker_id for w in physical.active_of_node(s.src)]
+        s.id: [
+            w.worker_id
+            for w in (
+                forward_peer(physical, worker_id, s.src)
+                if s.grouping.type == "forward"
+                else physical.active_of_node(s.src)
+            )
+        ]
         for s in topology.inputs_of(me.node)
     }
 

@@ -1,0 +1,138 @@
+"""Operator chaining: which consecutive nodes run in one worker process (Flink's rule).
+
+A ``forward`` stream ``A -> B`` pairs worker i of A with worker i of B.  When it
+is the only output of A and the only input of B, both run the Python engine and
+neither the topology nor either node says ``chaining: false``, the edge needs no
+network: worker i of A and worker i of B run in one process (the chain's head
+hosts the others), tuples passing by function call (``typhoon.runtime.chain``).
+Every worker keeps its ID, its routes, its counters and its report, so a run's
+report is the same chained or not.
+
+Pure functions: the launchers (tcp runner, host agents) and the worker
+process compute the same chains from the same topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .model import PhysicalTopology, Stream, Topology
+
+CHAINING_OFF = "config: {chaining: false}"
+
+
+class ChainedError(ValueError):
+    """A reconfiguration needs an edge that runs as a function call (409 / exit 2)."""
+
+
+def chaining_on(topology: Topology, node: str) -> bool:
+    """The node's own ``chaining`` over the topology's (default: on)."""
+    own = (topology.nodes[node].config or {}).get("chaining")
+    if own is not None:
+        return bool(own)
+    return bool((topology.config or {}).get("chaining", True))
+
+
+def chainable(topology: Topology, stream: Stream) -> bool:
+    """True when ``stream`` runs as a function call inside one process."""
+    if stream.grouping.type != "forward":
+        return False
+    a, b = topology.nodes[stream.src], topology.nodes[stream.dst]
+    return (
+        a.parallelism == b.parallelism
+        and a.engine == b.engine == "python"
+        and len(topology.outputs_of(a.name)) == 1
+        and len(topology.inputs_of(b.name)) == 1
+        and chaining_on(topology, a.name)
+        and chaining_on(topology, b.name)
+    )
+
+
+def plan_chains(topology: Topology) -> list[list[str]]:
+    """Every chain of two or more nodes, head first, in the file order of their heads."""
+    nxt = {s.src: s.dst for s in topology.streams if chainable(topology, s)}
+    tails = set(nxt.values())
+    chains = []
+    for name in topology.nodes:
+        if name in nxt and name not in tails:
+            chain = [name]
+            while chain[-1] in nxt:
+                chain.append(nxt[chain[-1]])
+            chains.append(chain)
+    return chains
+
+
+def chained_nodes(topology: Topology) -> set[str]:
+    return {n for chain in plan_chains(topology) for n in chain}
+
+
+def chained_streams(topology: Topology) -> list[Stream]:
+    return [s for s in topology.streams if chainable(topology, s)]
+
+
+def chain_groups(topology: Topology, physical: PhysicalTopology) -> dict[int, list[int]]:
+    """Head worker ID -> the worker IDs one process runs, head first.
+
+    Instance i of a chain is the i-th active worker of each of its nodes.  An
+    instance whose workers are not all on one host (or not all there) is not
+    grouped: its edges go over the network like any other.
+    """
+    groups: dict[int, list[int]] = {}
+    for chain in plan_chains(topology):
+        per_node = [physical.active_of_node(n) for n in chain]
+        if len({len(ws) for ws in per_node}) != 1:
+            continue
+        for instance in zip(*per_node, strict=True):
+            if len({w.host for w in instance}) == 1:
+                groups[instance[0].worker_id] = [w.worker_id for w in instance]
+    return groups
+
+
+def hosted_by(topology: Topology, physical: PhysicalTopology) -> dict[int, int]:
+    """Worker ID -> the head whose process runs it, for every chained worker but heads."""
+    return {w: head for head, ws in chain_groups(topology, physical).items() for w in ws[1:]}
+
+
+def refuse_chained(topology: Topology, nodes: Iterable[str], what: str) -> None:
+    """Raise :class:`ChainedError` when ``what`` needs one of ``nodes`` unchained."""
+    chained = chained_nodes(topology)
+    hit = [n for n in nodes if n in chained]
+    if hit:
+        raise ChainedError(
+            f"{what} needs node '{hit[0]}' in a worker of its own, but it is chained to its "
+            f"forward neighbour in one process; set {CHAINING_OFF} on it (or the topology) "
+            "and resubmit"
+        )
+
+
+def refuse_chained_edge(topology: Topology, src: str, dst: str, what: str) -> None:
+    """Raise :class:`ChainedError` when the edge ``src -> dst`` runs as a function call."""
+    for s in chained_streams(topology):
+        if s.src == src and s.dst == dst:
+            raise ChainedError(
+                f"{what} needs the edge '{src}' -> '{dst}' on the network, but it runs as a "
+                f"function call inside one process; set {CHAINING_OFF} on '{src}' or "
+                f"'{dst}' (or the topology) and resubmit"
+            )
+
+
+def group_of(topology: Topology, physical: PhysicalTopology, worker_id: int) -> list[int]:
+    """The workers that share ``worker_id``'s process, head first (itself alone if none)."""
+    for ws in chain_groups(topology, physical).values():
+        if worker_id in ws:
+            return ws
+    return [worker_id]
+
+
+def refuse_observing(
+    topology: Topology, physical: PhysicalTopology, worker_id: int, direction: str
+) -> None:
+    """Raise :class:`ChainedError` when the live debugger would watch an edge of
+    ``worker_id`` that runs as a function call (no frame of it crosses the switch)."""
+    group = group_of(topology, physical, worker_id)
+    at = group.index(worker_id)
+    node = physical.by_id(worker_id).node
+    if direction in ("in", "both") and at > 0:
+        refuse_chained_edge(topology, physical.by_id(group[at - 1]).node, node, "watching")
+    if direction in ("out", "both") and at < len(group) - 1:
+        refuse_chained_edge(topology, node, physical.by_id(group[at + 1]).node, "watching")
