@@ -9,30 +9,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
-from typhoon.operators.ads import AdEventSource, ParseJson, Project
 from typhoon.operators.base import Bolt, Context, Emit, Operator, Spout, replayable
-from typhoon.operators.connectors import ConnectorError
-from typhoon.operators.engine_modules import engine_module
-from typhoon.operators.events import EventSource
-from typhoon.operators.file_sink import FileSink
-from typhoon.operators.files import FileSource
-from typhoon.operators.interval_join import IntervalJoin
-from typhoon.operators.joins import StreamJoin, WindowJoin
-from typhoon.operators.keyed import Digest, KeyedSource, SplitStreams
-from typhoon.operators.lookup import Lookup
-from typhoon.operators.nats_sink import NatsSink
-from typhoon.operators.nats_source import NatsSource
-from typhoon.operators.nexmark import NexmarkSource
-from typhoon.operators.pairs import CountForward, PairSource
-from typhoon.operators.postgres_sink import PostgresSink
-from typhoon.operators.redis_sink import RedisStreamSink
-from typhoon.operators.redis_source import RedisStreamSource
-from typhoon.operators.running import MaxByKey, RunningCount
-from typhoon.operators.sinks import Collect, CountByKey, KeyOrigins, SequenceCheck
-from typhoon.operators.sources import SentenceSource, SequenceSource
-from typhoon.operators.transforms import Busy, Filter, Identity, Map, SplitWords
-from typhoon.operators.windows import WindowAggregate
+from typhoon.operators.builtins import Builtins
+
+if TYPE_CHECKING:
+    from typhoon.operators.connectors import ConnectorError
 
 __all__ = [
     "BUILTINS",
@@ -54,43 +37,18 @@ class OperatorError(Exception):
     """An operator name that cannot be resolved; the message is one plain sentence."""
 
 
-BUILTINS: dict[str, type[Operator]] = {
-    "sequence_source": SequenceSource,
-    "sentence_source": SentenceSource,
-    "split_words": SplitWords,
-    "count_by_key": CountByKey,
-    "filter": Filter,
-    "map": Map,
-    "identity": Identity,
-    "busy": Busy,
-    "sequence_check": SequenceCheck,
-    "collect": Collect,
-    "key_origins": KeyOrigins,
-    "ad_event_source": AdEventSource,
-    "parse_json": ParseJson,
-    "project": Project,
-    "lookup": Lookup,
-    "keyed_source": KeyedSource,
-    "split_streams": SplitStreams,
-    "digest": Digest,
-    "file_source": FileSource,
-    "pair_source": PairSource,
-    "count_forward": CountForward,
-    "running_count": RunningCount,
-    "max_by_key": MaxByKey,
-    "window_aggregate": WindowAggregate,
-    "event_source": EventSource,
-    "window_join": WindowJoin,
-    "stream_join": StreamJoin,
-    "interval_join": IntervalJoin,
-    "redis_stream_source": RedisStreamSource,
-    "redis_stream_sink": RedisStreamSink,
-    "postgres_sink": PostgresSink,
-    "nexmark_source": NexmarkSource,
-    "file_sink": FileSink,
-    "nats_source": NatsSource,
-    "nats_sink": NatsSink,
-}
+# every built-in name -> its class, each module imported the first time a topology
+# uses one of its operators (a worker imports only its own: typhoon.operators.builtins)
+BUILTINS = Builtins()
+
+
+def __getattr__(name: str) -> Any:
+    """``ConnectorError`` on first use: its module (json, secrets) is not a worker's cost."""
+    if name == "ConnectorError":
+        from typhoon.operators.connectors import ConnectorError
+
+        return ConnectorError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def import_refusal(
@@ -141,6 +99,8 @@ def resolve_operator(name: str, engine: str | None = None) -> type[Operator]:
 
 
 def _engine_bolt(name: str, engine: str) -> type[Operator]:
+    from typhoon.operators.engine_modules import engine_module
+
     try:
         module = engine_module(engine)
     except ImportError as e:
@@ -157,6 +117,8 @@ def preflight(nodes: list[tuple[str, str, dict]]) -> None:
     """Submit time: each ``(node, operator, args)`` whose class can check its outside
     server (``preflight(args)``, connectors) does; ConnectorError names the first that
     cannot be used."""
+    from typhoon.operators.connectors import ConnectorError
+
     for node, operator, args in nodes:
         try:
             cls = resolve_operator(operator)

@@ -1,6 +1,15 @@
-"""Topologies: the YAML file a user writes, the checked model, and worker placement."""
+"""Topologies: the YAML file a user writes, the checked model, and worker placement.
 
-from .loader import TopologyError, load_topology, load_topology_text
+The loader (YAML, the schema, the operator registry) is imported on first use:
+a worker imports ``typhoon.topology.model`` and ``.config`` but never loads a
+file, and importing this package must not cost it the loader.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .model import (
     DEFAULT_STREAM,
     ENGINES,
@@ -13,7 +22,18 @@ from .model import (
     WorkerAssignment,
 )
 from .scheduler import app_id_for, reschedule, schedule, topological_order
-from .schema import expand_environment
+
+if TYPE_CHECKING:
+    from .loader import TopologyError, load_topology, load_topology_text
+    from .schema import expand_environment
+
+# name -> the submodule that defines it, imported when the name is first asked for
+_LAZY = {
+    "TopologyError": "loader",
+    "load_topology": "loader",
+    "load_topology_text": "loader",
+    "expand_environment": "schema",
+}
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -34,3 +54,12 @@ __all__ = [
     "schedule",
     "topological_order",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
