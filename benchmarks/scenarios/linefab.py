@@ -86,10 +86,12 @@ class LineFabric(Scenario):
         res = self.result(bench)
         runs: dict[tuple[Point, str], list[RunResult]] = {}
         flows: dict[tuple[Point, str], dict[str, Any]] = {}
-        for shape in SHAPES:  # one shape at a time: each has its own sdn cluster and tcp fabric
-            points = [Point(shape, pl, b) for pl in PLACEMENTS for b in params["batches"]]
-            for rnd in range(bench.repeats):
-                order = TRANSPORTS if rnd % 2 == 0 else TRANSPORTS[::-1]
+        # rounds outside, shapes inside (alternating which goes first), so drift in the
+        # machine's load hits both shapes alike; each shape change rebuilds the clusters
+        for rnd in range(bench.repeats):
+            order = TRANSPORTS if rnd % 2 == 0 else TRANSPORTS[::-1]
+            for shape in SHAPES if rnd % 2 == 0 else SHAPES[::-1]:
+                points = [Point(shape, pl, b) for pl in PLACEMENTS for b in params["batches"]]
                 for p in points:
                     for t in order:
                         result, seen = self._one(bench, p, t, params["count"], watch=rnd == 0)
@@ -265,5 +267,5 @@ class LineFabric(Scenario):
             "Setup: 4 emulated hosts, one userspace OVS bridge each, jumbo links; `sdn` workers on "
             "TAP ports under the Typhoon controller, `tcp` workers in Mininet hosts on the same "
             "shape of fabric. One run of each transport per point per round, alternating which "
-            "goes first."
+            "transport and which shape goes first; each shape change rebuilds both clusters."
         )
