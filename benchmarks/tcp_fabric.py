@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
@@ -69,12 +70,15 @@ class TcpFabric:
     namespace (the coordinator).
     """
 
-    def __init__(self, hosts: int = 3, prefix: str = "tyt", subnet: str = "10.213.0") -> None:
+    def __init__(
+        self, hosts: int = 3, prefix: str = "tyt", subnet: str = "10.213.0", shape: str = "mesh"
+    ) -> None:
         if not 1 <= hosts <= 200:
             raise ValueError("hosts must be in 1..200")
-        # the sdn emulation's plan, as a full mesh (the static rules below route over the
-        # direct link) with its own bridge names and datapath ids
-        self.plan = FabricPlan(hosts, "mesh", prefix=prefix, dpid_base=DPID_BASE)
+        # the sdn emulation's plan (a full mesh unless asked otherwise: the static rules
+        # below route over the shortest path, the direct link in a mesh) with its own
+        # bridge names and datapath ids
+        self.plan = FabricPlan(hosts, shape, prefix=prefix, dpid_base=DPID_BASE)
         self.n = hosts
         self.prefix = prefix
         self.subnet = subnet
@@ -152,7 +156,8 @@ class TcpFabric:
         _run("ip", "addr", "replace", f"{self.control_ip}/24", "dev", local)
 
     def _flows(self, switches: dict[int, OVSSwitch], hosts: dict[int, Host]) -> None:
-        """Per-destination rules on every bridge: to the local host, or the direct link."""
+        """Per-destination rules on every bridge: to the local host, or the link to the
+        next bridge on the shortest path (the direct link in a mesh)."""
         assert self.net is not None
         port: dict[tuple[str, str], int] = {}
         for link in self.net.links:
@@ -161,12 +166,15 @@ class TcpFabric:
                     port[(a.node.name, b.node.name)] = a.node.ports[a]
         local_mac = Path(f"/sys/class/net/{self.bridge(1)}/address").read_text().strip()
         self.control_mac = local_mac
+        hop = next_hops(self.plan)
         for i, sw in switches.items():
             rules = []
             for j, h in hosts.items():
-                out = port[(sw.name, h.name)] if i == j else port[(sw.name, switches[j].name)]
+                out = (
+                    port[(sw.name, h.name)] if i == j else port[(sw.name, switches[hop[i, j]].name)]
+                )
                 rules.append(f"priority=100,dl_dst={self.mac(j)},actions=output:{out}")
-            out_local = "LOCAL" if i == 1 else str(port[(sw.name, switches[1].name)])
+            out_local = "LOCAL" if i == 1 else str(port[(sw.name, switches[hop[i, 1]].name)])
             rules.append(f"priority=100,dl_dst={local_mac},actions=output:{out_local}")
             for rule in rules:
                 _run("ovs-ofctl", "-O", "OpenFlow13", "add-flow", sw.name, rule)
@@ -236,6 +244,18 @@ class FabricTcpCluster(TcpCluster):
 
     def control_address(self, host: str) -> tuple[str, int]:
         return (self.fabric.control_ip, self.server.getsockname()[1])
+
+
+def next_hops(plan: FabricPlan) -> dict[tuple[int, int], int]:
+    """(bridge i, destination bridge j) -> the bridge after i on a shortest path to j."""
+    graph: nx.Graph[int] = nx.Graph(plan.pairs())
+    graph.add_nodes_from(range(1, plan.hosts + 1))
+    hops = {}
+    for i, paths in nx.all_pairs_shortest_path(graph):
+        for j, path in paths.items():
+            if i != j:
+                hops[i, j] = path[1]
+    return hops
 
 
 def _run(*cmd: str) -> None:

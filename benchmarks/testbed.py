@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks.tcp_fabric import FabricTcpCluster, TcpFabric
-from mininet_env.fabric import FabricPlan
+from mininet_env.fabric import SHAPES, FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
 from typhoon.report import read_worker_reports
 from typhoon.tcp_cluster import RunOptions
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TRANSPORTS = ("sdn", "tcp")
 MAX_HOSTS = 3
+FABRIC_MAX_HOSTS = 4  # a run may ask for more hosts than the usual 3 (a 4-host line fabric)
 
 
 @dataclass
@@ -52,12 +53,15 @@ class RunSpec:
     timeout: float = 120.0
     label: str = ""
     bw_mbit: float | None = None  # sdn only: every fabric link shaped to this rate
+    shape: str = "mesh"  # how the hosts' bridges are linked (mininet_env.fabric.SHAPES)
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}")
-        if not 1 <= self.hosts <= MAX_HOSTS:
-            raise ValueError(f"hosts must be in 1..{MAX_HOSTS}")
+        if not 1 <= self.hosts <= FABRIC_MAX_HOSTS:
+            raise ValueError(f"hosts must be in 1..{FABRIC_MAX_HOSTS}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"fabric shape must be one of {', '.join(SHAPES)}")
         if self.bw_mbit is not None and self.transport != "sdn":
             raise ValueError("only the sdn transport's emulated fabric can be shaped")
 
@@ -128,6 +132,7 @@ class Testbed:
         self.sdn: EmulatedCluster | None = None
         self.sdn_hosts = 0
         self.sdn_bw_mbit: float | None = None
+        self.sdn_shape = "mesh"
         self.tcp: TcpFabric | None = None
         self.names = itertools.count(1)
         self.started_s: dict[str, float] = {}  # how long bringing each cluster up took
@@ -139,21 +144,26 @@ class Testbed:
 
     # ----- clusters ------------------------------------------------------------------------
 
-    def sdn_cluster(self, hosts: int, bw_mbit: float | None = None) -> EmulatedCluster:
-        """The sdn cluster with exactly ``hosts`` hosts and fabric links shaped to
-        ``bw_mbit`` (None: unshaped), replacing one of another size or shaping."""
-        if self.sdn is not None and (self.sdn_hosts, self.sdn_bw_mbit) == (hosts, bw_mbit):
+    def sdn_cluster(
+        self, hosts: int, bw_mbit: float | None = None, shape: str = "mesh"
+    ) -> EmulatedCluster:
+        """The sdn cluster with exactly ``hosts`` hosts linked as ``shape`` and fabric
+        links shaped to ``bw_mbit`` (None: unshaped), replacing one that differs."""
+        want = (hosts, bw_mbit, shape)
+        if self.sdn is not None and (self.sdn_hosts, self.sdn_bw_mbit, self.sdn_shape) == want:
             return self.sdn
         self.close_sdn()
         t0 = time.monotonic()
         tag = f"sdn-{hosts}h" + ("" if bw_mbit is None else f"-{bw_mbit:g}mbit")
+        tag += "" if shape == "mesh" else f"-{shape}"
         options = SdnRunOptions(
-            plan=FabricPlan(hosts=hosts, prefix=self.sdn_prefix, bw_mbit=bw_mbit),
+            plan=FabricPlan(hosts=hosts, shape=shape, prefix=self.sdn_prefix, bw_mbit=bw_mbit),
             live=False,
             workdir=self.workdir / tag,
         )
         cluster = start_cluster(options, self.out)
         self.sdn, self.sdn_hosts, self.sdn_bw_mbit = cluster, hosts, bw_mbit
+        self.sdn_shape = shape
         self.started_s[tag] = round(time.monotonic() - t0, 2)
         return cluster
 
@@ -178,17 +188,25 @@ class Testbed:
         self.started_s[f"apps-{tag}"] = round(time.monotonic() - t0, 2)
         return cluster
 
-    def tcp_fabric(self) -> TcpFabric:
+    def tcp_fabric(self, hosts: int = MAX_HOSTS, shape: str = "mesh") -> TcpFabric:
+        """The tcp baseline's fabric: at least ``hosts`` hosts (3 unless more are asked
+        for) linked as ``shape``, replacing one that is smaller or shaped otherwise."""
+        hosts = max(hosts, MAX_HOSTS)
+        if self.tcp is not None and (self.tcp.n < hosts or self.tcp.plan.shape != shape):
+            self.tcp.stop()
+            self.tcp = None
         if self.tcp is None:
             t0 = time.monotonic()
-            fabric = TcpFabric(MAX_HOSTS, prefix=self.tcp_prefix, subnet=self.subnet)
+            fabric = TcpFabric(hosts, prefix=self.tcp_prefix, subnet=self.subnet, shape=shape)
             try:
                 fabric.start()
             except BaseException:
                 fabric.stop()
                 raise
             self.tcp = fabric
-            self.started_s["tcp"] = round(time.monotonic() - t0, 2)
+            self.started_s[
+                "tcp" if (hosts, shape) == (MAX_HOSTS, "mesh") else f"tcp-{hosts}h-{shape}"
+            ] = round(time.monotonic() - t0, 2)
         return self.tcp
 
     def close_sdn(self) -> None:
@@ -247,7 +265,7 @@ class Testbed:
         return result
 
     def _run_sdn(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        cluster = self.sdn_cluster(spec.hosts, spec.bw_mbit)
+        cluster = self.sdn_cluster(spec.hosts, spec.bw_mbit, spec.shape)
         cluster.options.duration = spec.duration
         cluster.options.timeout = spec.timeout
         name = spec.topology.name
@@ -264,7 +282,7 @@ class Testbed:
         return report, read_worker_reports(cluster.report_dir(name))
 
     def _run_tcp(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        fabric = self.tcp_fabric()
+        fabric = self.tcp_fabric(spec.hosts, spec.shape)
         options = RunOptions(
             hosts=fabric.host_names()[: spec.hosts],
             bind=fabric.bind(),

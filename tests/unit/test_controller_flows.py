@@ -399,3 +399,58 @@ def test_link_order_does_not_matter(wordcount):
     c1 = mesh_cluster(3)
     c2 = Cluster(c1.hosts, list(reversed(c1.links)))
     assert compile_rules(wordcount, physical, c1) == compile_rules(wordcount, physical, c2)
+
+
+def test_transit_on_a_4_host_line_is_one_rule_per_bridge_per_direction():
+    """The linefab benchmark's placement (source h1, sink h4, idle bolts on h2 and h3):
+    every data frame and every credit crosses h2 and h3 by one exact-match TRANSIT rule
+    each, never the controller, so transit costs the datapath one lookup per frame and
+    holds a fixed number of rules whatever the traffic."""
+    topology = load_topology_text(
+        """
+name: linefab
+spouts:
+  - {id: source, operator: sequence_source}
+bolts:
+  - {id: pad2, operator: identity}
+  - {id: pad3, operator: identity}
+  - {id: sink, operator: sequence_check}
+streams:
+  - {from: source, to: sink, grouping: shuffle}
+  - {from: source, to: pad2, stream: idle, grouping: shuffle}
+  - {from: source, to: pad3, stream: idle, grouping: shuffle}
+"""
+    )
+    cluster = line_cluster(4)
+    physical, fabric = deploy(topology, cluster)
+    [source], [sink] = physical.of_node("source"), physical.of_node("sink")
+    assert (source.host, sink.host) == ("h1", "h4")
+    rules = compile_rules(topology, physical, cluster)
+    for u, v in ((source, sink), (sink, source)):
+        trace = fabric.send(u.host, frame(u, mac(v)))
+        assert_only_delivered_to(trace, v)
+        hops = [("h1", "h2"), ("h2", "h3"), ("h3", "h4")]
+        if u is sink:
+            hops = [(b, a) for a, b in reversed(hops)]
+        assert trace.links == Counter(dict.fromkeys(hops, 1))
+        for here in ("h2", "h3"):
+            hit = [
+                r
+                for r in rules[here]
+                if r.match_dict().get("eth_src") == mac(u)
+                and r.match_dict().get("eth_dst") == mac(v)
+                and parse_cookie(r.cookie).kind == RuleKind.TRANSIT
+            ]
+            assert len(hit) == 1 and hit[0].actions[0][0] == "output", here
+    # transit rules: h3 carries source <-> sink both ways, h2 also source <-> pad3
+    transit = {
+        h: sum(parse_cookie(r.cookie).kind == RuleKind.TRANSIT for r in rules[h])
+        for h in ("h2", "h3")
+    }
+    assert transit == {"h2": 4, "h3": 2}
+    assert not any(
+        OFPP_CONTROLLER in (a[1] for a in r.actions)
+        for h in ("h2", "h3")
+        for r in rules[h]
+        if r.match_dict().get("in_port") in (1, 2)  # the fabric ports of a line's middle
+    )
