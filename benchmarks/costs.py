@@ -149,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ap.add_argument("--rate", type=int, default=250, help="samples per second")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--keep", type=Path, help="keep py-spy's raw profiles in this directory")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="typhoon-costs-") as tmp:
-        results = [measure(t, args.batch_size, args.rate, Path(tmp)) for t in args.transport]
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        results = [measure(t, args.batch_size, args.rate, work) for t in args.transport]
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

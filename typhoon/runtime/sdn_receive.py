@@ -4,7 +4,8 @@ and handed to the framework in order, urgent control first.
 What arrives is decoded and checked (malformed frames, control not from the
 controller address, frames for another worker are counted and dropped), data
 goes through its link's receiver (:mod:`typhoon.runtime.links`) and waits in
-``pending`` unconsumed until handed out.
+``pending`` unconsumed until handed out.  Handed out, a run of one sender's frames
+on one data stream becomes one :class:`Inbound` (``transport.add_arrival``).
 
 A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
 (declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import links as lk
-from typhoon.runtime.transport import Inbound
+from typhoon.runtime.transport import Inbound, add_arrival
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Control, ControlTuple, Frame, Kind, WireError
 
@@ -236,7 +237,7 @@ class SdnReceiving(_Host):
                 if f.flags & ack_req:
                     rx.urgent.add(key)
             if payloads:
-                out.append(Inbound(src, f.stream, payloads))
+                add_arrival(out, src, f.stream, payloads)
         self.queued_at_take = self.pending_bytes
         # the ROUTINGs handed out go to the framework now; those still queued stay ahead
         self.routing_ahead.clear()
