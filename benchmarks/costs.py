@@ -30,12 +30,25 @@ TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
 _READABLE = ("SdnTransport._readable", "SdnReceiving._readable")
 _ENTRIES = ("Framework._entries", "OutputBatching._entries")
+# the strict row decoder and its depth check (typhoon/wire/rows.py)
+_DECODE = (
+    "decode_rows",
+    "decode_tuple",
+    "decode_value",
+    "unpack_rows",
+    "_unpack",
+    "_heads",
+    "_flat",
+    "_check_depth",
+    "_children",
+    "_has_timestamp",
+)
 # (layer, file suffix, function names or None for every function of the file), first match
 LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("msgpack encode", "typhoon/wire/rows.py", ("encode_rows",)),
     # py-spy names a method after the class of ``self`` or the one that defines it
     ("msgpack encode", "typhoon/runtime/output.py", _ENTRIES),
-    ("msgpack decode", "typhoon/wire/rows.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
+    ("msgpack decode", "typhoon/wire/rows.py", _DECODE),
     ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
     ("wait for input", "typhoon/runtime/sdn_receive.py", _READABLE),
     ("wait for input", "selectors.py", None),
