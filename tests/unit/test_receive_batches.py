@@ -12,9 +12,12 @@ import msgpack
 import pytest
 from test_framework import Recorder
 
+from typhoon.operators.ads import LatencyCollect, Project
 from typhoon.operators.base import Context
-from typhoon.operators.sinks import SequenceCheck
+from typhoon.operators.sinks import Collect, SequenceCheck
+from typhoon.operators.transforms import Filter
 from typhoon.runtime.framework import EOS_PAYLOAD, Framework
+from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import EOS_STREAM, MERGE_ENTRIES, Inbound, add_arrival
 from typhoon.runtime.watermarks import watermark_payload
@@ -200,3 +203,53 @@ def test_sequence_check_batches_after_a_restore_find_the_duplicates_above_highes
     again.restore(state)
     again.process_batch([[3, s, 0.0, b""] for s in range(50, 150)], None)
     assert again.duplicates == 50 and again.received == 200
+
+
+def _same_as_row_by_row(make, rows: list[list], fields: list[str], chunk: int = 37) -> tuple:
+    """What ``make()``'s process_batch emits and reports, against process row by row."""
+    ctx = Context("t", "n", 1, 0, 1, input_fields=fields)
+    one, batched = make(), make()
+    one.open(ctx)
+    batched.open(ctx)
+    assert batch_hook(batched) is not None
+    out_one: list = []
+    out_batched: list = []
+    for r in rows:
+        one.process(r, lambda v, stream="default": out_one.append(v))
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        batched.process_batch(part, lambda v, stream="default": out_batched.append(v))
+    assert out_one == out_batched
+    return one, batched, out_one
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"field": "auction", "modulo": 7, "equals": 0},
+        {"field": "auction", "values": [3, 5, "x"]},
+        {"field": "bidder", "equals": "b2"},
+    ],
+)
+def test_filter_batches_pass_what_process_passes_and_count_bad_values(args) -> None:
+    rows = [[a, f"b{a % 4}", a * 1.5] for a in range(300)]
+    rows[40][0] = "not a number"  # under modulo: counted and dropped, its batch row by row
+    rows[41][0] = True
+    one, batched, out = _same_as_row_by_row(
+        lambda: Filter(**args), rows, ["auction", "bidder", "price"]
+    )
+    assert out  # something passed
+    assert one.metrics() == batched.metrics()
+    if "modulo" in args:
+        assert batched.bad_value == 2
+
+
+def test_project_and_collect_batches_do_what_process_does() -> None:
+    rows = [[a, f"b{a}", a * 1.5, a % 3] for a in range(200)]
+    fields = ["auction", "bidder", "price", "k"]
+    _same_as_row_by_row(lambda: Project(fields=["price", "auction"]), rows, fields)
+    _same_as_row_by_row(lambda: Project(fields=["bidder"]), rows, fields)
+    one, batched, _ = _same_as_row_by_row(lambda: Collect(limit=50), rows, fields)
+    assert one.result() == batched.result() and batched.count == 200
+    assert len(batched.tuples) == 50
+    assert batch_hook(LatencyCollect()) is None  # overrides process only: row by row

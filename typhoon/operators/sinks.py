@@ -500,6 +500,12 @@ class Collect(Bolt):
         if len(self.tuples) < self.limit:
             self.tuples.append(values)
 
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        self.count += len(rows)
+        room = self.limit - len(self.tuples)
+        if room > 0:
+            self.tuples.extend(rows[:room])
+
     def snapshot(self) -> dict[str, Any]:
         return {"count": self.count, "tuples": list(self.tuples)}
 
