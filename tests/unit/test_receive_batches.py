@@ -1,7 +1,9 @@
-"""The receive path hands a run of one sender's frames to ``process_batch`` at once.
+"""The receive path hands every entry of a frame to ``process_batch`` at once.
 
-Runs end at control tuples and punctuation, so watermarks, anchors and end of
-stream keep their place between the rows; counts and errors stay per arrival.
+Punctuation (stream 0) and control arrive apart from data frames, so watermarks,
+anchors and end of stream keep their place between the batches; counts and
+errors stay per arrival.  Built-in operators' batch paths do what ``process``
+does row by row.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typhoon.operators.transforms import Filter
 from typhoon.runtime.framework import EOS_PAYLOAD, Framework
 from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import EOS_STREAM, MERGE_ENTRIES, Inbound, add_arrival
+from typhoon.runtime.transport import EOS_STREAM, Inbound
 from typhoon.runtime.watermarks import watermark_payload
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import Control, ControlTuple, encode_rows
+from typhoon.wire import ControlTuple, encode_rows
 
 FORWARD = """
 name: rows
@@ -42,39 +44,6 @@ streams:
 
 def _entry(first: int, n: int, src: int = 1) -> bytes:
     return encode_rows([[src, i, 0.0, b""] for i in range(first, first + n)])
-
-
-def test_a_run_of_one_senders_frames_becomes_one_arrival() -> None:
-    out: list = []
-    add_arrival(out, 1, 1, [b"a"])
-    add_arrival(out, 1, 1, [b"b", b"c"])  # the next frame of the run: joined
-    add_arrival(out, 2, 1, [b"d"])  # another sender
-    add_arrival(out, 2, 3, [b"e"])  # another stream
-    add_arrival(out, 2, EOS_STREAM, [b"p"])  # punctuation: never joined
-    add_arrival(out, 2, EOS_STREAM, [b"q"])
-    add_arrival(out, 2, 3, [b"f"])  # after punctuation: a new run
-    ct = ControlTuple(Control.SIGNAL, {})
-    out.append(ct)
-    add_arrival(out, 2, 3, [b"g"])  # after control: a new run
-    assert [(i.src, i.stream, i.payloads) for i in out if isinstance(i, Inbound)] == [
-        (1, 1, [b"a", b"b", b"c"]),
-        (2, 1, [b"d"]),
-        (2, 3, [b"e"]),
-        (2, EOS_STREAM, [b"p"]),
-        (2, EOS_STREAM, [b"q"]),
-        (2, 3, [b"f"]),
-        (2, 3, [b"g"]),
-    ]
-    assert out[6] is ct
-
-
-def test_a_run_is_cut_at_merge_entries_and_the_frames_list_is_not_shared() -> None:
-    out: list = []
-    frame_payloads = [b"x"]
-    for _ in range(MERGE_ENTRIES + 1):
-        add_arrival(out, 1, 1, frame_payloads)
-    assert [len(i.payloads) for i in out] == [MERGE_ENTRIES, 1]
-    assert frame_payloads == [b"x"]
 
 
 class Spy(SequenceCheck):
@@ -113,15 +82,17 @@ def test_punctuation_between_frames_keeps_its_place_between_batches() -> None:
     op = Spy()
     fw = _sink(op)
     src = next(iter(fw.upstream))
-    out: list = []
-    add_arrival(out, src, 1, [_entry(0, 30, src)])
-    add_arrival(out, src, 1, [_entry(30, 20, src), _entry(50, 10, src)])
-    add_arrival(out, src, EOS_STREAM, [watermark_payload(5000, False, 0, 1)])
-    add_arrival(out, src, 1, [_entry(60, 40, src)])
-    add_arrival(out, src, EOS_STREAM, [EOS_PAYLOAD])
+    out = [
+        Inbound(src, 1, [_entry(0, 30, src)]),
+        Inbound(src, 1, [_entry(30, 20, src), _entry(50, 10, src)]),  # one frame, two entries
+        Inbound(src, EOS_STREAM, [watermark_payload(5000, False, 0, 1)]),
+        Inbound(src, 1, [_entry(60, 40, src)]),
+        Inbound(src, EOS_STREAM, [EOS_PAYLOAD]),
+    ]
     _run_poll(fw, out)
     assert op.calls == [
-        ("rows", list(range(60))),
+        ("rows", list(range(30))),
+        ("rows", list(range(30, 60))),  # a frame's entries in one call
         ("wm", 5000),
         ("rows", list(range(60, 100))),
         ("wm", math.inf),  # end of stream: every window closes, then the flush

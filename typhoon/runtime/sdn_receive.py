@@ -4,8 +4,7 @@ and handed to the framework in order, urgent control first.
 What arrives is decoded and checked (malformed frames, control not from the
 controller address, frames for another worker are counted and dropped), data
 goes through its link's receiver (:mod:`typhoon.runtime.links`) and waits in
-``pending`` unconsumed until handed out.  Handed out, a run of one sender's frames
-on one data stream becomes one :class:`Inbound` (``transport.add_arrival``).
+``pending`` unconsumed until handed out.
 
 A mixin of :class:`typhoon.runtime.sdn.SdnTransport`, which holds the state it uses
 (declared, with the sibling mixins' methods it calls, in ``sdn_parts.py``).
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from typhoon import wire
 from typhoon.runtime import links as lk
-from typhoon.runtime.transport import Inbound, add_arrival
+from typhoon.runtime.transport import Inbound
 from typhoon.runtime.truesize import truesize
 from typhoon.wire import Control, ControlTuple, Frame, Kind, WireError
 
@@ -237,7 +236,7 @@ class SdnReceiving(_Host):
                 if f.flags & ack_req:
                     rx.urgent.add(key)
             if payloads:
-                add_arrival(out, src, f.stream, payloads)
+                out.append(Inbound(src, f.stream, payloads))
         self.queued_at_take = self.pending_bytes
         # the ROUTINGs handed out go to the framework now; those still queued stay ahead
         self.routing_ahead.clear()

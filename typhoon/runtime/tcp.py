@@ -37,7 +37,7 @@ from typhoon.runtime.tcp_framing import (
     encode_control_message,
     encode_message,
 )
-from typhoon.runtime.transport import Inbound, Transport, add_arrival
+from typhoon.runtime.transport import Inbound, Transport
 from typhoon.wire import ControlTuple, Kind, WireError
 
 __all__ = [
@@ -247,7 +247,7 @@ class TcpTransport(Transport):
                     continue
                 if not payloads:
                     continue
-            add_arrival(out, src.value, frame.stream, payloads)
+            out.append(Inbound(src.value, frame.stream, payloads))
 
     # ----- sending -------------------------------------------------------------------------
 

@@ -28,28 +28,6 @@ class Inbound:
     payloads: list[bytes]  # row-batch entries (typhoon.wire.encode_rows)
 
 
-# consecutive data frames of one sender on one stream, with nothing handed out between
-# them, go to the framework as one Inbound of up to this many entries: the operator gets
-# them in one ``process_batch`` call.  Punctuation (stream 0) and control end such a run.
-MERGE_ENTRIES = 64
-
-
-def add_arrival(out: list[Any], src: int, stream: int, payloads: list[bytes]) -> None:
-    """Append a data frame's entries to what a poll hands out, joining the previous
-    item when it is the same sender's data on the same stream (order is unchanged:
-    nothing was handed out between the two)."""
-    last = out[-1] if out else None
-    if (
-        type(last) is Inbound
-        and last.src == src
-        and last.stream == stream != EOS_STREAM
-        and len(last.payloads) < MERGE_ENTRIES
-    ):
-        last.payloads.extend(payloads)
-    else:
-        out.append(Inbound(src, stream, list(payloads)))
-
-
 @dataclass
 class IOStats:
     """I/O-layer counters reported in METRIC_RESP."""
