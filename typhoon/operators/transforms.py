@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from itertools import compress, repeat
-from operator import itemgetter
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
@@ -130,18 +128,24 @@ class Filter(Bolt):
             emit(values)
 
     def process_batch(self, rows: list[list], emit: Emit) -> None:
-        """:meth:`process` on a row batch: the test runs in C over the batch's column
-        (``map``, ``compress``), so only the rows that pass reach Python; a batch with
-        a value that is not an int under ``modulo`` goes row by row (counted there)."""
-        column = list(map(itemgetter(self.index), rows))
-        if self.modulo is not None:
-            if list(map(type, column)).count(int) != len(column):
-                for values in rows:
-                    self.process(values, emit)
-                return
-            column = list(map(int.__mod__, column, repeat(self.modulo, len(column))))
-        for values in compress(rows, map(self.accept.__contains__, column)):
-            emit(values)
+        """:meth:`process` on a row batch, the loop's state in locals (a pass in C with
+        ``map``/``compress`` measured slower: a slot wrapper call per value)."""
+        i, accept, m = self.index, self.accept, self.modulo
+        if m is None:
+            for values in rows:
+                if values[i] in accept:
+                    emit(values)
+            return
+        bad = 0
+        try:
+            for values in rows:
+                v = values[i]
+                if type(v) is not int:
+                    bad += 1
+                elif v % m in accept:
+                    emit(values)
+        finally:
+            self.bad_value += bad
 
     def metrics(self) -> dict[str, Any]:
         return {"filter_bad_value": self.bad_value} if self.modulo is not None else {}
