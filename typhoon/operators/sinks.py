@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import time
 import zlib
-from operator import itemgetter
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.seq_runs import mark_run
 
 
 class CountByKey(Bolt):
@@ -306,52 +306,17 @@ class SequenceCheck(Bolt):
         """:meth:`process` for a whole row batch: the same counts, bits and samples.
 
         A batch of one source's consecutive sequence numbers (what a link carries
-        in the common case) is checked as a whole (:meth:`_consecutive`); any other batch
-        row by row with the loop's state in locals."""
+        in the common case) is checked as a whole (``seq_runs.mark_run``); any
+        other batch row by row with the loop's state in locals."""
         isrc, iseq, its = self.idx
         before = self.received
-        if not self._consecutive(rows, isrc, iseq):
+        if not mark_run(self.bitmaps, self.highest, rows, isrc, iseq):
             self._rows(rows, isrc, iseq)
         self.received = before + len(rows)
         if self.received // self.TICK_EVERY != before // self.TICK_EVERY:
             self._mark_time()
         if its >= 0 and rows:
             self._sample(rows, its)
-
-    def _consecutive(self, rows: list[list], isrc: int, iseq: int) -> bool:
-        """Account for rows ``[src, a], [src, a+1], ...`` with a few passes in C and one
-        masked OR on the bitmap; False (nothing changed) for any other batch, or for
-        one that would count a duplicate or an out-of-order tuple."""
-        n = len(rows)
-        if n < 8:
-            return False
-        try:
-            seqs = list(map(itemgetter(iseq), rows))
-            srcs = list(map(itemgetter(isrc), rows))
-        except (IndexError, TypeError):
-            return False  # the row loop raises what process() would
-        a, src = seqs[0], srcs[0]
-        if type(a) is not int or a < 0 or srcs.count(src) != n:
-            return False
-        b = a + n - 1
-        if seqs[-1] != b or list(map(type, seqs)).count(int) != n or seqs != list(range(a, b + 1)):
-            return False
-        bm = self.bitmaps.get(src)
-        high = self.highest.get(src, -1)
-        if bm is not None and a <= high:  # behind what was seen: the row loop counts it
-            return False
-        if bm is None:
-            bm = self.bitmaps[src] = bytearray(1024)
-        lo, hi = a >> 3, b >> 3
-        if hi >= len(bm):
-            bm.extend(bytes(max(hi + 1 - len(bm), len(bm))))
-        chunk = int.from_bytes(bm[lo : hi + 1], "little")
-        mask = ((1 << n) - 1) << (a - 8 * lo)
-        if chunk & mask:  # a duplicate in there (bits above ``high``: after a restore)
-            return False
-        bm[lo : hi + 1] = (chunk | mask).to_bytes(hi + 1 - lo, "little")
-        self.highest[src] = b
-        return True
 
     def _rows(self, rows: list[list], isrc: int, iseq: int) -> None:
         """:meth:`process`'s checks on each row, with the loop's state in locals."""
