@@ -30,12 +30,25 @@ TOPOLOGY = ROOT / "topologies" / "forward.yaml"
 
 _READABLE = ("SdnTransport._readable", "SdnReceiving._readable")
 _ENTRIES = ("Framework._entries", "OutputBatching._entries")
+# the strict row decoder and its depth check (typhoon/wire/rows.py)
+_DECODE = (
+    "decode_rows",
+    "decode_tuple",
+    "decode_value",
+    "unpack_rows",
+    "_unpack",
+    "_heads",
+    "_flat",
+    "_check_depth",
+    "_children",
+    "_has_timestamp",
+)
 # (layer, file suffix, function names or None for every function of the file), first match
 LAYERS: list[tuple[str, str, tuple[str, ...] | None]] = [
     ("msgpack encode", "typhoon/wire/rows.py", ("encode_rows",)),
     # py-spy names a method after the class of ``self`` or the one that defines it
     ("msgpack encode", "typhoon/runtime/output.py", _ENTRIES),
-    ("msgpack decode", "typhoon/wire/rows.py", ("decode_rows", "decode_tuple", "_has_timestamp")),
+    ("msgpack decode", "typhoon/wire/rows.py", _DECODE),
     ("msgpack decode", "typhoon/runtime/framework.py", ("Framework._decode_entry",)),
     ("wait for input", "typhoon/runtime/sdn_receive.py", _READABLE),
     ("wait for input", "selectors.py", None),
@@ -149,9 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ap.add_argument("--rate", type=int, default=250, help="samples per second")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--keep", type=Path, help="keep py-spy's raw profiles in this directory")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="typhoon-costs-") as tmp:
-        results = [measure(t, args.batch_size, args.rate, Path(tmp)) for t in args.transport]
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        results = [measure(t, args.batch_size, args.rate, work) for t in args.transport]
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -257,6 +257,29 @@ def test_depth_limit_is_exact():
     assert n == 300 and depth(rows) == MAX_DEPTH
 
 
+def test_flat_rows_whose_bytes_look_like_headers_skip_the_walk_and_deep_ones_do_not(
+    monkeypatch,
+):
+    # floats and ints whose bytes are in the container-header ranges: the bound fails
+    rows = [[1, 0x9C9D9E9F + i, 0x9D9D9D9D9D9D9D9D + i / 1e9, b"\x9a" * 20] for i in range(200)]
+    data = wire.encode_rows(rows)
+    assert wire_rows._heads(data) - 199 > MAX_DEPTH
+    walked: list[int] = []
+    real = wire_rows._check_depth
+    monkeypatch.setattr(wire_rows, "_check_depth", lambda v, *a: walked.append(1) or real(v, *a))
+    assert wire.unpack_rows(data) == (rows, 200) and walked == []
+    # the same bytes with one row nested too deep: not flat, walked, refused
+    deep: list = [1]
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    with pytest.raises(WireError):
+        wire.unpack_rows(wire.encode_rows([*rows, deep]))
+    assert walked == [1]
+    # a row holding a map among flat rows is walked too (and is fine)
+    assert wire.unpack_rows(wire.encode_rows([*rows, [{"k": [1]}]]))[1] == 201
+    assert walked == [1, 1]
+
+
 # ----- nested values and mutated encodings (hypothesis) ----------------------------------
 
 SCALARS = (

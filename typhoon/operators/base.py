@@ -1,8 +1,8 @@
 """Application-layer operator API (paper Fig. 4, top layer).
 
 A bolt implements ``process(values, emit)``, and may implement
-``process_batch(rows, emit)`` as well: the framework then hands it every row
-batch that arrived in one call (same effect as ``process`` on each row in
+``process_batch(rows, emit)`` as well: the framework then hands it the rows of
+each arriving frame (every entry of it) in one call (same effect as ``process`` on each row in
 order, less interpreter overhead per tuple).  A spout implements
 ``next_batch(emit, max_count)``, and may implement ``next_rows(emit_rows,
 max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,

@@ -8,6 +8,7 @@ import zlib
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.seq_runs import mark_run
 
 
 class CountByKey(Bolt):
@@ -302,9 +303,23 @@ class SequenceCheck(Bolt):
                     self.stride *= 2
 
     def process_batch(self, rows: list[list], emit: Emit) -> None:
-        """:meth:`process` for a whole row batch, with the loop's state in locals."""
+        """:meth:`process` for a whole row batch: the same counts, bits and samples.
+
+        A batch of one source's consecutive sequence numbers (what a link carries
+        in the common case) is checked as a whole (``seq_runs.mark_run``); any
+        other batch row by row with the loop's state in locals."""
         isrc, iseq, its = self.idx
         before = self.received
+        if not mark_run(self.bitmaps, self.highest, rows, isrc, iseq):
+            self._rows(rows, isrc, iseq)
+        self.received = before + len(rows)
+        if self.received // self.TICK_EVERY != before // self.TICK_EVERY:
+            self._mark_time()
+        if its >= 0 and rows:
+            self._sample(rows, its)
+
+    def _rows(self, rows: list[list], isrc: int, iseq: int) -> None:
+        """:meth:`process`'s checks on each row, with the loop's state in locals."""
         bitmaps, highest = self.bitmaps, self.highest
         dups = ooo = 0
         src_seen, bm, high = None, None, -1
@@ -334,22 +349,23 @@ class SequenceCheck(Bolt):
             highest[src_seen] = high
         self.duplicates += dups
         self.out_of_order += ooo
-        self.received = before + len(rows)
-        if self.received // self.TICK_EVERY != before // self.TICK_EVERY:
-            self._mark_time()
-        if its >= 0:
-            # the same samples as process(): every stride-th tuple's latency
-            now = time.time()
-            tick, stride = self._tick, self.stride
-            for values in rows:
-                tick += 1
-                if tick >= stride:
-                    tick = 0
-                    self.latencies.append(now - values[its])
-                    if len(self.latencies) >= self.MAX_SAMPLES:
-                        self.latencies = self.latencies[::2]
-                        self.stride = stride = stride * 2
-            self._tick = tick
+
+    def _sample(self, rows: list[list], its: int) -> None:
+        """The same latency samples as :meth:`process`: every stride-th tuple's, found by
+        arithmetic instead of a step per row."""
+        now = time.time()
+        n, tick, stride = len(rows), self._tick, self.stride
+        latencies = self.latencies
+        i = max(0, stride - tick - 1)  # the first row that reaches the stride
+        last = -1
+        while i < n:
+            latencies.append(now - rows[i][its])
+            last = i
+            if len(latencies) >= self.MAX_SAMPLES:
+                latencies = self.latencies = latencies[::2]
+                stride = self.stride = stride * 2
+            i += stride
+        self._tick = tick + n if last < 0 else n - 1 - last
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the checks and the report read: bitmaps, counters, samples, timeline."""
@@ -448,6 +464,12 @@ class Collect(Bolt):
         self.count += 1
         if len(self.tuples) < self.limit:
             self.tuples.append(values)
+
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        self.count += len(rows)
+        room = self.limit - len(self.tuples)
+        if room > 0:
+            self.tuples.extend(rows[:room])
 
     def snapshot(self) -> dict[str, Any]:
         return {"count": self.count, "tuples": list(self.tuples)}

@@ -127,6 +127,26 @@ class Filter(Bolt):
         if v in self.accept:
             emit(values)
 
+    def process_batch(self, rows: list[list], emit: Emit) -> None:
+        """:meth:`process` on a row batch, the loop's state in locals (a pass in C with
+        ``map``/``compress`` measured slower: a slot wrapper call per value)."""
+        i, accept, m = self.index, self.accept, self.modulo
+        if m is None:
+            for values in rows:
+                if values[i] in accept:
+                    emit(values)
+            return
+        bad = 0
+        try:
+            for values in rows:
+                v = values[i]
+                if type(v) is not int:
+                    bad += 1
+                elif v % m in accept:
+                    emit(values)
+        finally:
+            self.bad_value += bad
+
     def metrics(self) -> dict[str, Any]:
         return {"filter_bad_value": self.bad_value} if self.modulo is not None else {}
 

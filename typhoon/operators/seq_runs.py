@@ -1,0 +1,51 @@
+"""A run of consecutive sequence numbers checked off a bitmap at once.
+
+``sequence_check`` keeps one bit per sequence number and source; what a link
+carries is, batch after batch, one source's consecutive numbers.  Such a batch
+needs no step per row: a few passes in C find the run, one masked OR marks it.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+MIN_RUN = 8  # shorter batches go row by row: the passes would cost more
+
+
+def mark_run(
+    bitmaps: dict[Any, bytearray], highest: dict[Any, int], rows: list[list], isrc: int, iseq: int
+) -> bool:
+    """Mark rows ``[src, a], [src, a+1], ...`` in ``src``'s bitmap, and ``a+n-1`` as its
+    highest; False, with nothing changed, for any other batch, and for one that
+    would count a duplicate or an out-of-order tuple (the caller's row loop counts
+    those, so the figures are exactly what one row at a time gives)."""
+    n = len(rows)
+    if n < MIN_RUN:
+        return False
+    try:
+        seqs = list(map(itemgetter(iseq), rows))
+        srcs = list(map(itemgetter(isrc), rows))
+    except (IndexError, TypeError):
+        return False  # the row loop raises what one row at a time would
+    a, src = seqs[0], srcs[0]
+    if type(a) is not int or a < 0 or srcs.count(src) != n:
+        return False
+    b = a + n - 1
+    if seqs[-1] != b or list(map(type, seqs)).count(int) != n or seqs != list(range(a, b + 1)):
+        return False
+    bm = bitmaps.get(src)
+    if bm is not None and a <= highest.get(src, -1):  # behind what was seen
+        return False
+    if bm is None:
+        bm = bitmaps[src] = bytearray(1024)
+    lo, hi = a >> 3, b >> 3
+    if hi >= len(bm):
+        bm.extend(bytes(max(hi + 1 - len(bm), len(bm))))
+    chunk = int.from_bytes(bm[lo : hi + 1], "little")
+    mask = ((1 << n) - 1) << (a - 8 * lo)
+    if chunk & mask:  # a duplicate in there (bits above the highest: after a restore)
+        return False
+    bm[lo : hi + 1] = (chunk | mask).to_bytes(hi + 1 - lo, "little")
+    highest[src] = b
+    return True
