@@ -8,7 +8,7 @@ whose workers stay overloaded for ``up_window`` seconds gets more workers; one
 that stays idle for the longer ``down_window`` gets fewer; never outside
 ``[min_parallelism, max_parallelism]``, never more than ``max_step`` at once,
 and not again before ``cooldown`` seconds passed.  The decisions themselves are
-in ``controller/autoscaler.py``; this file feeds it and acts.
+in ``controller/autoscaling/autoscaler.py``; this file feeds it and acts.
 
 A scale is a stable update through the controller's reconfiguration executor
 (``core.reconfigure``, the same path as ``POST /typhoon/apps/NAME/scale``), so
@@ -19,7 +19,7 @@ what it would do.  Every decision is logged with its reason and kept for
 ``GET /typhoon/autoscaler`` (or ``/typhoon/apps/NAME/autoscaler``).
 
 Settings: section ``[autoscaler]`` of the Ryu config file, declared once by
-``ScaleSettings`` in ``controller/autoscaler.py``
+``ScaleSettings`` in ``controller/autoscaling/autoscaler.py``
 (``controller/settings.py``); the table is in ``docs/autoscaler.md``.
 
 A spark node only scales up: when it stays idle the app logs a "keep" with
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, TyphoonApp, report_rest, start_ticks
-from controller.autoscaler import (
+from controller.autoscaling.autoscaler import (
     Decision,
     NodeScaler,
     ScaleSettings,

@@ -5,7 +5,7 @@ says so within milliseconds (OFPPortStatus, raised by the core as
 ``EventWorkerDown``).  The app then, in this order:
 
 1. sends ROUTING to the dead worker's senders with routes that leave it out
-   (``controller/fault_detector.py``), right in the event handler: every tuple a sender
+   (``controller/recovery/fault_detector.py``), right in the event handler: every tuple a sender
    writes to the dead port until then is lost, so this is the step timed
    (``reroute_ms``, from the port event to the last PacketOut written);
    the load-balancer app drops the worker from its select group on the same
@@ -20,7 +20,7 @@ says so within milliseconds (OFPPortStatus, raised by the core as
    rules, sends UPSTREAM to the replacement, then ROUTING with it to the
    senders (a replaced source is ACTIVATEd).
 
-All of it is the state machine in ``controller/fault_detector_machine.py``;
+All of it is the state machine in ``controller/recovery/fault_detector_machine.py``;
 this file only feeds it Ryu's events and timers.
 
 The fallback: a worker whose METRIC_RESP stopped arriving for
@@ -28,7 +28,7 @@ The fallback: a worker whose METRIC_RESP stopped arriving for
 the new physical topology leaves it out), unless a receiver of it is silent or
 being failed over too: a sender waiting for a hung receiver's credit does not
 answer either, and only the receiver is dead.  Silence counts only while
-other workers are heard (``controller/fault_detector.py``, ``Heartbeats``): a stalled
+other workers are heard (``controller/recovery/fault_detector.py``, ``Heartbeats``): a stalled
 controller has heard nobody.  A worker its agent saw crash
 (non-zero exit) stays watched, so a missed port event is still caught.  With
 ``port_events = false`` the heartbeat is the only detector: the Storm-like
@@ -45,7 +45,7 @@ Without this app the core still recovers applications that ask for a processing
 guarantee, with the same machine and settings; with it, this app handles them all.
 
 Settings: section ``[fault_detector]`` of the Ryu config file, declared once by
-``FaultSettings`` in ``controller/fault_detector.py``
+``FaultSettings`` in ``controller/recovery/fault_detector.py``
 (``controller/settings.py``); the table is in ``docs/fault_detector.md``.
 """
 
@@ -55,14 +55,14 @@ from typing import Any
 
 from controller.app_support import EventTick, TyphoonApp, start_ticks, start_timer
 from controller.events import EventWorkerDown, EventWorkerMetrics
-from controller.fault_detector import FaultSettings
-from controller.fault_detector_machine import FaultMachine
 from controller.framework.ryu_compat import (
     event,
     require_app,
     set_ev_cls,
 )
 from controller.options import read_settings, register_settings
+from controller.recovery.fault_detector import FaultSettings
+from controller.recovery.fault_detector_machine import FaultMachine
 from controller.services import services
 from controller.settings import CoreSettings
 

@@ -1,6 +1,6 @@
 """Live debugger (paper §4, §6.2 Fig. 12, Table 5): ``ryu-manager apps/live_debugger.py``.
 
-``typhoon debug attach NAME WORKER`` asks this app (REST, controller/debug_rest.py)
+``typhoon debug attach NAME WORKER`` asks this app (REST, controller/debugging/debug_rest.py)
 to observe one worker's input, output or both.  The app writes a session key
 for the worker's host; that host's agent starts a debug worker and plugs its
 TAP into the bridge; when the switch reports the new port up, the app adds a
@@ -13,7 +13,7 @@ CLI reads.  Detach (or any ending) drops the overlay, so the next reconcile puts
 the original rules back, and deletes the key, so the agent stops the worker.
 
 Settings: section ``[live_debugger]`` of the Ryu config file, declared once by
-``Limits`` in ``controller/debugger.py``
+``Limits`` in ``controller/debugging/debugger.py``
 (``controller/settings.py``); the table is in ``docs/live_debugger.md``.
 """
 
@@ -25,8 +25,8 @@ import time
 from typing import Any
 
 from controller.app_support import EventTick, TyphoonApp, start_ticks
-from controller.debug_rest import DebugRest
-from controller.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
+from controller.debugging.debug_rest import DebugRest
+from controller.debugging.debugger import DebugError, DebugSessions, Limits, Session, resolve_worker
 from controller.events import EventTopologyChanged
 from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,

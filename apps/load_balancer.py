@@ -15,7 +15,7 @@ window per stream (``typhoon/runtime/lb_credits.py``), as lossless as a link's.
 Every ``interval`` seconds the app recomputes each node's weights from its
 workers' METRIC_RESPs (processing time per tuple, queue depth) and the switch's
 port statistics (frames dropped toward a worker, port down)
-(``controller/load_balancer.py``).  It installs new weights only when a share moves
+(``controller/load_balancing/balancer.py``).  It installs new weights only when a share moves
 by more than ``threshold`` points, logs every decision with its reason, and
 warns when the achieved split (bucket counters) is more than ``warn`` points
 from the configured one.  A worker whose port goes down leaves the group at
@@ -23,7 +23,7 @@ once.  ``GET /typhoon/lb`` (or ``/typhoon/apps/NAME/lb``) shows configured
 versus achieved split per node.
 
 Settings: section ``[load_balancer]`` of the Ryu config file, declared once by
-``LbSettings`` in ``controller/load_balancer.py``
+``LbSettings`` in ``controller/load_balancing/balancer.py``
 (``controller/settings.py``); the table is in ``docs/load_balancer.md``.
 """
 
@@ -47,8 +47,8 @@ from controller.framework.ryu_compat import (
     require_app,
     set_ev_cls,
 )
-from controller.load_balancer import Decision, LbSettings, NodeBalancer, fmt_split
-from controller.load_balancer_senders import SenderSwitch
+from controller.load_balancing.balancer import Decision, LbSettings, NodeBalancer, fmt_split
+from controller.load_balancing.senders import SenderSwitch
 from controller.options import read_settings, register_settings
 from controller.rules.groups import Balanced, balanced_streams, compile_lb_all, parse_group_id
 from controller.services import Services, Source, services

@@ -3,7 +3,7 @@
 On ``POST /typhoon/apps/NAME/locality`` (``typhoon locality NAME``), or every
 ``interval`` seconds, it collects the key-pair counts of the application's
 counting node (``config: {locality: ...}``) from METRIC_RESPs, partitions the
-key graph over the hosts (``controller/locality.py``) and installs the tables
+key graph over the hosts (``controller/locality/router.py``) and installs the tables
 as ``direct`` groupings on the node's input and output streams, one stable
 reroute after the other (a keyed receiver hands each key whose worker changes
 to its new owner with its state, docs/keyed_state.md; only ``stateful: true``
@@ -11,10 +11,10 @@ receivers are flushed).  ``GET /typhoon/apps/NAME/locality`` (or
 ``/typhoon/locality``) shows the last run: the plan (table sizes, predicted
 local pair weight against today's routing) and the measured fraction of the
 node's output tuples that crossed hosts before the switch and since.  The
-steps are in ``controller/locality_job.py``; this file only wires them.
+steps are in ``controller/locality/job.py``; this file only wires them.
 
 Settings: section ``[locality]`` of the Ryu config file, declared once by
-``RouterSettings`` in ``controller/locality_job.py`` (table in ``docs/locality.md``).
+``RouterSettings`` in ``controller/locality/job.py`` (table in ``docs/locality.md``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from controller.framework.ryu_compat import (
     route,
     set_ev_cls,
 )
-from controller.locality import LocalityError
-from controller.locality_job import LocalityJob, RouterSettings, periodic_due
+from controller.locality.job import LocalityJob, RouterSettings, periodic_due
+from controller.locality.router import LocalityError
 from controller.options import read_settings, register_settings
 from controller.rest import API, PREFIX, ApiError, TyphoonRest, handler
 from controller.services import services

@@ -3,7 +3,7 @@
 A topology with ``config: guarantee`` is only as good as the recovery behind it:
 without one, a SIGKILLed worker stops the job, whatever the checkpoints hold.
 So the core runs the fault detector's state machine
-(``controller/fault_detector_machine.py``) itself, for guaranteed applications
+(``controller/recovery/fault_detector_machine.py``) itself, for guaranteed applications
 only, whenever ``apps/fault_detector.py`` is not loaded.  Loaded, that app
 handles every application (guaranteed ones included) and this part stays idle:
 one machine acts on a dead worker, never two.  The settings are the app's
@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from controller.app_support import list_rest, start_timer
-from controller.fault_detector import FaultSettings, no_recovery
-from controller.fault_detector_machine import FaultMachine
 from controller.framework.ryu_compat import event, lookup_service_brick, set_ev_cls
 from controller.options import read_settings, register_settings
+from controller.recovery.fault_detector import FaultSettings, no_recovery
+from controller.recovery.fault_detector_machine import FaultMachine
 from controller.services import Services
 from typhoon.checkpoint.progress import guaranteed
 

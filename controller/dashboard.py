@@ -14,7 +14,7 @@ Stream rates come from the receiving workers: each receiver's input rate (the
 core's, from two successive METRIC_RESPs) is split over its input streams in
 proportion to the tuples it has received on each, which is exact for a node with
 one input stream.  Debug sessions carry no tuples: reading those needs the token
-(``controller/debug_rest.py``), and the page asks for them with it.
+(``controller/debugging/debug_rest.py``), and the page asks for them with it.
 """
 
 from __future__ import annotations

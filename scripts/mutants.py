@@ -88,7 +88,7 @@ MUTANTS = (
     Mutant(
         "equal-lb-weights",
         "the load balancer gives every live worker the same weight",
-        "controller/load_balancer.py",
+        "controller/load_balancing/balancer.py",
         "            weights[wid] = weight\n",
         "            weights[wid] = 1.0\n",
         ("tests/unit/test_balancer.py",),

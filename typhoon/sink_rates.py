@@ -1,6 +1,6 @@
 """How fast a failure's sinks are back: time from detection to 80% of their rate before.
 
-An incident (``controller/fault_detector.py`` on sdn, ``typhoon/tcp_recovery.py`` on
+An incident (``controller/recovery/fault_detector.py`` on sdn, ``typhoon/tcp_recovery.py`` on
 tcp) says how long its recovery cost the results, not only how long its steps took.
 The rule, pure so it is unit-tested and both transports and the benchmarks apply
 the same one:

@@ -1,7 +1,7 @@
 """``typhoon run --transport tcp --locality AT``: the locality router's run on a tcp job.
 
 The same job as ``apps/locality_router.py`` runs on sdn
-(``controller/locality_job.py``: fresh pair statistics from the counting node's
+(``controller/locality/job.py``: fresh pair statistics from the counting node's
 workers, ``compute_plan``, the two ``direct`` reroutes one after the other, then
 the measurement), driven by the tcp run loop instead of the Ryu app's timer.  Each
 reroute is the sdn plan run by the tcp coordinator's executor
@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from controller.locality import LocalityError, find_chain
-from controller.locality_job import LocalityJob, RouterSettings
+from controller.locality.job import LocalityJob, RouterSettings
+from controller.locality.router import LocalityError, find_chain
 from typhoon.topology.model import Topology
 from typhoon.wire import Control, ControlTuple
 
@@ -101,7 +101,7 @@ class TcpLocality:
         self.job.step(self, now)
 
     def report(self) -> dict[str, Any]:
-        """The locality job's report (``controller/locality_job.py``), or why none ran."""
+        """The locality job's report (``controller/locality/job.py``), or why none ran."""
         if self.job is None:
             return {"phase": "not started", "reason": f"the run ended before {self.at:g} s"}
         return self.job.report(self)

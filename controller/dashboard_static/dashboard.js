@@ -1,6 +1,6 @@
 // Typhoon dashboard: polls GET /typhoon/dashboard (controller/dashboard.py) once a second
 // and draws it with plain SVG; the buttons call the controller's REST API
-// (controller/rest.py, controller/debug_rest.py) with the X-Typhoon-Token header.
+// (controller/rest.py, controller/debugging/debug_rest.py) with the X-Typhoon-Token header.
 // Every text from the server goes in through textContent, never as HTML.
 "use strict";
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from harness import emulated_cluster, ryu_apps, stacks_of, wait
 
-from controller.fault_detector import FaultSettings
+from controller.recovery.fault_detector import FaultSettings
 from mininet_env.run import EmulatedCluster
 from typhoon.report import read_worker_reports
 from typhoon.runtime.sdn import DEFAULT_CREDIT_TIMEOUT_S

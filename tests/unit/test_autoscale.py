@@ -1,10 +1,11 @@
-"""Autoscaler decisions (controller/autoscaler.py) on synthetic metric streams and a fake clock."""
+"""Autoscaler decisions (controller/autoscaling/autoscaler.py) on synthetic metric streams
+and a fake clock."""
 
 from dataclasses import replace
 
 import pytest
 
-from controller.autoscaler import (
+from controller.autoscaling.autoscaler import (
     NodeScaler,
     ScaleSettings,
     WorkerLoad,

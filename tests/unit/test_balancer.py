@@ -1,10 +1,17 @@
-"""Weights of a balanced node from metrics and switch counters (controller.load_balancer)."""
+"""Weights of a balanced node from metrics and switch counters
+(controller.load_balancing.balancer)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.load_balancer import MAX_TRIMS, LbSettings, NodeBalancer, normalize, tuples_in
+from controller.load_balancing.balancer import (
+    MAX_TRIMS,
+    LbSettings,
+    NodeBalancer,
+    normalize,
+    tuples_in,
+)
 
 FAST, FAST2, SLOW = 3, 4, 5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.timeline import CounterLog, cv, dip, mean_rate, tick_rates
-from controller.fault_detector import crashed
+from controller.recovery.fault_detector import crashed
 
 
 def test_counter_log_interpolates_sums_workers_and_skips_repeats():

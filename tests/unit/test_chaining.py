@@ -282,7 +282,7 @@ def test_an_update_that_would_form_a_chain_is_refused():
 
 
 def test_the_live_debugger_refuses_a_chained_edge():
-    from controller.debugger import DebugError, DebugSessions, Limits
+    from controller.debugging.debugger import DebugError, DebugSessions, Limits
 
     t = topo()
     phys = schedule(t, ["h1"], 5, 100)

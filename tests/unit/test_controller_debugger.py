@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.debugger import (
+from controller.debugging.debugger import (
     DebugError,
     DebugSessions,
     Limits,

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from webob import Request
 
 import typhoon_cli as cli
-from controller.fault_detector import FaultSettings, no_recovery
 from controller.framework.ryu_compat import WSGIApplication
 from controller.reconfigure import Registry
+from controller.recovery.fault_detector import FaultSettings, no_recovery
 from controller.rest import MAX_BODY, TyphoonRest
 from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo
@@ -575,7 +575,7 @@ def guarded(core):
 
     from apps.locality_router import LocalityRest
     from controller.app_support import list_rest, report_rest
-    from controller.debug_rest import DebugRest
+    from controller.debugging.debug_rest import DebugRest
     from controller.rest import set_read_tokens
 
     wsgi = WSGIApplication()

@@ -12,9 +12,9 @@ import pytest
 from webob import Request
 
 from controller.dashboard import MAX_DECISIONS, MAX_INCIDENTS, Inputs, Reports, gather, snapshot
-from controller.fault_detector import Incident
 from controller.framework.ryu_compat import WSGIApplication
 from controller.reconfigure import Registry
+from controller.recovery.fault_detector import Incident
 from controller.rest import DASHBOARD_DIR, DASHBOARD_FILES, TyphoonRest
 from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, FabricLink, HostInfo

@@ -10,8 +10,8 @@ import logging
 import pytest
 from webob import Request
 
-from controller.debug_rest import DebugRest
-from controller.debugger import DebugError
+from controller.debugging.debug_rest import DebugRest
+from controller.debugging.debugger import DebugError
 from controller.framework.ryu_compat import WSGIApplication
 from typhoon.client import ApiCallError
 from typhoon.debug.spec import KEY_HEADER

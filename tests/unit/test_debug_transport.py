@@ -167,7 +167,7 @@ class FakeServices:
 def live_debugger(c, monkeypatch):
     """The app without Ryu's machinery: its sessions, and the core replaced."""
     from apps.live_debugger import LiveDebugger
-    from controller.debugger import DebugSessions, Limits
+    from controller.debugging.debugger import DebugSessions, Limits
 
     app = LiveDebugger.__new__(LiveDebugger)
     app.sessions = DebugSessions(Limits())
@@ -178,7 +178,7 @@ def live_debugger(c, monkeypatch):
 
 
 def start_session(app, c, url: str = ""):
-    from controller.debugger import Session
+    from controller.debugging.debugger import Session
 
     s = spec(url)
     session = Session(s, 1, 100, 0.0, 0.0)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from controller.fault_detector import FaultSettings
-from controller.fault_detector_machine import FaultMachine
+from controller.recovery.fault_detector import FaultSettings
+from controller.recovery.fault_detector_machine import FaultMachine
 from controller.rules.dead_addresses import PRIO_DEAD_ADDRESS
 from controller.rules.view import AppView
 from typhoon.coordinator import WorkerStatus

@@ -1,4 +1,5 @@
-"""The fault detector's decisions (controller/fault_detector.py) on the Fig. 10 wordcount."""
+"""The fault detector's decisions (controller/recovery/fault_detector.py) on the Fig. 10
+wordcount."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.fault_detector import (
+from controller.recovery.fault_detector import (
     Heartbeats,
     failover,
     held_up_by_receivers,

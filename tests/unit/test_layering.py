@@ -16,6 +16,10 @@ reader, and it is how loops came back).
 in pure Python and imports nothing else of ``controller/`` and no Ryu or os-ken;
 ``controller/framework/`` (the Ryu/os-ken boundary) imports nothing else of
 ``controller/`` either (no arrow back up from a room to the glue that uses it).
+Each app's policy is a room too (``load_balancing/``, ``autoscaling/``, ``locality/``,
+``debugging/``, ``recovery/``): it may use the two rooms below and the few shared
+modules it names (its settings, the task runner, the REST conventions), never the
+core, its services or another app's room; only the debugger's REST routes touch Ryu.
 
 Inside ``typhoon/`` the subpackages and top-level modules have layers too
 (:data:`TYPHOON_LAYERS`): the wire format below all, then the host utilities, the
@@ -73,6 +77,18 @@ FRAMEWORKS = {"ryu", "os_ken", "eventlet", "webob"}
 # and whether the room may import a framework.  controller/rules/ computes what a
 # switch should hold in pure Python; controller/framework/ is the Ryu/os-ken boundary.
 ROOMS = {"rules": False, "framework": True}
+# Each app's policy room: the parts of controller/ outside it that it may import
+# (the rooms below it and the shared modules named), and whether it may import a
+# framework.  The core (core.py, core_recovery.py, services.py) and the app shells
+# (apps/) import these rooms, never the reverse.
+APP_ROOMS: dict[str, tuple[bool, frozenset[str]]] = {
+    "load_balancing": (False, frozenset({"rules", "settings"})),
+    "autoscaling": (False, frozenset({"settings"})),
+    "locality": (False, frozenset({"settings"})),
+    "recovery": (False, frozenset({"rules", "settings", "waits"})),
+    # debug_rest.py: the debugger's routes on the core's REST conventions (rest.py)
+    "debugging": (True, frozenset({"rules", "framework", "settings", "rest"})),
+}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -91,23 +107,32 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def room_offences(path: Path, room: str, framework_ok: bool) -> list[str]:
+def room_offences(
+    path: Path, room: str, framework_ok: bool, may_use: frozenset[str] = frozenset()
+) -> list[str]:
     """What a module of ``controller/<room>/`` must not import: a relative name (so the
-    check cannot be dodged), any part of ``controller/`` outside its room, and (unless the
-    room is the framework boundary) Ryu/os-ken/eventlet/webob."""
+    check cannot be dodged), any part of ``controller/`` outside its room and the parts
+    it ``may_use``, and (unless the room is allowed a framework) Ryu/os-ken/eventlet/webob."""
     bad = []
     for name in sorted(imported_modules(path)):
+        part = name.partition(".")[2].split(".")[0]
         if name.startswith("."):
             bad.append(f"{name} (relative: name the module)")
         elif name.split(".")[0] in FRAMEWORKS and not framework_ok:
             bad.append(name)
-        elif name.split(".")[0] == "controller" and name.partition(".")[2].split(".")[0] != room:
+        elif name.split(".")[0] == "controller" and part != room and part not in may_use:
             bad.append(name)
     return bad
 
 
+def room_rules() -> dict[str, tuple[bool, frozenset[str]]]:
+    return {**{room: (ok, frozenset()) for room, ok in ROOMS.items()}, **APP_ROOMS}
+
+
 ROOM_CASES = [
-    (room, path) for room in ROOMS for path in sorted((ROOT / "controller" / room).rglob("*.py"))
+    (room, path)
+    for room in room_rules()
+    for path in sorted((ROOT / "controller" / room).rglob("*.py"))
 ]
 
 
@@ -115,8 +140,14 @@ ROOM_CASES = [
     ("room", "path"), ROOM_CASES, ids=[str(p.relative_to(ROOT)) for _, p in ROOM_CASES]
 )
 def test_a_room_imports_nothing_of_controller_above_it(room, path):
-    bad = room_offences(path, room, ROOMS[room])
+    framework_ok, may_use = room_rules()[room]
+    bad = room_offences(path, room, framework_ok, may_use)
     assert not bad, f"{path.relative_to(ROOT)}: {bad}"
+
+
+def test_every_package_of_controller_is_a_known_room():
+    folders = {p.parent.name for p in (ROOT / "controller").glob("*/*.py")}
+    assert folders == set(room_rules()), "a new room of controller/ needs its rule here"
 
 
 def test_the_rooms_hold_the_rule_compilers_and_the_boundary():
@@ -124,6 +155,22 @@ def test_the_rooms_hold_the_rule_compilers_and_the_boundary():
     rules = {"flows", "groups", "meters", "mirror", "cookies", "composer", "reconcile"}
     assert {("rules", n) for n in rules} <= names
     assert {("framework", n) for n in ("ryu_compat", "osken_wsgi", "backend")} <= names
+
+
+def test_each_app_policy_lives_in_its_room():
+    names = {(room, p.stem) for room, p in ROOM_CASES}
+    assert {
+        ("load_balancing", "balancer"),
+        ("load_balancing", "senders"),
+        ("autoscaling", "autoscaler"),
+        ("locality", "router"),
+        ("locality", "job"),
+        ("debugging", "debugger"),
+        ("recovery", "fault_detector"),
+        ("recovery", "fault_detector_machine"),
+    } <= names
+    flat = {p.stem for p in (ROOT / "controller").glob("*.py")}
+    assert not flat & {"load_balancer", "autoscaler", "locality", "debugger", "fault_detector"}
 
 
 def test_the_room_check_sees_glue_framework_and_relative_imports(tmp_path):
@@ -143,6 +190,11 @@ def test_the_room_check_sees_glue_framework_and_relative_imports(tmp_path):
         "controller.ofp",
         "controller.ofp.flow_mod",
         "os_ken.cfg",
+    ]
+    assert room_offences(f, "framework", True, frozenset({"rules", "ofp"})) == [
+        ".cookies (relative: name the module)",
+        "controller",
+        "controller.core",
     ]
     assert room_offences(f, "framework", framework_ok=True) == [
         ".cookies (relative: name the module)",

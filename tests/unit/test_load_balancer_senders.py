@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
-from controller.load_balancer_senders import SenderSwitch
+from controller.load_balancing.senders import SenderSwitch
 from controller.rules.groups import Balanced
 from typhoon.topology.model import WorkerAssignment
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.locality import compute_plan, find_chain, reroutes, routed_index
+from controller.locality.router import compute_plan, find_chain, reroutes, routed_index
 from typhoon.reconfig import plan
 from typhoon.runtime.keyed_state import KeyNotOwned, keyed_states
 from typhoon.runtime.policies import Router

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.locality import (
+from controller.locality.job import FRESH_WAIT_S, LocalityJob, RouterSettings
+from controller.locality.router import (
     LocalityError,
     compute_plan,
     crossing,
@@ -20,7 +21,6 @@ from controller.locality import (
     routed_index,
     sent_links,
 )
-from controller.locality_job import FRESH_WAIT_S, LocalityJob, RouterSettings
 from controller.rules.view import AppView
 from typhoon.operators.pairs import pair_tuple
 from typhoon.reconfig import Reroute
@@ -286,7 +286,7 @@ def test_benchmark_workload_installs_the_planned_tables_on_the_spread_placement(
 
 
 def test_periodic_runs_only_when_on_counting_idle_and_the_interval_passed():
-    from controller.locality_job import periodic_due
+    from controller.locality.job import periodic_due
 
     on = RouterSettings(interval_s=30.0)
     assert not periodic_due(RouterSettings(), None, True, True, False, 100.0)  # off by default

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from webob import Request
 
-from controller.fault_detector import Incident
 from controller.framework.ryu_compat import WSGIApplication
 from controller.metrics import SparkTotals, exposition, registry
+from controller.recovery.fault_detector import Incident
 from controller.rest import TyphoonRest
 from controller.rules.view import ClusterView
 from typhoon.cluster import Cluster, HostInfo

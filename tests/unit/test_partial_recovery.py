@@ -1,4 +1,4 @@
-"""Partial rollback as the controller runs it (``controller/partial_recovery.py``): the
+"""Partial rollback as the controller runs it (``controller/recovery/partial_recovery.py``): the
 ROLLBACK each worker gets, what the incident says, and the fallback to region
 rollback when a sender's buffers do not reach back (reported, or found at replay)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.partial_recovery import PartialRecoveries
+from controller.recovery.partial_recovery import PartialRecoveries
 from typhoon.checkpoint.regions import GLOBAL, REGION
 from typhoon.checkpoint.store import CheckpointStore
 from typhoon.topology import load_topology, schedule

@@ -1,4 +1,4 @@
-"""Region failover in the fault detector's machine (``controller/region_recovery.py``):
+"""Region failover in the fault detector's machine (``controller/recovery/region_recovery.py``):
 a job of three independent pipelines under ``exactly_once``; a failure rolls back
 only its pipeline, from that pipeline's newest checkpoint, and the other workers
 are never sent anything."""

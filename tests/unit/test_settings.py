@@ -10,11 +10,11 @@ from typing import ClassVar
 
 import pytest
 
-from controller.autoscaler import ScaleSettings
-from controller.debugger import Limits
-from controller.fault_detector import FaultSettings
-from controller.load_balancer import LbSettings
-from controller.locality_job import RouterSettings
+from controller.autoscaling.autoscaler import ScaleSettings
+from controller.debugging.debugger import Limits
+from controller.load_balancing.balancer import LbSettings
+from controller.locality.job import RouterSettings
+from controller.recovery.fault_detector import FaultSettings
 from controller.settings import CoreSettings, docs_table, from_section, options, setting
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.autoscaler import NodeScaler, ScaleSettings, spark_window_signal
+from controller.autoscaling.autoscaler import NodeScaler, ScaleSettings, spark_window_signal
 from typhoon.engine_services import EngineServices, with_planned_args
 from typhoon.reconfig import ReconfigError, Remove, Scale, Swap, plan
 from typhoon.topology import load_topology_text, schedule

@@ -440,7 +440,7 @@ class LocalityCluster(ModelCluster):
 def test_the_locality_router_on_a_tcp_run_moves_keys_exactly_under_exactly_once(seed):
     """``--locality``: the real pair counters of the count workers, the sdn locality job
     (plan and two direct reroutes), the tcp executor, a kill right after the move."""
-    from controller.locality_job import RouterSettings
+    from controller.locality.job import RouterSettings
     from typhoon_cli.tcp_locality import TcpLocality
 
     net = TcpNet(seed)

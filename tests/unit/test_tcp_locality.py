@@ -1,5 +1,5 @@
 """``typhoon run --transport tcp --locality AT`` (typhoon_cli/tcp_locality.py): the
-locality router's job of sdn (``controller/locality_job.py``) driven by the tcp run loop,
+locality router's job of sdn (``controller/locality/job.py``) driven by the tcp run loop,
 its reroutes run by the tcp executor against a fake tcp cluster whose workers ack every
 control tuple (the real processes: tests/runtime/test_guaranteed_rescale_tcp.py)."""
 
@@ -11,7 +11,7 @@ import pytest
 from test_tcp_reconfig import RUNNING, FakeCluster
 
 import typhoon_cli
-from controller.locality_job import RouterSettings
+from controller.locality.job import RouterSettings
 from typhoon.tcp_reconfig import Rescaler
 from typhoon.topology import load_topology_text
 from typhoon_cli import UsageError, locality_run

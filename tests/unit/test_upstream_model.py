@@ -31,7 +31,7 @@ from test_guarantee_model import (
     play,
 )
 
-from controller.fault_detector import without
+from controller.recovery.fault_detector import without
 from typhoon.checkpoint.partial import PARTIAL, downstream_closure, partial_rollback
 from typhoon.checkpoint.progress import recovery_point
 from typhoon.checkpoint.regions import roll_back, worker_edges

@@ -17,7 +17,7 @@ The physical topology records it per worker (``PhysicalTopology.worker_generatio
 a replacement starts in its region's generation from its region's epoch, the
 core's catch-up ROLLBACK and COMPLETE compare each worker with its own region.
 Pure functions of the topology; the controller acts on them
-(``controller/region_recovery.py``).
+(``controller/recovery/region_recovery.py``).
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         Not what was read ahead since, while the framework works through what it
         took and serves urgent control between slices: a METRIC_RESP answered in
         the middle of a slice would count data that the next poll takes at once,
-        and the load balancer's weights (``controller/load_balancer.py``, its queue
+        and the load balancer's weights (``controller/load_balancing/balancer.py``, its queue
         term) moved with every answer.  Frames still in the TAP device's queue are
         not counted: the tun driver does not answer FIONREAD (EINVAL).
         """

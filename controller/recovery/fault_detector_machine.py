@@ -3,7 +3,7 @@
 Fed with events (a worker's port went down, a METRIC_RESP, a timer) and the
 time, it decides and acts through the controller's services
 (``controller/services.py``); the decisions themselves are the pure functions
-of ``controller/fault_detector.py``.  A dead worker is handled in steps:
+of ``controller/recovery/fault_detector.py``.  A dead worker is handled in steps:
 
 1. ``fail``: ROUTING without it to its senders, at once, in the event handler
    (every tuple written to the dead port until then is lost);
@@ -14,10 +14,10 @@ of ``controller/fault_detector.py``.  A dead worker is handled in steps:
    replacement first (its senders as they are now), then ROUTING with it to
    its senders, ACTIVATE for a source, ROLLBACK under a processing guarantee.
 
-This module detects and does step 1; steps 2 and 3 are ``controller/fault_failover.py``
+This module detects and does step 1; steps 2 and 3 are ``controller/recovery/fault_failover.py``
 (the recovery generation, ROLLBACK and resuming after a controller restart are in
-``controller/fault_recovery.py``), what the machine needs of the controller is
-``controller/fault_core.py``.
+``controller/recovery/fault_recovery.py``), what the machine needs of the controller is
+``controller/recovery/fault_core.py``.
 
 The waits are checks the app's timer asks (``step``), never sleeps, so every
 change happens on the app's event loop and the unit tests drive it with a
@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from controller.acks import send_routes
-from controller.fault_core import Core
-from controller.fault_detector import (
+from controller.recovery.acks import send_routes
+from controller.recovery.fault_core import Core
+from controller.recovery.fault_detector import (
     LIVE,
     FaultSettings,
     Heartbeats,
@@ -43,7 +43,7 @@ from controller.fault_detector import (
     reroute,
     senders_to,
 )
-from controller.fault_failover import Failover
+from controller.recovery.fault_failover import Failover
 from controller.rules.composer import Source
 from controller.rules.dead_addresses import dead_address_rules
 from controller.waits import Task, Tasks

@@ -1,6 +1,6 @@
 """Failover under a processing guarantee: recovery generations, ROLLBACK, and resuming.
 
-A part of the fault detector's state machine (``controller/fault_detector_machine.py``):
+A part of the fault detector's state machine (``controller/recovery/fault_detector_machine.py``):
 under ``at_least_once`` or ``exactly_once`` a replacement starts a new generation
 from the newest global checkpoint that verifies, and every other live worker
 rolls back to it (``docs/guarantees.md``).  After a controller restart, an
@@ -14,11 +14,11 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any
 
-from controller.acks import all_acked, send_routes
-from controller.fault_core import Core
-from controller.fault_detector import FaultSettings, Incident
-from controller.partial_recovery import PARTIAL, PartialRecovery
-from controller.region_recovery import RegionRecovery
+from controller.recovery.acks import all_acked, send_routes
+from controller.recovery.fault_core import Core
+from controller.recovery.fault_detector import FaultSettings, Incident
+from controller.recovery.partial_recovery import PARTIAL, PartialRecovery
+from controller.recovery.region_recovery import RegionRecovery
 from controller.waits import WAIT, Check, Task, Tasks
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.progress import guaranteed, recovery_point
@@ -49,7 +49,7 @@ class GuaranteedRecovery(RegionRecovery, PartialRecovery):
         """The replacement's physical topology starts a new generation (after every one
         used so far) for the failed worker's failover region, from the newest checkpoint
         of that region's workers whose parts all verify (a corrupt one: the one before);
-        the other regions stay in theirs (``controller/region_recovery.py``)."""
+        the other regions stay in theirs (``controller/recovery/region_recovery.py``)."""
         generation = after + 1
         rollback = self._rollback_set(topology, physical, incident, replacement)
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.debugger import DebugError
+from controller.debugging.debugger import DebugError
 from controller.framework.ryu_compat import ControllerBase, route
 from controller.rest import PREFIX, ApiError, TyphoonRest, handler, read_json
 from typhoon.debug.spec import KEY_HEADER

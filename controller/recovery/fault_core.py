@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from controller import acks
+from controller.recovery import acks
 
 
 class Core(acks.Core, Protocol):

@@ -1,6 +1,6 @@
 """Region failover: a failure rolls back only the failover regions it touched.
 
-A part of the fault detector's recovery (``controller/fault_recovery.py``), for
+A part of the fault detector's recovery (``controller/recovery/fault_recovery.py``), for
 guaranteed applications whose workers fall into more than one failover region
 (``typhoon/checkpoint/regions.py``: the connected components of the worker
 graph).  The replacement's region restores the newest checkpoint complete for
@@ -17,12 +17,12 @@ import logging
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from controller.fault_detector import Incident
+from controller.recovery.fault_detector import Incident
 from typhoon.checkpoint.regions import RollbackSet, replayed_since, rollback_set
 from typhoon.wire import Control, ControlTuple
 
 if TYPE_CHECKING:
-    from controller.fault_core import Core
+    from controller.recovery.fault_core import Core
     from controller.waits import Check
 
 

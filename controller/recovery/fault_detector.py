@@ -372,14 +372,14 @@ class Incident:
     restore_epoch: int | None = None
     rolled_back: list[int] = field(default_factory=list)
     rolled_back_ms: float | None = None
-    # region failover (controller/region_recovery.py): "region" when only the failed
+    # region failover (controller/recovery/region_recovery.py): "region" when only the failed
     # worker's failover region rolls back, "global" when that region is the whole job;
     # region: its workers (the replacement included); replayed: source worker -> tuples
     # it emitted again after its rollback (from its METRIC_RESP)
     rollback: str = ""
     region: list[int] = field(default_factory=list)
     replayed: dict[int, int] = field(default_factory=dict)
-    # partial rollback (controller/partial_recovery.py): "partial" in ``rollback``, region:
+    # partial rollback (controller/recovery/partial_recovery.py): "partial" in ``rollback``, region:
     # the failed worker and its downstream closure; replayers: sender -> members it resent
     # its output buffers to; fallback: why a partial app took the region path instead
     replayers: dict[int, list[int]] = field(default_factory=dict)

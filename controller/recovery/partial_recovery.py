@@ -14,7 +14,7 @@ a plan that cannot be partial falls back to region rollback
 which path was taken and why.
 
 ``PartialRecovery`` runs it in the fault detector's machine
-(``controller/fault_recovery.py``) for applications with ``partial_rollback:
+(``controller/recovery/fault_recovery.py``) for applications with ``partial_rollback:
 true``; docs/guarantees.md "Partial rollback".
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.fault_detector import FaultSettings, Incident
+from controller.recovery.fault_detector import FaultSettings, Incident
 from controller.waits import WAIT, Check
 from typhoon.checkpoint import CheckpointError, open_store
 from typhoon.checkpoint.partial import (
@@ -40,7 +40,7 @@ from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
 if TYPE_CHECKING:
-    from controller.fault_core import Core
+    from controller.recovery.fault_core import Core
 
 CANNOT_REPLAY = -2  # ``backup_from`` of a worker whose buffers cannot replay at all
 IN_FLIGHT = ("rerouting", "replacing")  # an incident whose recovery has not finished

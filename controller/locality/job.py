@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from controller.locality import (
+from controller.locality.router import (
     Chain,
     LocalityError,
     compute_plan,

@@ -1,11 +1,11 @@
 """Steps 2 and 3 of a failover: replace the dead worker, then route to the replacement.
 
-A part of the fault detector's state machine (``controller/fault_detector_machine.py``
+A part of the fault detector's state machine (``controller/recovery/fault_detector_machine.py``
 detects and reroutes at once; this is the slow part it starts as a task): await the
 senders' acks and the agent's exit status, write the physical topology with a
 replacement, tell its receivers, and once it is attached route its senders to it
 (under a guarantee, after a new recovery generation and ROLLBACK:
-``controller/fault_recovery.py``).  Each wait is a check (``controller/waits.py``)
+``controller/recovery/fault_recovery.py``).  Each wait is a check (``controller/waits.py``)
 the machine's fast timer asks, never a sleep.
 """
 
@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from controller.acks import send_each, send_routes
-from controller.fault_core import Core
-from controller.fault_detector import (
+from controller.recovery.acks import send_each, send_routes
+from controller.recovery.fault_core import Core
+from controller.recovery.fault_detector import (
     LIVE,
     Incident,
     failover,
@@ -26,7 +26,7 @@ from controller.fault_detector import (
     rejoin,
     silent_host,
 )
-from controller.fault_recovery import GuaranteedRecovery
+from controller.recovery.fault_recovery import GuaranteedRecovery
 from controller.waits import WAIT, Check, Task
 from typhoon.checkpoint.progress import guaranteed
 from typhoon.wire import Control, ControlTuple
