@@ -37,6 +37,7 @@ import pytest
 from harness import emulated_cluster, wait
 from test_forced_loss import link_between
 from test_guarantees import checkpointed, exact, reference
+from test_partial_rollback import wordcount
 
 from benchmarks.recovery_size import pipelines_yaml
 from mininet_env.run import EmulatedCluster
@@ -56,21 +57,6 @@ def cluster(tmp_path_factory):
     config = "metrics_interval = 0.25\n[fault_detector]\nheartbeat_timeout = 15.0\n"
     with emulated_cluster(tmp_path_factory.mktemp("double"), "pd", apps=(), config=config) as c:
         yield c
-
-
-def wordcount(c: EmulatedCluster, store: Path):
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = f"pd{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=SENTENCES, rate=RATE)
-    t.config.update(
-        guarantee="exactly_once",
-        checkpoint_interval_ms=500,
-        checkpoint_store=str(store),
-        partial_rollback=True,
-    )
-    c.submit(t)
-    c.wait_active(t.name)
-    return t, t.name
 
 
 def ready(c: EmulatedCluster, name: str, store: Path) -> dict[int, str]:

@@ -13,6 +13,7 @@ import math
 import msgpack
 import pytest
 from test_framework import Recorder
+from test_row_batches import FORWARD
 
 from typhoon.operators.ads import LatencyCollect, Project
 from typhoon.operators.base import Context
@@ -25,21 +26,6 @@ from typhoon.runtime.transport import EOS_STREAM, Inbound
 from typhoon.runtime.watermarks import watermark_payload
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import ControlTuple, encode_rows
-
-FORWARD = """
-name: rows
-spouts:
-  - id: source
-    operator: sequence_source
-    args: {count: 10}
-bolts:
-  - id: sink
-    operator: sequence_check
-streams:
-  - from: source
-    to: sink
-    grouping: shuffle
-"""
 
 
 def _entry(first: int, n: int, src: int = 1) -> bytes:
