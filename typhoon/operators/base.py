@@ -3,7 +3,11 @@
 A bolt implements ``process(values, emit)``, and may implement
 ``process_batch(rows, emit)`` as well: the framework then hands it the rows of
 each arriving frame (every entry of it) in one call (same effect as ``process`` on each row in
-order, less interpreter overhead per tuple).  A spout implements
+order, less interpreter overhead per tuple), and ``process_rows(rows, emit_rows)``,
+which the framework then calls instead of both: ``emit_rows(rows,
+stream="default")`` routes a list of tuples at once (same effect as ``emit`` on
+each in order), for a bolt that emits several tuples per input row, whose
+per-tuple routing would dominate its cost.  A spout implements
 ``next_batch(emit, max_count)``, and may implement ``next_rows(emit_rows,
 max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,
 stream="default")`` routes a list of tuples at once (same effect as ``emit`` on

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Context, Emit, Spout
@@ -250,3 +251,12 @@ class SentenceSource(CountingSpout):
             emit([s])
             self.emitted += 1
         return True
+
+    def next_rows(self, emit_rows: Emit, max_count: int) -> bool:
+        """:meth:`next_batch` with one ``emit_rows`` call for the whole chunk."""
+        assert self._it is not None, "open() not called"
+        rows = [[s] for s in islice(self._it, max_count)]
+        if rows:
+            emit_rows(rows)
+            self.emitted += len(rows)
+        return len(rows) == max_count

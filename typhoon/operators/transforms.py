@@ -64,6 +64,15 @@ class SplitWords(Bolt):
         for w in values[0].split():
             emit([w])
 
+    def process_rows(self, rows: list[list], emit_rows: Emit) -> None:
+        """Every sentence's words, routed as one list (what ``process`` emits, in order)."""
+        if self.service.cost > 0:
+            for values in rows:
+                self.service.pay()
+                emit_rows([[w] for w in values[0].split()])
+            return
+        emit_rows([[w] for values in rows for w in values[0].split()])
+
 
 class Identity(Bolt):
     """Passes every tuple on unchanged (fields too)."""

@@ -36,7 +36,7 @@ from typhoon.operators.base import Bolt, Context, Operator, Spout
 from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
-from typhoon.runtime.hooks import batch_hook
+from typhoon.runtime.hooks import batch_hook, rows_hook
 from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
@@ -165,6 +165,7 @@ class Framework(
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
         self.set_batch_size(spec.batch_size)  # and the rows that finish a batch (send_at)
         self._process_batch = batch_hook(operator)
+        self._process_rows = rows_hook(operator)  # emits lists of rows (emit_rows)
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")
         self.keyed = keyed_states(topo, spec.physical, me.worker_id)
@@ -303,6 +304,8 @@ class Framework(
         bolt = cast(Bolt, self.op)  # a spout gets no rows
         if self.pairs is not None:
             self.pairs.run(rows, bolt.process, self._process_batch, self.emit)
+        elif self._process_rows is not None:
+            self._process_rows(rows, self.emit_rows)
         elif self._process_batch is not None:
             self._process_batch(rows, self.emit)
         else:

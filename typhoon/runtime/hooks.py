@@ -26,3 +26,12 @@ def batch_hook(
     if depth(name) <= depth(plain):
         return getattr(operator, name, None)
     return None
+
+
+def rows_hook(operator: Operator) -> Callable[..., Any] | None:
+    """A bolt's ``process_rows(rows, emit_rows)``, if the framework may call it for a
+    batch: defined at least as far down the class hierarchy as ``process`` and as
+    ``process_batch`` (a subclass that overrides either is never bypassed)."""
+    if batch_hook(operator, "process_rows", "process") is None:
+        return None
+    return batch_hook(operator, "process_rows", "process_batch")

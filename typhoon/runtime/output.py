@@ -77,8 +77,9 @@ class OutputBatching(_Host):
         order, with the per-tuple work of the common policies done per list.
 
         Round-robin and single-receiver policies deal the rows out by slices (row i
-        goes where the i-th call of ``emit`` would have sent it); the others route
-        row by row.
+        goes where the i-th call of ``emit`` would have sent it), a one-field fields
+        grouping by key (``Router.by_key``: each receiver's rows in their order, one
+        append of them to its batch); the others route row by row.
         """
         n = len(rows)
         if not n:
@@ -92,9 +93,13 @@ class OutputBatching(_Host):
             if r.plain:
                 hops = r.dealt(n)
                 if hops is None:  # a policy that looks at the values
-                    emit = self.emit_one
-                    for values in rows:
-                        emit(r, values)
+                    dealt = r.by_key(rows) if r.one_key else None
+                    if dealt is None:
+                        emit = self.emit_one
+                        for values in rows:
+                            emit(r, values)
+                    else:
+                        self._keyed_rows(r, dealt, n)
                     continue
                 r.emitted += n
                 if not hops:
@@ -117,6 +122,18 @@ class OutputBatching(_Host):
                 continue
             self.serializations += n
             self._buffer_rows((-1 - r.route.lb_node, sid), rows)
+
+    def _keyed_rows(self, r: Router, dealt: list[tuple[int, list[list[Any]]]], n: int) -> None:
+        """Buffer ``n`` rows a fields router dealt to their receivers (``Router.by_key``)."""
+        r.emitted += n
+        sid = r.sid
+        for dst, part in dealt:
+            if dst < 0:
+                for values in part:
+                    self._unrouted(r, values)
+                continue
+            self.serializations += len(part)
+            self._buffer_rows((dst, sid), part)
 
     def emit_one(self, r: Router, values: list[Any]) -> None:
         """:meth:`emit` for one router of a stream (a unicast policy)."""

@@ -8,13 +8,16 @@ A fields router remembers the receiver of recent one-field keys (a key's group
 is a pure function of the key, its receiver a function of the group table,
 which a router never changes: a new table is a new router, with an empty
 cache), so a hot key costs one dict look-up instead of packing and hashing.
+For a list of rows at once (``by_key``) it remembers, per recent string key, where
+its receiver's rows go, so the rows are dealt to their receivers by C loops.
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
-from operator import itemgetter
+from operator import call, itemgetter
 from typing import Any
 
 from typhoon.topology.keygroups import stable_hash
@@ -44,7 +47,8 @@ class Router:
 
     __slots__ = (
         "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
-        "emitted", "switched", "plain", "groups", "g", "sid", "key_of", "cache",
+        "emitted", "switched", "plain", "groups", "g", "sid", "key_of", "cache", "bins",
+        "adders", "one_key",
     )  # fmt: skip
 
     def __init__(self, route: Route, emitted: int = 0, switch_balancing: bool = False) -> None:
@@ -64,6 +68,9 @@ class Router:
             itemgetter(*self.fields) if self.fields else _no_key
         )
         self.cache: dict[str | int | bytes, int] = {}  # one-field key -> receiver
+        # by_key: the rows of one call per receiver, and each recent string key's bin
+        self.bins: dict[int, list[list[Any]]] = {}
+        self.adders: dict[str, Callable[[list[Any]], None]] = {}
         self.broadcast = route.policy == "all"
         # the switch's select group picks the receiver (sdn policy, load-balancer app on)
         self.switched = route.policy == "sdn" and bool(route.balanced) and switch_balancing
@@ -73,6 +80,7 @@ class Router:
         self.emitted = emitted  # tuples routed on this stream (kept across ROUTING updates)
         # one method per policy, chosen once: select() runs for every tuple
         self.select = self._none if not self.n else self._pick_select(route.policy)
+        self.one_key = self.select == self._field  # by_key applies
 
     def _pick_select(self, policy: str) -> Callable[[list[Any]], int]:
         if policy in ("shuffle", "sdn"):
@@ -119,6 +127,50 @@ class Router:
                 cache.clear()
             cache[key] = dst
         return dst
+
+    def by_key(self, rows: list[list[Any]]) -> list[tuple[int, list[list[Any]]]] | None:
+        """``rows`` of a one-field ``fields`` grouping dealt to the receivers ``select``
+        picks, each receiver's in their order (a receiver < 0: rows no worker takes).
+
+        Per row in C: the key, a look-up of the ``append`` of its receiver's bin,
+        the call.  Only ``str`` keys are remembered, and a look-up is not
+        type-checked: a key equal to a ``str`` is a ``str`` (a subclass packs, so
+        hashes, the same), while ``True == 1 == 1.0`` would share an entry.  None
+        when a row has no such field or an unhashable key: route row by row (the
+        same error, at the same row, as ``select`` gives).
+        """
+        adders = self.adders
+        try:
+            keys = list(map(self.key_of, rows))
+            adds = list(map(adders.get, keys))
+        except (TypeError, IndexError, KeyError):
+            return None
+        if None in adds:
+            self._add_misses(rows, keys, adds)
+        deque(map(call, adds, rows), maxlen=0)
+        out = []
+        for dst, b in self.bins.items():
+            if b:
+                out.append((dst, b[:]))
+                b.clear()
+        return out
+
+    def _add_misses(self, rows: list[list[Any]], keys: list[Any], adds: list[Any]) -> None:
+        """Fill in the bin of each row whose key is not remembered (``select`` picks)."""
+        adders, bins = self.adders, self.bins
+        for i, add in enumerate(adds):
+            if add is not None:
+                continue
+            dst = self._field(rows[i])
+            b = bins.get(dst)
+            if b is None:
+                b = bins[dst] = []
+            adds[i] = b.append
+            key = keys[i]
+            if type(key) is str:
+                if len(adders) >= KEY_CACHE:
+                    adders.clear()
+                adders[key] = b.append
 
     def _first(self, values: list[Any]) -> int:
         return self.hops[0]
