@@ -136,13 +136,14 @@ class Router:
         the call.  Only ``str`` keys are remembered, and a look-up is not
         type-checked: a key equal to a ``str`` is a ``str`` (a subclass packs, so
         hashes, the same), while ``True == 1 == 1.0`` would share an entry.  None
-        when a row has no such field or an unhashable key: route row by row (the
-        same error, at the same row, as ``select`` gives).
+        when a row has no such field or an unhashable key: the caller routes the
+        rows one by one with ``select`` (which raises the same error at the same
+        row, or hashes the key's packed bytes).
         """
         adders = self.adders
         try:
             keys = list(map(self.key_of, rows))
-            adds = list(map(adders.get, keys))
+            adds: list[Any] = list(map(adders.get, keys))
         except (TypeError, IndexError, KeyError):
             return None
         if None in adds:
