@@ -94,7 +94,7 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
         return (
             f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
             "a 'direct' reroute (a locality move) are (other reroutes, swap, insert, "
-            "remove and move need the sdn controller)"
+            "remove, move, unchain and chain need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
