@@ -301,3 +301,18 @@ def test_a_chain_starts_unchained_when_its_spec_says_so_and_refuses_without_coun
     body["receiver"] = src  # not the next worker of the process
     turns(cw, 1, clock)
     assert recs[src].stats.drops["unexpected_control"] == 1
+
+
+def test_the_debugger_plans_a_session_on_an_unchained_edge():
+    from controller.debugging.debugger import DebugError, DebugSessions, Limits
+
+    t, phys = wordcount()
+    split = phys.of_node("split")[0]
+    sessions = DebugSessions(Limits())
+    request = {"worker": split.worker_id, "direction": "in"}
+    with pytest.raises(DebugError) as e:  # the app unchains first (apps/live_debugger.py)
+        sessions.plan("wc", t, phys, split, 1, set(), request, "s1", "k", 0.0)
+    assert e.value.status == 409
+    off = plan(Unchain("split", split.worker_id), t, phys, ["h1"], 100).physical
+    s = sessions.plan("wc", t, off, split, 1, set(), request, "s2", "k", 0.0)
+    assert s.spec.direction == "in" and s.spec.worker == split.worker_id
