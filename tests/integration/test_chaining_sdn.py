@@ -98,3 +98,54 @@ def test_chained_wordcount_split_and_reformed_live_equals_unchained_and_the_refe
     # processes throughout (one log each, no worker started anew)
     logs = {p.name for p in (cluster.workdir / "chsdn").glob("worker-*.log")}
     assert logs == {f"worker-{w}.log" for w in (1, 2, 5, 6, 7, 8)}, logs
+
+
+BOLT_CHAIN = """
+name: chscale
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 30000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 3, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path):
+    """split -> upper is chained (two bolts): scaling upper scales the chain, a new
+    instance is a new process, one removed drains whole; counts exact, report ok."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(BOLT_CHAIN, "chscale.yaml")
+    with emulated_cluster(
+        tmp_path, "cs", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        before = chain_groups(t, cluster.coordinator.get_physical(name))
+        wait_emitted(cluster, name, 2000)
+        up = reconfigure(cluster, name, "scale", {"node": "upper", "parallelism": 3})
+        now_t = cluster.coordinator.get_topology(name)
+        now_p = cluster.coordinator.get_physical(name)
+        assert [now_t.nodes[n].parallelism for n in ("split", "upper")] == [3, 3], up
+        after = chain_groups(now_t, now_p)
+        assert {h: ws for h, ws in after.items() if h in before} == before
+        wait_emitted(cluster, name, 3000)
+        reconfigure(cluster, name, "scale", {"node": "split", "parallelism": 1})
+        now_p = cluster.coordinator.get_physical(name)
+        assert len(now_p.of_node("upper")) == len(now_p.of_node("split")) == 1
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)

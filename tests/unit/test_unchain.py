@@ -316,3 +316,48 @@ def test_the_debugger_plans_a_session_on_an_unchained_edge():
     off = plan(Unchain("split", split.worker_id), t, phys, ["h1"], 100).physical
     s = sessions.plan("wc", t, off, split, 1, set(), request, "s2", "k", 0.0)
     assert s.spec.direction == "in" and s.spec.worker == split.worker_id
+
+
+# ----- scaling a chained node scales its chain ------------------------------------------------
+
+BOLT_CHAIN = """
+name: bc
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 100}, parallelism: 1}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 2}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def test_scaling_a_chained_node_scales_its_chain_in_whole_processes():
+    from typhoon.reconfig.chains import check_groups
+    from typhoon.topology import load_topology_text
+
+    t = load_topology_text(BOLT_CHAIN, "bc.yaml")
+    phys = schedule(t, ["h1"], APP, 100)
+    before = chain_groups(t, phys)
+    assert len(before) == 2
+    up = plan(Scale("upper", 3), t, phys, ["h1"], 100)
+    assert {n: up.topology.nodes[n].parallelism for n in ("split", "upper")} == {
+        "split": 3,
+        "upper": 3,
+    }
+    assert len(up.added) == 2  # one new instance: split[2] and upper[2]
+    after = chain_groups(up.topology, up.final)
+    assert {h: ws for h, ws in after.items() if h in before} == before
+    (new,) = [ws for h, ws in after.items() if h not in before]
+    assert sorted(new) == up.added  # one new process
+    down = plan(Scale("split", 1), t, phys, ["h1"], 100)
+    assert sorted(down.removed) == sorted(before[max(before)])  # a whole instance drains
+    # a process that would lose a member, or a running worker joining one, is refused
+    split1 = phys.of_node("split")[1].worker_id
+    torn = dataclasses.replace(phys, workers=[w for w in phys.workers if w.worker_id != split1])
+    with pytest.raises(ReconfigError, match="split or form a chain") as e:
+        check_groups((t, phys), (t, torn))
+    assert e.value.status == 409
