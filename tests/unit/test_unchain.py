@@ -266,10 +266,17 @@ def test_an_edge_goes_on_the_network_and_back_in_order_with_nothing_lost():
     turns(cw, 2, clock)
     assert acks(a) == [5] and cw.rechaining  # the receiver lacks frames: no call yet
     assert cw.links[0].peers == {}
+    # rolled back (the update timed out): the waiting re-chain is dropped, then asked again
+    a.inbox.append(ControlTuple(Control.CHAIN, {"version": 7, "receiver": split, "chained": False}))
+    turns(cw, 1, clock)
+    assert acks(a) == [5, 7] and not cw.rechaining
+    a.inbox.append(ControlTuple(Control.CHAIN, {"version": 6, "receiver": split, "chained": True}))
+    turns(cw, 1, clock)
+    assert cw.rechaining and cw.links[0].peers == {}
     net.hold = False
     net.release()
     turns(cw, 1, clock)
-    assert acks(a) == [5, 6] and split in cw.links[0].peers and not cw.rechaining
+    assert acks(a) == [5, 7, 6] and split in cw.links[0].peers and not cw.rechaining
     sent = a.sent_n[split]
     for _ in range(1000):
         turns(cw, 1, clock)

@@ -125,6 +125,8 @@ class ChainWorker:
         if body["chained"]:  # acked after a turn (a sender may be inside a send now)
             self.rechaining.append((i, body["version"]))
             return
+        # a re-chain still waiting is off too (an update rolled back: the edge stays out)
+        self.rechaining = [(j, v) for j, v in self.rechaining if j != i]
         self.links[i].peers.pop(wid, None)
         up.fw.chained.pop(wid, None)
         up.fw._ack("CHAIN", body["version"])
