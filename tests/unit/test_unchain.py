@@ -380,3 +380,40 @@ def test_tcp_refuses_unchaining_and_scaling_a_chain_in_one_sentence():
         assert reason and reason.count(". ") == 0, request
     assert "sdn controller only" in tcp_refusal(t, Scale("upper", 3))
     assert tcp_refusal(t, Scale("count", 3)) is None
+
+
+# ----- through the executor -------------------------------------------------------------------
+
+
+def test_the_executor_unchains_and_undoes_a_chain_that_never_confirms(tmp_path):
+    from test_reconfig_executor import FORWARD, FakeCore, run
+
+    from typhoon.cluster import Cluster, HostInfo
+    from typhoon.coordinator import SqliteCoordinator
+    from typhoon.manager import Manager
+    from typhoon.topology import load_topology_text
+
+    c = SqliteCoordinator(tmp_path / "coord.db")
+    c.put_cluster(Cluster({"h1": HostInfo("h1", "br1", 1, first_worker_port=100)}))
+    m = Manager(c)
+    m.submit(load_topology_text(FORWARD.replace("shuffle", "forward")))  # source+sink chained
+    c.put_app_state("fwd", {"active": True})
+    core = FakeCore(c)
+    core.sleep(0)
+    try:
+        rec = run(core, m, Unchain("sink"))
+        assert rec.state == "done", rec.to_dict()
+        assert core.sent == [(1, "CHAIN", {"receiver": 2, "chained": False, "version": 1000})]
+        assert c.get_physical("fwd").unchained == [2]
+        core.silent = {1}  # the sender never confirms it caught up
+        rec = run(core, m, Chain("sink"))
+        d = rec.to_dict()
+        assert rec.state == "rolled_back" and "did not confirm CHAIN" in d["error"], d
+        assert [r["action"] for r in d["rollback"]] == [
+            "undo CHAIN", "undo write", "undo kept_rules"
+        ]  # fmt: skip
+        assert core.sent[-1][1:] == ("CHAIN", {"receiver": 2, "chained": False,
+                                               "version": core.sent[-1][2]["version"]})  # fmt: skip
+        assert c.get_physical("fwd").unchained == [2] and core.kept == {}
+    finally:
+        c.close()
