@@ -188,6 +188,10 @@ class Loop(Recorder):
     def frames_delivered(self, src):
         return self.got_n.get(src, 0)
 
+    def frames_confirmed(self, dst):
+        """Confirmed once delivered (the sdn transport waits for the receiver's grant)."""
+        return self.net.ports[dst].got_n.get(self.wid, 0) if dst in self.net.ports else 0
+
 
 def chain(t, phys, transport):
     head = phys.of_node("source")[0].worker_id

@@ -16,7 +16,8 @@ its own transport, so unchaining only stops the function call: what was handed
 over so far was delivered synchronously, later rows go as frames on a new link
 (sequence numbers from 0, the receiver starts it on its first frame).  Chaining
 again waits until the receiver's transport handed its framework every frame the
-sender wrote on that link, then calls again: nothing is overtaken.  A worker
+sender wrote on that link (and the sender holds its confirmation), then calls
+again: nothing is overtaken, and the link's rules may go.  A worker
 whose spec's physical topology lists the receiver as ``unchained`` starts so.
 """
 
@@ -112,7 +113,7 @@ class ChainWorker:
     def _chain_control(self, i: int, ct: ControlTuple) -> None:
         """CHAIN to member ``i``: its edge to the next member goes on the network (acked at
         once: everything called so far is delivered) or back to a function call (acked
-        once the receiver holds every frame sent on the link, :meth:`_caught_up`)."""
+        once the receiver delivered every frame sent on the link, :meth:`_caught_up`)."""
         up, body = self.members[i], ct.body
         down = self.members[i + 1] if i + 1 < len(self.members) else None
         if down is None or down.fw.worker_id != body["receiver"]:
@@ -132,12 +133,15 @@ class ChainWorker:
         up.fw._ack("CHAIN", body["version"])
 
     def _caught_up(self) -> None:
-        """Chain again every pending edge whose receiver delivered all the sender wrote."""
+        """Chain again every pending edge whose receiver delivered all the sender wrote,
+        and whose sender holds the receiver's confirmation of it (the ack lets the
+        controller remove the link's rules: a confirmation later would be dropped)."""
         left = []
         for i, version in self.rechaining:
             up, down = self.members[i], self.members[i + 1]
-            sent = up.io.frames_sent(down.fw.worker_id)
-            if sent == down.io.frames_delivered(up.fw.worker_id):
+            wid = down.fw.worker_id
+            sent = up.io.frames_sent(wid)
+            if sent == down.io.frames_delivered(up.fw.worker_id) == up.io.frames_confirmed(wid):
                 self._link(i)
                 up.fw._ack("CHAIN", version)
             else:

@@ -271,6 +271,11 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         il = self.rx.get((src, 0))
         return 0 if il is None else il.consumed
 
+    def frames_confirmed(self, dst: int) -> int | None:
+        ol = self.tx.links.get(dst)
+        m = None if ol is None else ol.members.get(dst)
+        return 0 if m is None else m.received & lk.MASK
+
     def link_stats(self) -> dict[str, Any]:
         """What the links did: frames sent, sent again, written off; gaps found and
         still open; duplicates; frames unconfirmed.  For the run report."""

@@ -158,6 +158,11 @@ class Transport(ABC):
         """Frames of ``src``'s unicast link handed to the framework so far (mod 2**32)."""
         return None
 
+    def frames_confirmed(self, dst: int) -> int | None:
+        """Frames of the unicast link to ``dst`` its receiver confirmed having (mod 2**32):
+        once it equals :meth:`frames_sent`, the link's rules may go."""
+        return None
+
     def set_budget(self, budget: int) -> None:  # noqa: B027 - a no-op by default
         """Bytes this worker may have in flight (FLOW_CONTROL; only the sdn transport)."""
 
