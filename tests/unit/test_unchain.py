@@ -410,7 +410,7 @@ def test_the_executor_unchains_and_undoes_a_chain_that_never_confirms(tmp_path):
         assert core.sent == [(1, "CHAIN", {"receiver": 2, "chained": False, "version": 1000})]
         assert c.get_physical("fwd").unchained == [2]
         core.silent = {1}  # the sender never confirms it caught up
-        rec = run(core, m, Chain("sink"))
+        rec = run(core, m, Chain("sink"), timeout=0.2)
         d = rec.to_dict()
         assert rec.state == "rolled_back" and "did not confirm CHAIN" in d["error"], d
         assert [r["action"] for r in d["rollback"]] == [
