@@ -421,3 +421,16 @@ def test_the_executor_unchains_and_undoes_a_chain_that_never_confirms(tmp_path):
         assert c.get_physical("fwd").unchained == [2] and core.kept == {}
     finally:
         c.close()
+
+
+def test_the_cli_verbs_send_unchain_and_chain():
+    from typhoon_cli import build_parser
+    from typhoon_cli.ctl import _request
+
+    parser = build_parser()
+    assert _request(parser.parse_args(["unchain", "wc", "split"])) == (
+        "unchain",
+        {"node": "split"},
+    )
+    args = parser.parse_args(["chain", "wc", "split", "--worker", "3", "--no-wait"])
+    assert _request(args) == ("chain", {"node": "split", "worker": 3})
