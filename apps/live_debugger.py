@@ -30,6 +30,7 @@ from controller.debugging.debugger import DebugError, DebugSessions, Limits, Ses
 from controller.events import EventTopologyChanged
 from controller.framework.ryu_compat import (
     MAIN_DISPATCHER,
+    hub,
     ofp_event,
     require_app,
     set_ev_cls,
@@ -40,6 +41,9 @@ from controller.rules.meters import meter_id, sampling_meter
 from controller.rules.mirror import apply_mirrors, mirrored
 from controller.services import Services, Source, services
 from controller.settings import CoreSettings
+from typhoon.reconfig import ReconfigError
+from typhoon.reconfig.requests import Unchain
+from typhoon.topology.chaining import observed_calls
 
 require_app("controller.core")
 
@@ -48,6 +52,7 @@ register_settings(Limits)
 OWNER = "live_debugger"
 TICK_S = 0.2
 SWITCH_STATS_S = 1.0  # how often the meters' and debug ports' counters are read
+UNCHAIN_S = 60.0  # longest an attach waits for the edges it watches to be unchained
 
 
 def limits_from_conf() -> Limits:
@@ -88,6 +93,10 @@ class LiveDebugger(TyphoonApp):
         host = self.core().view.cluster.hosts.get(w.host)
         if host is None:
             raise DebugError(409, f"worker {w.worker_id} is on unknown host {w.host}")
+        direction = request.get("direction", "out")
+        calls = observed_calls(app.topology, app.physical, w.worker_id, str(direction))
+        if calls:  # function calls carry no frame to copy: unchain them live first
+            app = self._unchain(name, w)
         session = self.sessions.plan(
             name, app.topology, app.physical, w, host.dpid, self._ports_on(w.host), request,
             secrets.token_hex(3), secrets.token_hex(16), time.monotonic(),
@@ -100,7 +109,28 @@ class LiveDebugger(TyphoonApp):
             s.session, name, w.worker_id, w.node, w.index, s.direction, s.filter, s.sample,
             session.ring_size, s.host, s.port,
         )  # fmt: skip
-        return session.to_dict()
+        return {**session.to_dict(), "unchained": sorted(b for _, b in calls)}
+
+    def _unchain(self, name: str, w: Any) -> Any:
+        """Put the chained edges of ``w``'s node in ``w``'s chain instance on the network
+        (``typhoon unchain NAME NODE --worker W``, a stable update; they stay so after
+        the session) and return the application's view once the update is done."""
+        what = f"watching worker {w.worker_id} needs its chained edges on the network"
+        try:
+            record = self.core().reconfigure(name, Unchain(w.node, w.worker_id))
+        except ReconfigError as e:
+            raise DebugError(e.status, f"{what}, and unchaining them failed: {e.message}") from None
+        deadline = time.monotonic() + UNCHAIN_S
+        while record.running and time.monotonic() < deadline:
+            hub.sleep(0.05)
+        if record.state != "done":
+            state = "is still running" if record.running else f"ended {record.state}"
+            raise DebugError(409, f"{what}, and unchaining them {state}: {record.error}")
+        self.logger.info("%s: unchained %s live for the debugger", name, w.node)
+        app = self.core().view.apps.get(name)
+        if app is None:
+            raise DebugError(404, f"no application named '{name}'")
+        return app
 
     def list_sessions(self, name: str) -> list[dict[str, Any]]:
         found = [s.to_dict() for s in self.sessions.sessions.values() if s.spec.app == name]

@@ -262,6 +262,7 @@ class Executor:
             max(physical.generation, current.generation),
             key_groups={n: list(t) for n, t in physical.key_groups.items()},
             worker_generations=dict(physical.worker_generations),
+            unchained=list(physical.unchained),
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)
@@ -385,6 +386,11 @@ class Executor:
                     bodies = [(w, {"add": [], "remove": b["add"]}) for w, b in data.bodies]
                     rec.workers = [w for w, _ in bodies]
                     self._control("UPSTREAM", bodies)
+                elif kind == "CHAIN":  # live unchaining: each sender back as it was
+                    rec.what = "CHAIN: the edges go back to how they ran"
+                    bodies = [(w, {**b, "chained": not b["chained"]}) for w, b in data.bodies]
+                    rec.workers = [w for w, _ in bodies]
+                    self._control("CHAIN", bodies)
                 elif kind == "SIGNAL":
                     rec.what = "nothing to undo for a cache flush"
                 elif kind == "KEYGROUPS":

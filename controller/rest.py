@@ -20,6 +20,8 @@ planned in full before its first step runs).
     POST   /typhoon/apps/NAME/insert           {"node": N, "operator": OP, "from": A, "to": B, ..}
     POST   /typhoon/apps/NAME/remove           {"node": N}
     POST   /typhoon/apps/NAME/move             {"worker": ID, "host": H} (with its state)
+    POST   /typhoon/apps/NAME/unchain|chain    {"node": N, "worker": ID (optional)}: chained
+                                               edges on the network / calls again, live
     GET    /typhoon/apps/NAME/reconfig         the running (or last) reconfiguration, step by step
     POST   /typhoon/apps/NAME/control          one control tuple to workers {"type": T, "body":
                                                {..}, "node": N | "workers": [..]}; protocol
@@ -392,6 +394,16 @@ class TyphoonRest(ControllerBase):
     @handler(mutating=True)
     def api_move(self, req, name, **_):
         return self._reconfigure(req, name, "move")
+
+    @route(API, PREFIX + "/apps/{name}/unchain", methods=["POST"])
+    @handler(mutating=True)
+    def api_unchain(self, req, name, **_):
+        return self._reconfigure(req, name, "unchain")
+
+    @route(API, PREFIX + "/apps/{name}/chain", methods=["POST"])
+    @handler(mutating=True)
+    def api_chain(self, req, name, **_):
+        return self._reconfigure(req, name, "chain")
 
     @route(API, PREFIX + "/apps/{name}/reconfig", methods=["GET"])
     @handler()

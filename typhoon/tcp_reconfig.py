@@ -51,6 +51,7 @@ from typhoon.reconfig import (
     plan,
 )
 from typhoon.reconfig.requests import Request
+from typhoon.topology.chaining import chained_nodes
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
@@ -94,11 +95,16 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
         return (
             f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
             "a 'direct' reroute (a locality move) are (other reroutes, swap, insert, "
-            "remove and move need the sdn controller)"
+            "remove, move, unchain and chain need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
         return f"no node named '{request.node}' in '{topology.name}'"
+    if node.name in chained_nodes(topology):
+        return (
+            f"'{node.name}' is chained (one process per chain instance), and scaling a chain "
+            "as a whole runs on the sdn controller only, not on the tcp transport"
+        )
     if node.engine != "python":
         return (
             f"{node.engine} node '{node.name}' cannot be rescaled on tcp: the tcp runner "

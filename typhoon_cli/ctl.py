@@ -1,6 +1,7 @@
 """CLI verbs on the controller's REST API: submit, list, status, reconfigure, kill.
 
-``typhoon submit|list|status|report|scale|route|swap|insert|remove|move|reconfig|kill``,
+``typhoon submit|list|status|report|scale|route|swap|insert|remove|move|unchain|chain|
+reconfig|kill``,
 ``control`` (Table 2: :mod:`typhoon_cli.ctl_control`), ``locality`` and the apps' reports
 ``faults|autoscaler|lb``: :func:`add_parsers` gives each one's arguments.
 Where the controller is and the token: see :mod:`typhoon.client`.
@@ -73,6 +74,9 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         }
     if args.command == "move":
         return "move", {"worker": args.worker, "host": args.host}
+    if args.command in ("unchain", "chain"):
+        one = {} if args.worker is None else {"worker": args.worker}
+        return args.command, {"node": args.node, **one}
     return "remove", {"node": args.node}
 
 
@@ -412,6 +416,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("worker", type=int, help="worker ID (typhoon status NAME lists them)")
     p.add_argument("host")
     waits(p)
+    for kind, help_ in (
+        ("unchain", "run a node's chained edges on the network; its process stays"),
+        ("chain", "run a node's live-unchained edges as function calls again"),
+    ):
+        p = verb(kind, cmd_reconfigure, help_)
+        p.add_argument("name")
+        p.add_argument("node")
+        p.add_argument("--worker", type=int, help="only this worker's chain instance")
+        waits(p)
     verb("reconfig", cmd_reconfig, "the running or last reconfiguration").add_argument("name")
     verb("kill", cmd_kill, "stop an application and remove it").add_argument("name")
     p = verb(

@@ -29,7 +29,7 @@ import networkx as nx
 
 from controller.rules.cookies import RuleKind, make_cookie
 from typhoon.cluster import Cluster
-from typhoon.topology.chaining import hosted_by
+from typhoon.topology.chaining import by_call
 from typhoon.topology.fabric import fabric_graph, multicast_tree, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import stream_pairs
@@ -251,8 +251,9 @@ def compile_rules(
     c = _Compiler(physical, cluster, ethertype)
     for w in physical.workers:
         c.worker_port(w)
-    # a chain's inner edges are function calls in one process: no frame, no rule
-    head = hosted_by(topology, physical)
+    # a chain's inner edges are function calls in one process: no frame, no rule (unless
+    # unchained live: physical.unchained)
+    head = by_call(topology, physical)
     for stream in topology.streams:
         kind = stream.grouping.type
         if kind not in UNICAST_GROUPINGS + MULTICAST_GROUPINGS:

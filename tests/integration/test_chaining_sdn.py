@@ -1,14 +1,16 @@
-"""Operator chaining on an emulated sdn cluster: the chained wordcount equals the same
-job with ``config: {chaining: false}`` and the reference, exactly; scaling a chained
-node is refused with 409 naming the switch (docs/topology.md, "Chaining")."""
+"""Operator chaining on an emulated sdn cluster: the chained wordcount, split live (its
+source -> split edges on the network, processes kept) and re-formed live mid-run,
+equals the same job with ``config: {chaining: false}`` and the reference, exactly,
+with nothing lost (docs/topology.md, "Chaining")."""
 
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 
 import pytest
-from harness import ROOT, emulated_cluster, finish
+from harness import ROOT, emulated_cluster, finish, wait
 
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import build_report
@@ -25,23 +27,57 @@ def job(name: str, chaining: bool, rate: int = 0):
     return t
 
 
-def test_chained_wordcount_over_sdn_equals_unchained_and_the_reference(tmp_path):
-    with emulated_cluster(tmp_path, "ch", hosts=2) as cluster:
+def emitted(cluster, name: str) -> int:
+    workers = {w.worker_id for w in cluster.coordinator.get_physical(name).of_node("source")}
+    metrics = cluster.coordinator.get_metrics(name)
+    return sum(sum(metrics.get(w, {}).get("out", {}).values()) for w in workers)
+
+
+def wait_emitted(cluster, name: str, more: int) -> None:
+    target = emitted(cluster, name) + more
+    wait(lambda: emitted(cluster, name) >= target, 60, f"{target} sentences emitted", 0.1)
+
+
+def reconfigure(cluster, name: str, kind: str, body: dict) -> dict:
+    status, record = cluster.rest("POST", f"/apps/{name}/{kind}", body)
+    assert status == 202, record
+
+    def finished():
+        record = cluster.rest("GET", f"/apps/{name}/reconfig")[1]
+        return record if record["state"] != "running" else None
+
+    record = wait(finished, 60, f"{kind} of {name}", 0.05)
+    assert record["state"] == "done", json.dumps(record, indent=1)
+    return record
+
+
+def test_chained_wordcount_split_and_reformed_live_equals_unchained_and_the_reference(
+    tmp_path,
+):
+    with emulated_cluster(
+        tmp_path, "ch", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
         reports = {}
         for name, chaining in (("chsdn", True), ("plainsdn", False)):
-            t = job(name, chaining, rate=10_000)
-            cluster.submit(t)
+            cluster.submit(job(name, chaining, rate=1500))
             cluster.wait_active(name)
-            status, reply = cluster.rest(
-                "POST", f"/apps/{name}/scale", {"node": "split", "parallelism": 3}
-            )
-            if chaining:  # one sentence, naming the switch that unchains
-                assert status == 409, reply
-                assert "config: {chaining: false}" in reply["error"], reply
-            else:  # unchained, forward's equal parallelism is what refuses it
-                assert status == 400 and "parallelism differs" in reply["error"], reply
+            if chaining:
+                wait_emitted(cluster, name, 2000)
+                status, reply = cluster.rest("POST", f"/apps/{name}/chain", {"node": "split"})
+                assert status == 409 and "function calls already" in reply["error"], reply
+                done = reconfigure(cluster, name, "unchain", {"node": "split"})
+                assert [s["action"] for s in done["steps"]][-2:] == ["control", "commit"]
+                physical = cluster.coordinator.get_physical(name)
+                split_ids = [w.worker_id for w in physical.of_node("split")]
+                assert physical.unchained == split_ids
+                wait_emitted(cluster, name, 3000)  # rows cross the switch meanwhile
+                reconfigure(cluster, name, "chain", {"node": "split"})
+                assert cluster.coordinator.get_physical(name).unchained == []
+                wait_emitted(cluster, name, 2000)  # and go by call again
             topology, workers = finish(cluster, name)
             reports[name] = build_report(topology, workers)
+            if chaining:
+                sources = {w["worker"]: w for w in workers if w["node"] == "source"}
     args = job("x", True).nodes["source"].args
     want: Counter[str] = Counter()
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
@@ -52,6 +88,64 @@ def test_chained_wordcount_over_sdn_equals_unchained_and_the_reference(tmp_path)
         assert {k: int(v) for k, v in r["results"]["count"]["counts"].items()} == dict(want)
     assert chained["nodes"] == plain["nodes"]
     assert chained["results"] == plain["results"]
-    # the chained job's source and split workers shared their processes (one log each)
+    # while unchained, each source sent its split frames through the switch, none lost
+    for wid, w in sources.items():
+        transport = w["links"]["transport"]
+        frames_to = transport["frames_to"]
+        assert any(int(frames_to.get(str(s), 0)) > 0 for s in split_ids), (wid, transport)
+        assert transport["lost"] == 0, (wid, transport)
+    # the processes stayed: the chained job's source and split workers shared their
+    # processes throughout (one log each, no worker started anew)
     logs = {p.name for p in (cluster.workdir / "chsdn").glob("worker-*.log")}
     assert logs == {f"worker-{w}.log" for w in (1, 2, 5, 6, 7, 8)}, logs
+
+
+BOLT_CHAIN = """
+name: chscale
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 30000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 3, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path):
+    """split -> upper is chained (two bolts): scaling upper scales the chain, a new
+    instance is a new process, one removed drains whole; counts exact, report ok."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(BOLT_CHAIN, "chscale.yaml")
+    with emulated_cluster(
+        tmp_path, "cs", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        before = chain_groups(t, cluster.coordinator.get_physical(name))
+        wait_emitted(cluster, name, 2000)
+        up = reconfigure(cluster, name, "scale", {"node": "upper", "parallelism": 3})
+        now_t = cluster.coordinator.get_topology(name)
+        now_p = cluster.coordinator.get_physical(name)
+        assert [now_t.nodes[n].parallelism for n in ("split", "upper")] == [3, 3], up
+        after = chain_groups(now_t, now_p)
+        assert {h: ws for h, ws in after.items() if h in before} == before
+        wait_emitted(cluster, name, 3000)
+        reconfigure(cluster, name, "scale", {"node": "split", "parallelism": 1})
+        now_p = cluster.coordinator.get_physical(name)
+        assert len(now_p.of_node("upper")) == len(now_p.of_node("split")) == 1
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)

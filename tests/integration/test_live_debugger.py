@@ -36,6 +36,7 @@ from mininet_env.run import EmulatedCluster, rest_call
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
+from typhoon.topology.chaining import hosted_by
 
 ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = 20000
@@ -588,3 +589,50 @@ def test_the_app_starts_alone_and_pulls_in_the_core(tmp_path):
         assert rest_call(ryu.url, "POST", "/apps/x/debug", {"worker": 1}, "t")[0] == 404
     text = ryu.log()
     assert "instantiating app controller.core" in text and "live debugger ready" in text
+
+
+@pytest.mark.long
+def test_attaching_to_a_chained_edge_unchains_it_live_and_the_run_stays_exact(cluster):
+    """split[0]'s input is a function call from source[0] in one process (chaining): the
+    attach unchains that edge live (the stable update, process kept), then mirrors its
+    frames; it stays on the network after the detach; the word count is exact."""
+    name = "wcchdbg"
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount_chained.yaml"))
+    t.name = name
+    t.nodes["source"].args.update(count=SENTENCES, rate=1000)  # about 10 s
+    cluster.submit(t)
+    cluster.wait_active(name)
+    physical = cluster.coordinator.get_physical(name)
+    source0, split0 = physical.of_node("source")[0], physical.of_node("split")[0]
+    try:
+        status, session = cluster.rest(
+            "POST", f"/apps/{name}/debug", {"worker": "split[0]", "direction": "in"}
+        )
+        assert status == 201 and session["unchained"] == [split0.worker_id], session
+        assert cluster.coordinator.get_physical(name).unchained == [split0.worker_id]
+        path = f"/apps/{name}/debug/{session['session']}"
+        wait(lambda: cluster.rest("GET", path)[1]["state"] == "live", 30, "the session live")
+        wait(lambda: cluster.rest("GET", path)[1]["stats"].get("tuples", 0) > 100, 30, "copies")
+        got = cluster.rest("GET", f"{path}/tuples?after=0&limit=10000")[1]["records"]
+        assert cluster.rest("DELETE", path)[0] == 200
+        assert cluster.wait_finished(name)
+        reports = {r["worker"]: r for r in read_worker_reports(cluster.report_dir(name))}
+        assert cluster.coordinator.get_physical(name).unchained == [split0.worker_id]
+    finally:
+        cluster.kill(name)
+    sentences = set(generate_sentences(SENTENCES, 7, 8, 500))
+    assert got and all(r["dst"] == split0.worker_id for r in got), got[:3]
+    assert all(r["fields"]["sentence"] in sentences for r in got), got[:3]
+    frames_to = reports[source0.worker_id]["links"]["transport"]["frames_to"]
+    assert int(frames_to[str(split0.worker_id)]) > 0  # through the switch after the attach
+    counts: Counter = Counter()
+    for w in physical.of_node("count"):
+        counts.update(reports[w.worker_id]["result"]["counts"])
+    assert counts == Counter(expected_words())
+    # the process stayed: source[0] and split[0] still share one log (its head's)
+    hosted = hosted_by(t, physical)
+    assert hosted[split0.worker_id] == source0.worker_id
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert logs == {f"worker-{w.worker_id}.log" for w in physical.workers} - {
+        f"worker-{w}.log" for w in hosted
+    }, logs

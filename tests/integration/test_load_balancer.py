@@ -293,3 +293,57 @@ def test_restarted_controller_reconciles_groups_without_loss(cluster):
     result = drain_and_check_lossless(cluster, name)
     ofctl("del-groups", bridge, f"group_id={foreign}")
     print(f"\nrestart under load: {result['emitted']} tuples, none lost")
+
+
+CHAINED = """
+name: {name}
+spouts:
+  - id: source
+    operator: sequence_source
+    parallelism: 2
+    args: {{size: 50, count: 15000, rate: 1500}}
+bolts:
+  - id: work
+    operator: busy
+    parallelism: 2
+    args: {{cost_us: 100}}
+  - id: sink
+    operator: collect
+    parallelism: 2
+streams:
+  - from: source
+    to: work
+    grouping: sdn
+  - from: work
+    to: sink
+    grouping: forward
+"""
+
+
+@pytest.mark.long
+def test_a_balanced_node_that_heads_a_chain_keeps_both(cluster):
+    """work[1] -> sink[1] is chained (one process on h2, function calls) while the switch's
+    select group spreads source -> work: the balancer never needs the chained edge on
+    the network (it acts on the sdn stream), every tuple reaches a sink once."""
+    from typhoon.topology.chaining import chain_groups
+
+    name = "lbchain"
+    t = load_topology_text(CHAINED.format(name=name), name)
+    cluster.submit(t)
+    cluster.wait_active(name)
+    physical = cluster.coordinator.get_physical(name)
+    assert chain_groups(t, physical), "work and sink must be chained somewhere"
+    assert cluster.wait_finished(name)
+    cluster.kill(name)
+    reports = read_worker_reports(cluster.report_dir(name))
+    emitted = sum(r["result"]["emitted"] for r in reports if r["node"] == "source")
+    work = [r for r in reports if r["node"] == "work"]
+    sink = [r for r in reports if r["node"] == "sink"]
+    assert emitted == 30000
+    # the source sent through the switch's select group (balanced), not to fixed workers
+    for source in (r for r in reports if r["node"] == "source"):
+        assert sum(source["links"]["balanced_out"].values()) > 0, source["links"]
+    assert sum(r["metrics"]["in"].get("1", 0) for r in work) == emitted
+    assert sum(r["metrics"]["in"].get("2", 0) for r in sink) == emitted
+    assert all(r["metrics"]["in"].get("1", 0) > 0 for r in work), [r["metrics"] for r in work]
+    assert all(not r["metrics"]["drops"] for r in reports), [r["metrics"]["drops"] for r in reports]

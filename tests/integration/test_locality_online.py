@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from harness import emulated_cluster, finish, wait
 
 from typhoon.operators.pairs import expected_counts
@@ -145,3 +146,51 @@ def test_switch_from_hash_to_locality_tables_mid_run_counts_exact_and_halves_cro
     router = shown["crossing"]
     assert router["before"]["tuples"] >= h_total and router["after"]["tuples"] > 5_000
     assert router["after"]["fraction"] <= router["before"]["fraction"] / 2
+
+
+@pytest.mark.long
+def test_the_router_moves_keys_to_a_node_that_heads_a_chain_counts_exact(tmp_path):
+    """b -> c is chained (forward, one process per instance on each host): the router
+    reroutes a -> b to direct tables and moves b's keyed state, which never needs the
+    chained edge on the network; a, b and c count exactly what the generator says."""
+    import yaml
+
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    doc = yaml.safe_load((ROOT / "topologies" / "locality.yaml").read_text())
+    doc["name"] = "locch"
+    doc["bolts"][1]["operator"] = "count_forward"  # b passes its tuples on to c
+    doc["bolts"].append({"id": "c", "operator": "count_by_key", "args": {"key": "b"},
+                         "parallelism": 3, "stateful": True})  # fmt: skip
+    doc["streams"].append({"from": "b", "to": "c", "grouping": "forward"})
+    count = 60_000
+    doc["spouts"][0]["args"].update(count=count, rate=RATE, keys_a=KEYS, keys_b=KEYS)
+    t = load_topology_text(yaml.safe_dump(doc), "locch.yaml")
+    config = "metrics_interval = 0.25\nreconfig_step_timeout = 20\n[locality]\nmin_pairs = 500\n"
+    with emulated_cluster(tmp_path, "k", apps=["apps/locality_router.py"], config=config) as c:
+        c.submit(t)
+        c.wait_active(t.name)
+        physical = c.coordinator.get_physical(t.name)
+        groups = chain_groups(t, physical)
+        assert len(groups) == 3, groups  # b[i] and c[i] share a process on each host
+        a_ids = [w.worker_id for w in physical.of_node("a")]
+        wait(lambda: sum(a_links(c, t.name, a_ids, 2).values()) >= 5_000, 60, "5,000 a -> b")
+        cli = subprocess.run(
+            [sys.executable, "-m", "typhoon_cli", "locality", t.name, "--json",
+             "--config", str(c.write_client_config()), "--timeout", "60"],
+            capture_output=True, text=True, timeout=90, cwd=ROOT, env=os.environ.copy(),
+        )  # fmt: skip
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        run = json.loads(cli.stdout)["result"]
+        assert run["phase"] == "done" and run["reconfigurations"], run
+        now = c.coordinator.get_physical(t.name)
+        assert chain_groups(c.coordinator.get_topology(t.name), now) == groups
+        topology, reports = finish(c, t.name)
+        report = build_report(topology, reports)
+    assert report["ok"], report["problems"]
+    want_a, want_b = expected_counts(count, 1, KEYS, KEYS, 0.8, 1)
+    assert report["results"]["a"]["counts"] == want_a
+    assert report["results"]["b"]["counts"] == want_b
+    assert report["results"]["c"]["counts"] == want_b
+    assert [s.grouping.type for s in topology.streams] == ["direct", "direct", "forward"]

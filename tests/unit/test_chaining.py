@@ -252,8 +252,11 @@ def test_reconfiguring_a_chained_node_or_edge_is_refused_409():
     t = topo()
     phys = schedule(t, ["h1", "h2"], 5, 100)
     split0 = phys.of_node("split")[0].worker_id
+    # scaling a chained node scales its whole chain, which here starts at a spout
+    with pytest.raises(ReconfigError, match="'source' is a spout") as e:
+        plan(Scale("split", 3), t, phys, ["h1", "h2"], 100)
+    assert e.value.status == 409
     for request in (
-        Scale("split", 3),
         Swap("upper", "identity", {}),
         Move(split0, "h2"),
         Reroute("split->upper", "shuffle"),

@@ -56,6 +56,7 @@ def test_protocol_steps_are_refused_unless_forced(app, ctype):
         "DRAIN": {"version": 9},
         "ROLLBACK": {"generation": 2, "epoch": -1},
         "KEYGROUPS": {"version": 9, "migration": 1, "phase": "finish"},
+        "CHAIN": {"version": 9, "receiver": 3, "chained": False},
     }
     request = {"type": ctype, "body": bodies[ctype], "node": "source"}
     with pytest.raises(ControlRequestError) as e:

@@ -91,7 +91,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 15))
+    assert [c.value for c in Control] == list(range(1, 16))
 
 
 @given(app_ids, worker_ids)
@@ -740,6 +740,9 @@ bodies = {
             "keys_out": st.dictionaries(st.text(max_size=6), worker_ids, max_size=3),
             "keys_in": st.dictionaries(st.text(max_size=6), worker_ids, max_size=3),
         }
+    ),
+    Control.CHAIN: st.fixed_dictionaries(
+        {"version": u64, "receiver": worker_ids, "chained": st.booleans()}
     ),
 }
 ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0, "groups": []}

@@ -25,6 +25,7 @@ from typhoon.reconfig.requests import (
     Scale,
     Swap,
 )
+from typhoon.topology.chaining import plan_chains
 from typhoon.topology.loader import load_topology_text
 from typhoon.topology.model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
 from typhoon.topology.routing import node_index
@@ -68,6 +69,21 @@ def _bolt(topology: Topology, name: str, verb: str) -> Node:
     return node
 
 
+def scaled_together(topology: Topology, name: str) -> list[str]:
+    """``name``, or every node of its chain (a chain's forward edges pair worker i with
+    worker i, so the chain scales as a whole: new instances are new processes)."""
+    chain = next((c for c in plan_chains(topology) if name in c), [name])
+    spouts = [n for n in chain if topology.nodes[n].kind == "spout"]
+    if spouts:
+        raise ReconfigError(
+            f"scaling '{name}' scales its whole chain ({', '.join(chain)}: forward pairs worker "
+            f"i with worker i), but '{spouts[0]}' is a spout, which cannot be rescaled at run "
+            "time; kill and submit the application again",
+            409,
+        )
+    return chain
+
+
 def apply_request(topology: Topology, request: Request) -> tuple[Topology, set[str]]:
     """(new logical topology, nodes whose workers are all replaced); checks the request."""
     t = copy.deepcopy(topology)
@@ -75,8 +91,9 @@ def apply_request(topology: Topology, request: Request) -> tuple[Topology, set[s
         node = _bolt(t, request.node, "rescaled")
         if node.parallelism == request.parallelism:
             raise ReconfigError(f"'{node.name}' already has parallelism {node.parallelism}")
-        _check_direct_tables(t, node.name, request.parallelism)
-        node.parallelism = request.parallelism
+        for name in scaled_together(t, node.name):
+            _check_direct_tables(t, name, request.parallelism)
+            t.nodes[name].parallelism = request.parallelism
         return t, set()
     if isinstance(request, Reroute):
         s = find_stream(t, request.stream)

@@ -3,20 +3,22 @@
 See the package docstring for the procedure.  :func:`plan` computes the new
 topology, the physical topology during the update (new workers added,
 removed ones ``draining``), the final one, and the steps with every control
-tuple body they send (versions are added by the executor).
+tuple body they send (versions are added by the executor).  Unchaining and
+chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.chains import check_groups, check_request
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.move import add_worker_move, check_move
-from typhoon.reconfig.requests import Move, ReconfigError, Request, describe
+from typhoon.reconfig.plan_model import ACTIONS, Bodies, Plan, Step, _control
+from typhoon.reconfig.requests import Chain, Move, ReconfigError, Request, Unchain
 from typhoon.reconfig.steps import migration_step, stepwise_allowed, stepwise_rounds
+from typhoon.reconfig.unchain import plan_unchain
 from typhoon.topology.keygroups import (
     KEY_ROUTED,
     key_group,
@@ -29,52 +31,7 @@ from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import receivers_of, routes_for, upstream_of
 from typhoon.topology.scheduler import reschedule
 
-ACTIONS = (
-    "keep_rules",  # the old rules stay installed until drop_rules
-    "write",  # new logical topology + transition physical topology to the coordinator
-    "wait_attached",  # agents launched the new workers and attached their ports
-    "wait_rules",  # the controller compiled the written version and every switch holds it
-    "control",  # control tuples to workers, each acked (or the worker exited cleanly)
-    "commit",  # the point of no return
-    "drain",  # DRAIN, acked or exited cleanly
-    "write_final",  # the physical topology without the drained workers
-    "wait_stopped",  # no agent supervises the drained workers any more
-    "drop_rules",  # only the new topology's rules stay
-)
-
-Bodies = list[tuple[int, dict[str, Any]]]  # (worker, control tuple body without "version")
-
-
-@dataclass
-class Step:
-    action: str  # one of ACTIONS
-    what: str  # one sentence, for the status report
-    workers: list[int] = field(default_factory=list)
-    control: str = ""  # control type of a "control" step
-    bodies: Bodies = field(default_factory=list)
-
-
-def _control(what: str, ctype: str, bodies: Bodies) -> Step:
-    return Step("control", what, sorted({w for w, _ in bodies}), ctype, bodies)
-
-
-@dataclass
-class Plan:
-    request: Request
-    old_topology: Topology
-    old_physical: PhysicalTopology
-    topology: Topology  # the new logical topology
-    physical: PhysicalTopology  # during the update: new workers plus draining ones
-    final: PhysicalTopology  # after it
-    added: list[int]
-    removed: list[int]
-    steps: list[Step]
-
-    def summary(self) -> str:
-        return (
-            f"{describe(self.request)}: +{len(self.added)} -{len(self.removed)} workers, "
-            f"{len(self.steps)} steps"
-        )
+__all__ = ["ACTIONS", "Plan", "Step", "plan"]
 
 
 def _flat(d: dict[int, list[int]]) -> set[int]:
@@ -127,6 +84,8 @@ def plan(
         raise ReconfigError(
             f"'{topology.name}' still has draining workers from an earlier update", 409
         )
+    if isinstance(request, (Unchain, Chain)):  # processes stay: typhoon.reconfig.unchain
+        return plan_unchain(request, topology, physical, exited)
     check_request(request, topology, physical)  # typhoon.reconfig.chains
     moving, move = None, None
     if isinstance(request, Move):  # typhoon.reconfig.move
@@ -163,6 +122,7 @@ def plan(
         physical.generation,  # under a guarantee, workers it adds start empty in it
         key_groups=dict(placed.key_groups),
         worker_generations=_generations(physical, placed.workers + draining),
+        unchained=list(physical.unchained),  # chain processes stay (check_groups)
     )
     final = PhysicalTopology(
         physical.name,
@@ -172,6 +132,7 @@ def plan(
         physical.generation,
         key_groups=trans.key_groups,
         worker_generations=_generations(physical, placed.workers),
+        unchained=list(physical.unchained),
     )
     migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
     if moving is not None:  # the operator's own state travels too

@@ -14,7 +14,7 @@ from typing import Any
 from typhoon.topology.model import GROUPINGS
 
 MAX_PARALLELISM = 1000
-KINDS = ("scale", "route", "swap", "insert", "remove", "move")
+KINDS = ("scale", "route", "swap", "insert", "remove", "move", "unchain", "chain")
 
 
 class ReconfigError(Exception):
@@ -87,7 +87,24 @@ class Move:
     host: str
 
 
-Request = Scale | Reroute | Swap | Insert | Remove | Move
+@dataclass(frozen=True)
+class Unchain:
+    """Put the chained edges of ``node`` on the network while every process stays
+    (only the chain instance of ``worker`` when given); ``typhoon.reconfig.unchain``."""
+
+    node: str
+    worker: int | None = None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Run the live-unchained edges of ``node`` as function calls again."""
+
+    node: str
+    worker: int | None = None
+
+
+Request = Scale | Reroute | Swap | Insert | Remove | Move | Unchain | Chain
 
 
 def _need(body: dict, key: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -147,6 +164,8 @@ def parse_request(kind: str, body: Any) -> Request:
         | {"fields", "stateful"},
         "remove": {"node"},
         "move": {"worker", "host"},
+        "unchain": {"node", "worker"},
+        "chain": {"node", "worker"},
     }[kind]
     unknown = sorted(str(k) for k in set(body) - allowed)
     if unknown:
@@ -190,6 +209,13 @@ def parse_request(kind: str, body: Any) -> Request:
         if worker < 1:
             raise ReconfigError(f"'worker' must be a worker ID (1 or more), not {worker}")
         return Move(worker, _name(body, "host", "a host name of the cluster"))
+    if kind in ("unchain", "chain"):
+        worker = None
+        if "worker" in body:
+            worker = _need(body, "worker", int, "a worker ID (typhoon status NAME lists them)")
+            if worker < 1:
+                raise ReconfigError(f"'worker' must be a worker ID (1 or more), not {worker}")
+        return (Unchain if kind == "unchain" else Chain)(_name(body, "node"), worker)
     return Remove(_name(body, "node"))
 
 
@@ -206,4 +232,9 @@ def describe(request: Request) -> str:
         return f"insert {request.node} ({request.operator}) between {request.src} and {request.dst}"
     if isinstance(request, Move):
         return f"move worker {request.worker} to {request.host}"
+    if isinstance(request, (Unchain, Chain)):
+        verb = "unchain" if isinstance(request, Unchain) else "chain again"
+        return f"{verb} {request.node}" + (
+            "" if request.worker is None else f" at {request.worker}"
+        )
     return f"remove {request.node}"

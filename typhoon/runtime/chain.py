@@ -9,6 +9,16 @@ or a socket.  Punctuation (end of stream, watermarks, checkpoint anchors and
 marks) goes the same way as bytes, in the order it was sent, so everything that
 keeps a link exact keeps the chained one exact.  Under a guarantee the rows go
 as bytes too: the upstream backup records every entry that leaves a worker.
+
+Live unchaining (CHAIN control tuples, ``typhoon unchain`` / ``typhoon chain``): an
+inner edge goes on the network while the process stays.  Every member already has
+its own transport, so unchaining only stops the function call: what was handed
+over so far was delivered synchronously, later rows go as frames on a new link
+(sequence numbers from 0, the receiver starts it on its first frame).  Chaining
+again waits until the receiver's transport handed its framework every frame the
+sender wrote on that link (and the sender holds its confirmation), then calls
+again: nothing is overtaken, and the link's rules may go.  A worker
+whose spec's physical topology lists the receiver as ``unchained`` starts so.
 """
 
 from __future__ import annotations
@@ -18,11 +28,12 @@ import select
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
-from typhoon.wire import ControlTuple
+from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
@@ -83,11 +94,59 @@ class ChainWorker:
         self.links = [ChainLinks(transport(s), s.worker_id) for s in specs]
         self.members = [worker(s, io) for s, io in zip(specs, self.links, strict=True)]
         for i in range(len(self.members) - 1):
-            up, down = self.members[i], self.members[i + 1]
-            self.links[i].peers[down.fw.worker_id] = down.fw
-            if up.fw.ckpt is None:  # under a guarantee entries go as bytes (upstream backup)
-                up.fw.chained[down.fw.worker_id] = down.fw
+            if specs[i + 1].worker_id not in specs[i + 1].physical.unchained:
+                self._link(i)
         self.stopping = False
+        self.serving: set[int] = set()  # members whose input is being taken now
+        for i, io in enumerate(self.links):
+            io._inner.on_wait = partial(self._serve_next, i)
+        # re-chaining: (index of the sender, CHAIN version) until its receiver caught up
+        self.rechaining: list[tuple[int, int]] = []
+
+    def _link(self, i: int) -> None:
+        """Member ``i`` hands its next member rows by function call."""
+        up, down = self.members[i], self.members[i + 1]
+        self.links[i].peers[down.fw.worker_id] = down.fw
+        if up.fw.ckpt is None:  # under a guarantee entries go as bytes (upstream backup)
+            up.fw.chained[down.fw.worker_id] = down.fw
+
+    def _chain_control(self, i: int, ct: ControlTuple) -> None:
+        """CHAIN to member ``i``: its edge to the next member goes on the network (acked at
+        once: everything called so far is delivered) or back to a function call (acked
+        once the receiver delivered every frame sent on the link, :meth:`_caught_up`)."""
+        up, body = self.members[i], ct.body
+        down = self.members[i + 1] if i + 1 < len(self.members) else None
+        if down is None or down.fw.worker_id != body["receiver"]:
+            up.io.stats.drop("unexpected_control")  # not the next worker of this process
+            return
+        wid = down.fw.worker_id
+        if up.io.frames_sent(wid) is None or down.io.frames_delivered(up.fw.worker_id) is None:
+            up.io.stats.drop("unchain_unsupported")  # never acked: the update times out
+            return
+        if body["chained"]:  # acked after a turn (a sender may be inside a send now)
+            self.rechaining.append((i, body["version"]))
+            return
+        # a re-chain still waiting is off too (an update rolled back: the edge stays out)
+        self.rechaining = [(j, v) for j, v in self.rechaining if j != i]
+        self.links[i].peers.pop(wid, None)
+        up.fw.chained.pop(wid, None)
+        up.fw._ack("CHAIN", body["version"])
+
+    def _caught_up(self) -> None:
+        """Chain again every pending edge whose receiver delivered all the sender wrote,
+        and whose sender holds the receiver's confirmation of it (the ack lets the
+        controller remove the link's rules: a confirmation later would be dropped)."""
+        left = []
+        for i, version in self.rechaining:
+            up, down = self.members[i], self.members[i + 1]
+            wid = down.fw.worker_id
+            sent = up.io.frames_sent(wid)
+            if sent == down.io.frames_delivered(up.fw.worker_id) == up.io.frames_confirmed(wid):
+                self._link(i)
+                up.fw._ack("CHAIN", version)
+            else:
+                left.append((i, version))
+        self.rechaining = left
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
@@ -115,19 +174,48 @@ class ChainWorker:
             fds.append(fd)
         select.select(fds, [], [], timeout)
 
-    def _turn(self, clock: Any) -> None:
-        for m in self.members:
-            fw = m.fw
-            items = m.io.poll(0)
-            fw.start_slice()
-            for item in items:
-                now = clock()
-                for other in self.members:
-                    other.fw.now = now
-                if isinstance(item, ControlTuple):
-                    fw.control(item)
+    def _take(self, i: int, clock: Any) -> None:
+        """Member ``i`` takes what its transport holds: data and control."""
+        m = self.members[i]
+        fw = m.fw
+        items = m.io.poll(0)
+        fw.start_slice()
+        for item in items:
+            now = clock()
+            for other in self.members:
+                other.fw.now = now
+            if isinstance(item, ControlTuple):
+                if item.type == Control.CHAIN:
+                    self._chain_control(i, item)
                 else:
-                    fw.deliver(item)
+                    fw.control(item)
+            else:
+                fw.deliver(item)
+
+    def _serve_next(self, i: int) -> None:
+        """Member ``i`` waits inside its transport (credit, settle): its next member takes
+        its input when the edge between them is on the network, else ``i`` would wait
+        for credit only that member can return (one thread runs the process)."""
+        j = i + 1
+        if j >= len(self.members) or j in self.serving:
+            return
+        if self.members[j].fw.worker_id in self.links[i].peers:
+            return
+        self.serving.add(j)
+        try:
+            self._take(j, time.monotonic)
+        finally:
+            self.serving.discard(j)
+
+    def _turn(self, clock: Any) -> None:
+        for i in range(len(self.members)):
+            self.serving.add(i)
+            try:
+                self._take(i, clock)
+            finally:
+                self.serving.discard(i)
+        if self.rechaining:  # no send is under way here, each poll delivered all it took
+            self._caught_up()
         for m in self.members:
             now = clock()
             for other in self.members:

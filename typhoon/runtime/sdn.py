@@ -168,6 +168,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.urgent: deque[ControlTuple] = deque()
         # the framework's handler for urgent control while a send waits for credit
         self.on_urgent: Callable[[ControlTuple], None] | None = None
+        self.on_wait: Callable[[], None] | None = None
         self._src_ids: dict[bytes, int] = {}
         self._dst_macs: dict[int, bytes] = {}
         self._resync_at: dict[tuple[int, int], float] = {}
@@ -261,6 +262,19 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         not counted: the tun driver does not answer FIONREAD (EINVAL).
         """
         return self.queued_at_take
+
+    def frames_sent(self, dst: int) -> int | None:
+        ol = self.tx.links.get(dst)
+        return 0 if ol is None else ol.next & lk.MASK
+
+    def frames_delivered(self, src: int) -> int | None:
+        il = self.rx.get((src, 0))
+        return 0 if il is None else il.consumed
+
+    def frames_confirmed(self, dst: int) -> int | None:
+        ol = self.tx.links.get(dst)
+        m = None if ol is None else ol.members.get(dst)
+        return 0 if m is None else m.received & lk.MASK
 
     def link_stats(self) -> dict[str, Any]:
         """What the links did: frames sent, sent again, written off; gaps found and

@@ -61,6 +61,7 @@ class SdnParts(Protocol):
     control_priority: bool
     urgent: deque[ControlTuple]
     on_urgent: Callable[[ControlTuple], None] | None
+    on_wait: Callable[[], None] | None
     _resync_at: dict[tuple[int, int], float]
     # the links, their credit and when a receiver counts as dead
     window: int

@@ -165,6 +165,8 @@ class SdnSending(_Host):
                 if now - max((m.last_probe for m in ol.live()), default=-math.inf) >= (tx.probe_s):
                     self._probe(ol, now)
                 wait = tx.probe_s
+            if self.on_wait is not None:  # live-unchained receivers in our process read on
+                self.on_wait()
             if self._readable(wait):
                 self._read_batch()
                 self._serve_urgent()
@@ -236,6 +238,8 @@ class SdnSending(_Host):
                         tx.probe_s
                     ):
                         self._probe(ol, now)
+            if self.on_wait is not None:
+                self.on_wait()
             if self._readable(tx.probe_s):
                 self._read_batch()
                 self._serve_urgent()

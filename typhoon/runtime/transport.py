@@ -78,6 +78,10 @@ class Transport(ABC):
     #: the framework's handler for urgent control tuples a transport reads while it
     #: waits (for credit) inside a send
     on_urgent: Callable[[ControlTuple], None] | None = None
+    #: a chain's process (typhoon.runtime.chain): lets the other workers of the process
+    #: read and process their input while a send or settle of this one waits, so a
+    #: receiver of a live-unchained edge in the same process returns credit
+    on_wait: Callable[[], None] | None = None
 
     def __init__(self) -> None:
         self.stats = IOStats()
@@ -143,6 +147,21 @@ class Transport(ABC):
         end of stream may follow); returns those that never confirmed.  A transport
         with one ordered channel per receiver has nothing to wait for."""
         return []
+
+    def frames_sent(self, dst: int) -> int | None:
+        """Frames sent to ``dst`` on its unicast link so far (mod 2**32), or None when this
+        transport cannot say.  Re-chaining a live-unchained edge (typhoon.runtime.chain)
+        waits until the receiver's :meth:`frames_delivered` reaches it."""
+        return None
+
+    def frames_delivered(self, src: int) -> int | None:
+        """Frames of ``src``'s unicast link handed to the framework so far (mod 2**32)."""
+        return None
+
+    def frames_confirmed(self, dst: int) -> int | None:
+        """Frames of the unicast link to ``dst`` its receiver confirmed having (mod 2**32):
+        once it equals :meth:`frames_sent`, the link's rules may go."""
+        return None
 
     def set_budget(self, budget: int) -> None:  # noqa: B027 - a no-op by default
         """Bytes this worker may have in flight (FLOW_CONTROL; only the sdn transport)."""

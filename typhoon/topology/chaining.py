@@ -93,6 +93,28 @@ def hosted_by(topology: Topology, physical: PhysicalTopology) -> dict[int, int]:
     return {w: head for head, ws in chain_groups(topology, physical).items() for w in ws[1:]}
 
 
+def by_call(topology: Topology, physical: PhysicalTopology) -> dict[int, int]:
+    """Like :func:`hosted_by`, without the workers whose input from the previous worker
+    of their process was unchained live (``physical.unchained``): that edge has rules."""
+    off = set(physical.unchained)
+    return {w: head for w, head in hosted_by(topology, physical).items() if w not in off}
+
+
+def inner_edges(
+    topology: Topology, physical: PhysicalTopology, node: str, worker: int | None = None
+) -> list[tuple[int, int]]:
+    """(sender, receiver) worker IDs of the edges inside chain processes that touch
+    ``node`` (only the instance of ``worker`` when given), in worker ID order."""
+    edges = []
+    for ws in chain_groups(topology, physical).values():
+        if worker is not None and worker not in ws:
+            continue
+        for a, b in zip(ws, ws[1:], strict=False):
+            if node in (physical.by_id(a).node, physical.by_id(b).node):
+                edges.append((a, b))
+    return sorted(edges)
+
+
 def refuse_chained(topology: Topology, nodes: Iterable[str], what: str) -> None:
     """Raise :class:`ChainedError` when ``what`` needs one of ``nodes`` unchained."""
     chained = chained_nodes(topology)
@@ -129,10 +151,21 @@ def refuse_observing(
 ) -> None:
     """Raise :class:`ChainedError` when the live debugger would watch an edge of
     ``worker_id`` that runs as a function call (no frame of it crosses the switch)."""
+    for a, b in observed_calls(topology, physical, worker_id, direction):
+        refuse_chained_edge(topology, physical.by_id(a).node, physical.by_id(b).node, "watching")
+
+
+def observed_calls(
+    topology: Topology, physical: PhysicalTopology, worker_id: int, direction: str
+) -> list[tuple[int, int]]:
+    """The (sender, receiver) edges of ``worker_id`` the live debugger would watch in
+    ``direction`` that run as function calls now (none of their frames cross the switch)."""
     group = group_of(topology, physical, worker_id)
     at = group.index(worker_id)
-    node = physical.by_id(worker_id).node
-    if direction in ("in", "both") and at > 0:
-        refuse_chained_edge(topology, physical.by_id(group[at - 1]).node, node, "watching")
-    if direction in ("out", "both") and at < len(group) - 1:
-        refuse_chained_edge(topology, node, physical.by_id(group[at + 1]).node, "watching")
+    calls = by_call(topology, physical)
+    edges = []
+    if direction in ("in", "both") and at > 0 and worker_id in calls:
+        edges.append((group[at - 1], worker_id))
+    if direction in ("out", "both") and at < len(group) - 1 and group[at + 1] in calls:
+        edges.append((worker_id, group[at + 1]))
+    return edges

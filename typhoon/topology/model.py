@@ -197,6 +197,9 @@ class PhysicalTopology:
     # region failover (typhoon.checkpoint.regions): worker -> (generation, epoch) of its
     # failover region when the regions are in different ones; empty: all in ``generation``
     worker_generations: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    # live unchaining (typhoon.topology.chaining): chained workers whose input from the
+    # previous worker of their process goes over the network instead of a function call
+    unchained: list[int] = field(default_factory=list)
 
     def generation_of(self, worker_id: int) -> tuple[int, int | None]:
         """The generation ``worker_id`` is in and the epoch it restored to begin it."""
@@ -231,6 +234,7 @@ class PhysicalTopology:
             "worker_generations": {
                 str(w): [g, e] for w, (g, e) in sorted(self.worker_generations.items())
             },
+            **({"unchained": sorted(self.unchained)} if self.unchained else {}),
         }
 
     @classmethod
@@ -244,4 +248,5 @@ class PhysicalTopology:
             d.get("restore_epoch"),
             {n: list(t) for n, t in (d.get("key_groups") or {}).items()},
             {int(w): (g, e) for w, (g, e) in (d.get("worker_generations") or {}).items()},
+            sorted(int(w) for w in d.get("unchained") or ()),
         )

@@ -33,6 +33,7 @@ class Control(IntEnum):
     ROLLBACK = 12  # go back to a global checkpoint as a new generation (guaranteed processing)
     COMPLETE = 13  # every worker of the application finished: a finished worker may exit
     KEYGROUPS = 14  # key groups move between workers with their keyed state (a rescale, a move)
+    CHAIN = 15  # a chained edge goes on the network or back to a function call (live unchaining)
 
 
 # Control tuples a worker handles ahead of the data queued before them (docs/flow_control.md,
@@ -235,6 +236,14 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         # (in: every tuple here waits for it, docs/reconfiguration.md "Moving a worker")
         "operator_out": (_worker_id, _OMITTED),
         "operator_in": (_worker_id, _OMITTED),
+    },
+    # live unchaining (typhoon/runtime/chain.py): the chain's upstream worker sends to
+    # ``receiver`` (the next worker of its process) over the network (chained false) or by
+    # function call again (true: acked once the receiver holds everything sent as frames)
+    Control.CHAIN: {
+        "version": (_u64, _REQUIRED),
+        "receiver": (_worker_id, _REQUIRED),
+        "chained": (_bool, _REQUIRED),
     },
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
