@@ -98,6 +98,7 @@ class Zygote:
         argv += ["--checkpoints"] if checkpoints else []
         self.cwd = os.getcwd()
         self.env = dict(os.environ)
+        self.log = logfile
         self.logfile = open(logfile, "wb")  # noqa: SIM115 - closed by close()
         try:
             self.proc = subprocess.Popen(
@@ -155,7 +156,7 @@ class Zygote:
 
     def _lost(self, why: str) -> None:
         self.gone = why
-        log.error("worker zygote gone (%s): workers are spawned from now on", why)
+        log.error("worker zygote gone (%s; see %s): workers are spawned from now on", why, self.log)
         self.sock.close()
         self._reap_orphans()
 
@@ -249,7 +250,7 @@ class ZygoteLauncher:
                 why = f"the zygote cannot fork ({e})"
             else:
                 self.forked += 1
-                log.info("%s: forked by the zygote as pid %d", logfile.stem, child.pid)
+                log.debug("%s: forked by the zygote as pid %d", logfile.stem, child.pid)
                 return Supervised(logfile.stem, child, log=logfile, logfile=out, own_session=False)
         if why != self.warned:
             log.warning("%s: spawned, not forked: %s", logfile.stem, why)

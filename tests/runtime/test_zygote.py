@@ -79,7 +79,7 @@ def test_a_live_zygote_refuses_bad_requests_and_forks_a_worker_that_fails_as_spa
 def test_tcp_workers_are_the_zygotes_titled_children_and_spawned_once_it_died(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "typhoon.zygote")
+    caplog.set_level(logging.DEBUG, "typhoon.zygote")
     topology = load_topology(ROOT / "topologies" / "wordcount.yaml")
     c = TcpCluster(topology, RunOptions(hosts=["h1", "h2"], live=False), workdir=tmp_path)
     try:

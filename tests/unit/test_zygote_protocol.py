@@ -4,6 +4,7 @@ fork request must look like, every way one can be wrong, and the replies."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -95,3 +96,16 @@ def test_a_retitled_command_line_reads_as_a_spawned_one() -> None:
     assert command_line([" ".join(argv), "", "", ""]) == argv
     assert command_line(argv) == argv
     assert command_line([]) == []
+
+
+def test_the_zygote_preloads_only_built_in_operators_and_never_eventlet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typhoon.runtime.zygote_server import preload
+
+    with pytest.raises(ValueError, match="unknown built-in operator"):
+        preload(["os:system"], checkpoints=False)
+    preload(["split_words"], checkpoints=False)
+    monkeypatch.setitem(sys.modules, "eventlet", object())
+    with pytest.raises(RuntimeError, match="eventlet"):
+        preload([], checkpoints=False)
