@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,31 +49,38 @@ class ZygoteChild:
         self.zygote = zygote
         self.pid = pid
         self.returncode: int | None = None
+        self.exit_code: int | None = None  # reported by the zygote; returncode once polled
         try:  # tells when it ended should the zygote be gone; pid-reuse-proof signals
             self.pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:  # ended and reaped already: its exit report follows
             self.pidfd = None
 
     def poll(self) -> int | None:
+        """As ``Popen.poll``: ``returncode`` changes here (and in :meth:`wait`) only,
+        never while the launcher reads the zygote's reports for another child."""
         if self.returncode is None:
-            self.zygote.pump(0.0)
+            if self.exit_code is None:
+                self.zygote.pump(0.0)
+            self.returncode = self.exit_code
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.returncode is None:
+        while self.exit_code is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"worker pid {self.pid}", timeout or 0.0)
             self.zygote.pump(0.05 if left is None else min(0.05, left))
+        self.returncode = self.exit_code
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None and self.pidfd is not None:  # never a reused pid
-            try:
-                signal.pidfd_send_signal(self.pidfd, sig)
-            except ProcessLookupError:
-                pass
+        with self.zygote.lock:  # a killer thread must not use a pidfd closed meanwhile
+            if self.exit_code is None and self.pidfd is not None:  # never a reused pid
+                try:
+                    signal.pidfd_send_signal(self.pidfd, sig)
+                except ProcessLookupError:
+                    pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -81,8 +89,8 @@ class ZygoteChild:
         self.send_signal(signal.SIGKILL)
 
     def ended(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
+        if self.exit_code is None:
+            self.exit_code = code
             if self.pidfd is not None:
                 os.close(self.pidfd)
                 self.pidfd = None
@@ -118,14 +126,24 @@ class Zygote:
         self.replies: dict[int, Reply] = {}  # request id -> forked or refused
         self.request_ids = iter(range(1, 1 << 62))
         self.gone: str | None = None  # why it cannot fork any more
+        self.lock = threading.RLock()  # reports are read, and pidfds closed, under it
 
     def pump(self, timeout: float) -> None:
         """Read what the zygote said, waiting up to ``timeout`` for the first message."""
+        if self.gone is None:
+            select.select([self.sock], [], [], timeout)
+        else:  # wait for an orphan's end instead
+            fds = [c.pidfd for c in self.children.values() if c.pidfd is not None]
+            if fds:
+                select.select(fds, [], [], timeout)
+        with self.lock:
+            self._read()
+
+    def _read(self) -> None:
         if self.gone is not None:
             self._reap_orphans()
             return
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        while ready:
+        while True:
             try:
                 data = self.sock.recv(MAX_MESSAGE)
             except BlockingIOError:

@@ -65,6 +65,7 @@ def preload(operators: list[str], checkpoints: bool) -> None:
         importlib.import_module(f"typhoon.operators.{PATHS[name].partition(':')[0]}")
     if checkpoints:
         importlib.import_module("typhoon.checkpoint")
+    "127.0.0.1".encode("idna")  # what a worker's first connect imports (encodings.idna)
     if "eventlet" in sys.modules:  # a child would inherit its monkey-patching
         raise RuntimeError("the zygote imported eventlet")
 
