@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from typhoon.supervised import command_line
+
 WORKER_MODULE = "typhoon.runtime.worker"
 
 
@@ -44,6 +46,8 @@ def classify(cmdline: Sequence[str], self_pid: int, pid: int) -> str | None:
         return "controller"
     if WORKER_MODULE in joined:
         return "worker"
+    if "typhoon.runtime.zygote_server" in joined:  # forks the workers (typhoon.zygote)
+        return "worker zygote"
     if "typhoon.debug.worker" in joined:
         return "debug worker"
     if "typhoon.agent" in joined:
@@ -122,7 +126,7 @@ class CpuSampler:
             for p in psutil.process_iter(["cmdline", "create_time", "cpu_times"]):
                 pid = p.pid
                 if pid not in self.groups:
-                    group = self._group(p.info.get("cmdline") or [], me, pid)
+                    group = self._group(command_line(p.info.get("cmdline") or []), me, pid)
                     if group is None:
                         continue
                     self.groups[pid] = group

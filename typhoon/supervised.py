@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import psutil
 
@@ -29,13 +29,42 @@ ADOPT_EXEC_TIMEOUT_S = 5.0
 ADOPT_POLL_S = 0.01
 
 
+def command_line(raw: Sequence[str]) -> list[str]:
+    """A process's arguments from ``psutil``'s ``cmdline()``, also for a retitled one.
+
+    A worker forked by the zygote (typhoon.runtime.zygote_server) shows its command
+    line as one title (setproctitle): psutil gives it as one space-joined string
+    followed by empty ones; split back, it reads as a spawned worker's.
+    """
+    args = list(raw)
+    while len(args) > 1 and args[-1] == "":
+        args.pop()
+    if len(args) == 1 and " " in args[0]:
+        return args[0].split(" ")
+    return args
+
+
+class Process(Protocol):
+    """What a started process offers: a ``Popen``, or a worker forked by the zygote
+    (typhoon.zygote.ZygoteChild, whose exit code comes from the zygote)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
 class Supervised:
     """A child process (``proc``) or an adopted one (pid only), with its log file."""
 
     def __init__(
         self,
         name: str,
-        proc: subprocess.Popen | None,
+        proc: Process | None,
         *,
         adopted: psutil.Process | None = None,
         log: Path | None = None,
@@ -102,7 +131,7 @@ class Supervised:
             while True:
                 if process.status() == psutil.STATUS_ZOMBIE:
                     return None
-                if marker in process.cmdline():
+                if marker in command_line(process.cmdline()):
                     return cls(name, None, adopted=process)
                 if time.time() >= started + exec_timeout or time.monotonic() >= deadline:
                     return None

@@ -28,6 +28,7 @@ from typhoon.checkpoint.progress import JobProgress
 from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.manager import fresh_checkpoints
+from typhoon.operators import BUILTINS
 from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
@@ -41,6 +42,7 @@ from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
+from typhoon.zygote import Zygote, ZygoteLauncher
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,9 @@ class RunOptions:
     scales: list[tuple[float, Any]] = field(default_factory=list)
     # called as f(cluster, elapsed) on every turn of the run loop (a locality run, say)
     on_turn: list[Callable[[Any, float], None]] = field(default_factory=list)
+    # local workers forked from one process that imported the runtime (typhoon.zygote)
+    # instead of each a fresh `python -m typhoon.runtime.worker`; False: spawn every one
+    zygote: bool = True
 
 
 @dataclass
@@ -143,6 +148,13 @@ class TcpCluster:
         self.gate = HelloGate(self.server, self.secret)
         self.rejected = self.gate.rejected  # refused connections and streams, by reason
         self.rescaler = Rescaler(self, options.scales)  # `rescaler.request(Scale(...))`
+        self.zygote: ZygoteLauncher | None = None
+        if launcher is local_launcher and options.zygote:  # last: nothing after it can fail
+            operators = sorted({n.operator for n in self.topology.nodes.values()} & set(BUILTINS))
+            self.zygote = ZygoteLauncher(
+                Zygote(self.workdir / "zygote.log", operators, self.progress is not None)
+            )
+            self.launcher = self.zygote
 
     def listen_address(self) -> str:
         if self.options.control_bind:
@@ -443,6 +455,8 @@ class TcpCluster:
 
     def close(self) -> None:
         self.stop()
+        if self.zygote is not None:  # after its children: their exit codes come through it
+            self.zygote.close()
         for c in self.conns.values():
             c.sock.close()
         self.server.close()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from benchmarks.cpu_sampler import CpuSampler, Sample, classify, node_of_spec
+from typhoon.supervised import command_line
 
 
 def test_processes_are_grouped_by_what_they_run() -> None:
@@ -17,6 +18,8 @@ def test_processes_are_grouped_by_what_they_run() -> None:
     assert classify(["python", "-m", "typhoon.runtime.worker", "w.spec.json"], 1, 2) == "worker"
     assert classify(["python", "-m", "typhoon.debug.worker", "x"], 1, 2) == "debug worker"
     assert classify(["python", "-m", "typhoon.agent", "--host", "h1"], 1, 2) == "agents"
+    zygote = ["python", "-m", "typhoon.runtime.zygote_server", "--fd", "5"]
+    assert classify(zygote, 1, 2) == "worker zygote"
     assert classify(["bash"], 1, 2) is None
     assert classify([], 1, 2) is None
     assert classify(["anything"], 7, 7) == "benchmark process (client)"
@@ -29,6 +32,9 @@ def test_a_worker_is_named_by_the_node_its_spec_gives(tmp_path: Path) -> None:
     assert node_of_spec(str(spec)) == "sink"
     cmd = ["python", "-m", "typhoon.runtime.worker", str(spec)]
     assert CpuSampler._group(cmd, 1, 2) == "worker sink"
+    # forked by the zygote: one title (setproctitle), as psutil reads it, split back
+    retitled = command_line([" ".join(cmd), "", ""])
+    assert CpuSampler._group(retitled, 1, 2) == "worker sink"
     spec.write_text("{not json")
     assert node_of_spec(str(spec)) is None
     assert node_of_spec(str(tmp_path / "missing.json")) is None

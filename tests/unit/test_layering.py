@@ -294,6 +294,8 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "bridge_plan",
             "fabric_guard",
             "sink_rates",  # pure: how fast sinks went before and after an incident
+            "zygote_protocol",  # the launcher <-> worker fork server messages
+            "zygote",  # the launcher's side of the fork server
         },
     ),
     ("operators", {"operators"}),  # what a node runs; the loader resolves them

@@ -266,6 +266,14 @@ class TcpTransport(Transport):
                 raise ConnectionError("control connection closed")
             self._control_messages(self.control_conn.reader.feed(data), self.early)
 
+    def _read_control_now(self) -> None:
+        """What the coordinator sent and we have not read yet (peers now, the rest later)."""
+        while select.select([self.control], [], [], 0)[0]:
+            data = self.control.recv(READ_CHUNK)
+            if not data:
+                return  # closed: poll() sees it
+            self._control_messages(self.control_conn.reader.feed(data), self.early)
+
     def _link(self, dst: int) -> socket.socket | None:
         sock = self.out.get(dst)
         if sock is None:
@@ -274,7 +282,15 @@ class TcpTransport(Transport):
             addr = self.peers.get(dst)
             if addr is None:
                 return None
-            sock = socket.create_connection(addr, timeout=30)
+            try:
+                sock = socket.create_connection(addr, timeout=30)
+            except OSError:
+                # a relaunched receiver: its new address may be in our control buffer
+                # still (a newer generation's mark can overtake the coordinator's peers)
+                self._read_control_now()
+                if self.peers.get(dst, addr) == addr:
+                    raise
+                return self._link(dst)
             try:  # prove to the receiver that we are a worker of this run
                 nonce, _ = auth.read_challenge(sock, MessageReader(MAX_BOOT), auth.AUTH_TIMEOUT_S)
                 proof = auth.proof(self.secret, auth.PEER, nonce, self.worker_id, dst)

@@ -1,0 +1,112 @@
+"""The launcher <-> worker fork server messages (typhoon.zygote_protocol): what a
+fork request must look like, every way one can be wrong, and the replies."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from typhoon.supervised import command_line
+from typhoon.zygote import worker_specs
+from typhoon.zygote_protocol import (
+    MAX_MESSAGE,
+    MAX_SPECS,
+    ForkRequest,
+    ZygoteProtocolError,
+    encode,
+    fork_request,
+    reply,
+)
+
+SPEC = "/tmp/run/worker-3.spec.json"
+
+
+def msg(**fields: object) -> bytes:
+    return json.dumps({"op": "fork", "id": 4, "specs": [SPEC], **fields}).encode()
+
+
+def test_a_fork_request_names_its_specs_and_carries_one_descriptor() -> None:
+    assert fork_request(msg(), 1) == ForkRequest(4, (SPEC,))
+    chain = [SPEC, "/tmp/run/worker-4.spec.json"]
+    assert fork_request(msg(specs=chain), 1).specs == tuple(chain)
+
+
+@pytest.mark.parametrize(
+    ("data", "fds", "why"),
+    [
+        (b"\xff\xfe", 1, "not JSON"),
+        (b"{", 1, "not JSON"),
+        (b"[1, 2]", 1, "JSON object"),
+        (msg(op="exec"), 1, "unknown op"),
+        (msg(id=-1), 1, "id must be"),
+        (msg(id=True), 1, "id must be"),
+        (msg(id="4"), 1, "id must be"),
+        (msg(), 0, "one log descriptor, not 0"),
+        (msg(), 2, "one log descriptor, not 2"),
+        (msg(specs=[]), 1, "specs must be"),
+        (msg(specs=SPEC), 1, "specs must be"),
+        (msg(specs=[SPEC] * (MAX_SPECS + 1)), 1, "specs must be"),
+        (msg(specs=["worker-3.spec.json"]), 1, "absolute"),
+        (msg(specs=["/etc/passwd"]), 1, "absolute"),
+        (msg(specs=[3]), 1, "absolute"),
+        (msg(specs=["/tmp/a\0b.spec.json"]), 1, "NUL"),
+        (msg(argv=["/bin/sh", "-c", "true"]), 1, "unknown fields"),
+        (msg(env={"LD_PRELOAD": "/x.so"}), 1, "unknown fields"),
+    ],
+)
+def test_a_bad_request_is_refused_with_its_reason(data: bytes, fds: int, why: str) -> None:
+    with pytest.raises(ZygoteProtocolError, match=why):
+        fork_request(data, fds)
+
+
+def test_a_truncated_request_is_refused_whatever_it_holds() -> None:
+    with pytest.raises(ZygoteProtocolError, match="truncated"):
+        fork_request(msg(), 1, truncated=True)
+
+
+def test_encode_refuses_a_message_over_the_limit() -> None:
+    with pytest.raises(ZygoteProtocolError, match="over"):
+        encode({"op": "fork", "specs": ["x" * MAX_MESSAGE]})
+
+
+def test_replies_are_checked() -> None:
+    assert reply(b'{"op":"ready","pid":9}').pid == 9
+    forked = reply(b'{"op":"forked","id":2,"pid":10}')
+    assert (forked.op, forked.request_id, forked.pid) == ("forked", 2, 10)
+    assert reply(b'{"op":"refused","id":2,"error":"no"}').error == "no"
+    assert reply(b'{"op":"exit","pid":10,"code":-9}').code == -9
+    for bad in (b'{"op":"exit","pid":10}', b'{"op":"forked","id":"2","pid":10}', b'{"op":"x"}'):
+        with pytest.raises(ZygoteProtocolError):
+            reply(bad)
+
+
+def test_only_a_worker_command_line_is_forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.executable", "/venv/bin/python")
+    worker = ["/venv/bin/python", "-m", "typhoon.runtime.worker"]
+    assert worker_specs([*worker, SPEC]) == [SPEC]
+    assert worker_specs(worker) is None  # no spec
+    assert worker_specs(["/venv/bin/python", "-m", "pyspark_bridge.driver", SPEC]) is None
+    assert worker_specs(["/other/python", "-m", "typhoon.runtime.worker", SPEC]) is None
+
+
+def test_a_retitled_command_line_reads_as_a_spawned_one() -> None:
+    argv = ["/venv/bin/python", "-m", "typhoon.runtime.worker", SPEC]
+    assert command_line([" ".join(argv), "", "", ""]) == argv
+    assert command_line(argv) == argv
+    assert command_line([]) == []
+
+
+def test_the_zygote_preloads_only_built_in_operators_and_never_eventlet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typhoon.runtime.zygote_server import preload
+
+    monkeypatch.delitem(sys.modules, "eventlet", raising=False)  # other tests' imports
+    with pytest.raises(ValueError, match="unknown built-in operator"):
+        preload(["os:system"], checkpoints=False)
+    preload(["split_words"], checkpoints=False)
+    monkeypatch.setitem(sys.modules, "eventlet", object())
+    with pytest.raises(RuntimeError, match="eventlet"):
+        preload([], checkpoints=False)
