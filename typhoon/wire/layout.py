@@ -1,0 +1,74 @@
+"""A stream's declared row layout, and what a reader needs to tell a column block apart.
+
+Numpy-free on purpose: the topology loader checks layouts and every receiver counts
+a block's rows with this module alone; ``typhoon/wire/columns.py`` (numpy) packs and
+reads blocks, and is imported only where a stream declares columns.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from typhoon.wire.header import BLOCK_MARK
+
+BLOCK_VERSION = 1
+# type name -> (code on the wire, Python type of its values)
+TYPES: dict[str, tuple[int, type]] = {
+    "int64": (1, int),
+    "float64": (2, float),
+    "bool": (3, bool),
+    "bytes": (4, bytes),
+    "str": (5, str),
+}
+BLOCK_ROWS = struct.Struct("<I")  # a block's row count, after its mark, version, k, k types
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """A stream's declared row layout: field names and their types, in field order."""
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+
+    @property
+    def codes(self) -> bytes:
+        return bytes(TYPES[t][0] for t in self.types)
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(zip(self.names, self.types, strict=True))
+
+
+def parse_layout(spec: Any) -> ColumnLayout:
+    """A layout from a ``{field: type}`` mapping (field order kept); ValueError says why not."""
+    if not isinstance(spec, dict) or not spec:
+        raise ValueError("columns must map each field to its type, e.g. {seq: int64}")
+    if len(spec) > 255:
+        raise ValueError(f"columns declares {len(spec)} fields; a block holds at most 255")
+    for name, kind in spec.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"columns: field name {name!r} is not a non-empty string")
+        if kind not in TYPES:
+            raise ValueError(
+                f"columns: field '{name}' has type {kind!r}; the types are {', '.join(TYPES)}"
+            )
+    return ColumnLayout(tuple(spec), tuple(spec.values()))
+
+
+BLOCK_ROWS = struct.Struct("<I")  # a block's row count, after its mark, version, k, k types
+
+
+def is_block(entry: bytes) -> bool:
+    """True if a data entry is a column block (not a msgpack row batch)."""
+    return entry[:1] == BLOCK_MARK
+
+
+def block_rows(entry: bytes) -> int:
+    """Rows a block says it holds, without decoding it (0 if it is too short)."""
+    k = entry[2] if len(entry) > 2 else 0
+    at = 3 + k
+    if len(entry) < at + BLOCK_ROWS.size:
+        return 0
+    rows: int = BLOCK_ROWS.unpack_from(entry, at)[0]
+    return rows
