@@ -110,6 +110,9 @@ class Columns:
             return []
         return list(map(list, zip(*(self.column(i) for i in range(len(self.cols))), strict=True)))
 
+    def __getitem__(self, part: slice) -> Columns:
+        return self.slice(part.start or 0, self.n if part.stop is None else part.stop)
+
     def slice(self, start: int, stop: int) -> Columns:
         stop = min(stop, self.n)
         cols: list[Column] = [c.slice(start, stop) if isinstance(c, VarColumn) else c[start:stop]
