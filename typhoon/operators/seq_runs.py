@@ -34,6 +34,27 @@ def mark_run(
     b = a + n - 1
     if seqs[-1] != b or list(map(type, seqs)).count(int) != n or seqs != list(range(a, b + 1)):
         return False
+    return _mark(bitmaps, highest, src, a, n)
+
+
+def mark_run_columns(
+    bitmaps: dict[Any, bytearray], highest: dict[Any, int], srcs: Any, seqs: Any
+) -> bool:
+    """:func:`mark_run` for int64 columns (numpy arrays of column blocks): the run found
+    with array operations, no Python object per row (and no numpy import here)."""
+    n = len(seqs)
+    if n < MIN_RUN:
+        return False
+    a, src = int(seqs[0]), int(srcs[0])
+    if a < 0 or int(seqs[-1]) != a + n - 1 or not bool((srcs == srcs[0]).all()):
+        return False
+    if not bool((seqs[1:] - seqs[:-1] == 1).all()):  # (a wrap ends on another last value)
+        return False
+    return _mark(bitmaps, highest, src, a, n)
+
+
+def _mark(bitmaps: dict[Any, bytearray], highest: dict[Any, int], src: Any, a: int, n: int) -> bool:
+    b = a + n - 1
     bm = bitmaps.get(src)
     if bm is not None and a <= highest.get(src, -1):  # behind what was seen
         return False

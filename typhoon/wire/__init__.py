@@ -117,7 +117,7 @@ from typhoon.wire.frames import (
     with_flags,
 )
 from typhoon.wire.header import FLAGS, LAYOUT, VERSION, Kind
-from typhoon.wire.layout import ColumnLayout, block_rows, is_block, parse_layout
+from typhoon.wire.layout import ColumnLayout, block_rows, describe_block, is_block, parse_layout
 from typhoon.wire.rows import (
     MAX_DEPTH,
     decode_rows,
@@ -159,6 +159,7 @@ __all__ = [
     "block_rows",
     "controller_mac",
     "decode_control",
+    "describe_block",
     "decode_credit",
     "decode_frame",
     "decode_rows",

@@ -37,7 +37,8 @@ import numpy.typing as npt
 
 from typhoon.wire.checks import WireError
 from typhoon.wire.header import BLOCK_MARK
-from typhoon.wire.layout import BLOCK_ROWS, BLOCK_VERSION, TYPES, ColumnLayout
+from typhoon.wire.layout import BLOCK_ROWS, BLOCK_VERSION, TYPES, ColumnLayout, is_block
+from typhoon.wire.rows import decode_rows
 
 _NAME_OF_CODE = {code: name for name, (code, _) in TYPES.items()}
 _DTYPE = {"int64": np.dtype("<i8"), "float64": np.dtype("<f8"), "bool": np.dtype("u1")}
@@ -236,3 +237,12 @@ def unpack_block(entry: bytes) -> Columns:
     if at != size:
         raise WireError(f"{size - at} bytes after the last column of a block")
     return Columns(types, cols, n)
+
+
+def entry_rows(entry: bytes) -> list[list[Any]]:
+    """The rows of a data entry of either kind, a row batch or a column block (for
+    readers that see every stream, such as the debugger's mirror and the dissector);
+    as strict as :func:`typhoon.wire.decode_rows`: any defect is a WireError."""
+    if is_block(entry):
+        return unpack_block(entry).rows()
+    return decode_rows(entry)

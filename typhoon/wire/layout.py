@@ -72,3 +72,14 @@ def block_rows(entry: bytes) -> int:
         return 0
     rows: int = BLOCK_ROWS.unpack_from(entry, at)[0]
     return rows
+
+
+def describe_block(entry: bytes) -> str:
+    """A column block's head in words (its mark, version, types and row count), for a
+    dissector: what it is, without decoding its columns."""
+    codes = {code: name for name, (code, _) in TYPES.items()}
+    k = entry[2] if len(entry) > 2 else 0
+    if len(entry) < 3 + k + BLOCK_ROWS.size:
+        return f"column block, truncated ({len(entry)} bytes)"
+    kinds = ", ".join(codes.get(c, f"type {c}?") for c in entry[3 : 3 + k])
+    return f"column block v{entry[1]}: {block_rows(entry)} rows of [{kinds}]"
