@@ -13,6 +13,7 @@ fit one frame of the transport.  A mixin of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from typhoon.runtime.policies import Router
@@ -185,7 +186,8 @@ class OutputBatching(_Host):
         the entries came to; an entry that came out too big is cut and packed
         again (rare), and a single row too big for a frame travels segmented.
         """
-        pack, cap = encode_rows, self.entry_cap
+        pack: Callable[[list[Any]], bytes] = encode_rows
+        cap = self.entry_cap
         if self.columnar is not None:
             pack = self.columnar.packer(sid) or pack
         n = len(rows)

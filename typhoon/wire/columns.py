@@ -41,7 +41,11 @@ from typhoon.wire.layout import BLOCK_ROWS, BLOCK_VERSION, TYPES, ColumnLayout, 
 from typhoon.wire.rows import decode_rows
 
 _NAME_OF_CODE = {code: name for name, (code, _) in TYPES.items()}
-_DTYPE = {"int64": np.dtype("<i8"), "float64": np.dtype("<f8"), "bool": np.dtype("u1")}
+_DTYPE: dict[str, np.dtype[Any]] = {
+    "int64": np.dtype("<i8"),
+    "float64": np.dtype("<f8"),
+    "bool": np.dtype("u1"),
+}
 _VARIABLE = ("bytes", "str")
 _HEAD = struct.Struct("<BBB")
 _ROWS = BLOCK_ROWS
