@@ -244,6 +244,7 @@ def test_the_receiver_hands_blocks_to_process_columns_and_counts_bad_ones() -> N
     assert fw.io.stats.drops == {"malformed_block": 2}
     assert fw.tuples_in == {1: 210} and fw.received_from == {(src, 1): 210}
     assert op.received == 210 and op.duplicates == 0 and op.out_of_order == 0
+    assert fw.metrics()["columns_in"] == 200  # the rows of the good blocks
 
 
 def test_a_block_on_a_worker_without_columns_is_a_counted_malformed_batch() -> None:

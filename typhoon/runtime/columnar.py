@@ -49,6 +49,7 @@ class ColumnPath:
             operator, "process_columns", "process"
         )
         self.unfit = 0  # rows of a columns stream sent as a row batch (they did not fit)
+        self.blocks_in = 0  # rows that arrived in column blocks (whichever way they ran)
         self.packers: dict[int, Callable[[list[Any]], bytes]] = {}
 
     def packer(self, sid: int) -> Callable[[list[Any]], bytes] | None:
@@ -102,6 +103,7 @@ class ColumnPath:
         if cols.types != layout.types:
             stats.drop("malformed_block")
             return None
+        self.blocks_in += cols.n
         return cols
 
 
