@@ -82,6 +82,7 @@ def test_slices_takes_and_concatenations_keep_the_rows(case: tuple, data: st.Dat
     assert cols[a:b].rows() == rows[a:b]
     mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
     assert cols.take(mask).rows() == [r for r, m in zip(rows, mask, strict=True) if m]
+    assert cols.rows_at(np.flatnonzero(mask)) == cols.take(mask).rows()
     parts = [cols[:a], cols.take(mask), cols[b:]]
     want = rows[:a] + [r for r, m in zip(rows, mask, strict=True) if m] + rows[b:]
     assert Columns.concat(parts).rows() == want

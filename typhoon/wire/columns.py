@@ -77,12 +77,19 @@ class VarColumn:
 
     def take(self, index: npt.NDArray[np.intp]) -> VarColumn:
         """The values at ``index`` (ascending), as a column of their own."""
-        ends = self.offsets.tolist()
-        data = self.data
-        parts = [data[ends[i] : ends[i + 1]] for i in index.tolist()]
+        data, offsets = self.data, self.offsets
+        starts, stops = offsets[index].tolist(), offsets[index + 1].tolist()
+        parts = [data[a:b] for a, b in zip(starts, stops, strict=True)]
         offsets = np.zeros(len(parts) + 1, dtype=_OFFSETS)
         np.cumsum([len(p) for p in parts], out=offsets[1:])
         return VarColumn(offsets, b"".join(parts), self.text)
+
+    def values_at(self, index: npt.NDArray[np.intp]) -> list[Any]:
+        """The values at ``index``, as Python objects (no new column)."""
+        data, offsets = self.data, self.offsets
+        starts, stops = offsets[index].tolist(), offsets[index + 1].tolist()
+        out = [data[a:b] for a, b in zip(starts, stops, strict=True)]
+        return [b.decode("utf-8") for b in out] if self.text else out
 
     def slice(self, start: int, stop: int) -> VarColumn:
         return VarColumn(self.offsets[start : stop + 1], self.data, self.text)
@@ -124,9 +131,19 @@ class Columns:
                               for c in self.cols]  # fmt: skip
         return Columns(self.types, cols, max(0, stop - start))
 
+    def rows_at(self, index: npt.NDArray[np.intp]) -> list[list[Any]]:
+        """The rows at ``index`` (row numbers), built for those rows only."""
+        if not len(index):
+            return []
+        values = [c.values_at(index) if isinstance(c, VarColumn) else c[index].tolist()
+                  for c in self.cols]  # fmt: skip
+        return list(map(list, zip(*values, strict=True)))
+
     def take(self, mask: npt.NDArray[np.bool_]) -> Columns:
         """The rows where ``mask`` is true."""
         index = np.flatnonzero(mask)
+        if not len(index):
+            return self.slice(0, 0)
         cols: list[Column] = [c.take(index) if isinstance(c, VarColumn) else c[index]
                               for c in self.cols]  # fmt: skip
         return Columns(self.types, cols, len(index))
@@ -214,7 +231,7 @@ def unpack_block(entry: bytes) -> Columns:
                 raise WireError("column block offsets past its end")
             offsets = np.frombuffer(entry, dtype=_OFFSETS, count=n + 1, offset=at)
             length = int(offsets[-1])
-            if offsets[0] != 0 or (n and bool((np.diff(offsets.astype(np.int64)) < 0).any())):
+            if offsets[0] != 0 or (n and bool((offsets[1:] < offsets[:-1]).any())):
                 raise WireError("column block offsets out of order")
             if end + length > size:
                 raise WireError("column block data past its end")
