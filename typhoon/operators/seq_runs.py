@@ -13,6 +13,13 @@ from typing import Any
 MIN_RUN = 8  # shorter batches go row by row: the passes would cost more
 
 
+def _arange(start: int, stop: int, dtype: Any) -> Any:
+    """``numpy.arange``, imported on first use (only column blocks get here)."""
+    import numpy as np
+
+    return np.arange(start, stop, dtype=dtype)
+
+
 def mark_run(
     bitmaps: dict[Any, bytearray], highest: dict[Any, int], rows: list[list], isrc: int, iseq: int
 ) -> bool:
@@ -46,9 +53,13 @@ def mark_run_columns(
     if n < MIN_RUN:
         return False
     a, src = int(seqs[0]), int(srcs[0])
-    if a < 0 or int(seqs[-1]) != a + n - 1 or not bool((srcs == srcs[0]).all()):
+    if a < 0 or int(seqs[-1]) != a + n - 1 or a + n >= 1 << 63:
         return False
-    if not bool((seqs[1:] - seqs[:-1] == 1).all()):  # (a wrap ends on another last value)
+    # compared as bytes: one source's id n times, a, a+1, ... (cheaper than numpy's
+    # element-wise compare and reduce on an entry's few hundred values)
+    if srcs.tobytes() != srcs[:1].tobytes() * n:
+        return False
+    if seqs.tobytes() != _arange(a, a + n, dtype=seqs.dtype).tobytes():
         return False
     return _mark(bitmaps, highest, src, a, n)
 
