@@ -114,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     frames: dict[bool, list[bytes]] = {}
     for columns in modes:
         if columns:
-            from typhoon.wire.columns import pack_block
-            from typhoon.wire.layout import parse_layout
+            from typhoon.wire.layout import pack_block, parse_layout
 
             layout = parse_layout(
                 load_topology_text(topology_text("collect", True)).streams[0].columns

@@ -27,8 +27,8 @@ from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound, rows_in
 from typhoon.topology import TopologyError, load_topology_text, schedule
 from typhoon.wire import WireError, decode_rows, encode_rows, parse_layout
-from typhoon.wire.columns import Columns, entry_rows, pack_block, unpack_block
-from typhoon.wire.layout import describe_block, is_block
+from typhoon.wire.columns import Columns, entry_rows, unpack_block
+from typhoon.wire.layout import describe_block, is_block, pack_block
 
 LAYOUT = "{src: int64, seq: int64, ts: float64, payload: bytes}"
 COLUMNS = FORWARD.replace("grouping: shuffle", f"grouping: shuffle\n    columns: {LAYOUT}")

@@ -12,8 +12,8 @@ counts key pairs, gets the rows decoded from the blocks, as before.  A block tha
 does not decode, or whose types are not the stream's declared ones, is dropped and
 counted (``malformed_block``), like a malformed row batch.
 
-Built only for a worker with such a stream (:func:`column_path`): numpy is imported
-then, not by every worker.
+Built only for a worker with such a stream (:func:`column_path`); numpy is imported
+only by one that receives blocks (packing needs ``struct`` alone).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.transport import IOStats
 from typhoon.topology.model import Topology
 from typhoon.wire import WireError, encode_rows
-from typhoon.wire.layout import ColumnLayout, is_block, parse_layout
+from typhoon.wire.layout import ColumnLayout, is_block, pack_block, parse_layout
 
 if TYPE_CHECKING:
     from typhoon.wire.columns import Columns
@@ -36,9 +36,6 @@ class ColumnPath:
     """Declared layouts of a worker's output and input streams, and their packing."""
 
     def __init__(self, topo: Topology, node: str, operator: Operator) -> None:
-        from typhoon.wire import columns  # numpy: only a worker on such a stream pays for it
-
-        self.blocks = columns
         self.out: dict[int, ColumnLayout] = {
             s.id: parse_layout(s.columns) for s in topo.outputs_of(node) if s.columns
         }
@@ -51,6 +48,11 @@ class ColumnPath:
         self.unfit = 0  # rows of a columns stream sent as a row batch (they did not fit)
         self.blocks_in = 0  # rows that arrived in column blocks (whichever way they ran)
         self.packers: dict[int, Callable[[list[Any]], bytes]] = {}
+        self.blocks: Any = None  # typhoon.wire.columns, once a stream brings blocks in
+        if self.inp:  # numpy: only a worker that receives blocks pays for its import
+            from typhoon.wire import columns
+
+            self.blocks = columns
 
     def packer(self, sid: int) -> Callable[[list[Any]], bytes] | None:
         """How to serialize an entry of output stream ``sid`` (None: as row batches)."""
@@ -59,7 +61,6 @@ class ColumnPath:
             return None
         pack = self.packers.get(sid)
         if pack is None:
-            pack_block = self.blocks.pack_block
 
             def pack(rows: list[Any]) -> bytes:
                 block = pack_block(layout, rows)
@@ -81,9 +82,8 @@ class ColumnPath:
         if not all(map(is_block, entries)):
             return None
         parts = [c for c in (self.block(e, layout, stats) for e in entries) if c is not None]
-        if not parts:
-            return self.blocks.Columns(layout.types, [], 0)
-        return self.blocks.Columns.concat(parts)
+        kind: type[Columns] = self.blocks.Columns
+        return kind.concat(parts) if parts else kind(layout.types, [], 0)
 
     def rows(self, entry: bytes, stream: int, stats: IOStats) -> list[list[Any]] | None:
         """The rows of one block (None: dropped, and counted)."""
@@ -96,7 +96,7 @@ class ColumnPath:
 
     def block(self, entry: bytes, layout: ColumnLayout, stats: IOStats) -> Columns | None:
         try:
-            cols = self.blocks.unpack_block(entry)
+            cols: Columns = self.blocks.unpack_block(entry)
         except WireError:
             stats.drop("malformed_block")
             return None

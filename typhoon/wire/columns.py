@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ import numpy.typing as npt
 
 from typhoon.wire.checks import WireError
 from typhoon.wire.header import BLOCK_MARK
-from typhoon.wire.layout import BLOCK_ROWS, BLOCK_VERSION, TYPES, ColumnLayout, is_block
+from typhoon.wire.layout import BLOCK_ROWS, BLOCK_VERSION, TYPES, is_block
 from typhoon.wire.rows import decode_rows
 
 _NAME_OF_CODE = {code: name for name, (code, _) in TYPES.items()}
@@ -48,11 +47,9 @@ _DTYPE: dict[str, np.dtype[Any]] = {
     "bool": np.dtype("u1"),
 }
 _VARIABLE = ("bytes", "str")
-_STRUCT = {"int64": "q", "float64": "d", "bool": "?"}  # each value's struct code
 _HEAD = struct.Struct("<BBB")
 _ROWS = BLOCK_ROWS
 _OFFSETS = np.dtype("<u4")
-MAX_ROWS = (1 << 32) - 1
 
 
 class VarColumn:
@@ -168,35 +165,6 @@ class Columns:
             else:
                 cols.append(np.concatenate([c for c in pieces if not isinstance(c, VarColumn)]))
         return Columns(first.types, cols, sum(p.n for p in parts))
-
-
-def pack_block(layout: ColumnLayout, rows: list[Any]) -> bytes | None:
-    """``rows`` as one block of ``layout``, or None if a row does not fit it (a row of
-    another length, a value of another type, an int outside int64, a str that is not
-    valid UTF-8): the caller sends those rows as a row batch, so nothing changes.
-
-    ``struct`` packs each column in one call (no numpy on the sender: cheaper for the
-    few hundred values of an entry), and refuses an int outside int64 by itself."""
-    n, k = len(rows), len(layout.types)
-    if not n or n > MAX_ROWS or not set(map(type, rows)) <= {list, tuple} or len(rows[0]) != k:
-        return None
-    parts = [_HEAD.pack(BLOCK_MARK[0], BLOCK_VERSION, k), layout.codes, _ROWS.pack(n)]
-    try:
-        for kind, values in zip(layout.types, zip(*rows, strict=True), strict=True):
-            if kind == "bytes" or kind == "str":  # join, len and encode refuse other types
-                data = [v.encode("utf-8") for v in values] if kind == "str" else values
-                if kind == "bytes" and str in set(map(type, values)):
-                    return None
-                ends = accumulate(map(len, data), initial=0)
-                parts += [struct.pack(f"<{n + 1}I", *ends), b"".join(data)]
-                continue
-            # struct would take a bool for an int and an int for a float: msgpack keeps them
-            if set(map(type, values)) != {TYPES[kind][1]}:
-                return None
-            parts.append(struct.pack(f"<{n}{_STRUCT[kind]}", *values))
-    except (struct.error, UnicodeEncodeError, ValueError, TypeError, AttributeError):
-        return None  # rows of several lengths, an int outside int64, a lone surrogate, ...
-    return b"".join(parts)
 
 
 def unpack_block(entry: bytes) -> Columns:

@@ -1,14 +1,16 @@
-"""A stream's declared row layout, and what a reader needs to tell a column block apart.
+"""A stream's declared row layout, packing rows as a column block, and telling one apart.
 
-Numpy-free on purpose: the topology loader checks layouts and every receiver counts
-a block's rows with this module alone; ``typhoon/wire/columns.py`` (numpy) packs and
-reads blocks, and is imported only where a stream declares columns.
+Numpy-free on purpose: the topology loader checks layouts, a sender packs blocks
+and every receiver counts a block's rows with this module alone;
+``typhoon/wire/columns.py`` (numpy; the block's layout is described there) reads
+blocks as columns, and is imported only by a worker that receives them.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from typhoon.wire.header import BLOCK_MARK
@@ -22,6 +24,9 @@ TYPES: dict[str, tuple[int, type]] = {
     "bytes": (4, bytes),
     "str": (5, str),
 }
+MAX_ROWS = (1 << 32) - 1
+_HEAD = struct.Struct("<BBB")  # mark, version, k
+_STRUCT = {"int64": "q", "float64": "d", "bool": "?"}  # each value's struct code
 BLOCK_ROWS = struct.Struct("<I")  # a block's row count, after its mark, version, k, k types
 
 
@@ -56,6 +61,9 @@ def parse_layout(spec: Any) -> ColumnLayout:
     return ColumnLayout(tuple(spec), tuple(spec.values()))
 
 
+MAX_ROWS = (1 << 32) - 1
+_HEAD = struct.Struct("<BBB")  # mark, version, k
+_STRUCT = {"int64": "q", "float64": "d", "bool": "?"}  # each value's struct code
 BLOCK_ROWS = struct.Struct("<I")  # a block's row count, after its mark, version, k, k types
 
 
@@ -83,3 +91,32 @@ def describe_block(entry: bytes) -> str:
         return f"column block, truncated ({len(entry)} bytes)"
     kinds = ", ".join(codes.get(c, f"type {c}?") for c in entry[3 : 3 + k])
     return f"column block v{entry[1]}: {block_rows(entry)} rows of [{kinds}]"
+
+
+def pack_block(layout: ColumnLayout, rows: list[Any]) -> bytes | None:
+    """``rows`` as one block of ``layout``, or None if a row does not fit it (a row of
+    another length, a value of another type, an int outside int64, a str that is not
+    valid UTF-8): the caller sends those rows as a row batch, so nothing changes.
+
+    ``struct`` packs each column in one call (no numpy on the sender: cheaper for the
+    few hundred values of an entry), and refuses an int outside int64 by itself."""
+    n, k = len(rows), len(layout.types)
+    if not n or n > MAX_ROWS or not set(map(type, rows)) <= {list, tuple} or len(rows[0]) != k:
+        return None
+    parts = [_HEAD.pack(BLOCK_MARK[0], BLOCK_VERSION, k), layout.codes, BLOCK_ROWS.pack(n)]
+    try:
+        for kind, values in zip(layout.types, zip(*rows, strict=True), strict=True):
+            if kind == "bytes" or kind == "str":  # join, len and encode refuse other types
+                data = [v.encode("utf-8") for v in values] if kind == "str" else values
+                if kind == "bytes" and str in set(map(type, values)):
+                    return None
+                ends = accumulate(map(len, data), initial=0)
+                parts += [struct.pack(f"<{n + 1}I", *ends), b"".join(data)]
+                continue
+            # struct would take a bool for an int and an int for a float: msgpack keeps them
+            if set(map(type, values)) != {TYPES[kind][1]}:
+                return None
+            parts.append(struct.pack(f"<{n}{_STRUCT[kind]}", *values))
+    except (struct.error, UnicodeEncodeError, ValueError, TypeError, AttributeError):
+        return None  # rows of several lengths, an int outside int64, a lone surrogate, ...
+    return b"".join(parts)
