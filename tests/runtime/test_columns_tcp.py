@@ -8,7 +8,10 @@ packs column blocks, the sink's ``sequence_check`` takes them as numpy columns
 from __future__ import annotations
 
 import pytest
+import test_tcp_runs
 from test_tcp_runs import TOPOLOGIES, run_report
+
+import typhoon.topology
 
 pytestmark = pytest.mark.slow
 
@@ -28,3 +31,23 @@ def test_forward_with_declared_columns_is_exact(tmp_path):
     assert workers["sink"]["columns_in"] == 100_000  # every tuple came in a column block
     assert "columns_unfit" not in workers["source"]  # (shown only when rows did not fit)
     assert not workers["sink"]["drops"]
+
+
+@pytest.mark.long
+def test_exactly_once_with_columns_survives_killed_workers(tmp_path, monkeypatch):
+    """``test_tcp_runs``' exactly-once wordcount with both streams declaring their
+    columns (``str``): every worker SIGKILLed mid-run, the job rolls back to the
+    checkpoint, the source replays and the upstream backups resend column blocks;
+    the counts still equal the reference."""
+    load = typhoon.topology.load_topology
+
+    def with_columns(path, **kw):
+        t = load(path, **kw)
+        for s in t.streams:
+            s.columns = {f: "str" for f in t.nodes[s.src].output_fields}
+        return t
+
+    monkeypatch.setattr(typhoon.topology, "load_topology", with_columns)
+    test_tcp_runs.test_tcp_exactly_once_survives_killed_workers(
+        tmp_path, ["source", "split", "count"]
+    )
