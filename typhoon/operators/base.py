@@ -3,7 +3,10 @@
 A bolt implements ``process(values, emit)``, and may implement
 ``process_batch(rows, emit)`` as well: the framework then hands it the rows of
 each arriving frame (every entry of it) in one call (same effect as ``process`` on each row in
-order, less interpreter overhead per tuple).  A spout implements
+order, less interpreter overhead per tuple).  On a stream that declares its columns
+(docs/topology.md) a bolt may also implement ``process_columns(cols, emit)``: it then
+gets a frame's column blocks as one ``typhoon.wire.columns.Columns`` (numpy arrays),
+with the same effect as ``process`` on each of its rows.  A spout implements
 ``next_batch(emit, max_count)``, and may implement ``next_rows(emit_rows,
 max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,
 stream="default")`` routes a list of tuples at once (same effect as ``emit`` on
