@@ -1,5 +1,8 @@
 """A run of consecutive sequence numbers checked off a bitmap at once.
 
+Also ``sequence_check``'s column path (:func:`check_columns`): the same checks on
+the numpy columns of column blocks.
+
 ``sequence_check`` keeps one bit per sequence number and source; what a link
 carries is, batch after batch, one source's consecutive numbers.  Such a batch
 needs no step per row: a few passes in C find the run, one masked OR marks it.
@@ -7,6 +10,7 @@ needs no step per row: a few passes in C find the run, one masked OR marks it.
 
 from __future__ import annotations
 
+import time
 from operator import itemgetter
 from typing import Any
 
@@ -81,3 +85,48 @@ def _mark(bitmaps: dict[Any, bytearray], highest: dict[Any, int], src: Any, a: i
     bm[lo : hi + 1] = (chunk | mask).to_bytes(hi + 1 - lo, "little")
     highest[src] = b
     return True
+
+
+def check_columns(op: Any, cols: Any, emit: Any) -> None:
+    """``SequenceCheck.process`` for the columns of column blocks
+    (``typhoon.wire.columns.Columns``): the same counts, bits and samples, from int64
+    ``src``/``seq`` and a numeric ``ts`` without a Python object per row; other
+    layouts go through their rows (``process_batch``)."""
+    isrc, iseq, its = op.idx
+    types = cols.types
+    if (
+        types[isrc] != "int64"
+        or types[iseq] != "int64"
+        or (its >= 0 and types[its] not in ("int64", "float64"))
+    ):
+        op.process_batch(cols.rows(), emit)
+        return
+    n = cols.n
+    before = op.received
+    srcs, seqs = cols.cols[isrc], cols.cols[iseq]
+    if not mark_run_columns(op.bitmaps, op.highest, srcs, seqs):
+        op._rows(list(zip(srcs.tolist(), seqs.tolist(), strict=True)), 0, 1)
+    op.received = before + n
+    if op.received // op.TICK_EVERY != before // op.TICK_EVERY:
+        op._mark_time()
+    if its >= 0 and n:
+        _sample_column(op, cols.cols[its])
+
+
+def _sample_column(op: Any, ts: Any) -> None:
+    """``SequenceCheck._sample`` on a numeric column: each run of samples up to the next
+    halving taken with one slice of the array."""
+    now = time.time()
+    n, tick, stride = len(ts), op._tick, op.stride
+    latencies = op.latencies
+    i = max(0, stride - tick - 1)
+    last = -1
+    while i < n:
+        take = ts[i::stride][: op.MAX_SAMPLES - len(latencies)]
+        latencies.extend((now - take).tolist())
+        last = i + (len(take) - 1) * stride
+        if len(latencies) >= op.MAX_SAMPLES:
+            latencies = op.latencies = latencies[::2]
+            stride = op.stride = stride * 2
+        i = last + stride
+    op._tick = tick + n if last < 0 else n - 1 - last

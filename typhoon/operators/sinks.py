@@ -8,7 +8,7 @@ import zlib
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
-from typhoon.operators.seq_runs import mark_run, mark_run_columns
+from typhoon.operators.seq_runs import check_columns, mark_run
 
 
 class CountByKey(Bolt):
@@ -319,46 +319,8 @@ class SequenceCheck(Bolt):
             self._sample(rows, its)
 
     def process_columns(self, cols: Any, emit: Emit) -> None:
-        """:meth:`process` for the columns of column blocks (``typhoon.wire.columns``): the
-        same counts, bits and samples, from int64 ``src``/``seq`` and a numeric ``ts``
-        without a Python object per row; other layouts go through their rows."""
-        isrc, iseq, its = self.idx
-        types = cols.types
-        if (
-            types[isrc] != "int64"
-            or types[iseq] != "int64"
-            or (its >= 0 and types[its] not in ("int64", "float64"))
-        ):
-            self.process_batch(cols.rows(), emit)
-            return
-        n = cols.n
-        before = self.received
-        srcs, seqs = cols.cols[isrc], cols.cols[iseq]
-        if not mark_run_columns(self.bitmaps, self.highest, srcs, seqs):
-            self._rows(list(zip(srcs.tolist(), seqs.tolist(), strict=True)), 0, 1)
-        self.received = before + n
-        if self.received // self.TICK_EVERY != before // self.TICK_EVERY:
-            self._mark_time()
-        if its >= 0 and n:
-            self._sample_column(cols.cols[its])
-
-    def _sample_column(self, ts: Any) -> None:
-        """:meth:`_sample` on a numeric column: each run of samples up to the next halving
-        taken with one slice of the array."""
-        now = time.time()
-        n, tick, stride = len(ts), self._tick, self.stride
-        latencies = self.latencies
-        i = max(0, stride - tick - 1)
-        last = -1
-        while i < n:
-            take = ts[i::stride][: self.MAX_SAMPLES - len(latencies)]
-            latencies.extend((now - take).tolist())
-            last = i + (len(take) - 1) * stride
-            if len(latencies) >= self.MAX_SAMPLES:
-                latencies = self.latencies = latencies[::2]
-                stride = self.stride = stride * 2
-            i = last + stride
-        self._tick = tick + n if last < 0 else n - 1 - last
+        """:meth:`process` for the columns of column blocks (``seq_runs.check_columns``)."""
+        check_columns(self, cols, emit)
 
     def _rows(self, rows: list[list], isrc: int, iseq: int) -> None:
         """:meth:`process`'s checks on each row, with the loop's state in locals."""
