@@ -1,8 +1,8 @@
 """Column blocks: a data entry that carries a batch of rows of a declared layout as columns.
 
 A stream may declare its rows' layout (a topology's ``columns:``, docs/topology.md):
-one type per field, from :data:`TYPES`.  Its sender then packs each entry as a
-*block* instead of a msgpack row batch: the values of each column side by side, so
+one type per field, from ``layout.TYPES``.  Its sender then packs each entry as a
+*block* (``layout.pack_block``, numpy-free) instead of a msgpack row batch: the values of each column side by side, so
 the receiver reads a numeric column as one numpy array (no Python object per
 value) and an operator that declares ``process_columns`` gets the arrays.  Every
 other reader turns a block back into the rows it came from (:meth:`Columns.rows`):
