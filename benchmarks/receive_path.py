@@ -9,7 +9,12 @@ operator: the strict decoder, the framework's accounting and the operator's
 are printed.  Run two checkouts alternately (``PYTHONPATH``) to compare them on a
 loaded machine: the ratio is what to read.
 
-    python -m benchmarks.receive_path [--operator sequence_check] [--rows 100]
+``--columns`` declares the stream's columns (docs/topology.md) and sends each
+entry as a column block instead (``typhoon.wire.columns``): the operators with a
+``process_columns`` get numpy columns.  ``--both`` interleaves rounds of the two in
+one process and prints both (the comparison to read on a noisy machine).
+
+    python -m benchmarks.receive_path [--operator sequence_check] [--rows 100] [--both]
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ OPERATORS: dict[str, dict[str, Any]] = {
     "sequence_check": {},
     "collect": {"limit": 1000},
     "filter": {"field": "seq", "modulo": 123, "equals": 0},
+    "project": {"fields": ["seq", "ts"]},
 }
+COLUMNS = "{src: int64, seq: int64, ts: float64, payload: bytes}"
 
 TOPOLOGY = """
 name: receive
@@ -47,7 +54,7 @@ bolts:
 streams:
   - from: source
     to: sink
-    grouping: shuffle
+    grouping: shuffle{columns}
 """
 
 
@@ -65,10 +72,16 @@ class NullIO(Transport):
         pass
 
 
-def one_round(operator: str, frames: list[bytes], src: int) -> float:
+def topology_text(operator: str, columns: bool) -> str:
+    args = OPERATORS[operator]
+    declared = f"\n    columns: {COLUMNS}" if columns else ""
+    return TOPOLOGY.format(operator=operator, args=args or "{}", columns=declared)
+
+
+def one_round(operator: str, frames: list[bytes], src: int, columns: bool = False) -> float:
     """Seconds to deliver every frame to a fresh worker of ``operator``."""
     args = OPERATORS[operator]
-    text = TOPOLOGY.format(operator=operator, args=args or "{}")
+    text = topology_text(operator, columns)
     topo = load_topology_text(text, "receive.yaml")
     phys = schedule(topo, ["h1"], 7)
     sink = phys.of_node("sink")[0].worker_id
@@ -86,19 +99,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=100, help="rows per entry (the batch size)")
     ap.add_argument("--tuples", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=7)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--columns", action="store_true", help="entries as column blocks")
+    mode.add_argument("--both", action="store_true", help="rows and columns, interleaved")
     args = ap.parse_args(argv)
-    topo = load_topology_text(TOPOLOGY.format(operator="collect", args="{}"), "r.yaml")
+    topo = load_topology_text(topology_text("collect", False), "r.yaml")
     src = schedule(topo, ["h1"], 7).of_node("source")[0].worker_id
     now, payload = time.time(), b"x" * 100
-    frames = [
-        encode_rows([[src, s, now, payload] for s in range(a, min(a + args.rows, args.tuples))])
+    batches = [
+        [[src, s, now, payload] for s in range(a, min(a + args.rows, args.tuples))]
         for a in range(0, args.tuples, args.rows)
     ]
-    us = [one_round(args.operator, frames, src) / args.tuples * 1e6 for _ in range(args.rounds)]
-    print(
-        f"{args.operator} rows/entry {args.rows}: best {min(us):.3f} µs/tuple, "
-        f"median {statistics.median(us):.3f} ({args.rounds} rounds of {args.tuples:,})"
-    )
+    modes = [False, True] if args.both else [args.columns]
+    frames: dict[bool, list[bytes]] = {}
+    for columns in modes:
+        if columns:
+            from typhoon.wire.layout import pack_block, parse_layout
+
+            layout = parse_layout(
+                load_topology_text(topology_text("collect", True)).streams[0].columns
+            )
+            frames[True] = [pack_block(layout, b) or b"" for b in batches]
+        else:
+            frames[False] = [encode_rows(b) for b in batches]
+    us: dict[bool, list[float]] = {m: [] for m in modes}
+    for _ in range(args.rounds):
+        for m in modes:
+            us[m].append(one_round(args.operator, frames[m], src, m) / args.tuples * 1e6)
+    for m in modes:
+        print(
+            f"{args.operator} {'columns' if m else 'rows'} rows/entry {args.rows}: "
+            f"best {min(us[m]):.3f} µs/tuple, median {statistics.median(us[m]):.3f} "
+            f"({args.rounds} rounds of {args.tuples:,})"
+        )
     return 0
 
 

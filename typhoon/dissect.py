@@ -44,11 +44,13 @@ from typhoon.wire import (
     decode_control,
     decode_credit,
     decode_frame,
-    decode_rows,
+    describe_block,
     header,
+    is_block,
     mac_bytes,
     mac_str,
 )
+from typhoon.wire.columns import entry_rows
 
 DLT_EN10MB = 1
 DLT_LINUX_SLL = 113
@@ -70,6 +72,14 @@ class TyphoonEntry(Packet):
 
     def extract_padding(self, s: bytes) -> tuple[bytes, bytes]:
         return b"", s  # the next entry follows, not a payload of this one
+
+    def mysummary(self) -> str:
+        """A data entry that is a column block says so (its types and rows), since its
+        bytes are not msgpack; any other entry shows its length."""
+        data = bytes(self.data)
+        if is_block(data):
+            return f"TyphoonEntry {describe_block(data)}"
+        return f"TyphoonEntry {len(data)} bytes"
 
 
 def header_fields(fields: tuple[header.Field, ...]) -> list[Field[Any, Any]]:
@@ -125,8 +135,8 @@ bind_ethertype(ETHERTYPE)
 
 
 def _decode_payloads(kind: Kind, payloads: list[bytes]) -> list[Any]:
-    if kind == Kind.DATA:  # each entry a row batch: one list of the tuples of the frame
-        return [row for p in payloads for row in decode_rows(p)]
+    if kind == Kind.DATA:  # each entry a row batch or a column block: the frame's tuples
+        return [row for p in payloads for row in entry_rows(p)]
     if kind == Kind.CONTROL:
         return [decode_control(p) for p in payloads]
     return [decode_credit(p) for p in payloads]

@@ -128,9 +128,9 @@ class MirrorDecoder:
             st.eos += len(payloads)
             return []
         rows: list[list] = []
-        for p in payloads:  # each entry one row batch: one decoding for all its tuples
+        for p in payloads:  # each entry a row batch or a column block: one decoding each
             try:
-                rows.extend(wire.decode_rows(p))
+                rows.extend(_entry_rows(p))
             except WireError:
                 st.undecodable += 1
         if self.show_raw and self.sample < 100.0:  # no filter: sample before building records
@@ -206,3 +206,13 @@ class MirrorDecoder:
 
     def _raw(self, data: bytes, now: float) -> dict[str, Any]:
         return {"time": now, "raw": scapy_summary(data), "len": len(data)}
+
+
+def _entry_rows(entry: bytes) -> list[list[Any]]:
+    """The rows of a data entry: a row batch, or a column block (numpy is imported only
+    when one is seen: the mirror runs in the controller)."""
+    if wire.is_block(entry):
+        from typhoon.wire.columns import entry_rows
+
+        return entry_rows(entry)
+    return wire.decode_rows(entry)

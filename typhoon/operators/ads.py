@@ -314,6 +314,13 @@ class Project(Bolt):
         for picked in map(itemgetter(*self.indexes), rows):
             emit(list(picked))
 
+    def process_columns(self, cols: Any, emit: Emit) -> None:
+        """:meth:`process` on the columns of column blocks (``typhoon.wire.columns``): only
+        the kept columns become Python values; the others are never read."""
+        picked = [cols.column(i) for i in self.indexes]
+        for values in zip(*picked, strict=True):
+            emit(list(values))
+
 
 class LatencyCollect(Collect):
     """``collect`` that also samples latency: arrival time minus the tuple's ``ts`` field.

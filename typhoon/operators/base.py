@@ -7,7 +7,11 @@ order, less interpreter overhead per tuple), and ``process_rows(rows, emit_rows)
 which the framework then calls instead of both: ``emit_rows(rows,
 stream="default")`` routes a list of tuples at once (same effect as ``emit`` on
 each in order), for a bolt that emits several tuples per input row, whose
-per-tuple routing would dominate its cost.  A spout implements
+per-tuple routing would dominate its cost.
+On a stream that declares its columns
+(docs/topology.md) a bolt may also implement ``process_columns(cols, emit)``: it then
+gets a frame's column blocks as one ``typhoon.wire.columns.Columns`` (numpy arrays),
+with the same effect as ``process`` on each of its rows.  A spout implements
 ``next_batch(emit, max_count)``, and may implement ``next_rows(emit_rows,
 max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,
 stream="default")`` routes a list of tuples at once (same effect as ``emit`` on

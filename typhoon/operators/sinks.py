@@ -8,7 +8,7 @@ import zlib
 from typing import Any, ClassVar
 
 from typhoon.operators.base import Bolt, Context, Emit
-from typhoon.operators.seq_runs import mark_run
+from typhoon.operators.seq_runs import check_columns, mark_run
 
 
 class CountByKey(Bolt):
@@ -317,6 +317,10 @@ class SequenceCheck(Bolt):
             self._mark_time()
         if its >= 0 and rows:
             self._sample(rows, its)
+
+    def process_columns(self, cols: Any, emit: Emit) -> None:
+        """:meth:`process` for the columns of column blocks (``seq_runs.check_columns``)."""
+        check_columns(self, cols, emit)
 
     def _rows(self, rows: list[list], isrc: int, iseq: int) -> None:
         """:meth:`process`'s checks on each row, with the loop's state in locals."""

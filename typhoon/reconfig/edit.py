@@ -197,6 +197,8 @@ def topology_document(t: Topology) -> dict[str, Any]:
         d: dict[str, Any] = {"from": s.src, "to": s.dst, "grouping": g}
         if s.name != DEFAULT_STREAM:
             d["stream"] = s.name
+        if s.columns:
+            d["columns"] = dict(s.columns)
         return d
 
     return {

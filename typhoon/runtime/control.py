@@ -193,6 +193,9 @@ class ControlHandling(_Host):
             "proc_s": self.proc_ns / 1e9,  # operator time in all (busy time)
             "serializations": self.serializations,
             "unrouted": self.unrouted,
+            # rows of a stream that declares columns sent as rows: they did not fit its layout
+            "columns_unfit": self.columnar.unfit if self.columnar is not None else 0,
+            "columns_in": self.columnar.blocks_in if self.columnar is not None else 0,
             "frames_in": st.frames_in,
             "frames_out": st.frames_out,
             "bytes_in": st.bytes_in,

@@ -34,6 +34,7 @@ import msgpack
 from typhoon.checkpoint import checkpoint_settings
 from typhoon.operators.base import Bolt, Context, Operator, Spout
 from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
+from typhoon.runtime.columnar import block_rows_of, column_path
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.hooks import batch_hook, rows_hook
@@ -49,7 +50,7 @@ from typhoon.runtime.transport import EOS_STREAM, Inbound, Transport
 from typhoon.runtime.upstream_backup import FULL_WAIT_S, UpstreamBackup
 from typhoon.runtime.watermarks import WatermarkHandling
 from typhoon.topology.routing import Route, routes_for, upstream_of
-from typhoon.wire import WireError, entry_capacity, unpack_rows
+from typhoon.wire import WireError, entry_capacity, is_block, unpack_rows
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class Framework(
         self.set_batch_size(spec.batch_size)  # and the rows that finish a batch (send_at)
         self._process_batch = batch_hook(operator)
         self._process_rows = rows_hook(operator)  # emits lists of rows (emit_rows)
+        self.columnar = column_path(topo, node.name, operator)  # streams that declare columns
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")
         self.keyed = keyed_states(topo, spec.physical, me.worker_id)
@@ -278,7 +280,7 @@ class Framework(
             self.op.input = self.input_node.get(item.stream, "")
         t0 = time.perf_counter_ns()
         # rows of a chained sender come by function call, the others' entries are decoded
-        rows = item.rows if item.rows is not None else self._decode_all(item.payloads)
+        rows = item.rows if item.rows is not None else self._decode_all(item)
         good = len(rows)
         if rows and (self.holding or self.holding_keys or self.hold_from):
             rows = self._hold(src, rows)  # wait for their state
@@ -299,10 +301,12 @@ class Framework(
         self.received_from[key] = self.received_from.get(key, 0) + good
         self.between_slices()
 
-    def _run(self, rows: list[list[Any]]) -> None:
-        """The operator on some rows (a whole batch at once where it can)."""
+    def _run(self, rows: Any) -> None:
+        """The operator on some rows (a whole batch at once where it can) or columns."""
         bolt = cast(Bolt, self.op)  # a spout gets no rows
-        if self.pairs is not None:
+        if type(rows) is not list:
+            cast(Any, self.columnar).process_columns(rows, self.emit)
+        elif self.pairs is not None:
             self.pairs.run(rows, bolt.process, self._process_batch, self.emit)
         elif self._process_rows is not None:
             self._process_rows(rows, self.emit_rows)
@@ -338,28 +342,34 @@ class Framework(
             self.control(ct)
         self.start_slice()
 
-    def _decode_all(self, entries: list[bytes]) -> list[list[Any]]:
-        """The rows of every entry of an arrival, in order, as one batch.
-
-        An arrival holds data of one sender on one stream and nothing else (its
-        punctuation travels on stream 0, control apart), so the operator gets it in
-        one ``process_batch`` call without reordering anything."""
+    def _decode_all(self, item: Inbound) -> Any:
+        """The rows of every entry of an arrival, in order, as one batch (or its columns:
+        ``typhoon.runtime.columnar``).  An arrival holds data of one sender on one
+        stream and nothing else (its punctuation travels on stream 0, control apart),
+        so the operator gets it in one call without reordering anything."""
+        entries, stream = item.payloads, item.stream
+        if self.columnar is not None:  # (not while rows are held or key pairs counted)
+            if not (self.pairs or self.holding or self.holding_keys or self.hold_from):
+                if (cols := self.columnar.columns(entries, stream, self.io.stats)) is not None:
+                    return cols
         if len(entries) == 1:
-            return self._decode_entry(entries[0]) or []
+            return self._decode_entry(entries[0], stream) or []
         batch: list[list[Any]] = []
         for p in entries:
-            rows = self._decode_entry(p)
+            rows = self._decode_entry(p, stream)
             if rows:
                 batch += rows
         return batch
 
-    def _decode_entry(self, entry: bytes) -> list[list[Any]] | None:
+    def _decode_entry(self, entry: bytes, stream: int = 0) -> list[list[Any]] | None:
         """The rows of one row-batch entry; what is not a row is counted and left out.
 
         ``typhoon.wire.unpack_rows``: as strict as every other decoder (no msgpack
         extension type, at most ``MAX_DEPTH`` deep), at the cost of one C pass over
         the bytes; not ``decode_rows``, which refuses the whole batch for one bad row.
         """
+        if is_block(entry):
+            return block_rows_of(self.columnar, entry, stream, self.io.stats)
         try:
             rows, good = unpack_rows(entry)
         except WireError:

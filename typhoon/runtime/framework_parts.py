@@ -21,6 +21,7 @@ from typhoon.topology.model import DEFAULT_STREAM
 if TYPE_CHECKING:
     from typhoon.operators.base import Context, Operator
     from typhoon.runtime.checkpoints import Checkpointer
+    from typhoon.runtime.columnar import ColumnPath
     from typhoon.runtime.keyed_state import KeyedStates
     from typhoon.runtime.pairs import PairStats
     from typhoon.runtime.policies import Router
@@ -59,6 +60,8 @@ class FrameworkParts(Protocol):
     out: dict[tuple[int, int], list[list[Any]]]
     out_since: dict[tuple[int, int], float]
     ready: dict[tuple[int, int], list[list[Any]]]
+    # streams that declare columns (typhoon.runtime.columnar), None if none does
+    columnar: ColumnPath | None
     # the next workers of our chain: receiver ID -> its framework (rows by function call)
     chained: dict[int, Any]
     # counts for the metrics and the run report

@@ -13,6 +13,7 @@ fit one frame of the transport.  A mixin of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from typhoon.runtime.policies import Router
@@ -194,14 +195,18 @@ class OutputBatching(_Host):
             del self.out[key]
             del self.out_since[key]
 
-    def _entries(self, rows: list[list[Any]]) -> list[bytes]:
-        """Serialize ``rows`` as row-batch entries that each fit one frame.
+    def _entries(self, rows: list[list[Any]], sid: int = 0) -> list[bytes]:
+        """Serialize ``rows`` as row-batch entries that each fit one frame (column
+        blocks on a stream that declares columns: ``typhoon.runtime.columnar``).
 
         One msgpack call per entry.  How many rows fit is learnt from the sizes
         the entries came to; an entry that came out too big is cut and packed
         again (rare), and a single row too big for a frame travels segmented.
         """
-        pack, cap = encode_rows, self.entry_cap
+        pack: Callable[[list[Any]], bytes] = encode_rows
+        cap = self.entry_cap
+        if self.columnar is not None:
+            pack = self.columnar.packer(sid) or pack
         n = len(rows)
         if n <= self.rows_per_entry:
             data = pack(rows)
@@ -263,7 +268,7 @@ class OutputBatching(_Host):
             if dst in chained:  # the next operator of our chain: a function call
                 chained[dst].deliver(Inbound(self.worker_id, sid, [], rows))
                 continue
-            entries = self._entries(rows)
+            entries = self._entries(rows, sid)
             if dst > 0:
                 io.send(dst, sid, entries)
             elif dst == 0:

@@ -16,13 +16,16 @@ from typing import Any
 
 import msgpack
 
-from typhoon.wire import DEFAULT_MTU, ControlTuple
+from typhoon.wire import DEFAULT_MTU, ControlTuple, block_rows, is_block
 
 EOS_STREAM = 0  # reserved stream ID: end-of-stream punctuation on a link
 
 
 def rows_in(entry: bytes) -> int:
-    """Rows of a row-batch entry, without decoding them (0 if it is not one)."""
+    """Rows of a row-batch entry or a column block, without decoding them (0 if it is
+    neither)."""
+    if is_block(entry):
+        return block_rows(entry)
     try:
         head = msgpack.Unpacker()
         head.feed(entry[:5])

@@ -25,6 +25,7 @@ from typhoon.operators import (
     replayable,
     resolve_operator,
 )
+from typhoon.wire.layout import parse_layout
 
 from .config import DEFAULTS
 from .model import DEFAULT_STREAM, GROUPINGS, Grouping, Node, Stream, Topology
@@ -255,7 +256,15 @@ class _Builder:
                     f"'{stream_name}' is declared twice (first at line {seen[edge]})",
                 )
             seen[edge] = self.line(path)
-            streams.append(Stream(i + 1, src, dst, grouping, stream_name, self.line(path)))
+            columns = item.get("columns") or {}
+            if columns:
+                try:
+                    parse_layout(columns)
+                except ValueError as e:
+                    raise self.fail(path + ("columns",), f"stream '{src}' -> '{dst}': {e}") from e
+            streams.append(
+                Stream(i + 1, src, dst, grouping, stream_name, self.line(path), dict(columns))
+            )
         return streams
 
     def grouping(self, path: Path, item: dict, dst: Node) -> tuple[Grouping, str]:
@@ -378,6 +387,16 @@ class _Builder:
                         )
             by_src = {s.src: list(topo.nodes[s.src].output_fields) for s in inputs}
             node.output_fields = tuple(self.output_fields(node, input_fields, by_src))
+        for s in topo.streams:
+            produced = list(topo.nodes[s.src].output_fields)
+            if s.columns and list(s.columns) != produced:
+                raise TopologyError(
+                    self.filename,
+                    s.line,
+                    f"stream '{s.src}' -> '{s.dst}' declares columns [{', '.join(s.columns)}], "
+                    f"but '{s.src}' emits [{', '.join(produced)}]: name each field it emits, "
+                    "in that order",
+                )
 
     def output_fields(
         self, node: Node, input_fields: list[str], inputs: dict[str, list[str]]

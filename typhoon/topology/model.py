@@ -82,9 +82,12 @@ class Stream:
     grouping: Grouping
     name: str = DEFAULT_STREAM  # the src node's output stream name
     line: int = 0
+    # the rows' declared layout, field -> type in field order (docs/topology.md "columns"):
+    # the sender packs column blocks (typhoon/wire/columns.py); empty: msgpack row batches
+    columns: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id,
             "src": self.src,
             "dst": self.dst,
@@ -92,11 +95,20 @@ class Stream:
             "name": self.name,
             "line": self.line,
         }
+        if self.columns:
+            d["columns"] = dict(self.columns)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Stream:
         return cls(
-            d["id"], d["src"], d["dst"], Grouping.from_dict(d["grouping"]), d["name"], d["line"]
+            d["id"],
+            d["src"],
+            d["dst"],
+            Grouping.from_dict(d["grouping"]),
+            d["name"],
+            d["line"],
+            dict(d.get("columns") or {}),
         )
 
 

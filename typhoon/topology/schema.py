@@ -133,6 +133,8 @@ _STREAM = {
         "to": {"type": "string", "minLength": 1},
         "stream": {"type": "string", "minLength": 1},
         "grouping": _GROUPING,
+        # the rows' layout, field -> type (typhoon.wire.layout.TYPES; the loader checks both)
+        "columns": {"type": "object", "minProperties": 1},
     },
 }
 

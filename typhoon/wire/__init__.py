@@ -2,8 +2,9 @@
 
 One module a part: ``addresses.py`` (the MACs), ``header.py`` (the frame
 header's fields, declared once), ``frames.py`` (packing, segments, reassembly,
-credits), ``rows.py`` (msgpack tuples), ``control.py``
-(control tuples), ``checks.py`` (ranges, :class:`WireError`).  Callers import
+credits), ``rows.py`` (msgpack tuples), ``layout.py`` (a stream's declared
+columns) and ``columns.py`` (column blocks; numpy, so not re-exported here),
+``control.py`` (control tuples), ``checks.py`` (ranges, :class:`WireError`).  Callers import
 from ``typhoon.wire``, which re-exports them all.
 
 Tuples travel as Ethernet frames through Open vSwitch (paper §3.3.1, Fig. 5).  The
@@ -47,10 +48,13 @@ Entries::
 
 Each entry of a data frame is a *row batch*: one msgpack array of tuples (each a
 msgpack array), encoded in one call (:func:`encode_rows`), so a frame costs one
-serialization, not one per tuple; a control frame's entry is one encoded control
-tuple ``[type, body]``, of a credit frame a u32 (link id, counts,
-sequence numbers: ``typhoon.runtime.links``).  A *link* is the frames of one
-sender to one destination address (a worker, or a stream's one-to-many address);
+serialization, not one per tuple; or, on a stream that declares its columns, a
+*column block* (first byte 0xC1, ``header.BLOCK_MARK``, which no msgpack value
+starts with): the same rows as typed columns, ``typhoon/wire/columns.py``; a
+control frame's entry is one encoded control tuple ``[type, body]``, of a
+credit frame a u32 (link id, counts, sequence numbers:
+``typhoon.runtime.links``).  A *link* is the frames of one sender to one
+destination address (a worker, or a stream's one-to-many address);
 its sequence numbers let the receiver deliver in order, drop duplicates and ask
 for what a gap lost.  ACK_REQ asks the receiver for a grant once it consumed the
 frame.  A
@@ -113,6 +117,7 @@ from typhoon.wire.frames import (
     with_flags,
 )
 from typhoon.wire.header import FLAGS, LAYOUT, VERSION, Kind
+from typhoon.wire.layout import ColumnLayout, block_rows, describe_block, is_block, parse_layout
 from typhoon.wire.rows import (
     MAX_DEPTH,
     decode_rows,
@@ -144,14 +149,17 @@ __all__ = [
     "VERSION",
     "Address",
     "AddrClass",
+    "ColumnLayout",
     "Control",
     "ControlTuple",
     "Frame",
     "Kind",
     "Reassembler",
     "WireError",
+    "block_rows",
     "controller_mac",
     "decode_control",
+    "describe_block",
     "decode_credit",
     "decode_frame",
     "decode_rows",
@@ -164,12 +172,14 @@ __all__ = [
     "encode_rows",
     "encode_tuple",
     "entry_capacity",
+    "is_block",
     "lb_mac",
     "mac_bytes",
     "mac_str",
     "multicast_mac",
     "pack_frames",
     "unpack_rows",
+    "parse_layout",
     "parse_mac",
     "with_flags",
     "worker_mac",

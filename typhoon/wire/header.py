@@ -86,6 +86,9 @@ TYPHOON: tuple[Field, ...] = (
 # after the header: the total length a SEG_FIRST frame carries, then each entry's length
 SEGMENT_TOTAL = Field("total", "I", "a segmented payload's whole length (SEG_FIRST only)")
 ENTRY_LENGTH = Field("len", "H", "length of the entry that follows")
+# A data entry that starts with this byte is a column block (typhoon/wire/columns.py), not a
+# msgpack row batch: 0xC1 is the one byte msgpack never uses, so no msgpack value starts so.
+BLOCK_MARK = b"\xc1"
 
 
 class Layout:
