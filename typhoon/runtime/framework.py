@@ -3,12 +3,10 @@
 Routes what the operator emits, batches it per (receiver, stream) for the I/O
 layer, hands arriving tuples to the operator (a whole row batch at once to an
 operator that implements ``process_batch``), and applies control tuples
-(paper Table 2 plus DRAIN and UPSTREAM) through one code path for every
-transport.
+(paper Table 2 plus DRAIN and UPSTREAM) through one code path for every transport.
 
-A batch leaves as row-batch entries (``typhoon.wire.encode_rows``): one msgpack
-call per entry, each sized to fit one frame of the transport, so neither end
-pays a serializer call per tuple.
+A batch leaves as row-batch entries (``typhoon.wire.encode_rows``): one msgpack call per entry,
+each sized to fit one frame of the transport, so neither end pays a serializer call per tuple.
 
 End of stream travels in-band: when a sender finishes it sends one EOS
 punctuation on reserved stream 0 to every receiver, once the transport confirmed
