@@ -1,12 +1,13 @@
 """Column blocks: a data entry that carries a batch of rows of a declared layout as columns.
 
-A stream may declare its rows' layout (a topology's ``columns:``, docs/topology.md):
-one type per field, from ``layout.TYPES``.  Its sender then packs each entry as a
-*block* (``layout.pack_block``, numpy-free) instead of a msgpack row batch: the values of each column side by side, so
-the receiver reads a numeric column as one numpy array (no Python object per
-value) and an operator that declares ``process_columns`` gets the arrays.  Every
-other reader turns a block back into the rows it came from (:meth:`Columns.rows`):
-the same values, of the same Python types, as the msgpack row batch would give.
+A stream may declare its rows' layout (a topology's ``columns:``, docs/topology.md): one
+type per field, from ``layout.TYPES``.  Its sender then packs each entry as a *block*
+(``layout.pack_block``, numpy-free) instead of a msgpack row batch: the values of each
+column side by side, so the receiver reads a numeric column as one numpy array (no
+Python object per value) and an operator that declares ``process_columns`` gets the
+arrays.  Every other reader turns a block back into the rows it came from
+(:meth:`Columns.rows`): the same values, of the same Python types, as the msgpack row
+batch would give.
 
 Block layout (integers little endian, as numpy reads them)::
 
