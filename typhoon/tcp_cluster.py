@@ -177,6 +177,8 @@ class TcpCluster:
         for w in self.physical.workers:
             self._launch_worker(w)
         self.peers = self._accept_hellos()
+        if self.zygote is not None:  # later workers are spawned (typhoon.zygote)
+            self.zygote.first_launch_done = True
         self._broadcast_peers()
         self._wait_services_ready()
         self.started_at = time.monotonic()

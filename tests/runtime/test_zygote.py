@@ -95,14 +95,20 @@ def test_tcp_workers_are_the_zygotes_titled_children_and_spawned_once_it_died(
         victim = min(c.procs)
         c.procs[victim].kill()  # by pid, as the tcp runner's failure handling does
         assert c.procs[victim].wait(10) == -signal.SIGKILL
+        c.launch_workers([victim])  # after the first launch: spawned, the zygote alive
+        assert isinstance(c.procs[victim].proc, subprocess.Popen)
+        assert psutil.Process(c.procs[victim].pid).ppid() != zpid
+        assert c.zygote.spawned == 1 and c.zygote.zygote.gone is None
+        c.procs[victim].kill()
+        assert c.procs[victim].wait(10) == -signal.SIGKILL
 
         os.kill(zpid, signal.SIGKILL)  # the rest die with it (PDEATHSIG), so reported
         for wid, p in c.procs.items():
             assert p.wait(10) == -signal.SIGKILL, wid
-        c.launch_workers([victim])  # a relaunch: spawned now, and logged
+        c.launch_workers([victim])  # a relaunch: spawned, and the log says the zygote is gone
         assert isinstance(c.procs[victim].proc, subprocess.Popen)
         assert c.procs[victim].poll() is None
-        assert c.zygote.spawned == 1
+        assert c.zygote.spawned == 2
         assert "worker zygote gone" in caplog.text
         assert f"worker-{victim}: spawned, not forked: the zygote is gone" in caplog.text
     finally:
