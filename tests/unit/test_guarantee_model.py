@@ -23,13 +23,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model_net import Links
 
+from controller.recovery.fault_detector import failover, senders_to
 from typhoon.checkpoint.progress import recovery_point
+from typhoon.checkpoint.regions import roll_back
 from typhoon.operators import BUILTINS, Bolt, Spout
 from typhoon.report import restored_epochs
+from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.framework import Framework
+from typhoon.runtime.guarantee import MAX_EARLY_MARKS
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
+from typhoon.topology.routing import routes_for
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control
 
 COUNT = 120
@@ -198,14 +203,14 @@ class Net:
             self.fws[w.worker_id] = self.start(self.phys, w.worker_id)
         self.ids = sorted(self.fws)
 
-    def start(self, phys: Any, wid: int) -> Framework:
+    def start(self, phys: Any, wid: int, activate: bool = True) -> Framework:
         node = self.topo.nodes[phys.by_id(wid).node]
         spec = WorkerSpec(self.topo, phys, wid, batch_size=4, max_delay_ms=0.0)
         op = BUILTINS[node.operator](**node.args)
         fw = Framework(spec, op, Links(self, wid), clock=lambda: self.now, store=self.store)
         fw.now = self.now
         fw.start()
-        if fw.is_spout:
+        if fw.is_spout and activate:
             fw.control(ControlTuple(Control.ACTIVATE, {}))
         return fw
 
@@ -543,3 +548,76 @@ def test_complete_goes_to_everyone_once_then_to_whoever_still_replies():
     assert p.to_complete(last, done, net.phys) == net.ids
     assert p.to_complete(net.ids[0], done, net.phys) == [net.ids[0]]  # a lost COMPLETE
     assert p.to_complete(net.ids[0], {"done": 0}, net.phys) == []
+
+
+def test_a_mark_that_comes_before_the_upstream_announcing_its_sender_still_counts():
+    """The sdn three-kill test's hang (a source and the stage after it die at once, the
+    stage's replacement is written first): the source's replacement starts in a newer
+    generation and marks its receivers at once, while the stage's replacement, written
+    before it, learns of it only from the UPSTREAM of its own rejoin.  The mark came
+    first; dropped as ``not_upstream``, it left that link in no generation, so every
+    tuple of the new source was discarded as older and the job never ended.  Kept until
+    the UPSTREAM, it counts as if it had come after it: the counts are exact."""
+    net = Net("exactly_once")
+    net.run_out(limit=150)
+    net.settle_writes()
+    (s_old, s2), (m_old, m1) = ([w.worker_id for w in net.phys.of_node(n)] for n in ("src", "mid"))
+    for dead in (s_old, m_old):
+        net.lose_inbound(dead)
+        del net.fws[dead]
+    for link in [k for k in net.links if k[0] in (s_old, m_old)]:
+        del net.links[link]  # what the dead sent and nobody read yet is lost with them
+    epoch = recovery_point(net.phys, net.store)
+    assert epoch is not None
+
+    def replace(phys: Any, dead: int, gen: int, pending: set[int]) -> tuple[Any, int]:
+        """The fault detector's replacement of ``dead`` as generation ``gen``, started."""
+        plan = failover(net.topo, phys, dead, ["h1"], 10, min_id=max(net.fws) + 1, pending=pending)
+        new = roll_back(plan.physical, [w.worker_id for w in plan.physical.workers], gen, epoch)
+        net.fws[plan.replacement] = net.start(new, plan.replacement, activate=False)
+        return new, plan.replacement
+
+    def control(wid: int, ctype: Control, body: dict[str, Any]) -> None:
+        net.fws[wid].control(ControlTuple(ctype, {**body, "version": 1}))
+
+    p1, m_new = replace(net.phys, m_old, 1, set())  # the stage first: its spec names s_old
+    phys, s_new = replace(p1, s_old, 2, {m_new})  # then the source, marking m_new at its start
+    assert s_new not in net.fws[m_new].upstream
+    while net.links[(s_new, m_new)]:
+        net.deliver((s_new, m_new))  # its mark, before m_new knows it as a sender
+    assert net.fws[m_new].gen == 1 and "not_upstream" not in net.fws[m_new].io.stats.drops
+    # the receivers of the dead (pending replacements left out), then m_new's own rejoin
+    control(m1, Control.UPSTREAM, {"add": [s_new], "remove": [s_old]})
+    for count in (w.worker_id for w in phys.of_node("count")):
+        control(count, Control.UPSTREAM, {"add": [m_new], "remove": [m_old]})
+    senders = senders_to(net.topo, phys, "mid")
+    control(m_new, Control.UPSTREAM, {"add": senders, "remove": [s_old, m_old], "reopen": False})
+    assert net.fws[m_new].gen == 2 and net.fws[m_new].link_gen[s_new] == 2
+    for wid in (s2, s_new, m1, m_new):
+        for r in routes_for(net.topo, phys, wid):
+            control(wid, Control.ROUTING, r.to_body())
+    for wid in sorted(set(net.fws) - {s_new}):  # the replacement started restored
+        control(wid, Control.ROLLBACK, {"generation": 2, "epoch": epoch})
+    control(s_new, Control.ACTIVATE, {})
+    net.phys, net.ids, net.restored = phys, sorted(net.fws), [epoch]
+    net.run_out()
+    assert net.counts() == REFERENCE
+    assert net.fws[m_new].metrics()["early_marks"] == 1
+    net.check_replays()
+
+
+def test_a_mark_from_a_worker_never_announced_is_not_applied():
+    """Kept is not accepted: a mark from a worker no UPSTREAM adds never rolls us back, an
+    UPSTREAM that removes it forgets it, and what is not a mark is dropped and counted."""
+    net = Net("exactly_once")
+    mid = net.phys.of_node("mid")[0].worker_id
+    fw = net.fws[mid]
+    fw.deliver(Inbound(99, 0, [ck.mark_payload(5, None), ck.anchor_payload(5000001)]))
+    assert fw.gen == 0 and fw.io.stats.drops == {"not_upstream": 1}
+    assert fw.early_marks == {99: (5, None)}
+    fw.control(ControlTuple(Control.UPSTREAM, {"add": [], "remove": [99], "version": 1}))
+    fw.control(ControlTuple(Control.UPSTREAM, {"add": [99], "remove": [], "version": 2}))
+    assert fw.gen == 0 and 99 not in fw.link_gen and fw.early_marks == {}
+    for src in range(100, 101 + MAX_EARLY_MARKS):  # one sender more than are kept
+        fw.deliver(Inbound(src, 0, [ck.mark_payload(1, None)]))
+    assert len(fw.early_marks) == MAX_EARLY_MARKS and fw.io.stats.drops == {"not_upstream": 2}

@@ -65,6 +65,8 @@ class ControlHandling(_Host):
             self.pending_upstream.difference_update(body["remove"])
             self.upstream.update(add)
             self.upstream.difference_update(body["remove"])
+            if self.ckpt is not None:
+                self._announced(add, body["remove"])  # marks that came before this
             if self.migration is not None:
                 for src in body["remove"]:
                     self._handoff_from(src, None, None)

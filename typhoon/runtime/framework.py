@@ -253,8 +253,8 @@ class Framework(
         src = item.src
         if src not in self.upstream:
             # data or punctuation from a worker that is not one of our senders: counted,
-            # never processed (docs/security-notes-wire.md)
-            self.io.stats.drop("not_upstream", item.count())
+            # never processed (docs/security-notes-wire.md); a mark waits for its UPSTREAM
+            self._not_upstream(item)
             return
         if item.stream == EOS_STREAM:
             self._punctuation(item)

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMPLETE_POLL_S = 0.2  # how often a transactional sink's worker looks for a global checkpoint
+# senders whose mark may wait here for the UPSTREAM that announces them (more: counted, dropped)
+MAX_EARLY_MARKS = 64
 
 
 if TYPE_CHECKING:
@@ -69,6 +71,10 @@ class GuaranteedProcessing(_Host):
         self.replays: dict[int, int] = {}
         self.notified = 0  # newest global checkpoint told to checkpoint_complete()
         self.next_complete_poll = 0.0
+        # sender -> (generation, epoch) of its newest mark that came before an UPSTREAM
+        # announced it (_not_upstream), and how many such marks were kept
+        self.early_marks: dict[int, tuple[int, int | None]] = {}
+        self.early_marks_kept = 0
         if self.guarantee == "none":
             return
         me = self.spec.assignment
@@ -243,6 +249,44 @@ class GuaranteedProcessing(_Host):
         if gen >= self.link_gen.get(src, 0):
             self.link_gen[src] = gen
 
+    def _not_upstream(self, item: Inbound) -> None:
+        """What a worker that is not (yet) one of our senders sent: counted as
+        ``not_upstream`` and never processed, except a mark under a guarantee, which
+        waits for the UPSTREAM that announces its sender (``_announced``).
+
+        A replacement started in a recovery generation marks its receivers as soon as
+        it runs, while a receiver that is itself a replacement still starting learns
+        its senders only at its own rejoin: the mark can come first.  Dropped, it left
+        that link in no generation, every tuple of the sender was discarded as older
+        than ours, and the job never ended."""
+        kept = 0
+        if self.ckpt is not None and item.stream == EOS_STREAM:
+            src = item.src
+            for p in item.payloads:
+                kind, gen, epoch = ck.punctuation(p)
+                if kind != "mark":
+                    continue
+                if src not in self.early_marks and len(self.early_marks) >= MAX_EARLY_MARKS:
+                    break
+                old = self.early_marks.get(src)
+                if old is None or gen >= old[0]:
+                    self.early_marks[src] = (gen, None if epoch < 0 else epoch)
+                kept += 1
+        self.early_marks_kept += kept
+        dropped = item.count() - kept
+        if dropped:
+            self.io.stats.drop("not_upstream", dropped)
+
+    def _announced(self, added: set[int], removed: list[int]) -> None:
+        """UPSTREAM added ``added`` and removed ``removed``: a mark an added sender sent
+        before counts now, as if it had come after (it may roll this worker back)."""
+        for src in removed:
+            self.early_marks.pop(src, None)
+        for src in sorted(added):
+            mark = self.early_marks.pop(src, None)
+            if mark is not None:
+                self._mark_from(src, *mark)
+
     def rollback(self, gen: int, epoch: int | None) -> None:
         """Go back to the global checkpoint ``epoch`` (None: the start) as generation ``gen``.
 
@@ -386,6 +430,7 @@ class GuaranteedProcessing(_Host):
             "replayed": {str(g): n for g, n in self.replays.items()},
             "held": len(self.held),
             "anchors_held": len(self.deferred),
+            "early_marks": self.early_marks_kept,
             **self._cut_metrics(),
             **self._backup_metrics(),
         }
