@@ -21,36 +21,27 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from typhoon.operators import resolve_operator
 from typhoon.operators.sources import generate_sentences
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound, Transport
-from typhoon.topology import load_topology_text, schedule
+from typhoon.topology import Topology, load_topology, schedule
 from typhoon.wire import ControlTuple
 
-TOPOLOGY = """
-name: emit
-spouts:
-  - id: source
-    operator: sentence_source
-    args: {count: 10}
-bolts:
-  - id: split
-    operator: split_words
-  - id: count
-    operator: count_by_key
-    args: {key: word}
-    parallelism: 4
-streams:
-  - from: source
-    to: split
-    grouping: shuffle
-  - from: split
-    to: count
-    grouping: {type: fields, fields: [word]}
-"""
+WORDCOUNT = Path(__file__).resolve().parents[1] / "topologies" / "wordcount.yaml"
+
+
+def wordcount(count_parallelism: int = 4) -> Topology:
+    """``topologies/wordcount.yaml`` with one split worker and ``count_parallelism`` counters."""
+    topo = load_topology(WORDCOUNT)
+    topo.nodes["split"].parallelism = 1
+    topo.nodes["count"].parallelism = count_parallelism
+    return topo
+
+
 WORDS, VOCABULARY, SEED = 8, 500, 7
 
 
@@ -73,7 +64,7 @@ class NullIO(Transport):
 
 def one_round(batches: list[list[list[str]]], per_row: bool) -> tuple[float, int]:
     """Seconds to run every batch through a fresh split worker, and the words routed."""
-    topo = load_topology_text(TOPOLOGY, "emit.yaml")
+    topo = wordcount()
     phys = schedule(topo, ["h1"], 7)
     src = phys.of_node("source")[0].worker_id
     split = phys.of_node("split")[0].worker_id

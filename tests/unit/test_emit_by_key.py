@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from test_emit_rows import per_link
 from test_framework import Recorder
 
+from benchmarks.emit_path import wordcount
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Bolt, Context
 from typhoon.operators.sources import SentenceSource
@@ -18,7 +19,7 @@ from typhoon.runtime.hooks import rows_hook
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound
-from typhoon.topology import load_topology_text, schedule
+from typhoon.topology import schedule
 from typhoon.topology.keygroups import NO_OWNER
 from typhoon.topology.routing import Route
 
@@ -84,31 +85,8 @@ def test_by_key_keeps_keys_equal_across_types_apart() -> None:
     assert set(r.adders) == {"1"}  # only strings are remembered
 
 
-TOPOLOGY = """
-name: words
-spouts:
-  - id: source
-    operator: sentence_source
-    args: {{count: 10}}
-bolts:
-  - id: split
-    operator: split_words
-  - id: count
-    operator: count_by_key
-    args: {{key: word}}
-    parallelism: {par}
-streams:
-  - from: source
-    to: split
-    grouping: shuffle
-  - from: split
-    to: count
-    grouping: {{type: fields, fields: [word]}}
-"""
-
-
 def split_worker(par: int, batch: int) -> tuple[Framework, Recorder, int]:
-    topo = load_topology_text(TOPOLOGY.format(par=par), "t.yaml")
+    topo = wordcount(par)
     phys = schedule(topo, ["h1", "h2"], 7)
     split = phys.of_node("split")[0].worker_id
     io = Recorder()
