@@ -9,13 +9,22 @@ I/O, and waiting for input.  Samples / sampling rate / tuples = µs per tuple.
 Interpreter start-up and imports are left out (``startup``), so the figures are
 what the event loop spends, on the machine as loaded as it is.
 
+py-spy counts a thread as busy while it is runnable, so a worker waiting for a core
+(source, sink and ovs-vswitchd share two here) has samples too: the layers say where
+a worker's time goes, not how much CPU it used.  Hence the rows below them: the CPU
+time each worker reports (user + system, its event loop only) and ovs-vswitchd's
+CPU during the run (from ``/proc``; shared with whatever else uses the switch), per
+tuple.
+
     python -m benchmarks.costs [--transport sdn tcp] [--batch-size 100] [--rate 250]
+                               [--count N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -84,6 +93,7 @@ ORDER = [
     "event loop",
     "wait for input",
 ]
+OVS_PIDFILES = ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid")
 _FRAME = re.compile(r"^(?P<func>.+) \((?P<file>[^():]+):\d+\)$")
 _WORKER = re.compile(r'^process (\d+):".*typhoon\.runtime\.worker (\S+)"')
 
@@ -119,14 +129,30 @@ def attribute(raw: str) -> dict[str, Counter]:
     return out
 
 
-def measure(transport: str, batch: int, rate: int, workdir: Path) -> dict:
+def ovs_cpu_s() -> float | None:
+    """ovs-vswitchd's user + system CPU seconds so far, or None where it cannot be read."""
+    for pidfile in OVS_PIDFILES:
+        try:
+            pid = int(Path(pidfile).read_text().strip())
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+def measure(transport: str, batch: int, rate: int, workdir: Path, count: int | None = None) -> dict:
     raw, report = workdir / f"{transport}.raw", workdir / f"{transport}.json"
     spy = str(Path(sys.executable).parent / "py-spy")
     record = [spy, "record", "--subprocesses", "--nonblocking", "-r", str(rate), "-f", "raw"]
     run = [sys.executable, "-m", "typhoon_cli", "run", str(TOPOLOGY), "--transport", transport]
     cmd = [*record, "-o", str(raw), "--", *run, "--batch-size", str(batch), "-q"]
     cmd += ["--report", str(report)]
+    if count is not None:
+        cmd += ["--arg", f"source.count={count}"]
+    ovs0 = ovs_cpu_s()
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    ovs1 = ovs_cpu_s()
     rep = json.loads(report.read_text())
     sink = rep["results"]["sink"]
     if not rep["ok"] or sink["missing"] or sink["duplicates"]:
@@ -138,7 +164,16 @@ def measure(transport: str, batch: int, rate: int, workdir: Path) -> dict:
     for worker, samples in sorted(per_worker.items()):
         node = nodes.get(worker.removeprefix("worker-"), worker)
         us[node] = {k: samples[k] / rate / tuples * 1e6 for k in ORDER}
-    return {"transport": transport, "tuples": tuples, "elapsed_s": rep["elapsed_s"], "us": us}
+    cpu = {w["node"]: w["cpu_s"] / tuples * 1e6 for w in rep.get("workers", []) if "cpu_s" in w}
+    ovs = None if ovs0 is None or ovs1 is None else (ovs1 - ovs0) / tuples * 1e6
+    return {
+        "transport": transport,
+        "tuples": tuples,
+        "elapsed_s": rep["elapsed_s"],
+        "us": us,
+        "cpu_us": cpu,
+        "ovs_us": ovs,
+    }
 
 
 def table(results: list[dict]) -> str:
@@ -150,10 +185,22 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {layer} | " + " | ".join(f"{by[c][layer]:.3f}" for c in cols) + " |")
     busy = [sum(v for k, v in by[c].items() if k != "wait for input") for c in cols]
     lines.append("| **busy total** | " + " | ".join(f"**{b:.3f}**" for b in busy) + " |")
+    cpu = {(r["transport"], n): r.get("cpu_us", {}).get(n) for r in results for n in r["us"]}
+    lines.append(
+        "| CPU (run report, user + system) | "
+        + " | ".join("–" if cpu[c] is None else f"{cpu[c]:.3f}" for c in cols)
+        + " |"
+    )
     rates = " · ".join(
         f"{r['transport']}: {r['tuples'] / r['elapsed_s']:,.0f} tuples/s" for r in results
     )
-    return "\n".join(lines) + f"\n\nthroughput of these runs: {rates}\n"
+    ovs = " · ".join(
+        f"{r['transport']}: {r['ovs_us']:.3f}" for r in results if r.get("ovs_us") is not None
+    )
+    out = "\n".join(lines) + f"\n\nthroughput of these runs: {rates}\n"
+    if ovs:
+        out += f"ovs-vswitchd CPU, µs per tuple: {ovs}\n"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,13 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transport", nargs="+", default=["sdn", "tcp"], choices=["sdn", "tcp"])
     ap.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ap.add_argument("--rate", type=int, default=250, help="samples per second")
+    ap.add_argument("--count", type=int, help="tuples the source emits (default: the file's)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--keep", type=Path, help="keep py-spy's raw profiles in this directory")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="typhoon-costs-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        results = [measure(t, args.batch_size, args.rate, work) for t in args.transport]
+        results = [measure(t, args.batch_size, args.rate, work, args.count) for t in args.transport]
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -1,6 +1,6 @@
 """benchmarks/costs.py: samples are charged to the layer of their innermost own frame."""
 
-from benchmarks.costs import attribute, layer_of
+from benchmarks.costs import ORDER, attribute, layer_of, table
 
 LOOP = "Worker.run (typhoon/runtime/worker.py:88)"
 
@@ -35,3 +35,19 @@ def test_samples_per_worker_process():
     )
     got = attribute(raw)
     assert got == {"worker-3": {"msgpack encode": 7, "device / socket I/O": 5}}
+
+
+def test_table_shows_reported_cpu_and_the_switch():
+    layers = {k: 0.0 for k in ORDER}
+    results = [
+        {"transport": "sdn", "tuples": 1000, "elapsed_s": 0.5,
+         "us": {"source": {**layers, "operator": 0.25}, "sink": dict(layers)},
+         "cpu_us": {"source": 0.4, "sink": 0.6}, "ovs_us": 0.17},
+        {"transport": "tcp", "tuples": 1000, "elapsed_s": 1.0,
+         "us": {"source": dict(layers)}, "cpu_us": {}, "ovs_us": None},
+    ]  # fmt: skip
+    out = table(results)
+    assert "| **busy total** | **0.250** | **0.000** | **0.000** |" in out
+    assert "| CPU (run report, user + system) | 0.400 | 0.600 | – |" in out
+    assert "sdn: 2,000 tuples/s · tcp: 1,000 tuples/s" in out
+    assert "ovs-vswitchd CPU, µs per tuple: sdn: 0.170\n" in out
