@@ -119,6 +119,8 @@ class Framework(
         self.out_since: dict[tuple[int, int], float] = {}
         # rows of finished batches, serialized and sent at the end of the turn (push)
         self.ready: dict[tuple[int, int], list[list[Any]]] = {}
+        self.ready_since: dict[tuple[int, int], float] = {}  # when each got its oldest rows
+        self.flat_out = False  # the spout emitted a whole chunk this turn, unthrottled
         # receivers in this process (a chain, typhoon.runtime.chain): rows go by function call
         self.chained: dict[int, Any] = {}
         self.now = clock()
@@ -394,6 +396,7 @@ class Framework(
 
     def step_spout(self) -> None:
         """Let the spout emit a chunk, within its input rate."""
+        self.flat_out = False
         if not self.spout_ready():
             return
         if self.ckpt is not None:
@@ -424,6 +427,7 @@ class Framework(
         if self.wm_gen is not None:
             after = sum(r.emitted for r in self.routers.values()) + self.unrouted
             self.spout_watermark(after > before)
+        self.flat_out = bool(more) and self.rate <= 0
         if not more:
             self.exhausted = True
             log.info("worker %d: source exhausted", self.worker_id)
