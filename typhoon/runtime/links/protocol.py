@@ -26,11 +26,12 @@ RESYNC = 5  # receiver -> sender [link]: I hold no state for this link, send me 
 # DEFAULT_TXQUEUELEN frames (runtime/tap.py).
 DEFAULT_WINDOW = SDN_DEFAULTS.window  # declared in typhoon/topology/config.py
 # Bytes of frames (their length on the wire) in flight per link beyond a receiver's
-# consumed count, besides the frame window: a slow receiver then queues about as many
-# *tuples* whether its sender's frames are full (64 KB, ~1,000 small tuples) or not
-# (~85 of them).  512 KiB is 8 full frames, ~8,000 tuples of 60 bytes: fewer than the
-# 128 frames of ~85 tuples (~10,900) the frame window alone let a slow receiver queue
-# (docs/flow_control.md, "Windows in bytes").  0: frames only.
+# consumed count, besides the frame window: a slow receiver then queues no more
+# *tuples* when its sender's frames are full (64 KB, ~830 tuples of 77 bytes) than
+# before (~270 of them).  512 KiB is 8 full frames, ~6,700 such tuples; the 128 frames
+# of the frame window held ~35,000 before full frames.  2 MiB let the load balancer
+# test's shuffle baseline outrun its slow worker (docs/flow_control.md, "Windows in
+# bytes").  0: frames only.
 DEFAULT_WINDOW_BYTES = SDN_DEFAULTS.window_bytes
 MAX_WINDOW = 1 << 20  # frames kept for retransmission per link, far below 2**31
 PROBE_S = 0.02  # unconfirmed frames this old make the sender probe with a SYNC
