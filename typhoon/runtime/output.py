@@ -270,14 +270,20 @@ class OutputBatching(_Host):
     def _take_full_frames(self) -> dict[tuple[int, int], list[list[Any]]]:
         """The ready rows that fill whole frames, and all of those that waited too long
         or go to a chained receiver (a function call, no frame to fill); the rest stays
-        ready (the newest rows: they arrived this turn)."""
+        ready (the newest rows: they arrived this turn).
+
+        Rows to a load-balanced node (``dst < 0``) are never held: the switch splits
+        its traffic by frames, and the load balancer weighs its workers by the frames
+        they got, so frames of ~800 tuples made its shares lumpy (the integration
+        test saw the slow worker's share dip below its band; docs/flow_control.md).
+        """
         per_frame = self.rows_per_entry
         due = self.now - self.max_delay
         chained = self.chained
         out: dict[tuple[int, int], list[list[Any]]] = {}
         for key in list(self.ready):
             rows = self.ready[key]
-            if self.ready_since[key] <= due or key[0] in chained:
+            if key[0] < 0 or key[0] in chained or self.ready_since[key] <= due:
                 out[key] = rows
                 del self.ready[key], self.ready_since[key]
                 continue
