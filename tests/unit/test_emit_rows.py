@@ -12,6 +12,7 @@ from typhoon.operators.sources import SequenceSource
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_rows
 
@@ -190,3 +191,23 @@ def test_step_spout_says_flat_out_only_unthrottled_with_more_to_come() -> None:
     fw.tokens = 5.0
     fw.step_spout()
     assert not fw.flat_out
+
+
+def test_a_spout_flat_out_holds_nothing_for_a_chained_receiver() -> None:
+    """A worker of the same chain gets its rows by function call: no frame to fill."""
+    fw, io = framework("global", 1, 1, False)
+    fw.rows_per_entry = 100
+    fw.flat_out = True
+    sink = fw.spec.physical.of_node("sink")[0].worker_id
+    got: list[Inbound] = []
+
+    class Peer:
+        def deliver(self, item: Inbound) -> None:
+            got.append(item)
+
+    fw.chained[sink] = Peer()
+    fw.emit_rows([[1, s, 0.0, b""] for s in range(130)])
+    fw.flush()
+    # the chained sink has all 130 rows at once; other's two workers (65 each) still wait
+    assert [len(i.rows) for i in got] == [130] and not io.sent
+    assert sorted(map(len, fw.ready.values())) == [65, 65]
