@@ -35,9 +35,9 @@ def sdn_options(config: dict) -> dict:
     """I/O-layer settings from the topology's ``config``.
 
     ``flow_control: false`` turns credits off (the largest window, no byte
-    budget): only for showing what flow control prevents; the links still resend
+    window or budget): only for showing what flow control prevents; the links still resend
     what the switch drops.  ``sdn: {window,
-    port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
+    window_bytes, port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
     urgent control tuples out in arrival order, behind queued data: only for
     measuring what the priority buys); without ``port_budget`` every
     worker gets its share of the switch's socket buffers
@@ -45,7 +45,7 @@ def sdn_options(config: dict) -> dict:
     """
     opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
     if config.get("flow_control") is False:
-        opts.update(window=lk.MAX_WINDOW, port_budget=0)
+        opts.update(window=lk.MAX_WINDOW, window_bytes=0, port_budget=0)
     return opts
 
 

@@ -58,6 +58,11 @@ class SdnConfig:
     window: int = setting(
         128, "frames in flight per link (typhoon/runtime/links)", {"type": "integer", "minimum": 1}
     )
+    window_bytes: int = setting(
+        512 * 1024,
+        "frame bytes in flight per link and per balanced stream, 0: frames only",
+        {"type": "integer", "minimum": 0},
+    )
     port_budget: int | None = setting(
         None,
         "bytes a worker may have queued at the switch, 0: none (default: planned)",

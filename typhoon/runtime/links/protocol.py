@@ -25,6 +25,14 @@ RESYNC = 5  # receiver -> sender [link]: I hold no state for this link, send me 
 # topology may ask for another with config: {sdn: {window: N}}.  Receivers' TAP queues hold
 # DEFAULT_TXQUEUELEN frames (runtime/tap.py).
 DEFAULT_WINDOW = SDN_DEFAULTS.window  # declared in typhoon/topology/config.py
+# Bytes of frames (their length on the wire) in flight per link beyond a receiver's
+# consumed count, besides the frame window: a slow receiver then queues no more
+# *tuples* when its sender's frames are full (64 KB, ~830 tuples of 77 bytes) than
+# before (~270 of them).  512 KiB is 8 full frames, ~6,700 such tuples; the 128 frames
+# of the frame window held ~35,000 before full frames.  2 MiB let the load balancer
+# test's shuffle baseline outrun its slow worker (docs/flow_control.md, "Windows in
+# bytes").  0: frames only.
+DEFAULT_WINDOW_BYTES = SDN_DEFAULTS.window_bytes
 MAX_WINDOW = 1 << 20  # frames kept for retransmission per link, far below 2**31
 PROBE_S = 0.02  # unconfirmed frames this old make the sender probe with a SYNC
 REFRESH_S = 0.1  # a receiver refreshes its grant this often while a link is in use
@@ -44,6 +52,24 @@ def check_window(window: int) -> int:
     if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= MAX_WINDOW:
         raise ValueError(f"window must be an int in 1..{MAX_WINDOW}, got {window!r}")
     return window
+
+
+def check_window_bytes(window_bytes: int | None) -> int | None:
+    """A byte window as given (None or 0: none, frames only)."""
+    if window_bytes is None or window_bytes == 0:
+        return None
+    if not isinstance(window_bytes, int) or isinstance(window_bytes, bool) or window_bytes < 0:
+        raise ValueError(f"window_bytes must be an int >= 0, got {window_bytes!r}")
+    return window_bytes
+
+
+def window_fits(outstanding: int, size: int, window_bytes: int | None) -> bool:
+    """Room for a frame of ``size`` bytes when ``outstanding`` bytes are not consumed yet.
+
+    A frame larger than the whole window still goes once nothing is outstanding (the
+    window is fully open): a window can delay a frame, never stop it for good.
+    """
+    return window_bytes is None or outstanding <= 0 or outstanding + size <= window_bytes
 
 
 def unwrap(value: int, ref: int) -> int:

@@ -12,10 +12,13 @@ from typing import Any
 from typhoon.runtime.links.protocol import (
     ACK_SHARE,
     DEFAULT_WINDOW,
+    DEFAULT_WINDOW_BYTES,
     PROBE_S,
     RETX_GUARD_S,
     check_window,
+    check_window_bytes,
     unwrap,
+    window_fits,
 )
 
 
@@ -49,9 +52,12 @@ class OutLink:
     base: int = 0  # sequence number of frames[0]
     frames: deque[bytes] = field(default_factory=deque)  # kept frames [base, next)
     costs: deque[int] = field(default_factory=deque)  # their truesize
+    starts: deque[int] = field(default_factory=deque)  # ``sent_bytes`` before each of them
+    sent_bytes: int = 0  # length of every frame ever sent on the link, summed
     members: dict[int, Member] = field(default_factory=dict)
     unmarked: int = 0  # frames since the last ACK_REQ
-    unmarked_bytes: int = 0
+    unmarked_bytes: int = 0  # truesize since the last ACK_REQ
+    unmarked_len: int = 0  # frame bytes since the last ACK_REQ
     sent_at: float = -math.inf  # when the newest frame went out
     progress_at: float = -math.inf  # when a member last confirmed something new
     frames_sent: int = 0  # statistics: new frames, frames sent again
@@ -69,6 +75,14 @@ class OutLink:
         nxt = self.next
         return any(m.received < m.end(nxt) for m in self.live())
 
+    def outstanding(self, m: Member) -> int:
+        """Bytes of the frames ``m`` has not consumed yet (it reports frame counts; the
+        sender kept each frame's length, so no byte count needs to cross the wire)."""
+        i = m.consumed - self.base
+        if m.consumed >= self.next or not self.starts:
+            return 0
+        return self.sent_bytes - self.starts[max(0, i)]
+
     def frame(self, seq: int) -> bytes:
         return self.frames[seq - self.base]
 
@@ -79,9 +93,10 @@ MULTICAST_KEY = 1 << 16  # OutLink keys of multicast links: MULTICAST_KEY + stre
 class Sender:
     """Every outgoing link of one worker, and the byte budget they share.
 
-    ``budget``: bytes of truesize allowed in flight over all links (None: frames
-    only).  A frame counts from the moment it is written until every live member
-    consumed it.
+    ``window`` frames and ``window_bytes`` bytes of frames (None or 0: frames only)
+    per link beyond each member's consumed count; ``budget``: bytes of truesize
+    allowed in flight over all links (None: frames only).  A frame counts from the
+    moment it is written until every live member consumed it.
     """
 
     def __init__(
@@ -90,8 +105,11 @@ class Sender:
         budget: int | None = None,
         probe_s: float = PROBE_S,
         retx_guard_s: float = RETX_GUARD_S,
+        window_bytes: int | None = DEFAULT_WINDOW_BYTES,
     ) -> None:
         self.window = check_window(window)
+        self.window_bytes = check_window_bytes(window_bytes)
+        self.mark_bytes = None if self.window_bytes is None else self.window_bytes // ACK_SHARE
         self.budget = budget
         self.probe_s = probe_s
         self.retx_guard_s = retx_guard_s
@@ -157,24 +175,32 @@ class Sender:
         budget = self.budget
         return budget is not None and self.port_bytes > 0 and self.port_bytes + cost > budget
 
-    def lacking(self, ol: OutLink) -> list[int]:
-        """Live members without credit for one more frame of ``ol``."""
-        limit = ol.next - self.window
+    def lacking(self, ol: OutLink, size: int = 0) -> list[int]:
+        """Live members without credit for one more frame of ``ol`` (``size`` bytes)."""
         return [d for d, m in ol.members.items() if not m.dead and m.until == math.inf
-                and m.consumed <= limit]  # fmt: skip
+                and not self._room(ol, m, size)]  # fmt: skip
 
-    def can_send(self, ol: OutLink, cost: int = 0) -> bool:
+    def _room(self, ol: OutLink, m: Member, size: int) -> bool:
+        if m.consumed <= ol.next - self.window:
+            return False
+        wb = self.window_bytes
+        return wb is None or window_fits(ol.outstanding(m), size, wb)
+
+    def can_send(self, ol: OutLink, cost: int = 0, size: int = 0) -> bool:
+        """Room for a frame of ``size`` bytes (``cost`` of truesize) on ``ol``."""
         if self.port_full(cost):
             return False
-        limit = ol.next - self.window
         for m in ol.members.values():
-            if m.consumed <= limit and not m.dead and m.until == math.inf:
+            if not m.dead and m.until == math.inf and not self._room(ol, m, size):
                 return False
         return True
 
-    def wants_ack(self, ol: OutLink, cost: int) -> bool:
+    def wants_ack(self, ol: OutLink, cost: int, size: int = 0) -> bool:
         """Should the frame about to be sent on ``ol`` ask for a grant (ACK_REQ)?"""
         if ol.unmarked + 1 >= self.mark_every:
+            return True
+        mark = self.mark_bytes
+        if mark is not None and ol.unmarked_len + size >= mark:
             return True
         budget = self.budget
         if budget is None:
@@ -190,15 +216,19 @@ class Sender:
             ol.progress_at = now  # the probe clock starts with the first unconfirmed frame
         ol.frames.append(frame)
         ol.costs.append(cost)
+        ol.starts.append(ol.sent_bytes)
+        ol.sent_bytes += len(frame)
         self.port_bytes += cost
         ol.sent_at = now
         ol.frames_sent += 1
         if marked:
             ol.unmarked = 0
             ol.unmarked_bytes = 0
+            ol.unmarked_len = 0
         else:
             ol.unmarked += 1
             ol.unmarked_bytes += cost
+            ol.unmarked_len += len(frame)
         if not any(True for _ in ol.live()):
             self._settle(ol)  # nobody to wait for: nothing stays in flight
         return seq
@@ -279,11 +309,12 @@ class Sender:
                 continue
             if not m.dead:
                 low = min(low, m.consumed)
-        frames, costs = ol.frames, ol.costs
+        frames, costs, starts = ol.frames, ol.costs, ol.starts
         freed = 0
         while ol.base < low and frames:
             frames.popleft()
             freed += costs.popleft()
+            starts.popleft()
             ol.base += 1
         if not frames:
             ol.base = nxt
