@@ -36,8 +36,8 @@ def sdn_options(config: dict) -> dict:
 
     ``flow_control: false`` turns credits off (the largest window, no byte
     window or budget): only for showing what flow control prevents; the links still resend
-    what the switch drops.  ``sdn: {window,
-    window_bytes, port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
+    what the switch drops.  ``sdn: {window, window_bytes, window_bytes_max,
+    port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
     urgent control tuples out in arrival order, behind queued data: only for
     measuring what the priority buys); without ``port_budget`` every
     worker gets its share of the switch's socket buffers

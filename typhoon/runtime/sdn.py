@@ -40,7 +40,8 @@ Spec (``WorkerSpec.transport``)::
     {"kind": "sdn",
      "tap": "ty007a0002",        # optional, default tap_name(app, worker)
      "mtu": 64000, "window": 128,  # window in frames per link
-     "window_bytes": 524288,     # ... and in bytes of frames (links and balanced groups)
+     "window_bytes": 524288,     # ... and in bytes of frames (balanced groups, least of links)
+     "window_bytes_max": 3145728,  # the most of a link's, which follows its receiver's rate
      "ethertype": 0x88B5,        # optional
      "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
      "port_budget": 180224}      # bytes in flight (typhoon.port_budgets); 0 = off
@@ -118,6 +119,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         reroute_silence_s: float = REROUTE_SILENCE_S,
         control_priority: bool = True,
         window_bytes: int | None = lk.DEFAULT_WINDOW_BYTES,
+        window_bytes_max: int | None = lk.DEFAULT_WINDOW_BYTES_MAX,
     ) -> None:
         super().__init__()
         if not wire.MIN_MTU <= mtu <= 65535:
@@ -133,7 +135,9 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.reroute_silence_s = min(float(reroute_silence_s), self.credit_timeout_s)
         self.clock = clock
         budget = default_budget() if port_budget is None else port_budget or None
-        self.tx = lk.Sender(window, budget, window_bytes=window_bytes)
+        self.tx = lk.Sender(
+            window, budget, window_bytes=window_bytes, window_bytes_max=window_bytes_max
+        )
         self.rx: lk.Receiver[Pending] = lk.Receiver(window)
         self.window = window
         self.window_bytes = self.tx.window_bytes
@@ -196,6 +200,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
             port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
             control_priority=bool(p.get("control_priority", SDN_DEFAULTS.control_priority)),
             window_bytes=int(p.get("window_bytes", lk.DEFAULT_WINDOW_BYTES)),
+            window_bytes_max=int(p.get("window_bytes_max", lk.DEFAULT_WINDOW_BYTES_MAX)),
         )
 
     def _lb_grant_bytes(self, budget: int | None) -> float:

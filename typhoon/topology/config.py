@@ -60,7 +60,12 @@ class SdnConfig:
     )
     window_bytes: int = setting(
         512 * 1024,
-        "frame bytes in flight per link and per balanced stream, 0: frames only",
+        "frame bytes in flight per balanced stream, and the least per link; 0: frames only",
+        {"type": "integer", "minimum": 0},
+    )
+    window_bytes_max: int = setting(
+        3 * 1024 * 1024,
+        "the most frame bytes in flight per link (a fast receiver's window), 0: window_bytes",
         {"type": "integer", "minimum": 0},
     )
     port_budget: int | None = setting(

@@ -20,9 +20,11 @@ member answers with a NACK for what it lacks, or a GRANT.
 
 Flow control.  A GRANT ``[link, consumed, received]`` carries a receiver's
 cumulative counts; the sender may have at most ``window`` frames of a link beyond
-any member's *consumed* count, and at most ``window_bytes`` bytes of frames (the
+any member's *consumed* count, and at most that member's byte window of frames (the
 sender knows each frame's length, so the counts map to bytes without a wire change;
-a frame larger than that goes once the member consumed everything), and at most
+a frame larger than that goes once the member consumed everything): what the member
+consumed in the last ``PACE_S``, between ``window_bytes`` and ``window_bytes_max``
+(a slow receiver queues little, a fast one is not starved); and at most
 ``budget`` bytes (kernel truesize, see
 :mod:`typhoon.runtime.truesize`) over all its links together -- the share of the
 switch's socket buffers this worker may fill (:mod:`typhoon.port_budgets`).
@@ -48,6 +50,7 @@ from typhoon.runtime.links.protocol import (
     ACK_SHARE,
     DEFAULT_WINDOW,
     DEFAULT_WINDOW_BYTES,
+    DEFAULT_WINDOW_BYTES_MAX,
     GRANT,
     LB_GRANT,
     LB_SYNC,
@@ -56,7 +59,9 @@ from typhoon.runtime.links.protocol import (
     MAX_WINDOW,
     NACK,
     NACK_S,
+    PACE_S,
     PROBE_S,
+    RATE_S,
     REFRESH_S,
     RESYNC,
     RETX_GUARD_S,
@@ -65,6 +70,7 @@ from typhoon.runtime.links.protocol import (
     check_window,
     check_window_bytes,
     diff32,
+    paced_window,
     unwrap,
     window_fits,
 )
@@ -75,6 +81,7 @@ __all__ = [
     "ACK_SHARE",
     "DEFAULT_WINDOW",
     "DEFAULT_WINDOW_BYTES",
+    "DEFAULT_WINDOW_BYTES_MAX",
     "GRANT",
     "LB_GRANT",
     "LB_SYNC",
@@ -83,8 +90,10 @@ __all__ = [
     "MAX_WINDOW",
     "MULTICAST_KEY",
     "NACK",
+    "PACE_S",
     "NACK_S",
     "PROBE_S",
+    "RATE_S",
     "REFRESH_S",
     "RESYNC",
     "RETX_GUARD_S",
@@ -98,6 +107,7 @@ __all__ = [
     "check_window",
     "check_window_bytes",
     "diff32",
+    "paced_window",
     "unwrap",
     "window_fits",
 ]

@@ -13,10 +13,13 @@ from typhoon.runtime.links.protocol import (
     ACK_SHARE,
     DEFAULT_WINDOW,
     DEFAULT_WINDOW_BYTES,
+    DEFAULT_WINDOW_BYTES_MAX,
     PROBE_S,
+    RATE_S,
     RETX_GUARD_S,
     check_window,
     check_window_bytes,
+    paced_window,
     unwrap,
     window_fits,
 )
@@ -36,6 +39,9 @@ class Member:
     last_probe: float = -math.inf
     retx_from: int = -1  # start of the last retransmission for it, and when
     retx_at: float = -math.inf
+    window_bytes: int = 0  # its byte window now (0: the sender's least, window_bytes)
+    rate_at: float = -math.inf  # start of the interval its consumption rate is measured
+    rate_pos: int = 0  # over, and the link's byte position it had consumed to then
 
     def end(self, nxt: int) -> int:
         """Sequence number after the last frame this member must get."""
@@ -58,6 +64,7 @@ class OutLink:
     unmarked: int = 0  # frames since the last ACK_REQ
     unmarked_bytes: int = 0  # truesize since the last ACK_REQ
     unmarked_len: int = 0  # frame bytes since the last ACK_REQ
+    mark_len: int = 0  # ... that ask for the next one (0: the sender's mark_bytes)
     sent_at: float = -math.inf  # when the newest frame went out
     progress_at: float = -math.inf  # when a member last confirmed something new
     frames_sent: int = 0  # statistics: new frames, frames sent again
@@ -83,6 +90,13 @@ class OutLink:
             return 0
         return self.sent_bytes - self.starts[max(0, i)]
 
+    def position(self, seq: int) -> int | None:
+        """Bytes of frames sent on the link before frame ``seq`` (None: released)."""
+        if seq >= self.next:
+            return self.sent_bytes
+        i = seq - self.base
+        return self.starts[i] if 0 <= i < len(self.starts) else None
+
     def frame(self, seq: int) -> bytes:
         return self.frames[seq - self.base]
 
@@ -93,8 +107,10 @@ MULTICAST_KEY = 1 << 16  # OutLink keys of multicast links: MULTICAST_KEY + stre
 class Sender:
     """Every outgoing link of one worker, and the byte budget they share.
 
-    ``window`` frames and ``window_bytes`` bytes of frames (None or 0: frames only)
-    per link beyond each member's consumed count; ``budget``: bytes of truesize
+    ``window`` frames and a byte window of frames (``window_bytes`` None or 0: frames
+    only) per link beyond each member's consumed count: what the member consumed in
+    the last ``PACE_S``, between ``window_bytes`` and ``window_bytes_max`` (None or 0:
+    always ``window_bytes``); ``budget``: bytes of truesize
     allowed in flight over all links (None: frames only).  A frame counts from the
     moment it is written until every live member consumed it.
     """
@@ -106,9 +122,14 @@ class Sender:
         probe_s: float = PROBE_S,
         retx_guard_s: float = RETX_GUARD_S,
         window_bytes: int | None = DEFAULT_WINDOW_BYTES,
+        window_bytes_max: int | None = DEFAULT_WINDOW_BYTES_MAX,
     ) -> None:
         self.window = check_window(window)
         self.window_bytes = check_window_bytes(window_bytes)
+        most = check_window_bytes(window_bytes_max)
+        # (a ceiling below the least, or no byte window at all: nothing to follow)
+        self.paced = self.window_bytes is not None and (most or 0) > self.window_bytes
+        self.window_bytes_max = max(most or 0, self.window_bytes or 0)
         self.mark_bytes = None if self.window_bytes is None else self.window_bytes // ACK_SHARE
         self.budget = budget
         self.probe_s = probe_s
@@ -184,7 +205,7 @@ class Sender:
         if m.consumed <= ol.next - self.window:
             return False
         wb = self.window_bytes
-        return wb is None or window_fits(ol.outstanding(m), size, wb)
+        return wb is None or window_fits(ol.outstanding(m), size, m.window_bytes or wb)
 
     def can_send(self, ol: OutLink, cost: int = 0, size: int = 0) -> bool:
         """Room for a frame of ``size`` bytes (``cost`` of truesize) on ``ol``."""
@@ -199,7 +220,7 @@ class Sender:
         """Should the frame about to be sent on ``ol`` ask for a grant (ACK_REQ)?"""
         if ol.unmarked + 1 >= self.mark_every:
             return True
-        mark = self.mark_bytes
+        mark = ol.mark_len or self.mark_bytes
         if mark is not None and ol.unmarked_len + size >= mark:
             return True
         budget = self.budget
@@ -249,8 +270,29 @@ class Sender:
         m.consumed = max(m.consumed, c)
         m.received = max(m.received, r, m.consumed)
         m.asked = None
+        if self.paced:
+            self._pace(ol, m, now)
         self._settle(ol)
         return revived
+
+    def _pace(self, ol: OutLink, m: Member, now: float) -> None:
+        """Size ``m``'s byte window from the bytes it consumed over the last ``RATE_S``
+        or more (``paced_window``), and the link's grant requests from its members'
+        smallest window."""
+        pos = ol.position(m.consumed)
+        if pos is None:
+            return
+        if m.rate_at == -math.inf:
+            m.rate_at, m.rate_pos = now, pos
+            return
+        dt = now - m.rate_at
+        if dt < RATE_S:
+            return
+        least = self.window_bytes or 0
+        m.window_bytes = paced_window((pos - m.rate_pos) / dt, least, self.window_bytes_max)
+        m.rate_at, m.rate_pos = now, pos
+        smallest = min((x.window_bytes or least for x in ol.live()), default=least)
+        ol.mark_len = smallest // ACK_SHARE
 
     def on_nack(self, ol: OutLink, m: Member, start: int, stop: int, now: float) -> range:
         """A NACK: the frames to send again (an empty range when there is nothing to do)."""
@@ -276,6 +318,7 @@ class Sender:
         """A member marked dead answered: what we released meanwhile is gone (counted
         lost), it skips those frames (a SYNC with its base tells it where it is now)."""
         m.dead = False
+        m.rate_at = -math.inf  # its rate starts anew
         have = max(received, m.received)
         m.lost += max(0, ol.base - have)
         m.consumed = max(consumed, m.consumed, ol.base)
