@@ -192,6 +192,29 @@ def test_a_fast_receivers_window_grows_to_the_most_and_a_slow_ones_stays_at_the_
     assert fl.outstanding(fl.members[A]) > least
 
 
+@pytest.mark.parametrize("every", [RATE_S / 2 + 0.01, RATE_S, 0.75, 6.0])
+def test_a_receiver_that_takes_its_whole_window_at_once_stays_at_the_least(every):
+    """A worker's transport hands the framework every frame it has read at once and
+    grants then; a slow operator then works on them for seconds.  The sender sees the
+    whole window consumed in one grant: over an interval of at least RATE_S that is at
+    most the window * PACE_S / RATE_S (a half), so one burst per interval cannot grow
+    the window; only a receiver that consumes more than two windows per RATE_S does."""
+    least = 8 * FULL
+    s = Sender(128, window_bytes=least, window_bytes_max=48 * FULL)
+    ol = s.unicast(A)
+    m = ol.members[A]
+    t, burst = 0.0, 0.0
+    while t < 20 * every:
+        fill(s, ol, t)
+        t += 0.01
+        if t >= burst:  # it takes everything, grants, then works on it for ``every``
+            burst = t + every
+            s.on_grant(ol, m, ol.next, ol.next, t)
+        else:  # refreshes meanwhile
+            s.on_grant(ol, m, m.consumed, ol.next, t)
+        assert m.window_bytes in (0, least), (t, m.window_bytes)
+
+
 def test_a_receiver_that_slows_down_gets_the_least_again():
     least, most = 8 * FULL, 48 * FULL
     s = Sender(128, window_bytes=least, window_bytes_max=most)
