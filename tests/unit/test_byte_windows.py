@@ -187,6 +187,9 @@ def test_a_fast_receivers_window_grows_to_the_most_and_a_slow_ones_stays_at_the_
     run_receiver(slow, sl, 85e3, 0.5)  # the load balancer test's slow worker, ~85 KB/s
     assert fl.members[A].window_bytes == most and fl.mark_len == most // 4
     assert sl.members[A].window_bytes == least
+    # the run report says so (the transport's link stats)
+    assert fast.stats()["window_peak"] == {str(A): most}
+    assert slow.stats()["window_peak"] == {str(A): least}
     # what each may hold unconsumed: the most, and the least
     assert fl.outstanding(fl.members[A]) <= most and sl.outstanding(sl.members[A]) <= least
     assert fl.outstanding(fl.members[A]) > least

@@ -42,6 +42,7 @@ class Member:
     window_bytes: int = 0  # its byte window now (0: the sender's least, window_bytes)
     rate_at: float = -math.inf  # start of the interval its consumption rate is measured
     rate_pos: int = 0  # over, and the link's byte position it had consumed to then
+    window_peak: int = 0  # the largest byte window it had (for the run report)
 
     def end(self, nxt: int) -> int:
         """Sequence number after the last frame this member must get."""
@@ -290,6 +291,7 @@ class Sender:
             return
         least = self.window_bytes or 0
         m.window_bytes = paced_window((pos - m.rate_pos) / dt, least, self.window_bytes_max)
+        m.window_peak = max(m.window_peak, m.window_bytes)
         m.rate_at, m.rate_pos = now, pos
         smallest = min((x.window_bytes or least for x in ol.live()), default=least)
         ol.mark_len = smallest // ACK_SHARE
@@ -463,4 +465,10 @@ class Sender:
             "retransmitted": sum(ol.retransmitted for ol in self.links.values()),
             "lost": sum(self.lost().values()),
             "inflight_bytes": self.port_bytes,
+            # the largest byte window each unicast receiver had (it follows what it consumed)
+            "window_peak": {
+                str(k): max(ol.members[k].window_peak, self.window_bytes or 0)
+                for k, ol in self.links.items()
+                if ol.link == 0 and k in ol.members and self.window_bytes
+            },
         }
