@@ -35,8 +35,8 @@ def sdn_options(config: dict) -> dict:
     """I/O-layer settings from the topology's ``config``.
 
     ``flow_control: false`` turns credits off (the largest window, no byte
-    budget): only for showing what flow control prevents; the links still resend
-    what the switch drops.  ``sdn: {window,
+    window or budget): only for showing what flow control prevents; the links still resend
+    what the switch drops.  ``sdn: {window, window_bytes, window_bytes_max,
     port_budget, credit_timeout_s}`` tunes it (``control_priority: false`` hands
     urgent control tuples out in arrival order, behind queued data: only for
     measuring what the priority buys); without ``port_budget`` every
@@ -45,7 +45,7 @@ def sdn_options(config: dict) -> dict:
     """
     opts = {k: v for k, v in (config.get("sdn") or {}).items() if k in SDN_OPTIONS}
     if config.get("flow_control") is False:
-        opts.update(window=lk.MAX_WINDOW, port_budget=0)
+        opts.update(window=lk.MAX_WINDOW, window_bytes=0, port_budget=0)
     return opts
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from typhoon import wire
-from typhoon.runtime.links import MAX_WINDOW
+from typhoon.runtime.links import DEFAULT_WINDOW_BYTES, MAX_WINDOW
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.tap import Tap
 from typhoon.runtime.transport import Inbound
@@ -81,7 +81,9 @@ def worker_main(conn, wid: int, tap: str, window: int, credit_timeout_s: float) 
     """A worker: creates its TAP, then polls and obeys commands from the test."""
     t = SdnTransport(
         APP, wid, tap=tap, window=window, credit_timeout_s=credit_timeout_s,
-        port_budget=0 if window == HUGE_WINDOW else None,  # flow control off: no byte budget
+        # flow control off: no byte budget, no byte window
+        port_budget=0 if window == HUGE_WINDOW else None,
+        window_bytes=0 if window == HUGE_WINDOW else DEFAULT_WINDOW_BYTES,
     )  # fmt: skip
     conn.send("ready")
     got = Received()

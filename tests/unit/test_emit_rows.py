@@ -12,6 +12,7 @@ from typhoon.operators.sources import SequenceSource
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_rows
 
@@ -144,3 +145,69 @@ def test_a_batch_larger_than_a_frame_leaves_when_a_frame_is_full() -> None:
     assert all(n and n % 100 == 0 for n in sent_rows.values()), sent_rows
     assert all(len(rows) < 100 for rows in fw.out.values())  # the rest waits
     assert sum(sent_rows.values()) + sum(map(len, fw.out.values())) == 2 * 350
+
+
+def test_a_spout_flat_out_sends_whole_frames_and_the_rest_after_the_max_delay() -> None:
+    fw, io = framework("global", 1, 1, False)  # batch 1: every row is a finished batch
+    fw.rows_per_entry = 100  # as if learnt: a frame holds 100 of these rows
+    fw.flat_out = True
+    fw.emit_rows([[1, s, 0.0, b""] for s in range(150)])
+    fw.flush()
+    # the sink's link (150 rows) sent one full frame; other's two workers (75 each) none
+    assert [sum(map(len, e)) for e in per_link(io).values()] == [100]
+    assert sorted(map(len, fw.ready.values())) == [50, 75, 75]
+    assert 0 < fw.next_deadline() <= fw.max_delay + 1e-9
+    fw.flush()  # nothing new, not due yet: still held
+    assert sum(map(len, fw.ready.values())) == 200
+    fw.now += fw.max_delay
+    fw.flush()
+    assert not fw.ready and not fw.ready_since
+    links = per_link(io)
+    assert sorted(sum(map(len, e)) for e in links.values()) == [75, 75, 150]
+    for entries in links.values():  # in order on every link
+        seqs = [r[1] for rows in entries for r in rows]
+        assert seqs == sorted(seqs)
+
+
+def test_a_spout_not_flat_out_or_a_forced_flush_holds_nothing() -> None:
+    for flat_out, force in ((False, False), (True, True)):
+        fw, io = framework("global", 1, 1, False)
+        fw.rows_per_entry = 100
+        fw.flat_out = flat_out
+        fw.emit_rows([[1, s, 0.0, b""] for s in range(150)])
+        fw.flush(force=force)
+        assert not fw.ready
+        assert sorted(sum(map(len, e)) for e in per_link(io).values()) == [75, 75, 150]
+
+
+def test_step_spout_says_flat_out_only_unthrottled_with_more_to_come() -> None:
+    fw, _ = framework("global", 1, 10, False)
+    fw.op = resolve_operator("sequence_source")(count=10_000)
+    fw._next_rows = fw.op.next_rows
+    fw.active = True
+    fw.step_spout()
+    assert fw.flat_out
+    fw.rate = 1000.0
+    fw.tokens = 5.0
+    fw.step_spout()
+    assert not fw.flat_out
+
+
+def test_a_spout_flat_out_holds_nothing_for_a_chained_receiver() -> None:
+    """A worker of the same chain gets its rows by function call: no frame to fill."""
+    fw, io = framework("global", 1, 1, False)
+    fw.rows_per_entry = 100
+    fw.flat_out = True
+    sink = fw.spec.physical.of_node("sink")[0].worker_id
+    got: list[Inbound] = []
+
+    class Peer:
+        def deliver(self, item: Inbound) -> None:
+            got.append(item)
+
+    fw.chained[sink] = Peer()
+    fw.emit_rows([[1, s, 0.0, b""] for s in range(130)])
+    fw.flush()
+    # the chained sink has all 130 rows at once; other's two workers (65 each) still wait
+    assert [len(i.rows) for i in got] == [130] and not io.sent
+    assert sorted(map(len, fw.ready.values())) == [65, 65]

@@ -171,3 +171,16 @@ def test_lb_flag_survives_framing_and_segmentation():
     with pytest.raises(ValueError):
         wire.pack_frames(dst, src, wire.Kind.DATA, 1, 0, [b"a"], flags=wire.SEG)
     assert wire.decode_rows(EOS_PAYLOAD) == [["eos"]]
+
+
+def test_a_spout_flat_out_holds_no_rows_for_a_balanced_node():
+    """Rows short of a frame wait for the next turn on links, never on a balanced stream:
+    the switch splits it by frames and the load balancer weighs workers by frames."""
+    fw, io, topo, phys, wid = make(batch=10)
+    fw.control(routing(topo, phys, wid, balanced=True))
+    fw.control(ControlTuple(Control.ACTIVATE, {}))
+    fw.rows_per_entry = 1000  # as if learnt: a frame would hold far more than one turn's rows
+    fw.step_spout()
+    assert fw.flat_out
+    fw.flush()
+    assert sum(e[3] for e in sends(io, "balanced")) == 250 and not fw.ready

@@ -70,13 +70,13 @@ class Switch(threading.Thread):
 
 @pytest.fixture
 def net():
-    def build(weights, stall=()):
+    def build(weights, stall=(), window=WINDOW, **kw):
         # a reading receiver must not be written off when a loaded machine delays its
         # thread: only the test with a silent receiver waits for the short timeout
         switch = Switch(weights)
-        tx = SdnTransport(APP, SENDER, window=WINDOW, port_budget=0, device=switch.port(SENDER),
-                          credit_timeout_s=1.0 if stall else 10.0)  # fmt: skip
-        rxs = {w: SdnTransport(APP, w, window=WINDOW, port_budget=0, device=switch.port(w))
+        tx = SdnTransport(APP, SENDER, window=window, port_budget=0, device=switch.port(SENDER),
+                          credit_timeout_s=1.0 if stall else 10.0, **kw)  # fmt: skip
+        rxs = {w: SdnTransport(APP, w, window=window, port_budget=0, device=switch.port(w), **kw)
                for w in RECEIVERS}  # fmt: skip
         got: dict[int, list[int]] = {w: [] for w in RECEIVERS}
         stop = threading.Event()
@@ -88,7 +88,7 @@ def net():
                     continue
                 for item in rxs[w].poll(0.01):
                     if isinstance(item, Inbound) and item.stream == STREAM:
-                        got[w].extend(struct.unpack(">I", p)[0] for p in item.payloads)
+                        got[w].extend(struct.unpack(">I", p[:4])[0] for p in item.payloads)
                 time.sleep(0.001 * (1 + RECEIVERS.index(w)))  # unequal speeds
 
         threads = [threading.Thread(target=receive, args=(w,), daemon=True) for w in RECEIVERS]
@@ -108,11 +108,11 @@ def net():
             t.close()
 
 
-def send_all(tx: SdnTransport, n: int, batch: int = 10) -> None:
+def send_all(tx: SdnTransport, n: int, batch: int = 10, pad: int = 0) -> None:
     tx.set_balanced(STREAM, list(RECEIVERS))
     rng = random.Random(1)
     for start in range(0, n, batch):
-        payloads = [struct.pack(">I", i) for i in range(start, min(n, start + batch))]
+        payloads = [struct.pack(">I", i) + bytes(pad) for i in range(start, min(n, start + batch))]
         tx.send_balanced(STREAM, NODE, rng.randrange(wire.LB_SLOTS), payloads)
 
 
@@ -157,3 +157,34 @@ def test_a_receiver_that_never_reads_is_written_off_and_the_rest_go_on(net):
     assert len(delivered) + 10 * switch.to_worker[4] == 600
     # what the silent worker holds is counted as lost (frames), not silently missing
     assert group.lost == switch.to_worker[4]
+
+
+@pytest.mark.parametrize("window_bytes", [25_000, 5_000])
+def test_the_group_window_counts_bytes_and_a_larger_frame_still_goes(net, window_bytes):
+    """Frames of up to ~8 KB: a 25,000-byte window holds a few of them in flight, a
+    5,000-byte one a larger frame only alone (fully open); the 128 frames never bind."""
+    switch, tx, got = net({2: 2, 3: 2, 4: 1}, window=128, window_bytes=window_bytes)
+    seen: list[tuple[int, int]] = []  # (frames, bytes) in flight after every send
+    tx.set_balanced(STREAM, list(RECEIVERS))
+    group = tx.lb_tx[STREAM]
+    on_send = group.on_send
+
+    def record(cost: int = 0, size: int = 0) -> None:
+        on_send(cost, size)
+        seen.append((group.inflight(), group.wire_bytes))
+
+    group.on_send = record  # type: ignore[method-assign]
+    send_all(tx, 600, pad=1000)
+    tx.drain_balanced()
+    assert group.inflight() == 0 and group.lost == 0 and group.wire_bytes == 0
+    deadline = time.monotonic() + 2.0
+    while sum(map(len, got.values())) < 600 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert sorted(i for ids in got.values() for i in ids) == list(range(600))
+    assert not tx.stats.drops and tx.stats.credit_stalls > 0
+    assert len(seen) >= 60  # 10 payloads of 1,004 bytes: one or two frames of the MTU
+    assert all(b <= window_bytes or n == 1 for n, b in seen), seen
+    if window_bytes == 25_000:
+        assert max(n for n, _ in seen) >= 2  # the window held several frames
+    else:
+        assert any(b > window_bytes for _, b in seen)  # frames larger than it went

@@ -131,12 +131,15 @@ class SimTransport(SdnTransport):
         return self.dev.pending() > 0
 
 
-def build(seed: int, loss: float, window: int, budget: int) -> World:
+def build(
+    seed: int, loss: float, window: int, budget: int, window_bytes: int | None = None
+) -> World:
     world = World(seed, loss)
     for wid in (SENDER, *RECEIVERS):
         port = world.ports[wid] = Port(world, wid)
         t = SimTransport(APP, wid, window=window, port_budget=budget, device=port,
-                         clock=world.clock, credit_timeout_s=1e9)  # fmt: skip
+                         clock=world.clock, credit_timeout_s=1e9,
+                         window_bytes=window_bytes)  # fmt: skip
         t.world = world
         world.transports[wid] = t
     return world
@@ -178,12 +181,15 @@ ops = st.lists(
     loss=st.sampled_from([0.0, 0.02, 0.1, 0.3]),
     window=st.sampled_from([1, 2, 4, 16]),
     budget=st.sampled_from([0, 4000, 60000]),
+    # byte windows below one frame (frames carry up to 6 payloads of 20,000 bytes), and
+    # the default: a frame larger than the window goes once the window is fully open
+    window_bytes=st.sampled_from([None, 1000, 30000, 512 * 1024]),
     program=ops,
 )
 def test_every_frame_arrives_once_in_order_through_a_lossy_switch(
-    seed, loss, window, budget, program
+    seed, loss, window, budget, window_bytes, program
 ):
-    world = build(seed, loss, window, budget)
+    world = build(seed, loss, window, budget, window_bytes)
     tx = world.transports[SENDER]
     counter = [0]
     members = [2, 3]

@@ -118,16 +118,15 @@ class Framework(
         self.out_since: dict[tuple[int, int], float] = {}
         # rows of finished batches, serialized and sent at the end of the turn (push)
         self.ready: dict[tuple[int, int], list[list[Any]]] = {}
+        self.ready_since: dict[tuple[int, int], float] = {}  # when each got its oldest rows
         # receivers in this process (a chain, typhoon.runtime.chain): rows go by function call
         self.chained: dict[int, Any] = {}
         self.now = clock()
         # spouts wait for ACTIVATE (paper Table 2): the topology starts when its flows exist
         self.active = not self.is_spout
         self.rate = float(getattr(operator, "rate", 0.0) or 0.0)
-        self.tokens = 0.0
-        self.last_refill = self.now
-        self.exhausted = False
-        self.draining = False
+        self.tokens, self.last_refill = 0.0, self.now
+        self.exhausted = self.draining = False
         self.drain_version = 0
         self.last_input = self.now
         self.done = False
@@ -144,8 +143,7 @@ class Framework(
         # close() for an instance a rollback drops (nothing of it is final).
         self._anchor_ready = getattr(operator, "anchor_ready", None)
         self.input_done = False
-        # metrics
-        self.tuples_in: dict[int, int] = {}
+        self.tuples_in: dict[int, int] = {}  # metrics
         # tuples per link, for the run report: (receiver, stream) and (sender, stream)
         self.sent_to: dict[tuple[int, int], int] = {}
         self.received_from: dict[tuple[int, int], int] = {}
@@ -405,6 +403,7 @@ class Framework(
 
     def step_spout(self) -> None:
         """Let the spout emit a chunk, within its input rate."""
+        self.flat_out = False
         if not self.spout_ready():
             return
         if self.ckpt is not None:
@@ -435,6 +434,7 @@ class Framework(
         if self.wm_gen is not None:
             after = sum(r.emitted for r in self.routers.values()) + self.unrouted
             self.spout_watermark(after > before)
+        self.flat_out = bool(more) and self.rate <= 0
         if not more:
             self.exhausted = True
             log.info("worker %d: source exhausted", self.worker_id)

@@ -303,6 +303,7 @@ class GuaranteedProcessing(_Host):
         self.out.clear()
         self.out_since.clear()
         self.ready.clear()
+        self.ready_since.clear()
         self.anchors.clear()
         self._reset_cut()
         self.blocked.clear()

@@ -5,9 +5,9 @@ its receiver.  A frame sent to a node's load-balancer address has no known
 receiver: the switch's select group picks one and rewrites the destination.  So:
 
 * **The sender keeps one window per balanced stream (the *group window*)**, the
-  same size as a link's (``window`` frames, and the byte budget), and counts every
-  frame it sends to the group against it.  The frames also count against the
-  port's byte budget like any other.
+  same size as a link's (``window`` frames and ``window_bytes`` bytes of frames,
+  and the byte budget), and counts every frame it sends to the group against it.
+  The frames also count against the port's byte budget like any other.
 * **Receivers return credit for the load-balanced frames they got.**  Such frames
   carry the header flag :data:`typhoon.wire.LB` (the switch rewrote the address, the
   flag survives) and their source address is the sender, so a receiver counts them
@@ -17,7 +17,10 @@ receiver: the switch's select group picks one and rewrites the destination.  So:
 
       in flight = sent - lost - sum(consumed of live receivers) - sum(received of dead ones)
 
-  and sends only while that is below the window.
+  and sends only while that is below the window.  Bytes in flight are the lengths
+of the newest ``in flight`` frames it sent (settled oldest first, an estimate: the
+receivers report frame counts); a frame larger than the byte window goes once
+nothing is in flight.
 
 Why this is lossless: whatever the switch does, at most ``window`` frames of the
 stream are in flight, so no receiver can ever hold more than ``window``
@@ -60,7 +63,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from typhoon.runtime.links import MASK, diff32
+from typhoon.runtime.links import MASK, check_window_bytes, diff32, window_fits
 
 LB_GRANT = 2  # credit frame kind: receiver -> sender, [stream, consumed, received, probe]
 LB_SYNC = 3  # credit frame kind: sender -> receiver, [stream, probe]; probe 0 = reset
@@ -88,8 +91,9 @@ class _Member:
 class BalancedSender:
     """The group window of one balanced stream of one sender (module docstring).
 
-    ``budget``: bytes of estimated truesize allowed in flight to the group (None:
-    frames only); the caller also charges them to its port.
+    ``window_bytes``: bytes of frames allowed in flight to the group (None or 0: frames
+    only); ``budget``: bytes of estimated truesize allowed in flight to the group
+    (None: frames only); the caller also charges them to its port.
     """
 
     def __init__(
@@ -97,8 +101,10 @@ class BalancedSender:
         window: int,
         budget: int | None = None,
         probe_s: float = PROBE_S,
+        window_bytes: int | None = None,
     ) -> None:
         self.window = window
+        self.window_bytes = check_window_bytes(window_bytes)
         self.budget = budget
         self.probe_s = probe_s
         self.members: list[int] = []
@@ -107,6 +113,8 @@ class BalancedSender:
         self.lost = 0
         self.costs: deque[int] = deque()  # byte cost of frames not settled yet, oldest first
         self.bytes = 0
+        self.sizes: deque[int] = deque()  # frame lengths of the same frames
+        self.wire_bytes = 0  # their sum
         self.settled = 0  # frames whose bytes were released
         self.probe_id = 0
         self.probe_sent = 0  # ``sent`` when the open probe went out
@@ -137,17 +145,21 @@ class BalancedSender:
             done += m.received if m.dead else m.consumed
         return max(0, self.sent - done)
 
-    def can_send(self, cost: int = 0) -> bool:
-        """Room in the group window for one frame of ``cost`` bytes."""
+    def can_send(self, cost: int = 0, size: int = 0) -> bool:
+        """Room in the group window for one frame of ``size`` bytes (``cost`` of truesize)."""
         if self.inflight() >= self.window:
+            return False
+        if not window_fits(self.wire_bytes, size, self.window_bytes):
             return False
         budget = self.budget
         return budget is None or not self.costs or self.bytes + cost <= budget
 
-    def on_send(self, cost: int = 0) -> None:
+    def on_send(self, cost: int = 0, size: int = 0) -> None:
         self.sent += 1
         self.costs.append(cost)
         self.bytes += cost
+        self.sizes.append(size)
+        self.wire_bytes += size
 
     def on_grant(self, r: int, consumed: int, received: int, probe: int) -> tuple[int, bool]:
         """Counts from receiver ``r``; returns (bytes released, True if ``r`` was dead).
@@ -193,6 +205,7 @@ class BalancedSender:
             c = self.costs.popleft()
             self.bytes -= c
             released += c
+            self.wire_bytes -= self.sizes.popleft()
             self.settled += 1
         return released
 

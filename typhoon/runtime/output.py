@@ -39,6 +39,7 @@ class OutputBatching(_Host):
     # the framework starts it, this part reads and sets it (declared here too: mypy cannot
     # type a protocol member read before a subclass sets it)
     ready: dict[tuple[int, int], list[list[Any]]]
+    flat_out = False  # the spout emitted a whole chunk this turn, unthrottled (step_spout)
 
     def emit(self, values: list[Any], stream: str = DEFAULT_STREAM) -> None:
         """Route one tuple from the operator (called on the hot path)."""
@@ -252,16 +253,29 @@ class OutputBatching(_Host):
         ready = self.ready.get(key)
         if ready is None:
             self.ready[key] = rows
+            self.ready_since[key] = self.now
         else:
             ready.extend(rows)
 
-    def push(self) -> None:
+    def push(self, hold: bool = False) -> None:
         """Hand the I/O layer every batch finished since the last push, one call per
         (receiver, stream): small batches of one event-loop turn share entries, frames
-        and writes instead of taking one each, without waiting for anything."""
+        and writes instead of taking one each, without waiting for anything.
+
+        With ``hold`` (a spout emitting flat out: more comes next turn anyway), rows
+        short of a frame wait for the next push, unless they have waited
+        ``max_delay`` already: a frame leaves when it is full, when the worker is
+        about to wait, or after the maximum delay (``docs/flow_control.md``).
+        """
         if not self.ready:
             return
-        ready, self.ready = self.ready, {}
+        if hold:
+            ready = self._take_full_frames()
+            if not ready:
+                return
+        else:
+            ready, self.ready = self.ready, {}
+            self.ready_since.clear()
         io = self.io
         chained = self.chained
         for (dst, sid), rows in ready.items():
@@ -276,17 +290,50 @@ class OutputBatching(_Host):
             else:
                 io.send_balanced(sid, -1 - dst, self.routers[sid].lb_slot(), entries)
 
+    def _take_full_frames(self) -> dict[tuple[int, int], list[list[Any]]]:
+        """The ready rows that fill whole frames, and all of those that waited too long
+        or go to a chained receiver (a function call, no frame to fill); the rest stays
+        ready (the newest rows: they arrived this turn).
+
+        Rows to a load-balanced node (``dst < 0``) are never held: the switch splits
+        its traffic by frames, and the load balancer weighs its workers by the frames
+        they got, so frames of ~800 tuples made its shares lumpy (the integration
+        test saw the slow worker's share dip below its band; docs/flow_control.md).
+        """
+        per_frame = self.rows_per_entry
+        due = self.now - self.max_delay
+        chained = self.chained
+        out: dict[tuple[int, int], list[list[Any]]] = {}
+        for key in list(self.ready):
+            rows = self.ready[key]
+            if key[0] < 0 or key[0] in chained or self.ready_since[key] <= due:
+                out[key] = rows
+                del self.ready[key], self.ready_since[key]
+                continue
+            whole = len(rows) - len(rows) % per_frame
+            if not whole:
+                continue
+            out[key] = rows[:whole]
+            if whole == len(rows):
+                del self.ready[key], self.ready_since[key]
+            else:
+                self.ready[key] = rows[whole:]
+                self.ready_since[key] = self.now
+        return out
+
     def flush(self, force: bool = False) -> None:
-        """Send every batch older than the max delay (or all of them), and what is ready."""
+        """Send every batch older than the max delay (or all of them), and what is ready
+        (a spout emitting flat out keeps rows short of a frame, see :meth:`push`)."""
         if self.out:
             limit = self.now - self.max_delay
             for key in [k for k, t in self.out_since.items() if force or t <= limit]:
                 self._send(key, self.out.pop(key))
                 del self.out_since[key]
-        self.push()
+        self.push(hold=self.flat_out and not force)
 
     def next_deadline(self) -> float:
         """Seconds until the oldest batch must go out (for the poll timeout)."""
-        if not self.out_since:
+        since = [*self.out_since.values(), *self.ready_since.values()]
+        if not since:
             return 0.05
-        return max(0.0, min(self.out_since.values()) + self.max_delay - self.now)
+        return max(0.0, min(since) + self.max_delay - self.now)

@@ -40,6 +40,8 @@ Spec (``WorkerSpec.transport``)::
     {"kind": "sdn",
      "tap": "ty007a0002",        # optional, default tap_name(app, worker)
      "mtu": 64000, "window": 128,  # window in frames per link
+     "window_bytes": 524288,     # ... and in bytes of frames (balanced groups, least of links)
+     "window_bytes_max": 3145728,  # the most of a link's, which follows its receiver's rate
      "ethertype": 0x88B5,        # optional
      "credit_timeout_s": 10,     # a receiver silent this long is dead (frames dropped)
      "port_budget": 180224}      # bytes in flight (typhoon.port_budgets); 0 = off
@@ -116,6 +118,8 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         clock: Callable[[], float] = time.monotonic,
         reroute_silence_s: float = REROUTE_SILENCE_S,
         control_priority: bool = True,
+        window_bytes: int | None = lk.DEFAULT_WINDOW_BYTES,
+        window_bytes_max: int | None = lk.DEFAULT_WINDOW_BYTES_MAX,
     ) -> None:
         super().__init__()
         if not wire.MIN_MTU <= mtu <= 65535:
@@ -131,14 +135,15 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.reroute_silence_s = min(float(reroute_silence_s), self.credit_timeout_s)
         self.clock = clock
         budget = default_budget() if port_budget is None else port_budget or None
-        self.tx = lk.Sender(window, budget)
+        self.tx = lk.Sender(
+            window, budget, window_bytes=window_bytes, window_bytes_max=window_bytes_max
+        )
         self.rx: lk.Receiver[Pending] = lk.Receiver(window)
         self.window = window
+        self.window_bytes = self.tx.window_bytes
         # load-balanced streams: group windows as a sender, grants owed as a receiver
         self.lb_tx: dict[int, lb.BalancedSender] = {}
-        self.lb_rx = lb.BalancedReceiver(
-            lb.grant_threshold(window), budget / 8 if budget else math.inf
-        )
+        self.lb_rx = lb.BalancedReceiver(lb.grant_threshold(window), self._lb_grant_bytes(budget))
         self.lb_seq: dict[int, int] = {}
         self.lb_bytes = 0  # balanced bytes in flight (they count against the budget too)
         self.name = tap or tap_name(app_id, worker_id)
@@ -194,7 +199,16 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
             credit_timeout_s=float(p.get("credit_timeout_s", DEFAULT_CREDIT_TIMEOUT_S)),
             port_budget=int(p["port_budget"]) if p.get("port_budget") is not None else None,
             control_priority=bool(p.get("control_priority", SDN_DEFAULTS.control_priority)),
+            window_bytes=int(p.get("window_bytes", lk.DEFAULT_WINDOW_BYTES)),
+            window_bytes_max=int(p.get("window_bytes_max", lk.DEFAULT_WINDOW_BYTES_MAX)),
         )
+
+    def _lb_grant_bytes(self, budget: int | None) -> float:
+        """Bytes a receiver consumes from a balanced sender before it grants: an eighth
+        of the port budget or of the byte window (truesize, at least the frame bytes),
+        whichever is less (the senders have the same window: one topology config)."""
+        limits = [b / lb.GRANT_SHARE for b in (budget, self.window_bytes) if b]
+        return min(limits, default=math.inf)
 
     @property
     def budget(self) -> int | None:
@@ -203,7 +217,7 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
     def set_budget(self, budget: int) -> None:
         """A new byte budget (FLOW_CONTROL from the controller: the fabric's shares changed)."""
         self.tx.budget = budget or None
-        self.lb_rx.bytes = budget / 8 if budget else math.inf
+        self.lb_rx.bytes = self._lb_grant_bytes(budget)
         for group in self.lb_tx.values():
             group.budget = budget or None
 

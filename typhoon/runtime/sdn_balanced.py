@@ -39,7 +39,9 @@ class SdnBalancedSending(_Host):
     def set_balanced(self, stream: int, members: list[int]) -> None:
         group = self.lb_tx.get(stream)
         if group is None:
-            group = self.lb_tx[stream] = lb.BalancedSender(self.window, self.tx.budget)
+            group = self.lb_tx[stream] = lb.BalancedSender(
+                self.window, self.tx.budget, window_bytes=self.window_bytes
+            )
         group.set_members(members)
 
     def _lb_port_full(self, cost: int) -> bool:
@@ -66,17 +68,20 @@ class SdnBalancedSending(_Host):
             # zero the receiver's counts for us before our first frame (we may have restarted)
             self._credit_entries(r, lb.LB_SYNC, [stream, 0])
         for frame in frames:
-            cost = truesize(len(frame))
-            if not (group.can_send(cost) and not self._lb_port_full(cost)) and (
-                not self._wait_balanced(stream, group, cost)
+            size = len(frame)
+            cost = truesize(size)
+            if not (group.can_send(cost, size) and not self._lb_port_full(cost)) and (
+                not self._wait_balanced(stream, group, cost, size)
             ):
                 self.stats.drop("credit_timeout")
                 continue
             if self._write(frame):
-                group.on_send(cost)
+                group.on_send(cost, size)
                 self.lb_bytes += cost
 
-    def _wait_balanced(self, stream: int, group: lb.BalancedSender, cost: int) -> bool:
+    def _wait_balanced(
+        self, stream: int, group: lb.BalancedSender, cost: int, size: int = 0
+    ) -> bool:
         """Wait for room in the group window (and the port budget); False: drop the frame.
 
         Receivers grant after a few frames each; while we wait we probe them (at most
@@ -96,7 +101,7 @@ class SdnBalancedSending(_Host):
                 self._serve_urgent()
             now = self.clock()
             self._housekeeping(now)
-            if group.can_send(cost) and not self._lb_port_full(cost):
+            if group.can_send(cost, size) and not self._lb_port_full(cost):
                 return True
             if now >= deadline:
                 dead = group.mark_unanswered_dead()
@@ -106,7 +111,7 @@ class SdnBalancedSending(_Host):
                         "their frames are written off", self.worker_id, stream, dead,
                         self.credit_timeout_s,
                     )  # fmt: skip
-                if group.can_send(cost) and not self._lb_port_full(cost):
+                if group.can_send(cost, size) and not self._lb_port_full(cost):
                     return True
                 if group.all_dead() or not dead:
                     return False

@@ -65,6 +65,7 @@ class SdnParts(Protocol):
     _resync_at: dict[tuple[int, int], float]
     # the links, their credit and when a receiver counts as dead
     window: int
+    window_bytes: int | None
     tx: lk.Sender
     rx: lk.Receiver[Pending]
     lb_tx: dict[int, lb.BalancedSender]

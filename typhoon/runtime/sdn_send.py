@@ -113,12 +113,13 @@ class SdnSending(_Host):
             return
         self._send_bases(ol)
         for i, frame in enumerate(frames):
-            cost = truesize(len(frame))
-            if not tx.can_send(ol, cost) and not self._wait_credit(ol, cost):
+            size = len(frame)
+            cost = truesize(size)
+            if not tx.can_send(ol, cost, size) and not self._wait_credit(ol, cost, size):
                 self._lose(ol, len(frames) - i)
                 return
             self._send_bases(ol)  # a member joined or revived while we waited
-            marked = tx.wants_ack(ol, cost) or (ack_last and i == len(frames) - 1)
+            marked = tx.wants_ack(ol, cost, size) or (ack_last and i == len(frames) - 1)
             if marked:
                 frame = wire.with_flags(frame, wire.ACK_REQ)
             # a frame the port refused is kept all the same: a NACK brings it again
@@ -131,7 +132,7 @@ class SdnSending(_Host):
             m.lost += n
         self.stats.drop("credit_timeout", n)
 
-    def _wait_credit(self, ol: lk.OutLink, cost: int) -> bool:
+    def _wait_credit(self, ol: lk.OutLink, cost: int, size: int = 0) -> bool:
         """Wait until every live member of ``ol`` has room; False: no live member left.
 
         A member that answers no SYNC for ``credit_timeout_s`` is *dead* until a grant
@@ -148,9 +149,9 @@ class SdnSending(_Host):
         tx, st = self.tx, self.stats
         now = self.clock()
         st.credit_stalls += 1
-        tx.start_wait(ol, tx.lacking(ol), now)
+        tx.start_wait(ol, tx.lacking(ol, size), now)
         while True:
-            lacking = tx.lacking(ol)
+            lacking = tx.lacking(ol, size)
             if not lacking and tx.port_full(cost):
                 # only the budget blocks: probe the links that hold our bytes
                 for o in tx.links.values():
@@ -174,9 +175,11 @@ class SdnSending(_Host):
             # SYNCs from upstream are answered even now: a grant only ever covers
             # what was consumed, so this releases no back-pressure
             self._housekeeping(now)
-            if tx.can_send(ol, cost):
+            if tx.can_send(ol, cost, size):
                 return True
-            blocking = set(tx.lacking(ol)) | (set(tx.holders()) if tx.port_full(cost) else set())
+            blocking = set(tx.lacking(ol, size))
+            if tx.port_full(cost):
+                blocking |= set(tx.holders())
             gone = [d for d in sorted(blocking) if self._gone(d, now)]
             for d in gone:
                 if tx.mark_dead(d):
@@ -188,7 +191,7 @@ class SdnSending(_Host):
             if gone:
                 if not any(True for _ in ol.live()):
                     return False
-                if tx.can_send(ol, cost):
+                if tx.can_send(ol, cost, size):
                     return True
 
     def _gone(self, d: int, now: float) -> bool:

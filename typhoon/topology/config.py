@@ -58,6 +58,16 @@ class SdnConfig:
     window: int = setting(
         128, "frames in flight per link (typhoon/runtime/links)", {"type": "integer", "minimum": 1}
     )
+    window_bytes: int = setting(
+        512 * 1024,
+        "frame bytes in flight per balanced stream, and the least per link; 0: frames only",
+        {"type": "integer", "minimum": 0},
+    )
+    window_bytes_max: int = setting(
+        3 * 1024 * 1024,
+        "the most frame bytes in flight per link (a fast receiver's window), 0: window_bytes",
+        {"type": "integer", "minimum": 0},
+    )
     port_budget: int | None = setting(
         None,
         "bytes a worker may have queued at the switch, 0: none (default: planned)",

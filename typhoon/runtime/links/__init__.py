@@ -20,11 +20,17 @@ member answers with a NACK for what it lacks, or a GRANT.
 
 Flow control.  A GRANT ``[link, consumed, received]`` carries a receiver's
 cumulative counts; the sender may have at most ``window`` frames of a link beyond
-any member's *consumed* count, and at most ``budget`` bytes (kernel truesize, see
+any member's *consumed* count, and at most that member's byte window of frames (the
+sender knows each frame's length, so the counts map to bytes without a wire change;
+a frame larger than that goes once the member consumed everything): what the member
+consumed in the last ``PACE_S``, between ``window_bytes`` and ``window_bytes_max``
+(a slow receiver queues little, a fast one is not starved); and at most
+``budget`` bytes (kernel truesize, see
 :mod:`typhoon.runtime.truesize`) over all its links together -- the share of the
 switch's socket buffers this worker may fill (:mod:`typhoon.port_budgets`).
 Receivers grant when the sender asks: a data frame flagged ACK_REQ (the sender sets
-it every quarter window, or every quarter of its byte share on the link), a SYNC,
+it every quarter window, every quarter of the byte window, or every quarter of
+its byte share on the link), a SYNC,
 a duplicate, or a periodic refresh that repairs a lost grant.
 
 Joining and restarts.  Before its first frame to a member, the sender sends that
@@ -43,6 +49,8 @@ The parts: ``protocol`` (frame kinds, windows, timers, sequence arithmetic),
 from typhoon.runtime.links.protocol import (
     ACK_SHARE,
     DEFAULT_WINDOW,
+    DEFAULT_WINDOW_BYTES,
+    DEFAULT_WINDOW_BYTES_MAX,
     GRANT,
     LB_GRANT,
     LB_SYNC,
@@ -51,15 +59,20 @@ from typhoon.runtime.links.protocol import (
     MAX_WINDOW,
     NACK,
     NACK_S,
+    PACE_S,
     PROBE_S,
+    RATE_S,
     REFRESH_S,
     RESYNC,
     RETX_GUARD_S,
     SYNC,
     U32,
     check_window,
+    check_window_bytes,
     diff32,
+    paced_window,
     unwrap,
+    window_fits,
 )
 from typhoon.runtime.links.receiver import InLink, Receiver
 from typhoon.runtime.links.sender import MULTICAST_KEY, Member, OutLink, Sender
@@ -67,6 +80,8 @@ from typhoon.runtime.links.sender import MULTICAST_KEY, Member, OutLink, Sender
 __all__ = [
     "ACK_SHARE",
     "DEFAULT_WINDOW",
+    "DEFAULT_WINDOW_BYTES",
+    "DEFAULT_WINDOW_BYTES_MAX",
     "GRANT",
     "LB_GRANT",
     "LB_SYNC",
@@ -75,8 +90,10 @@ __all__ = [
     "MAX_WINDOW",
     "MULTICAST_KEY",
     "NACK",
+    "PACE_S",
     "NACK_S",
     "PROBE_S",
+    "RATE_S",
     "REFRESH_S",
     "RESYNC",
     "RETX_GUARD_S",
@@ -88,6 +105,9 @@ __all__ = [
     "Receiver",
     "Sender",
     "check_window",
+    "check_window_bytes",
     "diff32",
+    "paced_window",
     "unwrap",
+    "window_fits",
 ]

@@ -12,10 +12,16 @@ from typing import Any
 from typhoon.runtime.links.protocol import (
     ACK_SHARE,
     DEFAULT_WINDOW,
+    DEFAULT_WINDOW_BYTES,
+    DEFAULT_WINDOW_BYTES_MAX,
     PROBE_S,
+    RATE_S,
     RETX_GUARD_S,
     check_window,
+    check_window_bytes,
+    paced_window,
     unwrap,
+    window_fits,
 )
 
 
@@ -33,6 +39,10 @@ class Member:
     last_probe: float = -math.inf
     retx_from: int = -1  # start of the last retransmission for it, and when
     retx_at: float = -math.inf
+    window_bytes: int = 0  # its byte window now (0: the sender's least, window_bytes)
+    rate_at: float = -math.inf  # start of the interval its consumption rate is measured
+    rate_pos: int = 0  # over, and the link's byte position it had consumed to then
+    window_peak: int = 0  # the largest byte window it had (for the run report)
 
     def end(self, nxt: int) -> int:
         """Sequence number after the last frame this member must get."""
@@ -49,9 +59,13 @@ class OutLink:
     base: int = 0  # sequence number of frames[0]
     frames: deque[bytes] = field(default_factory=deque)  # kept frames [base, next)
     costs: deque[int] = field(default_factory=deque)  # their truesize
+    starts: deque[int] = field(default_factory=deque)  # ``sent_bytes`` before each of them
+    sent_bytes: int = 0  # length of every frame ever sent on the link, summed
     members: dict[int, Member] = field(default_factory=dict)
     unmarked: int = 0  # frames since the last ACK_REQ
-    unmarked_bytes: int = 0
+    unmarked_bytes: int = 0  # truesize since the last ACK_REQ
+    unmarked_len: int = 0  # frame bytes since the last ACK_REQ
+    mark_len: int = 0  # ... that ask for the next one (0: the sender's mark_bytes)
     sent_at: float = -math.inf  # when the newest frame went out
     progress_at: float = -math.inf  # when a member last confirmed something new
     frames_sent: int = 0  # statistics: new frames, frames sent again
@@ -69,6 +83,21 @@ class OutLink:
         nxt = self.next
         return any(m.received < m.end(nxt) for m in self.live())
 
+    def outstanding(self, m: Member) -> int:
+        """Bytes of the frames ``m`` has not consumed yet (it reports frame counts; the
+        sender kept each frame's length, so no byte count needs to cross the wire)."""
+        i = m.consumed - self.base
+        if m.consumed >= self.next or not self.starts:
+            return 0
+        return self.sent_bytes - self.starts[max(0, i)]
+
+    def position(self, seq: int) -> int | None:
+        """Bytes of frames sent on the link before frame ``seq`` (None: released)."""
+        if seq >= self.next:
+            return self.sent_bytes
+        i = seq - self.base
+        return self.starts[i] if 0 <= i < len(self.starts) else None
+
     def frame(self, seq: int) -> bytes:
         return self.frames[seq - self.base]
 
@@ -79,9 +108,12 @@ MULTICAST_KEY = 1 << 16  # OutLink keys of multicast links: MULTICAST_KEY + stre
 class Sender:
     """Every outgoing link of one worker, and the byte budget they share.
 
-    ``budget``: bytes of truesize allowed in flight over all links (None: frames
-    only).  A frame counts from the moment it is written until every live member
-    consumed it.
+    ``window`` frames and a byte window of frames (``window_bytes`` None or 0: frames
+    only) per link beyond each member's consumed count: what the member consumed in
+    the last ``PACE_S``, between ``window_bytes`` and ``window_bytes_max`` (None or 0:
+    always ``window_bytes``); ``budget``: bytes of truesize
+    allowed in flight over all links (None: frames only).  A frame counts from the
+    moment it is written until every live member consumed it.
     """
 
     def __init__(
@@ -90,8 +122,16 @@ class Sender:
         budget: int | None = None,
         probe_s: float = PROBE_S,
         retx_guard_s: float = RETX_GUARD_S,
+        window_bytes: int | None = DEFAULT_WINDOW_BYTES,
+        window_bytes_max: int | None = DEFAULT_WINDOW_BYTES_MAX,
     ) -> None:
         self.window = check_window(window)
+        self.window_bytes = check_window_bytes(window_bytes)
+        most = check_window_bytes(window_bytes_max)
+        # (a ceiling below the least, or no byte window at all: nothing to follow)
+        self.paced = self.window_bytes is not None and (most or 0) > self.window_bytes
+        self.window_bytes_max = max(most or 0, self.window_bytes or 0)
+        self.mark_bytes = None if self.window_bytes is None else self.window_bytes // ACK_SHARE
         self.budget = budget
         self.probe_s = probe_s
         self.retx_guard_s = retx_guard_s
@@ -157,24 +197,32 @@ class Sender:
         budget = self.budget
         return budget is not None and self.port_bytes > 0 and self.port_bytes + cost > budget
 
-    def lacking(self, ol: OutLink) -> list[int]:
-        """Live members without credit for one more frame of ``ol``."""
-        limit = ol.next - self.window
+    def lacking(self, ol: OutLink, size: int = 0) -> list[int]:
+        """Live members without credit for one more frame of ``ol`` (``size`` bytes)."""
         return [d for d, m in ol.members.items() if not m.dead and m.until == math.inf
-                and m.consumed <= limit]  # fmt: skip
+                and not self._room(ol, m, size)]  # fmt: skip
 
-    def can_send(self, ol: OutLink, cost: int = 0) -> bool:
+    def _room(self, ol: OutLink, m: Member, size: int) -> bool:
+        if m.consumed <= ol.next - self.window:
+            return False
+        wb = self.window_bytes
+        return wb is None or window_fits(ol.outstanding(m), size, m.window_bytes or wb)
+
+    def can_send(self, ol: OutLink, cost: int = 0, size: int = 0) -> bool:
+        """Room for a frame of ``size`` bytes (``cost`` of truesize) on ``ol``."""
         if self.port_full(cost):
             return False
-        limit = ol.next - self.window
         for m in ol.members.values():
-            if m.consumed <= limit and not m.dead and m.until == math.inf:
+            if not m.dead and m.until == math.inf and not self._room(ol, m, size):
                 return False
         return True
 
-    def wants_ack(self, ol: OutLink, cost: int) -> bool:
+    def wants_ack(self, ol: OutLink, cost: int, size: int = 0) -> bool:
         """Should the frame about to be sent on ``ol`` ask for a grant (ACK_REQ)?"""
         if ol.unmarked + 1 >= self.mark_every:
+            return True
+        mark = ol.mark_len or self.mark_bytes
+        if mark is not None and ol.unmarked_len + size >= mark:
             return True
         budget = self.budget
         if budget is None:
@@ -190,15 +238,19 @@ class Sender:
             ol.progress_at = now  # the probe clock starts with the first unconfirmed frame
         ol.frames.append(frame)
         ol.costs.append(cost)
+        ol.starts.append(ol.sent_bytes)
+        ol.sent_bytes += len(frame)
         self.port_bytes += cost
         ol.sent_at = now
         ol.frames_sent += 1
         if marked:
             ol.unmarked = 0
             ol.unmarked_bytes = 0
+            ol.unmarked_len = 0
         else:
             ol.unmarked += 1
             ol.unmarked_bytes += cost
+            ol.unmarked_len += len(frame)
         if not any(True for _ in ol.live()):
             self._settle(ol)  # nobody to wait for: nothing stays in flight
         return seq
@@ -219,8 +271,30 @@ class Sender:
         m.consumed = max(m.consumed, c)
         m.received = max(m.received, r, m.consumed)
         m.asked = None
+        if self.paced:
+            self._pace(ol, m, now)
         self._settle(ol)
         return revived
+
+    def _pace(self, ol: OutLink, m: Member, now: float) -> None:
+        """Size ``m``'s byte window from the bytes it consumed over the last ``RATE_S``
+        or more (``paced_window``), and the link's grant requests from its members'
+        smallest window."""
+        pos = ol.position(m.consumed)
+        if pos is None:
+            return
+        if m.rate_at == -math.inf:
+            m.rate_at, m.rate_pos = now, pos
+            return
+        dt = now - m.rate_at
+        if dt < RATE_S:
+            return
+        least = self.window_bytes or 0
+        m.window_bytes = paced_window((pos - m.rate_pos) / dt, least, self.window_bytes_max)
+        m.window_peak = max(m.window_peak, m.window_bytes)
+        m.rate_at, m.rate_pos = now, pos
+        smallest = min((x.window_bytes or least for x in ol.live()), default=least)
+        ol.mark_len = smallest // ACK_SHARE
 
     def on_nack(self, ol: OutLink, m: Member, start: int, stop: int, now: float) -> range:
         """A NACK: the frames to send again (an empty range when there is nothing to do)."""
@@ -246,6 +320,7 @@ class Sender:
         """A member marked dead answered: what we released meanwhile is gone (counted
         lost), it skips those frames (a SYNC with its base tells it where it is now)."""
         m.dead = False
+        m.rate_at = -math.inf  # its rate starts anew
         have = max(received, m.received)
         m.lost += max(0, ol.base - have)
         m.consumed = max(consumed, m.consumed, ol.base)
@@ -279,11 +354,12 @@ class Sender:
                 continue
             if not m.dead:
                 low = min(low, m.consumed)
-        frames, costs = ol.frames, ol.costs
+        frames, costs, starts = ol.frames, ol.costs, ol.starts
         freed = 0
         while ol.base < low and frames:
             frames.popleft()
             freed += costs.popleft()
+            starts.popleft()
             ol.base += 1
         if not frames:
             ol.base = nxt
@@ -389,4 +465,10 @@ class Sender:
             "retransmitted": sum(ol.retransmitted for ol in self.links.values()),
             "lost": sum(self.lost().values()),
             "inflight_bytes": self.port_bytes,
+            # the largest byte window each unicast receiver had (it follows what it consumed)
+            "window_peak": {
+                str(k): max(ol.members[k].window_peak, self.window_bytes or 0)
+                for k, ol in self.links.items()
+                if ol.link == 0 and k in ol.members and self.window_bytes
+            },
         }
