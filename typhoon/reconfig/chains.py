@@ -4,16 +4,23 @@ A chain instance (typhoon.topology.chaining) is one process; its inner edges
 are function calls (or on the network, unchained live: ``typhoon.reconfig.unchain``).
 Scaling a chained node scales its whole chain (``edit.scaled_together``): new
 instances are new processes, removed ones drain whole, the others stay as they
-are.  An update that would take a worker out of its chain's process (swap,
-remove, move), reroute an inner edge, or split or form a chain's process while
-the application runs would need processes split or merged live, which the
-stable update does not do: it is refused (409) with one sentence naming
+are.  A route or insert on a chained edge first unchains it live in the same
+update (:func:`unchain_first`: the edge's rules, then CHAIN to its senders) and
+keeps each process whole (``physical.kept_chains``), so the route or insert
+then runs as on any network edge.  An update that would take a worker out of
+its chain's process (swap, remove, move), or split or form a chain's process
+while the application runs, would need processes split or merged live, which
+the stable update does not do: it is refused (409) with one sentence naming
 ``config: {chaining: false}``, which keeps every edge on the network so each of
 those updates works.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from typhoon.reconfig.edit import find_stream
+from typhoon.reconfig.plan_model import Step
 from typhoon.reconfig.requests import (
     Insert,
     Move,
@@ -27,8 +34,9 @@ from typhoon.topology.chaining import (
     CHAINING_OFF,
     ChainedError,
     chain_groups,
+    chained_streams,
+    edge_pairs,
     refuse_chained,
-    refuse_chained_edge,
 )
 from typhoon.topology.model import PhysicalTopology, Topology
 
@@ -36,7 +44,7 @@ _WHAT = {Swap: "swapping the operator of", Remove: "removing"}
 
 
 def check_request(request: Request, topology: Topology, physical: PhysicalTopology) -> None:
-    """409 when ``request`` needs a chained node on its own or a chained edge on the network."""
+    """409 when ``request`` needs a chained node in a process of its own."""
     try:
         if isinstance(request, (Swap, Remove)) and request.node in topology.nodes:
             refuse_chained(topology, [request.node], _WHAT[type(request)] + " a node")
@@ -44,14 +52,102 @@ def check_request(request: Request, topology: Topology, physical: PhysicalTopolo
             w = next((w for w in physical.workers if w.worker_id == request.worker), None)
             if w is not None:
                 refuse_chained(topology, [w.node], "moving a worker")
-        elif isinstance(request, Insert):
-            refuse_chained_edge(topology, request.src, request.dst, "inserting a node")
-        elif isinstance(request, Reroute):
-            for s in topology.streams:
-                if request.stream in (s.id, f"{s.src}->{s.dst}", f"{s.src}:{s.dst}"):
-                    refuse_chained_edge(topology, s.src, s.dst, "rerouting a stream")
     except ChainedError as e:
         raise ReconfigError(str(e), 409) from None
+
+
+def chained_edge(request: Request, topology: Topology) -> tuple[str, str] | None:
+    """(src, dst) of the edge a route or insert changes when that edge is chained."""
+    if isinstance(request, Insert):
+        edge = (request.src, request.dst)
+    elif isinstance(request, Reroute):
+        try:
+            s = find_stream(topology, request.stream)
+        except ReconfigError:
+            return None  # apply_request says what is wrong with it
+        edge = (s.src, s.dst)
+    else:
+        return None
+    chained = {(s.src, s.dst) for s in chained_streams(topology)}
+    return edge if edge in chained else None
+
+
+def unchain_first(
+    request: Request,
+    topology: Topology,
+    physical: PhysicalTopology,
+    exited: set[int] | frozenset = frozenset(),
+) -> tuple[PhysicalTopology, list[Step]] | None:
+    """For a route or insert on a chained edge: the physical topology with that edge
+    unchained in every process and those processes kept whole, and the steps that get
+    there (write it, its rules, CHAIN to the live senders, keep its rules while the rest
+    of the update runs); None when the request changes no chained edge."""
+    edge = chained_edge(request, topology)
+    pairs = edge_pairs(topology, physical, *edge) if edge else []
+    if not pairs:
+        return None
+    senders = {a for a, _ in pairs}
+    groups = [ws for ws in chain_groups(topology, physical).values() if senders & set(ws)]
+    touched = {w for ws in groups for w in ws}
+    kept = [g for g in physical.kept_chains if not touched & set(g)] + groups
+    off = set(physical.unchained)
+    new = dataclasses.replace(
+        physical,
+        workers=list(physical.workers),
+        version=physical.version + 1,
+        key_groups={n: list(t) for n, t in physical.key_groups.items()},
+        worker_generations=dict(physical.worker_generations),
+        unchained=sorted(off | {b for _, b in pairs}),
+        kept_chains=sorted(kept),
+    )
+    assert edge is not None  # pairs is empty without it
+    names = f"'{edge[0]}' -> '{edge[1]}'"
+    steps = [
+        Step(
+            "write",
+            f"write physical version {new.version}: {names} on the network, "
+            "its processes kept whole",
+            physical=new,
+        ),  # fmt: skip
+        Step("wait_rules", "the controller installs the rules of the unchained edge"),
+    ]
+    todo = [(a, b) for a, b in pairs if b not in off and a not in exited]
+    if todo:
+        bodies = [(a, {"receiver": b, "chained": False}) for a, b in todo]
+        what = "CHAIN: senders send on the network"
+        steps.append(Step("control", what, [a for a, _ in todo], "CHAIN", bodies))
+    steps.append(
+        Step(
+            "keep_rules",
+            "keep the unchained edge's rules too while the update runs",
+            topology=topology,
+            physical=new,
+        )  # fmt: skip
+    )
+    return new, steps
+
+
+def pin_processes(
+    old: tuple[Topology, PhysicalTopology], new: tuple[Topology, PhysicalTopology]
+) -> list[list[int]]:
+    """``new``'s kept processes so that no running worker changes process: each one the
+    new topology would group otherwise than now keeps its current group (or runs alone)."""
+    before, after = chain_groups(*old), chain_groups(*new)
+    running = {w.worker_id for w in old[1].workers}
+    member = {w: ws for ws in before.values() for w in ws}
+    pins = [list(g) for g in new[1].kept_chains]
+    for ws in after.values():
+        if before.get(ws[0]) != ws:
+            for w in ws:
+                group = member.get(w, [w])
+                if w in running and group not in pins:
+                    pins.append(list(group))
+    return sorted(pins)
+
+
+def kept_after(physical: PhysicalTopology, workers: set[int]) -> list[list[int]]:
+    """The kept processes that still run one of ``workers``."""
+    return [list(g) for g in physical.kept_chains if workers & set(g)]
 
 
 def check_groups(
