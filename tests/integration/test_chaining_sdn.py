@@ -149,3 +149,80 @@ def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
         want.update(s.split())
     assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+
+
+CHAIN3 = """
+name: chroute
+config: {placement: spread}  # worker i of every node on host i mod 2: instances whole
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 30000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: lower, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 3, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: lower, grouping: forward}
+  - {from: lower, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tmp_path):
+    """split -> upper -> lower is one process per instance: a route of split -> upper to
+    shuffle unchains that edge first and keeps the processes, then an insert on upper ->
+    lower (still a function call inside them) unchains that one and puts a new node
+    there; counts exact, report ok, 0 lost, no chained worker started anew."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3, "chroute.yaml")
+    with emulated_cluster(
+        tmp_path, "cr", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        groups = chain_groups(t, cluster.coordinator.get_physical(name))
+        assert len(groups) == 2, groups
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "route", {"stream": "split->upper", "policy": "shuffle"})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == groups
+        uppers = {ws[1] for ws in groups.values()}  # (split, upper, lower)
+        assert uppers <= set(now_p.unchained), now_p.unchained
+        wait_emitted(cluster, name, 3000)  # split -> upper rows cross the switch
+        body = {"node": "mid", "operator": "identity", "from": "upper", "to": "lower",
+                "parallelism": 2}  # fmt: skip
+        reconfigure(cluster, name, "insert", body)
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == groups  # the processes stayed whole
+        lowers = {ws[2] for ws in groups.values()}
+        assert lowers <= set(now_p.unchained), now_p.unchained
+        wait_emitted(cluster, name, 2000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    assert sum(sum(w["metrics"]["in"].values()) for w in workers if w["node"] == "mid") > 0
+    # every process of a chain instance ran from the start: one log, under its head's ID
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert {f"worker-{h}.log" for h in groups} <= logs
+    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
