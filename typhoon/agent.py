@@ -211,11 +211,12 @@ class Agent:
             if wk.app in unreadable:
                 continue
             # a worker that turns draining keeps running: only its place matters here
-            if (
-                want is None
-                or want[1].app_id != wk.app_id
-                or want[2].placement() != wk.assignment.placement()
-            ):
+            place = want and (want[1].app_id, want[2].placement())
+            mates = {o.key for o in self.workers.values() if o.process is wk.process}
+            if want is None and mates & desired.keys():  # a chained worker moved away
+                wk.remove = True  # (reconfig/chains.py) drained; its process goes on for the
+                self.finish(wk, 0)  # others: only its port and status go
+            elif place != (wk.app_id, wk.assignment.placement()):
                 self.begin_stop(wk, remove=True, why="no longer assigned to this host")
         self.engines.forget_except({key[0] for key in desired} | unreadable)
         statuses: dict[str, dict[int, WorkerStatus] | None] = {}
@@ -228,8 +229,7 @@ class Agent:
                 except CoordinatorError as e:
                     log.error("not launching workers of %s: %s", key[0], e)
                     statuses[key[0]] = None
-            known = statuses[key[0]]
-            if known is None or w.worker_id in known:
+            if (known := statuses[key[0]]) is None or w.worker_id in known:
                 continue
             if self.bridge is None:
                 log.warning("not launching %s worker %d: no bridge for %s", *key, self.host)

@@ -207,3 +207,64 @@ def test_the_executor_undoes_the_unchaining_when_the_route_fails(fwd):
     assert physical.unchained == [] and physical.kept_chains == []
     assert c.get_topology("fwd").streams[0].grouping.type == "forward"
     assert core.kept == {}
+
+
+# ----- move of a worker that shares its process ---------------------------------------------
+
+
+def test_a_chained_worker_moves_out_of_its_process_with_both_edges_unchained_first():
+    from typhoon.reconfig import Move
+
+    t, phys = chained()
+    p = plan(Move(3, "h2"), t, phys, HOSTS, 100)  # split 0, between source 0 and upper 0
+    assert actions(p)[:6] == [*PRELUDE, "write"]
+    first = p.steps[1].physical
+    assert first.unchained == [3, 5] and first.kept_chains == [[1, 3, 5]]
+    assert p.steps[3].bodies == [
+        (1, {"receiver": 3, "chained": False}),
+        (3, {"receiver": 5, "chained": False}),
+    ]
+    (new,) = p.added
+    assert p.removed == [3] and p.final.by_id(new).host == "h2"
+    # the process goes on with its other two workers; the newcomer runs alone
+    assert chain_groups(p.topology, p.final) == {1: [1, 5]}
+    assert new not in {w for ws in chain_groups(p.topology, p.final).values() for w in ws}
+    assert [s.action for s in p.steps][-5:] == [
+        "drain", "write_final", "wait_stopped", "drop_rules", "wait_rules"
+    ]  # fmt: skip
+    # the head here is a spout, which does not move at run time (check_move)
+    with pytest.raises(ReconfigError, match="spout"):
+        plan(Move(1, "h2"), t, phys, HOSTS, 100)
+
+
+def test_the_tail_of_a_process_moves_and_a_lone_worker_moves_as_before():
+    from typhoon.reconfig import Move
+
+    t, phys = chained()
+    p = plan(Move(5, "h2"), t, phys, HOSTS, 100)  # upper 0, the tail of (1, 3, 5)
+    assert p.steps[3].bodies == [(3, {"receiver": 5, "chained": False})]
+    assert chain_groups(p.topology, p.final) == {1: [1, 3]}
+    lone = plan(Move(6, "h1"), t, phys, HOSTS, 100)  # upper 1 runs alone (its instance spans)
+    assert lone.steps[1].physical is None  # nothing to unchain
+    # 2 and 4 run apart on h1: the newcomer on h1 completes no instance with them
+    assert lone.final.kept_chains == [[2], [4]]
+    assert chain_groups(lone.topology, lone.final) == {1: [1, 3, 5]}
+
+
+def test_check_groups_refuses_a_worker_leaving_by_call_or_a_newcomer_joining():
+    from typhoon.reconfig.chains import check_groups
+
+    t, phys = chained()
+    staying = PhysicalTopology(
+        phys.name, phys.app_id, [w for w in phys.workers if w.worker_id != 5]
+    )
+    with pytest.raises(ReconfigError, match="split or form") as e:
+        check_groups((t, phys), (t, staying))  # 3 -> 5 is a function call still
+    assert e.value.status == 409
+    staying.unchained, staying.kept_chains = [5], [[1, 3, 5]]
+    check_groups((t, phys), (t, staying))  # on the network: 5 may leave
+    joined = PhysicalTopology(phys.name, phys.app_id, list(staying.workers))
+    joined.kept_chains = [[1, 3, 99]]
+    joined.workers.append(type(phys.workers[0])(99, "upper", 0, "h1", 150))
+    with pytest.raises(ReconfigError, match="split or form"):
+        check_groups((t, phys), (t, joined))

@@ -256,13 +256,14 @@ def test_reconfiguring_a_chained_node_is_refused_409():
     with pytest.raises(ReconfigError, match="'source' is a spout") as e:
         plan(Scale("split", 3), t, phys, ["h1", "h2"], 100)
     assert e.value.status == 409
-    for request in (Swap("upper", "identity", {}), Move(split0, "h2")):
+    for request in (Swap("upper", "identity", {}),):
         with pytest.raises(ReconfigError) as e:
             plan(request, t, phys, ["h1", "h2"], 100)
         assert e.value.status == 409 and CHAINING_OFF in e.value.message, request
     # count is not chained: scaling it plans (the chains keep their processes)
     assert plan(Scale("count", 4), t, phys, ["h1", "h2"], 100).added
-    # a route of a chained edge unchains it first (tests/unit/test_chain_ops.py)
+    # a route of a chained edge or a move unchains first (tests/unit/test_chain_ops.py)
+    assert plan(Move(split0, "h2"), t, phys, ["h1", "h2"], 100).added
     assert plan(Reroute("split->upper", "shuffle"), t, phys, ["h1", "h2"], 100).steps[3].control
     # with chaining off the same scale of a forward node fails at the forward rule instead
     off = topo(config="config: {chaining: false}")
@@ -272,14 +273,16 @@ def test_reconfiguring_a_chained_node_is_refused_409():
     assert plan(Reroute("split->upper", "shuffle"), off, phys_off, ["h1", "h2"], 100)
 
 
-def test_an_update_that_would_form_a_chain_is_refused():
-    from typhoon.reconfig import ReconfigError, Reroute, plan
+def test_an_update_that_would_form_a_chain_keeps_the_running_processes_apart():
+    from typhoon.reconfig import Reroute, plan
 
     t = load_topology_text(CHAIN3.format(config="", upper_config="").replace("forward", "shuffle"))
     phys = schedule(t, ["h1"], 5, 100)
-    with pytest.raises(ReconfigError, match="split or form a chain") as e:
-        plan(Reroute("split->upper", "forward"), t, phys, ["h1"], 100)
-    assert e.value.status == 409
+    p = plan(Reroute("split->upper", "forward"), t, phys, ["h1"], 100)
+    # split -> upper is chainable now, but its running workers stay in their processes
+    assert chain_groups(p.topology, p.final) == {}
+    assert sorted(p.final.kept_chains) == [[w] for w in (3, 4, 5, 6)]
+    assert not hosted_by(p.topology, p.final)  # so its edges keep their rules
 
 
 def test_the_live_debugger_refuses_a_chained_edge():

@@ -36,6 +36,7 @@ from typhoon.topology.chaining import (
     chain_groups,
     chained_streams,
     edge_pairs,
+    group_of,
     refuse_chained,
 )
 from typhoon.topology.model import PhysicalTopology, Topology
@@ -48,10 +49,6 @@ def check_request(request: Request, topology: Topology, physical: PhysicalTopolo
     try:
         if isinstance(request, (Swap, Remove)) and request.node in topology.nodes:
             refuse_chained(topology, [request.node], _WHAT[type(request)] + " a node")
-        elif isinstance(request, Move):
-            w = next((w for w in physical.workers if w.worker_id == request.worker), None)
-            if w is not None:
-                refuse_chained(topology, [w.node], "moving a worker")
     except ChainedError as e:
         raise ReconfigError(str(e), 409) from None
 
@@ -78,14 +75,15 @@ def unchain_first(
     physical: PhysicalTopology,
     exited: set[int] | frozenset = frozenset(),
 ) -> tuple[PhysicalTopology, list[Step]] | None:
-    """For a route or insert on a chained edge: the physical topology with that edge
-    unchained in every process and those processes kept whole, and the steps that get
-    there (write it, its rules, CHAIN to the live senders, keep its rules while the rest
-    of the update runs); None when the request changes no chained edge."""
-    edge = chained_edge(request, topology)
-    pairs = edge_pairs(topology, physical, *edge) if edge else []
-    if not pairs:
+    """For a route or insert on a chained edge, or a move of a worker that shares its
+    process: the physical topology with the edge (the worker's edges to its process
+    neighbours) unchained and those processes kept whole, and the steps that get there
+    (write it, its rules, CHAIN to the live senders, keep its rules while the rest of
+    the update runs); None when the request needs no edge of a process on the network."""
+    found = _edges_to_unchain(request, topology, physical)
+    if found is None:
         return None
+    what, pairs = found
     senders = {a for a, _ in pairs}
     groups = [ws for ws in chain_groups(topology, physical).values() if senders & set(ws)]
     touched = {w for ws in groups for w in ws}
@@ -100,31 +98,48 @@ def unchain_first(
         unchained=sorted(off | {b for _, b in pairs}),
         kept_chains=sorted(kept),
     )
-    assert edge is not None  # pairs is empty without it
-    names = f"'{edge[0]}' -> '{edge[1]}'"
     steps = [
         Step(
             "write",
-            f"write physical version {new.version}: {names} on the network, "
+            f"write physical version {new.version}: {what} on the network, "
             "its processes kept whole",
             physical=new,
         ),  # fmt: skip
-        Step("wait_rules", "the controller installs the rules of the unchained edge"),
+        Step("wait_rules", "the controller installs the rules of the unchained edges"),
     ]
     todo = [(a, b) for a, b in pairs if b not in off and a not in exited]
     if todo:
         bodies = [(a, {"receiver": b, "chained": False}) for a, b in todo]
-        what = "CHAIN: senders send on the network"
-        steps.append(Step("control", what, [a for a, _ in todo], "CHAIN", bodies))
+        text = "CHAIN: senders send on the network"
+        steps.append(Step("control", text, [a for a, _ in todo], "CHAIN", bodies))
     steps.append(
         Step(
             "keep_rules",
-            "keep the unchained edge's rules too while the update runs",
+            "keep the unchained edges' rules too while the update runs",
             topology=topology,
             physical=new,
         )  # fmt: skip
     )
     return new, steps
+
+
+def _edges_to_unchain(
+    request: Request, topology: Topology, physical: PhysicalTopology
+) -> tuple[str, list[tuple[int, int]]] | None:
+    """(what, (sender, receiver) pairs inside processes) ``request`` needs on the network."""
+    if isinstance(request, Move):
+        ids = {w.worker_id for w in physical.workers}
+        if request.worker not in ids:
+            return None  # check_move says so
+        group = group_of(topology, physical, request.worker)
+        at = group.index(request.worker)
+        pairs = list(zip(group, group[1:], strict=False))[max(at - 1, 0) : at + 1]
+        return (f"worker {request.worker}'s edges in its process", pairs) if pairs else None
+    edge = chained_edge(request, topology)
+    pairs = edge_pairs(topology, physical, *edge) if edge else []
+    if edge is None or not pairs:
+        return None
+    return f"'{edge[0]}' -> '{edge[1]}'", pairs
 
 
 def pin_processes(
@@ -153,14 +168,27 @@ def kept_after(physical: PhysicalTopology, workers: set[int]) -> list[list[int]]
 def check_groups(
     old: tuple[Topology, PhysicalTopology], new: tuple[Topology, PhysicalTopology]
 ) -> None:
-    """409 unless every chain process stays as it is (none split, none formed from
-    running workers); a rescaled chain may gain or lose whole instances (processes)."""
+    """409 unless every running worker stays in the process it runs in with the same
+    running workers (none formed, none joined by a newcomer), and every worker that
+    leaves a process that goes on had its edges to the others there on the network; a
+    rescaled chain may gain or lose whole instances (processes)."""
     before, after = chain_groups(*old), chain_groups(*new)
     kept = {w.worker_id for w in new[1].workers} & {w.worker_id for w in old[1].workers}
-    changed = {h: ws for h, ws in before.items() if after.get(h) != ws} | {
-        h: ws for h, ws in after.items() if before.get(h) != ws
-    }
-    if any(kept & set(ws) for ws in changed.values()):
+
+    def running(groups: dict[int, list[int]]) -> dict[int, tuple[int, ...]]:
+        return {w: tuple(x for x in ws if x in kept) for ws in groups.values() for w in ws}
+
+    was, now = running(before), running(after)
+    joined = any(kept & set(ws) and not set(ws) <= kept for ws in after.values())
+    moved = any(was.get(w, (w,)) != now.get(w, (w,)) for w in kept)
+    off = set(new[1].unchained)
+    calls = [
+        (a, b)
+        for ws in before.values()
+        for a, b in zip(ws, ws[1:], strict=False)
+        if (a in kept) != (b in kept) and b not in off
+    ]
+    if joined or moved or calls:
         raise ReconfigError(
             "this update would split or form a chain of workers that run in one process, "
             f"which a running application cannot do; set {CHAINING_OFF} on the nodes of the "

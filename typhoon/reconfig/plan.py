@@ -117,8 +117,9 @@ def plan(
     except ValueError as e:
         raise ReconfigError(f"cannot place the workers: {e}", 409) from None
     placed.kept_chains = [list(g) for g in physical.kept_chains]
-    if first is not None:  # the edge's processes stay, and none forms from running workers
-        placed.kept_chains = pin_processes((topology, physical), (new_topo, placed))
+    placed.unchained = list(physical.unchained)
+    # every running worker stays in its process: none forms from running workers
+    placed.kept_chains = pin_processes((topology, physical), (new_topo, placed))
     check_groups((topology, physical), (new_topo, placed))
     kept = {w.worker_id for w in placed.workers}
     old_ids = {w.worker_id for w in physical.workers}
