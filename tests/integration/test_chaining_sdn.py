@@ -226,3 +226,59 @@ def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tm
     logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
     assert {f"worker-{h}.log" for h in groups} <= logs
     assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
+
+
+def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path):
+    """upper 0 runs between split 0 and lower 0 in one process: moving it to the other
+    host unchains both its edges first, then moves it with its state; the process goes on
+    with split 0 and lower 0, the moved worker runs alone; counts exact, 0 lost."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3.replace("chroute", "chmove"), "chmove.yaml")
+    with emulated_cluster(
+        tmp_path, "cm", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        physical = cluster.coordinator.get_physical(name)
+        groups = chain_groups(t, physical)
+        assert len(groups) == 2, groups
+        head, (split, upper, lower) = next(iter(groups.items()))
+        here = physical.by_id(upper).host
+        there = next(w.host for w in physical.workers if w.host != here)
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "move", {"worker": upper, "host": there})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        (moved,) = done["added"]
+        assert now_p.by_id(moved).host == there and upper not in {
+            w.worker_id for w in now_p.workers
+        }
+        after = chain_groups(now_t, now_p)
+        assert after[head] == [split, lower], after
+        assert moved not in {w for ws in after.values() for w in ws}
+        wait_emitted(cluster, name, 3000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    by_id = {w["worker"]: w for w in workers}
+    assert sum(by_id[moved]["metrics"]["in"].values()) > 0  # the moved worker ran on
+    assert sum(by_id[upper]["metrics"]["in"].values()) > 0  # and the old one before it
+    # split 0 and lower 0 stayed in the process they started in (no log of their own)
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert f"worker-{head}.log" in logs and f"worker-{moved}.log" in logs
+    assert not {f"worker-{w}.log" for w in (upper, lower)} & logs
