@@ -268,3 +268,71 @@ def test_check_groups_refuses_a_worker_leaving_by_call_or_a_newcomer_joining():
     joined.workers.append(type(phys.workers[0])(99, "upper", 0, "h1", 150))
     with pytest.raises(ReconfigError, match="split or form"):
         check_groups((t, phys), (t, joined))
+
+
+# ----- swap and remove of a chained node ------------------------------------------------------
+
+THREE = """
+name: three
+config: {placement: spread}
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 50, seed: 3}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: lower, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 2}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: lower, grouping: forward}
+  - {from: lower, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def three():
+    from typhoon.topology import load_topology_text
+
+    t = load_topology_text(THREE, "three.yaml")
+    phys = schedule(t, HOSTS, 5, 100)
+    assert chain_groups(t, phys) == {3: [3, 5, 7], 4: [4, 6, 8]}
+    return t, phys
+
+
+def test_a_swap_of_a_chained_node_unchains_its_edges_and_its_new_workers_run_alone():
+    from typhoon.reconfig import Swap
+
+    t, phys = three()
+    p = plan(Swap("upper", "busy", {"cost_us": 1}), t, phys, HOSTS, 100)
+    assert actions(p)[:6] == [*PRELUDE, "write"]
+    assert p.steps[1].physical.unchained == [5, 6, 7, 8]
+    assert sorted(p.steps[3].bodies) == [
+        (3, {"receiver": 5, "chained": False}), (4, {"receiver": 6, "chained": False}),
+        (5, {"receiver": 7, "chained": False}), (6, {"receiver": 8, "chained": False}),
+    ]  # fmt: skip
+    assert p.removed == [5, 6] and len(p.added) == 2
+    # split and lower go on in their processes; the new upper workers run alone
+    assert chain_groups(p.topology, p.final) == {3: [3, 7], 4: [4, 8]}
+    assert p.final.unchained[-2:] == [7, 8]
+
+
+def test_a_remove_of_a_chained_node_splices_its_neighbours_in_their_process():
+    from typhoon.reconfig import Remove
+
+    t, phys = three()
+    p = plan(Remove("upper"), t, phys, HOSTS, 100)
+    assert actions(p)[:6] == [*PRELUDE, "write"]
+    assert [(s.src, s.dst, s.grouping.type) for s in p.topology.streams][1] == (
+        "split", "lower", "forward"
+    )  # fmt: skip
+    # split -> lower is chainable, in one process, but on the network (lower unchained)
+    assert chain_groups(p.topology, p.final) == {3: [3, 7], 4: [4, 8]}
+    assert inner_edges(p.topology, p.final, "lower") == [(3, 7), (4, 8)]
+    assert 7 not in by_call(p.topology, p.final)
+    routing = [b for s in p.steps if s.control == "ROUTING" for w, b in s.bodies if w in (3, 4)]
+    assert {tuple(b["next_hops"]) for b in routing} == {(7,), (8,)}
+    # and `typhoon chain` makes it a function call again
+    again = plan(Chain("lower"), p.topology, p.final, HOSTS, 100)
+    assert [b for _, b in again.steps[3].bodies] == [
+        {"receiver": 7, "chained": True}, {"receiver": 8, "chained": True}
+    ]  # fmt: skip

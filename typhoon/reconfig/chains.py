@@ -1,18 +1,19 @@
-"""Reconfiguration of chained nodes: what keeps chain processes whole, and refusals.
+"""Reconfiguration of chained nodes: processes stay whole, what an update needs on the
+network is unchained live first.
 
 A chain instance (typhoon.topology.chaining) is one process; its inner edges
 are function calls (or on the network, unchained live: ``typhoon.reconfig.unchain``).
 Scaling a chained node scales its whole chain (``edit.scaled_together``): new
 instances are new processes, removed ones drain whole, the others stay as they
-are.  A route or insert on a chained edge first unchains it live in the same
-update (:func:`unchain_first`: the edge's rules, then CHAIN to its senders) and
-keeps each process whole (``physical.kept_chains``), so the route or insert
-then runs as on any network edge.  An update that would take a worker out of
-its chain's process (swap, remove, move), or split or form a chain's process
-while the application runs, would need processes split or merged live, which
-the stable update does not do: it is refused (409) with one sentence naming
-``config: {chaining: false}``, which keeps every edge on the network so each of
-those updates works.
+are.  A route or insert on a chained edge, and a swap, remove or move of a
+worker that shares its process, first unchain the edges they need in the same
+update (:func:`unchain_first`: their rules, then CHAIN to their senders) and
+keep each running process as it is (``physical.kept_chains``): the update then
+runs as on network edges; a worker that leaves drains and the process goes on
+with the others (the agent only removes its port), newcomers run alone.  What
+would form a process from running workers or move a running worker into
+another process is refused (409, one sentence naming ``config: {chaining:
+false}``): :func:`check_groups`.
 """
 
 from __future__ import annotations
@@ -32,25 +33,11 @@ from typhoon.reconfig.requests import (
 )
 from typhoon.topology.chaining import (
     CHAINING_OFF,
-    ChainedError,
     chain_groups,
     chained_streams,
     edge_pairs,
-    group_of,
-    refuse_chained,
 )
 from typhoon.topology.model import PhysicalTopology, Topology
-
-_WHAT = {Swap: "swapping the operator of", Remove: "removing"}
-
-
-def check_request(request: Request, topology: Topology, physical: PhysicalTopology) -> None:
-    """409 when ``request`` needs a chained node in a process of its own."""
-    try:
-        if isinstance(request, (Swap, Remove)) and request.node in topology.nodes:
-            refuse_chained(topology, [request.node], _WHAT[type(request)] + " a node")
-    except ChainedError as e:
-        raise ReconfigError(str(e), 409) from None
 
 
 def chained_edge(request: Request, topology: Topology) -> tuple[str, str] | None:
@@ -127,14 +114,20 @@ def _edges_to_unchain(
     request: Request, topology: Topology, physical: PhysicalTopology
 ) -> tuple[str, list[tuple[int, int]]] | None:
     """(what, (sender, receiver) pairs inside processes) ``request`` needs on the network."""
-    if isinstance(request, Move):
-        ids = {w.worker_id for w in physical.workers}
-        if request.worker not in ids:
-            return None  # check_move says so
-        group = group_of(topology, physical, request.worker)
-        at = group.index(request.worker)
-        pairs = list(zip(group, group[1:], strict=False))[max(at - 1, 0) : at + 1]
-        return (f"worker {request.worker}'s edges in its process", pairs) if pairs else None
+    if isinstance(request, (Move, Swap, Remove)):
+        if isinstance(request, Move):
+            leaving = {w.worker_id for w in physical.workers if w.worker_id == request.worker}
+            what = f"worker {request.worker}'s edges in its process"
+        else:
+            leaving = {w.worker_id for w in physical.of_node(request.node)}
+            what = f"the edges of '{request.node}' in its processes"
+        pairs = [
+            (a, b)
+            for ws in chain_groups(topology, physical).values()
+            for a, b in zip(ws, ws[1:], strict=False)
+            if leaving & {a, b}
+        ]
+        return (what, pairs) if pairs else None
     edge = chained_edge(request, topology)
     pairs = edge_pairs(topology, physical, *edge) if edge else []
     if edge is None or not pairs:

@@ -14,7 +14,6 @@ from typing import Any
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig.chains import (
     check_groups,
-    check_request,
     kept_after,
     pin_processes,
     unchain_first,
@@ -92,7 +91,6 @@ def plan(
         )
     if isinstance(request, (Unchain, Chain)):  # processes stay: typhoon.reconfig.unchain
         return plan_unchain(request, topology, physical, exited)
-    check_request(request, topology, physical)  # typhoon.reconfig.chains
     original, prelude = physical, []
     first = unchain_first(request, topology, physical, exited)
     if first is not None:  # a route or insert on a chained edge: unchain it first
