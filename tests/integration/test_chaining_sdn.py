@@ -282,3 +282,58 @@ def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path
     logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
     assert f"worker-{head}.log" in logs and f"worker-{moved}.log" in logs
     assert not {f"worker-{w}.log" for w in (upper, lower)} & logs
+
+
+def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
+    """split -> upper -> lower is one process per instance: removing upper unchains its
+    edges, drains it and splices split -> lower inside the process (on the network);
+    swapping lower then drains it out of the process too and starts its new workers
+    alone; counts exact, report ok, 0 lost, the processes' heads ran throughout."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3.replace("chroute", "chswap"), "chswap.yaml")
+    with emulated_cluster(
+        tmp_path, "cw", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        groups = chain_groups(t, cluster.coordinator.get_physical(name))
+        assert len(groups) == 2, groups
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "remove", {"node": "upper"})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == {h: [ws[0], ws[2]] for h, ws in groups.items()}
+        wait_emitted(cluster, name, 3000)
+        body = {"node": "lower", "operator": "busy", "args": {"cost_us": 1}}
+        done = reconfigure(cluster, name, "swap", body)
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == {}  # split runs alone in its process now
+        assert now_t.nodes["lower"].operator == "busy"
+        wait_emitted(cluster, name, 2000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    by_id = {w["worker"]: w for w in workers}
+    for w in done["added"]:
+        assert sum(by_id[w]["metrics"]["in"].values()) > 0, by_id[w]
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert {f"worker-{h}.log" for h in groups} <= logs
+    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
