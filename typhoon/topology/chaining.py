@@ -9,12 +9,12 @@ Every worker keeps its ID, its routes, its counters and its report, so a run's
 report is the same chained or not.
 
 Pure functions: the launchers (tcp runner, host agents) and the worker
-process compute the same chains from the same topology.
+process compute the same chains from the same topology and physical topology
+(whose ``kept_chains`` keep running processes as they are across live updates:
+``typhoon.reconfig.chains``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 from .model import PhysicalTopology, Stream, Topology
 
@@ -137,18 +137,6 @@ def edge_pairs(
         for a, b in inner_edges(topology, physical, src)
         if (physical.by_id(a).node, physical.by_id(b).node) == (src, dst)
     ]
-
-
-def refuse_chained(topology: Topology, nodes: Iterable[str], what: str) -> None:
-    """Raise :class:`ChainedError` when ``what`` needs one of ``nodes`` unchained."""
-    chained = chained_nodes(topology)
-    hit = [n for n in nodes if n in chained]
-    if hit:
-        raise ChainedError(
-            f"{what} needs node '{hit[0]}' in a worker of its own, but it is chained to its "
-            f"forward neighbour in one process; set {CHAINING_OFF} on it (or the topology) "
-            "and resubmit"
-        )
 
 
 def refuse_chained_edge(topology: Topology, src: str, dst: str, what: str) -> None:
