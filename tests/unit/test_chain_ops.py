@@ -313,7 +313,8 @@ def test_a_swap_of_a_chained_node_unchains_its_edges_and_its_new_workers_run_alo
     assert p.removed == [5, 6] and len(p.added) == 2
     # split and lower go on in their processes; the new upper workers run alone
     assert chain_groups(p.topology, p.final) == {3: [3, 7], 4: [4, 8]}
-    assert p.final.unchained[-2:] == [7, 8]
+    assert p.physical.unchained == [5, 6, 7, 8]  # the leavers' too while they drain
+    assert p.final.unchained == [7, 8]
 
 
 def test_a_remove_of_a_chained_node_splices_its_neighbours_in_their_process():

@@ -154,8 +154,8 @@ def pin_processes(
 
 
 def kept_after(physical: PhysicalTopology, workers: set[int]) -> list[list[int]]:
-    """The kept processes that still run one of ``workers``."""
-    return [list(g) for g in physical.kept_chains if workers & set(g)]
+    """The kept processes that still run one of ``workers``, with only those."""
+    return [[w for w in g if w in workers] for g in physical.kept_chains if workers & set(g)]
 
 
 def check_groups(

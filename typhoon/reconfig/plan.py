@@ -145,7 +145,7 @@ def plan(
         physical.generation,
         key_groups=trans.key_groups,
         worker_generations=_generations(physical, placed.workers),
-        unchained=list(physical.unchained),
+        unchained=[w for w in physical.unchained if w in {x.worker_id for x in placed.workers}],
         kept_chains=kept_after(placed, {w.worker_id for w in placed.workers}),
     )
     migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
