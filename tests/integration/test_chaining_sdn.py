@@ -34,7 +34,9 @@ def emitted(cluster, name: str) -> int:
 
 
 def wait_emitted(cluster, name: str, more: int) -> None:
-    target = emitted(cluster, name) + more
+    """Until ``more`` sentences more were emitted (at most all of them)."""
+    total = cluster.coordinator.get_topology(name).nodes["source"].args["count"]
+    target = min(emitted(cluster, name) + more, total)
     wait(lambda: emitted(cluster, name) >= target, 60, f"{target} sentences emitted", 0.1)
 
 
