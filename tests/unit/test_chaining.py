@@ -294,3 +294,32 @@ def test_the_live_debugger_refuses_a_chained_edge():
     upper = phys.of_node("upper")[0]
     s = sessions.plan("c3", t, phys, upper, 1, set(), {"worker": upper.worker_id}, "s2", "k", 0.0)
     assert s.spec.direction == "out"
+
+
+def test_a_member_waiting_lets_the_later_ones_take_input_and_a_drained_one_leaves():
+    """After a member left its process (typhoon.reconfig.chains), a member may send over
+    the network to any later one: waiting in its transport, it lets each of them (not
+    those it calls) take its input.  A drained member closes its transport once every
+    sender's end of stream is in; then nothing of the process touches it again."""
+    t = topo()
+    cw, rec, phys, (src, split, upper) = chain_of(t)
+    polled: list[int] = []
+    for wid, r in rec.items():
+        r.poll = lambda timeout, wid=wid, poll=r.poll: polled.append(wid) or poll(timeout)
+    cw._serve_next(0)
+    assert polled == [upper]  # source calls split: only upper is served
+    closed: list[int] = []
+    for wid, r in rec.items():
+        r.linger = lambda: None
+        r.close = lambda wid=wid: closed.append(wid)
+    fw = cw.members[1].fw
+    fw.done, fw.draining, fw.pending_upstream = True, True, {src}
+    cw._close_drained()
+    assert closed == [] and cw.left == set()  # source's end of stream is not in yet
+    fw.pending_upstream = set()
+    cw._close_drained()
+    assert closed == [split] and cw.left == {1}
+    polled.clear()
+    cw._serve_next(0)
+    cw._take(1, lambda: 0.0)
+    assert polled == [upper]
