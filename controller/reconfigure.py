@@ -168,6 +168,8 @@ class Executor:
         self.undo: list[tuple[str, Any]] = []  # (kind, data), newest last
         self.gone: set[int] = set()  # workers that exited instead of answering
         self.written: PhysicalTopology | None = None
+        # what the coordinator holds now: a "write" step's undo writes it back
+        self.state: tuple[Any, PhysicalTopology] = (self.plan.old_topology, self.plan.old_physical)
 
     # ----- driver -----------------------------------------------------------------------------
 
@@ -232,20 +234,24 @@ class Executor:
         getattr(self, f"_do_{step.action}")(step)
 
     def _do_keep_rules(self, step: Step) -> None:
+        topology = step.topology or self.plan.old_topology
+        physical = step.physical or self.plan.old_physical
         cluster = self.core.view.cluster
-        self.core.set_rules(
-            Source.KEPT,
-            self.owner,
-            compile_rules(self.plan.old_topology, self.plan.old_physical, cluster),
-        )
+        self.core.set_rules(Source.KEPT, self.owner, compile_rules(topology, physical, cluster))
         self.undo.append(("kept_rules", None))
 
     def _do_drop_rules(self, step: Step) -> None:
         self.core.clear_rules(Source.KEPT, self.owner)
 
     def _do_write(self, step: Step) -> None:
-        self.undo.append(("write", None))  # even half-written: the old state is written back
-        self.written = self._write(self.plan.topology, self.plan.physical)
+        # even half-written: the state before it is written back
+        self.undo.append(("write", self.state))
+        if step.physical is not None:  # an unchaining first (typhoon.reconfig.chains)
+            topology, physical = step.topology, step.physical
+        else:
+            topology, physical = self.plan.topology, self.plan.physical
+        self.written = self._write(topology, physical)
+        self.state = (topology or self.state[0], physical)
 
     def _do_write_final(self, step: Step) -> None:
         self.written = self._write(None, self.plan.final)
@@ -263,6 +269,7 @@ class Executor:
             key_groups={n: list(t) for n, t in physical.key_groups.items()},
             worker_generations=dict(physical.worker_generations),
             unchained=list(physical.unchained),
+            kept_chains=[list(g) for g in physical.kept_chains],
         )
         if topology is not None:
             self.core.coordinator.put_topology(topology)
@@ -398,9 +405,11 @@ class Executor:
                     # (docs/keyed_state.md, Limits)
                     rec.what = "keyed state that moved is not moved back"
                 elif kind == "write":
-                    rec.what = "write the old topology back; agents stop the new workers"
+                    rec.what = "write the state before it back; agents stop the new workers"
                     rec.workers = sorted(added)
-                    self.written = self._write(old_t, old_p)
+                    before_t, before_p = data
+                    self.written = self._write(before_t, before_p)
+                    self.state = data
                     self._do_wait_rules(Step("wait_rules", ""))
                 elif kind == "kept_rules":
                     rec.what = "stop keeping the old rules"

@@ -8,15 +8,14 @@ step iv) and tells the coordinator what it saw.  Per worker:
   ``DIR/NAME/worker-WID.spec.json``, start ``python -m typhoon.runtime.worker
   SPEC`` (a chain's workers: one process, every spec; log in ``worker-WID.log``,
   reports in ``DIR/NAME/reports``), status ``starting``;
-* ``starting``: once the worker has created its TAP device, add it to the
-  host's bridge at the scheduled OpenFlow port, check the port number OVS
-  gave it, status ``attached``; no TAP within ``--tap-timeout`` or a wrong
-  port: stop the worker, status ``exited`` with the error;
-* the process ended (finished, crashed, killed): remove its port, status
-  ``exited`` with the exit code (negative: the signal).  It is not restarted:
-  replacing a dead worker is the fault detector's and the manager's decision;
-* no longer assigned (application killed, worker removed or moved): SIGTERM,
-  SIGKILL after ``--stop-timeout``, remove its port, delete its status.
+* ``starting``: once the worker has created its TAP device, add it to the host's bridge
+  at the scheduled OpenFlow port, check the port number OVS gave it, status ``attached``;
+  no TAP within ``--tap-timeout`` or a wrong port: stop the worker, status ``exited``;
+* the process ended (finished, crashed, killed): remove its port, status ``exited`` with
+  the exit code (negative: the signal); not restarted (the fault detector's decision);
+* no longer assigned (application killed, worker removed or moved): SIGTERM, SIGKILL
+  after ``--stop-timeout``, remove its port, delete its status; but a worker that drained
+  out of a chain process whose other workers stay: once its TAP is gone, the last two.
 
 A worker that has a status is never launched again by this rule, so an agent restart
 adopts the workers still alive (their process, found by the spec path on its command
@@ -210,12 +209,14 @@ class Agent:
             want = desired.get(key)
             if wk.app in unreadable:
                 continue
-            # a worker that turns draining keeps running: only its place matters here
-            if (
-                want is None
-                or want[1].app_id != wk.app_id
-                or want[2].placement() != wk.assignment.placement()
-            ):
+            place = want and (want[1].app_id, want[2].placement())  # draining keeps running
+            mates = {o.key for o in self.workers.values() if o.process is wk.process}
+            if want is None and mates & desired.keys():  # drained out of a chain process that
+                wk.remove = not (SYS_NET / wk.tap).exists()  # goes on: once it closed its TAP
+                self._dirty |= not wk.remove  # (runtime/chain.py; look again next tick),
+                if wk.remove:  # only its port and status go
+                    self.finish(wk, 0)
+            elif place != (wk.app_id, wk.assignment.placement()):
                 self.begin_stop(wk, remove=True, why="no longer assigned to this host")
         self.engines.forget_except({key[0] for key in desired} | unreadable)
         statuses: dict[str, dict[int, WorkerStatus] | None] = {}
@@ -228,8 +229,7 @@ class Agent:
                 except CoordinatorError as e:
                     log.error("not launching workers of %s: %s", key[0], e)
                     statuses[key[0]] = None
-            known = statuses[key[0]]
-            if known is None or w.worker_id in known:
+            if (known := statuses[key[0]]) is None or w.worker_id in known:
                 continue
             if self.bridge is None:
                 log.warning("not launching %s worker %d: no bridge for %s", *key, self.host)

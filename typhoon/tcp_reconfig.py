@@ -50,6 +50,7 @@ from typhoon.reconfig import (
     describe,
     plan,
 )
+from typhoon.reconfig.chains import chained_edge
 from typhoon.reconfig.requests import Request
 from typhoon.topology.chaining import chained_nodes
 from typhoon.topology.model import PhysicalTopology, Topology
@@ -90,6 +91,11 @@ class StepFailed(Exception):
 def tcp_refusal(topology: Topology, request: Request) -> str | None:
     """One sentence saying why tcp refuses ``request`` on ``topology``; None: it may run."""
     if isinstance(request, Reroute) and request.policy == "direct":
+        if chained_edge(request, topology) is not None:
+            return (
+                f"{describe(request)} changes a chained edge, which must go on the network "
+                "live first (typhoon unchain), and that runs on the sdn controller only"
+            )
         return None  # a locality move: senders route by the table themselves (plan checks it)
     if not isinstance(request, Scale):
         return (

@@ -34,7 +34,9 @@ def emitted(cluster, name: str) -> int:
 
 
 def wait_emitted(cluster, name: str, more: int) -> None:
-    target = emitted(cluster, name) + more
+    """Until ``more`` sentences more were emitted (at most all of them)."""
+    total = cluster.coordinator.get_topology(name).nodes["source"].args["count"]
+    target = min(emitted(cluster, name) + more, total)
     wait(lambda: emitted(cluster, name) >= target, 60, f"{target} sentences emitted", 0.1)
 
 
@@ -149,3 +151,191 @@ def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path
     for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
         want.update(s.split())
     assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+
+
+CHAIN3 = """
+name: chroute
+config: {placement: spread}  # worker i of every node on host i mod 2: instances whole
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 30000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: lower, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 3, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: lower, grouping: forward}
+  - {from: lower, to: count, grouping: {type: fields, fields: [word]}}
+"""
+
+
+def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tmp_path):
+    """split -> upper -> lower is one process per instance: a route of split -> upper to
+    shuffle unchains that edge first and keeps the processes, then an insert on upper ->
+    lower (still a function call inside them) unchains that one and puts a new node
+    there; counts exact, report ok, 0 lost, no chained worker started anew."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3, "chroute.yaml")
+    with emulated_cluster(
+        tmp_path, "cr", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        groups = chain_groups(t, cluster.coordinator.get_physical(name))
+        assert len(groups) == 2, groups
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "route", {"stream": "split->upper", "policy": "shuffle"})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == groups
+        uppers = {ws[1] for ws in groups.values()}  # (split, upper, lower)
+        assert uppers <= set(now_p.unchained), now_p.unchained
+        wait_emitted(cluster, name, 3000)  # split -> upper rows cross the switch
+        body = {"node": "mid", "operator": "identity", "from": "upper", "to": "lower",
+                "parallelism": 2}  # fmt: skip
+        reconfigure(cluster, name, "insert", body)
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == groups  # the processes stayed whole
+        lowers = {ws[2] for ws in groups.values()}
+        assert lowers <= set(now_p.unchained), now_p.unchained
+        wait_emitted(cluster, name, 2000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    assert sum(sum(w["metrics"]["in"].values()) for w in workers if w["node"] == "mid") > 0
+    # every process of a chain instance ran from the start: one log, under its head's ID
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert {f"worker-{h}.log" for h in groups} <= logs
+    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
+
+
+def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path):
+    """upper 0 runs between split 0 and lower 0 in one process: moving it to the other
+    host unchains both its edges first, then moves it with its state; the process goes on
+    with split 0 and lower 0, the moved worker runs alone; counts exact, 0 lost."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3.replace("chroute", "chmove"), "chmove.yaml")
+    with emulated_cluster(
+        tmp_path, "cm", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        physical = cluster.coordinator.get_physical(name)
+        groups = chain_groups(t, physical)
+        assert len(groups) == 2, groups
+        head, (split, upper, lower) = next(iter(groups.items()))
+        here = physical.by_id(upper).host
+        there = next(w.host for w in physical.workers if w.host != here)
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "move", {"worker": upper, "host": there})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        (moved,) = done["added"]
+        assert now_p.by_id(moved).host == there and upper not in {
+            w.worker_id for w in now_p.workers
+        }
+        after = chain_groups(now_t, now_p)
+        assert after[head] == [split, lower], after
+        assert moved not in {w for ws in after.values() for w in ws}
+        wait_emitted(cluster, name, 3000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    by_id = {w["worker"]: w for w in workers}
+    assert sum(by_id[moved]["metrics"]["in"].values()) > 0  # the moved worker ran on
+    assert sum(by_id[upper]["metrics"]["in"].values()) > 0  # and the old one before it
+    # split 0 and lower 0 stayed in the process they started in (no log of their own)
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert f"worker-{head}.log" in logs and f"worker-{moved}.log" in logs
+    assert not {f"worker-{w}.log" for w in (upper, lower)} & logs
+
+
+def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
+    """split -> upper -> lower is one process per instance: removing upper unchains its
+    edges, drains it and splices split -> lower inside the process (on the network);
+    swapping lower then drains it out of the process too and starts its new workers
+    alone; counts exact, report ok, 0 lost, the processes' heads ran throughout."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(CHAIN3.replace("chroute", "chswap"), "chswap.yaml")
+    with emulated_cluster(
+        tmp_path, "cw", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        groups = chain_groups(t, cluster.coordinator.get_physical(name))
+        assert len(groups) == 2, groups
+        wait_emitted(cluster, name, 2000)
+        done = reconfigure(cluster, name, "remove", {"node": "upper"})
+        assert [s["action"] for s in done["steps"]][:5] == [
+            "keep_rules", "write", "wait_rules", "control", "keep_rules"
+        ], done  # fmt: skip
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == {h: [ws[0], ws[2]] for h, ws in groups.items()}
+        wait_emitted(cluster, name, 3000)
+        body = {"node": "lower", "operator": "busy", "args": {"cost_us": 1}}
+        done = reconfigure(cluster, name, "swap", body)
+        now_t, now_p = (
+            cluster.coordinator.get_topology(name),
+            cluster.coordinator.get_physical(name),
+        )
+        assert chain_groups(now_t, now_p) == {}  # split runs alone in its process now
+        assert now_t.nodes["lower"].operator == "busy"
+        wait_emitted(cluster, name, 2000)
+        topology, workers = finish(cluster, name)
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    args = t.nodes["source"].args
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    by_id = {w["worker"]: w for w in workers}
+    for w in done["added"]:
+        assert sum(by_id[w]["metrics"]["in"].values()) > 0, by_id[w]
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert {f"worker-{h}.log" for h in groups} <= logs
+    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs

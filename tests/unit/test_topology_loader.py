@@ -261,6 +261,12 @@ def test_python_tags_are_refused() -> None:
         load_topology_text("name: !!python/object:os.system x\nspouts: []\n")
 
 
+def test_control_characters_are_a_yaml_error_not_a_crash() -> None:
+    # the YAML reader refuses them as it is made (REST submit got a 500 for this body)
+    with pytest.raises(TopologyError, match="^<string>:1: YAML syntax: unacceptable character"):
+        load_topology_text("0\x1f")
+
+
 WORDS = [
     "s",
     "word",

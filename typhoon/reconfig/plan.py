@@ -12,7 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from typhoon.checkpoint.settings import guarantee_of
-from typhoon.reconfig.chains import check_groups, check_request
+from typhoon.reconfig.chains import (
+    check_groups,
+    kept_after,
+    pin_processes,
+    unchain_first,
+)
 from typhoon.reconfig.edit import apply_request, check_topology
 from typhoon.reconfig.move import add_worker_move, check_move
 from typhoon.reconfig.plan_model import ACTIONS, Bodies, Plan, Step, _control
@@ -86,7 +91,10 @@ def plan(
         )
     if isinstance(request, (Unchain, Chain)):  # processes stay: typhoon.reconfig.unchain
         return plan_unchain(request, topology, physical, exited)
-    check_request(request, topology, physical)  # typhoon.reconfig.chains
+    original, prelude = physical, []
+    first = unchain_first(request, topology, physical, exited)
+    if first is not None:  # a route or insert on a chained edge: unchain it first
+        physical, prelude = first
     moving, move = None, None
     if isinstance(request, Move):  # typhoon.reconfig.move
         moving = check_move(request, topology, physical, hosts, exited)
@@ -106,6 +114,10 @@ def plan(
         )
     except ValueError as e:
         raise ReconfigError(f"cannot place the workers: {e}", 409) from None
+    placed.kept_chains = [list(g) for g in physical.kept_chains]
+    placed.unchained = list(physical.unchained)
+    # every running worker stays in its process: none forms from running workers
+    placed.kept_chains = pin_processes((topology, physical), (new_topo, placed))
     check_groups((topology, physical), (new_topo, placed))
     kept = {w.worker_id for w in placed.workers}
     old_ids = {w.worker_id for w in physical.workers}
@@ -123,6 +135,7 @@ def plan(
         key_groups=dict(placed.key_groups),
         worker_generations=_generations(physical, placed.workers + draining),
         unchained=list(physical.unchained),  # chain processes stay (check_groups)
+        kept_chains=[list(g) for g in placed.kept_chains],
     )
     final = PhysicalTopology(
         physical.name,
@@ -132,7 +145,8 @@ def plan(
         physical.generation,
         key_groups=trans.key_groups,
         worker_generations=_generations(physical, placed.workers),
-        unchained=list(physical.unchained),
+        unchained=[w for w in physical.unchained if w in {x.worker_id for x in placed.workers}],
+        kept_chains=kept_after(placed, {w.worker_id for w in placed.workers}),
     )
     migrating = _key_groups(topology, physical, new_topo, trans, set(replace))
     if moving is not None:  # the operator's own state travels too
@@ -147,6 +161,7 @@ def plan(
 
     steps = [
         Step("keep_rules", "keep the current rules while the update runs"),
+        *prelude,
         Step("write", f"write the new topology and physical version {trans.version}", added),
     ]
     if added:
@@ -169,7 +184,7 @@ def plan(
         steps.append(Step("wait_stopped", "agents stop the drained workers", removed))
     steps.append(Step("drop_rules", "remove the rules nothing uses any more"))
     steps.append(Step("wait_rules", "every switch holds exactly the new rules"))
-    return Plan(request, topology, physical, new_topo, trans, final, added, removed, steps)
+    return Plan(request, topology, original, new_topo, trans, final, added, removed, steps)
 
 
 def _check_engine_nodes(old: Topology, new: Topology, draining: list[WorkerAssignment]) -> None:

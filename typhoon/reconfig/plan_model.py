@@ -32,6 +32,10 @@ class Step:
     workers: list[int] = field(default_factory=list)
     control: str = ""  # control type of a "control" step
     bodies: Bodies = field(default_factory=list)
+    # "write" / "keep_rules" of another state than the plan's (its new one / its old one):
+    # a route or insert on a chained edge first unchains it (typhoon.reconfig.chains)
+    topology: Topology | None = None
+    physical: PhysicalTopology | None = None
 
 
 def _control(what: str, ctype: str, bodies: Bodies) -> Step:

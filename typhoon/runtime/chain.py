@@ -40,6 +40,7 @@ log = logging.getLogger("typhoon.worker")
 # longest wait between turns: the sdn transport refreshes credit and probes its links
 # every 10 ms even when idle (its own poll never waits longer)
 MAX_WAIT_S = 0.01
+LEAVE_WAIT_S = 5.0  # longest a drained member waits for its senders' end of stream
 
 
 class ChainLinks:
@@ -102,6 +103,8 @@ class ChainWorker:
             io._inner.on_wait = partial(self._serve_next, i)
         # re-chaining: (index of the sender, CHAIN version) until its receiver caught up
         self.rechaining: list[tuple[int, int]] = []
+        self.left: set[int] = set()  # members that drained out, their transport closed
+        self.drained: dict[int, float] = {}  # member -> when it was first seen drained
 
     def _link(self, i: int) -> None:
         """Member ``i`` hands its next member rows by function call."""
@@ -148,6 +151,23 @@ class ChainWorker:
                 left.append((i, version))
         self.rechaining = left
 
+    def _close_drained(self) -> None:
+        """A member drained out of a process that goes on (a chained worker moved, swapped
+        or removed live: typhoon.reconfig.chains) closes its transport now: it confirms
+        what it consumed and its TAP goes, which its agent waits for before it lets it
+        go.  It waits for every sender's end of stream first (a release may reach it after
+        the quiet time that ended its input), at most ``LEAVE_WAIT_S``.  Under a
+        guarantee a finished worker stays for a rollback: not then."""
+        for i, m in enumerate(self.members):
+            fw = m.fw
+            if i in self.left or not (fw.done and fw.draining) or fw.ckpt is not None:
+                continue
+            since = self.drained.setdefault(i, time.monotonic())
+            if not fw.pending_upstream or time.monotonic() - since > LEAVE_WAIT_S:
+                self.left.add(i)
+                m.io.linger()
+                m.io.close()
+
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
@@ -167,7 +187,9 @@ class ChainWorker:
         if timeout <= 0:
             return
         fds = []
-        for io in self.links:
+        for i, io in enumerate(self.links):
+            if i in self.left:
+                continue
             fd = io.waitable()
             if fd is None:
                 return  # something is queued inside a transport already
@@ -176,6 +198,8 @@ class ChainWorker:
 
     def _take(self, i: int, clock: Any) -> None:
         """Member ``i`` takes what its transport holds: data and control."""
+        if i in self.left:
+            return
         m = self.members[i]
         fw = m.fw
         items = m.io.poll(0)
@@ -193,19 +217,22 @@ class ChainWorker:
                 fw.deliver(item)
 
     def _serve_next(self, i: int) -> None:
-        """Member ``i`` waits inside its transport (credit, settle): its next member takes
-        its input when the edge between them is on the network, else ``i`` would wait
-        for credit only that member can return (one thread runs the process)."""
-        j = i + 1
-        if j >= len(self.members) or j in self.serving:
-            return
-        if self.members[j].fw.worker_id in self.links[i].peers:
-            return
-        self.serving.add(j)
-        try:
-            self._take(j, time.monotonic)
-        finally:
-            self.serving.discard(j)
+        """Member ``i`` waits inside its transport (credit, settle): the members after it
+        take their input when it reaches them over the network, else ``i`` would wait
+        for credit or a confirmation only they can give (one thread runs the process).
+        Not the next one when ``i`` calls it (nothing of ``i``'s is on its way there),
+        nor one before ``i``, which could call into ``i`` while ``i`` is mid-send;
+        after a member left (typhoon.reconfig.chains) ``i`` may send to any later one."""
+        for j in range(i + 1, len(self.members)):
+            if j in self.serving or j in self.left:
+                continue
+            if j == i + 1 and self.members[j].fw.worker_id in self.links[i].peers:
+                continue
+            self.serving.add(j)
+            try:
+                self._take(j, time.monotonic)
+            finally:
+                self.serving.discard(j)
 
     def _turn(self, clock: Any) -> None:
         for i in range(len(self.members)):
@@ -216,7 +243,10 @@ class ChainWorker:
                 self.serving.discard(i)
         if self.rechaining:  # no send is under way here, each poll delivered all it took
             self._caught_up()
-        for m in self.members:
+        self._close_drained()
+        for i, m in enumerate(self.members):
+            if i in self.left:
+                continue
             now = clock()
             for other in self.members:
                 other.fw.now = now
@@ -235,8 +265,9 @@ class ChainWorker:
             while not all(m.may_exit() for m in self.members) and not self.stopping:
                 self._wait(self._timeout(clock()))
                 self._turn(clock)
-            for m in self.members:
-                m.fw.flush(force=True)
+            for i, m in enumerate(self.members):
+                if i not in self.left:
+                    m.fw.flush(force=True)
         except ConnectionError as e:
             error = f"connection lost: {e}"
         except Exception as e:  # an operator (or the framework) raised: every member says so
@@ -244,19 +275,20 @@ class ChainWorker:
             tb = [line for line in traceback.format_exc().splitlines() if line.strip()][-12:]
             log.exception("chain %s failed", [m.spec.worker_id for m in self.members])
         finally:
-            for m in self.members:
+            for i, m in enumerate(self.members):
                 if error is not None:
                     m.error, m.traceback = error, tb
-                else:
+                elif i not in self.left:  # its agent let one that left go already
                     m.say_done()
-            for m in self.members:
-                if error is None:
+            for i, m in enumerate(self.members):
+                if error is None and i not in self.left:
                     m.io.linger()
                 m.write_report()
                 m.operator.close()
                 if m.fw.ckpt is not None:
                     m.fw.ckpt.close()
-                m.io.close()
+                if i not in self.left:
+                    m.io.close()
 
     @property
     def error(self) -> str | None:

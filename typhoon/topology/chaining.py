@@ -9,12 +9,12 @@ Every worker keeps its ID, its routes, its counters and its report, so a run's
 report is the same chained or not.
 
 Pure functions: the launchers (tcp runner, host agents) and the worker
-process compute the same chains from the same topology.
+process compute the same chains from the same topology and physical topology
+(whose ``kept_chains`` keep running processes as they are across live updates:
+``typhoon.reconfig.chains``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 from .model import PhysicalTopology, Stream, Topology
 
@@ -75,15 +75,24 @@ def chain_groups(topology: Topology, physical: PhysicalTopology) -> dict[int, li
 
     Instance i of a chain is the i-th active worker of each of its nodes.  An
     instance whose workers are not all on one host (or not all there) is not
-    grouped: its edges go over the network like any other.
+    grouped: its edges go over the network like any other.  A process kept
+    whole after a route or insert on one of its edges (``physical.kept_chains``)
+    stays one group, whatever the topology chains now.
     """
     groups: dict[int, list[int]] = {}
+    present = {w.worker_id for w in physical.workers}
+    taken: set[int] = set()
+    for kept in physical.kept_chains:
+        ws = [w for w in kept if w in present]
+        taken.update(ws)
+        if len(ws) > 1:
+            groups[ws[0]] = ws
     for chain in plan_chains(topology):
         per_node = [physical.active_of_node(n) for n in chain]
         if len({len(ws) for ws in per_node}) != 1:
             continue
         for instance in zip(*per_node, strict=True):
-            if len({w.host for w in instance}) == 1:
+            if len({w.host for w in instance}) == 1 and not taken & {w.worker_id for w in instance}:
                 groups[instance[0].worker_id] = [w.worker_id for w in instance]
     return groups
 
@@ -103,28 +112,31 @@ def by_call(topology: Topology, physical: PhysicalTopology) -> dict[int, int]:
 def inner_edges(
     topology: Topology, physical: PhysicalTopology, node: str, worker: int | None = None
 ) -> list[tuple[int, int]]:
-    """(sender, receiver) worker IDs of the edges inside chain processes that touch
-    ``node`` (only the instance of ``worker`` when given), in worker ID order."""
+    """(sender, receiver) worker IDs of the chained edges inside chain processes that
+    touch ``node`` (only the instance of ``worker`` when given), in worker ID order.  Two
+    neighbours of a kept process whose edge the topology no longer chains are not one."""
+    calls = {(s.src, s.dst) for s in chained_streams(topology)}
     edges = []
     for ws in chain_groups(topology, physical).values():
         if worker is not None and worker not in ws:
             continue
         for a, b in zip(ws, ws[1:], strict=False):
-            if node in (physical.by_id(a).node, physical.by_id(b).node):
+            pair = (physical.by_id(a).node, physical.by_id(b).node)
+            if node in pair and pair in calls:
                 edges.append((a, b))
     return sorted(edges)
 
 
-def refuse_chained(topology: Topology, nodes: Iterable[str], what: str) -> None:
-    """Raise :class:`ChainedError` when ``what`` needs one of ``nodes`` unchained."""
-    chained = chained_nodes(topology)
-    hit = [n for n in nodes if n in chained]
-    if hit:
-        raise ChainedError(
-            f"{what} needs node '{hit[0]}' in a worker of its own, but it is chained to its "
-            f"forward neighbour in one process; set {CHAINING_OFF} on it (or the topology) "
-            "and resubmit"
-        )
+def edge_pairs(
+    topology: Topology, physical: PhysicalTopology, src: str, dst: str
+) -> list[tuple[int, int]]:
+    """(sender, receiver) worker IDs of the chained edge ``src -> dst`` inside chain
+    processes (empty when it runs on the network everywhere)."""
+    return [
+        (a, b)
+        for a, b in inner_edges(topology, physical, src)
+        if (physical.by_id(a).node, physical.by_id(b).node) == (src, dst)
+    ]
 
 
 def refuse_chained_edge(topology: Topology, src: str, dst: str, what: str) -> None:

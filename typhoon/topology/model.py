@@ -212,6 +212,10 @@ class PhysicalTopology:
     # live unchaining (typhoon.topology.chaining): chained workers whose input from the
     # previous worker of their process goes over the network instead of a function call
     unchained: list[int] = field(default_factory=list)
+    # worker groups (head first) that keep sharing one process although the topology no
+    # longer chains all of them: a route or insert on a chained edge unchains it live and
+    # keeps the process (typhoon.reconfig.chains); their split edges are in ``unchained``
+    kept_chains: list[list[int]] = field(default_factory=list)
 
     def generation_of(self, worker_id: int) -> tuple[int, int | None]:
         """The generation ``worker_id`` is in and the epoch it restored to begin it."""
@@ -247,6 +251,7 @@ class PhysicalTopology:
                 str(w): [g, e] for w, (g, e) in sorted(self.worker_generations.items())
             },
             **({"unchained": sorted(self.unchained)} if self.unchained else {}),
+            **({"kept_chains": [list(g) for g in self.kept_chains]} if self.kept_chains else {}),
         }
 
     @classmethod
@@ -261,4 +266,5 @@ class PhysicalTopology:
             {n: list(t) for n, t in (d.get("key_groups") or {}).items()},
             {int(w): (g, e) for w, (g, e) in (d.get("worker_generations") or {}).items()},
             sorted(int(w) for w in d.get("unchained") or ()),
+            [[int(w) for w in g] for g in d.get("kept_chains") or ()],
         )

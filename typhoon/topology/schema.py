@@ -333,7 +333,10 @@ def expand_environment(text: str, filename: str) -> str:
 
 def _parse_marked(text: str, filename: str, env: EnvMode) -> tuple[Any, _Marks]:
     """YAML text -> (plain data, the walk that knows every key's and list item's line)."""
-    loader = yaml.SafeLoader(text)
+    try:  # the reader checks the characters as it is made
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as e:
+        raise TopologyError(filename, 1, f"YAML syntax: {e}") from e
     try:
         root = loader.get_single_node()
         if root is None:

@@ -48,7 +48,10 @@ URGENT_CONTROL = frozenset(
 )
 
 
-POLICIES = frozenset({"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn"})
+# every grouping a route may carry (forward: a move re-points it to the partner's newcomer)
+POLICIES = frozenset(
+    {"shuffle", "fields", "all", "global", "direct", "local_or_shuffle", "sdn", "forward"}
+)
 
 
 @dataclass(frozen=True)
