@@ -260,6 +260,7 @@ class UpstreamBackup(_Host):
         receivers = sorted(link_of)
         if not receivers:
             return True
+        self.io.await_generation(gen)  # a relaunched receiver's address (tcp) first
         self.push()  # batches counted as sent go out (and into the buffers) first
         backup = self.backup
 
