@@ -135,6 +135,7 @@ class TcpCluster:
         self.incidents: list[dict[str, Any]] = []
         self.watch = IncidentWatch()  # what replies say of them (rolled back, back at 80%)
         self.peers: dict[int, tuple[str, int]] = {}
+        self.launches: dict[int, int] = {}  # worker -> times launched (peers name the launch)
         if self.progress is not None:
             fresh_checkpoints(topology)  # ManagerError: the store cannot be used
         self.started_at = 0.0
@@ -177,15 +178,17 @@ class TcpCluster:
         for w in self.physical.workers:
             self._launch_worker(w)
         self.peers = self._accept_hellos()
-        if self.zygote is not None:  # later workers are spawned (typhoon.zygote)
-            self.zygote.first_launch_done = True
         self._broadcast_peers()
         self._wait_services_ready()
         self.started_at = time.monotonic()
 
     def _broadcast_peers(self) -> None:
-        """Every worker learns where every worker listens (a newcomer, a relaunched one)."""
-        boot = encode_boot({"peers": {str(k): list(v) for k, v in self.peers.items()}})
+        """Every worker learns where every worker listens (a newcomer, a relaunched one),
+        which launch of it that is, and the run generation this is of: under a guarantee
+        a worker sends nothing of a generation before it has these (typhoon.runtime.tcp)."""
+        gen = max([self.generation, *(self.physical.generation_of(w)[0] for w in self.peers)])
+        peers = {str(k): [*v, self.launches.get(k, 0)] for k, v in self.peers.items()}
+        boot = encode_boot({"peers": peers, "generation": gen})
         for wid, c in list(self.conns.items()):
             try:
                 c.sock.sendall(boot)
@@ -222,6 +225,7 @@ class TcpCluster:
             return
         members = [self.physical.by_id(wid) for wid in group]
         self.launched.update({m.worker_id: m for m in members})
+        self.launches.update({m: self.launches.get(m, 0) + 1 for m in group})
         gen = f".g{self.physical.generation}" if self.physical.generation else ""
         argv = [sys.executable, "-m", "typhoon.runtime.worker"]
         argv += [str(self._write_spec(m, gen)) for m in members]

@@ -253,22 +253,12 @@ class ZygoteLauncher:
         self.warned: str | None = None
         self.forked = 0
         self.spawned = 0
-        # once the run's first workers are up, later ones (relaunches, rescale newcomers)
-        # are spawned: a forked relaunch is up in milliseconds, which let a receiver's
-        # new address reach its senders after their replay (tuples lost under
-        # exactly-once, tests/runtime/test_tcp_runs.py, 1 run in 2-4); spawned ones are
-        # up after the coordinator's peers reach every worker, as before the zygote
-        self.first_launch_done = False
 
     def __call__(self, host: str, argv: list[str], logfile: Path) -> Supervised:
         specs = worker_specs(argv)
         if specs is None:  # not a worker: an engine service
             return spawn(argv, logfile)
         why = self.zygote.usable()
-        if why is None and self.first_launch_done:
-            self.spawned += 1
-            log.debug("%s: spawned (started after the run's first launch)", logfile.stem)
-            return spawn(argv, logfile)
         if why is None:
             out = open(logfile, "wb")  # noqa: SIM115 - closed by Supervised.close_log()
             try:

@@ -293,6 +293,10 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     )
     assert source["replayed_from"] == saved["offset"], (source["replayed_from"], saved)
     assert 0 < source["replayed_from"]["emitted"] < args["count"], source["replayed_from"]
+    # every generation's peers came (the coordinator says which generation they are of):
+    # no worker waited for them in vain before sending (typhoon.runtime.tcp)
+    late = {w["worker"]: w["drops"].get("peers_late") for w in report["workers"]}
+    assert not any(late.values()), late
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The worker fork server (typhoon.zygote, typhoon/runtime/zygote_server.py) as real
 processes: a live zygote refuses bad requests and keeps forking; a forked worker
 exits, logs and shows itself as a spawned one; a tcp run's workers are its children,
-die with it, and later workers are spawned (and the log says so)."""
+die with it, a relaunch is forked while it lives and spawned once it died (and the log
+says so)."""
 
 from __future__ import annotations
 
@@ -95,10 +96,11 @@ def test_tcp_workers_are_the_zygotes_titled_children_and_spawned_once_it_died(
         victim = min(c.procs)
         c.procs[victim].kill()  # by pid, as the tcp runner's failure handling does
         assert c.procs[victim].wait(10) == -signal.SIGKILL
-        c.launch_workers([victim])  # after the first launch: spawned, the zygote alive
-        assert isinstance(c.procs[victim].proc, subprocess.Popen)
-        assert psutil.Process(c.procs[victim].pid).ppid() != zpid
-        assert c.zygote.spawned == 1 and c.zygote.zygote.gone is None
+        forked = c.zygote.forked
+        c.launch_workers([victim])  # a relaunch while the zygote lives: forked too
+        assert isinstance(c.procs[victim].proc, ZygoteChild)
+        assert psutil.Process(c.procs[victim].pid).ppid() == zpid
+        assert c.zygote.forked == forked + 1 and c.zygote.spawned == 0
         c.procs[victim].kill()
         assert c.procs[victim].wait(10) == -signal.SIGKILL
 
@@ -108,7 +110,7 @@ def test_tcp_workers_are_the_zygotes_titled_children_and_spawned_once_it_died(
         c.launch_workers([victim])  # a relaunch: spawned, and the log says the zygote is gone
         assert isinstance(c.procs[victim].proc, subprocess.Popen)
         assert c.procs[victim].poll() is None
-        assert c.zygote.spawned == 2
+        assert c.zygote.spawned == 1
         assert "worker zygote gone" in caplog.text
         assert f"worker-{victim}: spawned, not forked: the zygote is gone" in caplog.text
     finally:

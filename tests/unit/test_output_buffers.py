@@ -94,7 +94,11 @@ def test_a_reset_starts_every_link_at_the_restored_epoch():
 class Wire:
     def __init__(self) -> None:
         self.sent: list[tuple] = []
+        self.awaited: list[int] = []  # generations whose peers were waited for
         self.on_urgent = None
+
+    def await_generation(self, generation):
+        self.awaited.append(generation)
 
     def send(self, dst, stream, payloads):
         self.sent.append(("send", dst, stream, list(payloads)))
@@ -205,6 +209,7 @@ def test_a_replay_is_a_mark_then_what_followed_the_anchor():
     s.sent_to[(5, 2)] = 3
     s.wire.sent.clear()
     assert s.replay(7, 3, [5]) and s.pushed == 1
+    assert s.wire.awaited == [7]  # the generation's peers before its mark (tcp)
     assert s.wire.sent == [
         ("send", 5, EOS_STREAM, [ck.mark_payload(7, 3)]),
         ("send", 5, 2, [rows(3)]),
@@ -243,7 +248,7 @@ def test_a_replay_that_cannot_be_exact_is_refused_and_sends_nothing():
     s.wire.sent.clear()
     assert not s.replay(7, 3, [9], [5])
     assert not s.replay(7, 3, [9, 5], [5])  # one link per receiver, or none
-    assert s.wire.sent == [] and s.backup_refused == 2
+    assert s.wire.sent == [] and s.backup_refused == 2 and s.wire.awaited == []
     assert s.wire.stats.drops == {"malformed_replay": 1}
 
 

@@ -101,6 +101,7 @@ class GuaranteedProcessing(_Host):
         """The I/O layer is up: a worker started by a recovery tells its receivers."""
         self.started = True
         if self.ckpt is not None and self.gen > 0:
+            self.io.await_generation(self.gen)  # where its relaunched receivers listen
             self._mark(self._targets())
 
     def _targets(self) -> list[int]:
@@ -297,6 +298,9 @@ class GuaranteedProcessing(_Host):
         """
         if self.ckpt is None or gen <= self.gen:
             return
+        # a mark of ``gen`` can come before the coordinator's peers of ``gen``: nothing of it
+        # is sent before this worker knows where the workers relaunched for it listen
+        self.io.await_generation(gen)
         log.info("worker %d: rollback to epoch %s as generation %d", self.worker_id, epoch, gen)
         self.rollbacks += 1
         self.gen = gen

@@ -9,6 +9,14 @@ separate control connection, with the same encoding as over the switch.
 Control connection messages are ``u32 length, u8 type, body``: type 0 is a
 wire-encoded control tuple, type 1 a msgpack map used only for bootstrap
 (``hello`` from the worker, ``peers`` from the coordinator).
+
+``peers`` names, for every worker, its address and which launch of it that is,
+and the run generation it is of.  Under a guarantee a worker sends nothing of a
+generation (its mark, a replay) before it read the peers of that generation
+(:meth:`TcpTransport.await_generation`): a relaunched receiver's new address
+comes on the control connection, but a newer generation's mark can come first
+on a data connection, and sent on without it the mark would go to the dead
+process (docs/performance.md, "Start-up: workers forked from a zygote").
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import selectors
 import socket
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +61,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+PEERS_TIMEOUT_S = 30.0  # how long a worker waits for the coordinator's peers
 
 
 @dataclass
@@ -96,6 +107,8 @@ class TcpTransport(Transport):
         self.sel.register(self.control, selectors.EVENT_READ, self.control_conn)
         self.inbound: list[_Conn] = []
         self.peers: dict[int, tuple[str, int]] = {}
+        self.launches: dict[int, int] = {}  # worker -> which launch of it ``peers`` names
+        self.peers_generation = -1  # the run generation of the newest peers; -1: none yet
         self.early: list[Inbound | ControlTuple] = []  # control read while awaiting peers
         self.out: dict[int, socket.socket] = {}
         self.seq_out: dict[tuple[int, int], int] = {}
@@ -202,14 +215,7 @@ class TcpTransport(Transport):
                 continue
             if m[0] == MSG_BOOT:
                 try:
-                    peers = auth.boot_body(m)["peers"]
-                    for k, v in peers.items():
-                        addr = (str(v[0]), int(v[1]))
-                        if self.peers.get(int(k), addr) != addr:  # a restarted peer
-                            old = self.out.pop(int(k), None)
-                            if old is not None:
-                                old.close()
-                        self.peers[int(k)] = addr
+                    self._peers(auth.boot_body(m))
                 except Exception:
                     self.stats.drop("malformed_control")
                 continue
@@ -217,6 +223,30 @@ class TcpTransport(Transport):
                 out.append(wire.decode_control(m[1:]))
             except WireError:
                 self.stats.drop("malformed_control")
+
+    def _peers(self, body: dict[str, Any]) -> None:
+        """The coordinator's ``peers``: ``{worker: [host, port, launch]}`` of run generation
+        ``generation``.  The link to a worker launched again since (a new address, or the
+        same one reused by the new process) is closed: the next send connects anew, where
+        a write to the old connection could be taken by the kernel and never arrive."""
+        gen = body.get("generation", 0)
+        if type(gen) is not int:
+            raise ValueError(f"peers of generation {gen!r}")
+        peers = {
+            int(k): ((str(v[0]), int(v[1])), int(v[2]) if len(v) > 2 else 0)
+            for k, v in body["peers"].items()
+        }
+        for wid, (addr, launch) in peers.items():
+            known = (self.peers.get(wid, addr), self.launches.get(wid, launch))
+            if known != (addr, launch):  # a relaunched peer
+                old = self.out.pop(wid, None)
+                if old is not None:
+                    log.info("worker %d: worker %d was relaunched: link closed",
+                             self.worker_id, wid)  # fmt: skip
+                    old.close()
+            self.peers[wid] = addr
+            self.launches[wid] = launch
+        self.peers_generation = max(self.peers_generation, gen)
 
     def _data_messages(self, conn: _Conn, messages: list[bytes], out: list[Any]) -> None:
         st = self.stats
@@ -254,11 +284,28 @@ class TcpTransport(Transport):
 
     # ----- sending -------------------------------------------------------------------------
 
-    def _await_peers(self, timeout: float = 30.0) -> None:
-        """A worker relaunched mid-run may send (a generation mark) before the
-        coordinator told it its peers: read the control connection until it has."""
+    def await_generation(self, generation: int, timeout: float = PEERS_TIMEOUT_S) -> None:
+        """Before this worker sends anything of run generation ``generation`` (a mark, a
+        replay): read the control connection until the coordinator's peers of that
+        generation came, which name every worker relaunched for it (module docstring).
+        Control tuples read meanwhile wait for :meth:`poll`.  Not in time (the coordinator
+        is gone): logged and counted (``peers_late``), and sent as known."""
+        if self.peers_generation >= generation:
+            return
+        self._read_control_until(lambda: self.peers_generation >= generation, timeout)
+        if self.peers_generation < generation:
+            log.error("worker %d: no peers of generation %d in %.0f s (newest: %d)",
+                      self.worker_id, generation, timeout, self.peers_generation)  # fmt: skip
+            self.stats.drop("peers_late")
+
+    def _await_peers(self, timeout: float = PEERS_TIMEOUT_S) -> None:
+        """A worker may send before the coordinator told it its peers: read the control
+        connection until it has."""
+        self._read_control_until(lambda: bool(self.peers), timeout)
+
+    def _read_control_until(self, done: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while not self.peers and time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             if not select.select([self.control], [], [], 0.1)[0]:
                 continue
             data = self.control.recv(READ_CHUNK)

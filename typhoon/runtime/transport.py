@@ -166,6 +166,12 @@ class Transport(ABC):
         once it equals :meth:`frames_sent`, the link's rules may go."""
         return None
 
+    def await_generation(self, generation: int) -> None:  # noqa: B027 - a no-op by default
+        """Under a guarantee, before this worker sends anything of run ``generation`` (its
+        mark, a replay): wait until it knows where the workers relaunched for that
+        generation listen.  A transport that reaches receivers by worker address (sdn:
+        the switch) has nothing to wait for; tcp reads its coordinator's peers."""
+
     def set_budget(self, budget: int) -> None:  # noqa: B027 - a no-op by default
         """Bytes this worker may have in flight (FLOW_CONTROL; only the sdn transport)."""
 

@@ -277,6 +277,7 @@ class UpstreamBackup(_Host):
             return False
         log.info("worker %d: replays epoch %s to %s (generation %d)", self.worker_id, epoch,
                  receivers, gen)  # fmt: skip
+        self.io.await_generation(gen)  # a relaunched receiver's address (tcp) first
         for dst in receivers:
             self.replayed_gen[dst] = gen
         self._broadcast_punctuation(ck.mark_payload(gen, epoch), sorted(receivers))
