@@ -40,6 +40,14 @@ def wait_emitted(cluster, name: str, more: int) -> None:
     wait(lambda: emitted(cluster, name) >= target, 60, f"{target} sentences emitted", 0.1)
 
 
+def reference_counts(args: dict) -> dict[str, int]:
+    """Each word's count in the sentences the source generates."""
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    return dict(want)
+
+
 def reconfigure(cluster, name: str, kind: str, body: dict) -> dict:
     status, record = cluster.rest("POST", f"/apps/{name}/{kind}", body)
     assert status == 202, record
@@ -80,14 +88,11 @@ def test_chained_wordcount_split_and_reformed_live_equals_unchained_and_the_refe
             reports[name] = build_report(topology, workers)
             if chaining:
                 sources = {w["worker"]: w for w in workers if w["node"] == "source"}
-    args = job("x", True).nodes["source"].args
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
+    want = reference_counts(job("x", True).nodes["source"].args)
     chained, plain = reports["chsdn"], reports["plainsdn"]
     for r in (chained, plain):
         assert r["ok"], r["problems"]
-        assert {k: int(v) for k, v in r["results"]["count"]["counts"].items()} == dict(want)
+        assert {k: int(v) for k, v in r["results"]["count"]["counts"].items()} == want
     assert chained["nodes"] == plain["nodes"]
     assert chained["results"] == plain["results"]
     # while unchained, each source sent its split frames through the switch, none lost
@@ -100,6 +105,24 @@ def test_chained_wordcount_split_and_reformed_live_equals_unchained_and_the_refe
     # processes throughout (one log each, no worker started anew)
     logs = {p.name for p in (cluster.workdir / "chsdn").glob("worker-*.log")}
     assert logs == {f"worker-{w}.log" for w in (1, 2, 5, 6, 7, 8)}, logs
+
+
+def assert_exact(t, topology, workers) -> dict[int, dict]:
+    """The report is ok, every word counted as the reference, 0 lost; the workers by ID."""
+    report = build_report(topology, workers)
+    assert report["ok"], report["problems"]
+    want = reference_counts(t.nodes["source"].args)
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == want
+    for w in workers:
+        assert w["links"]["transport"]["lost"] == 0, w
+    return {w["worker"]: w for w in workers}
+
+
+def assert_processes_ran_whole(cluster, name: str, groups: dict[int, list[int]]) -> None:
+    """Every chain instance ran in one process from the start: one log, under its head's ID."""
+    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
+    assert {f"worker-{h}.log" for h in groups} <= logs
+    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
 
 
 BOLT_CHAIN = """
@@ -144,13 +167,7 @@ def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path
         now_p = cluster.coordinator.get_physical(name)
         assert len(now_p.of_node("upper")) == len(now_p.of_node("split")) == 1
         topology, workers = finish(cluster, name)
-    report = build_report(topology, workers)
-    assert report["ok"], report["problems"]
-    args = t.nodes["source"].args
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
+    assert_exact(t, topology, workers)
 
 
 CHAIN3 = """
@@ -214,20 +231,9 @@ def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tm
         assert lowers <= set(now_p.unchained), now_p.unchained
         wait_emitted(cluster, name, 2000)
         topology, workers = finish(cluster, name)
-    report = build_report(topology, workers)
-    assert report["ok"], report["problems"]
-    args = t.nodes["source"].args
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
-    for w in workers:
-        assert w["links"]["transport"]["lost"] == 0, w
+    assert_exact(t, topology, workers)
     assert sum(sum(w["metrics"]["in"].values()) for w in workers if w["node"] == "mid") > 0
-    # every process of a chain instance ran from the start: one log, under its head's ID
-    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
-    assert {f"worker-{h}.log" for h in groups} <= logs
-    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
+    assert_processes_ran_whole(cluster, name, groups)
 
 
 def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path):
@@ -268,16 +274,7 @@ def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path
         assert moved not in {w for ws in after.values() for w in ws}
         wait_emitted(cluster, name, 3000)
         topology, workers = finish(cluster, name)
-    report = build_report(topology, workers)
-    assert report["ok"], report["problems"]
-    args = t.nodes["source"].args
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
-    for w in workers:
-        assert w["links"]["transport"]["lost"] == 0, w
-    by_id = {w["worker"]: w for w in workers}
+    by_id = assert_exact(t, topology, workers)
     assert sum(by_id[moved]["metrics"]["in"].values()) > 0  # the moved worker ran on
     assert sum(by_id[upper]["metrics"]["in"].values()) > 0  # and the old one before it
     # split 0 and lower 0 stayed in the process they started in (no log of their own)
@@ -324,18 +321,7 @@ def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
         assert now_t.nodes["lower"].operator == "busy"
         wait_emitted(cluster, name, 2000)
         topology, workers = finish(cluster, name)
-    report = build_report(topology, workers)
-    assert report["ok"], report["problems"]
-    args = t.nodes["source"].args
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == dict(want)
-    for w in workers:
-        assert w["links"]["transport"]["lost"] == 0, w
-    by_id = {w["worker"]: w for w in workers}
+    by_id = assert_exact(t, topology, workers)
     for w in done["added"]:
         assert sum(by_id[w]["metrics"]["in"].values()) > 0, by_id[w]
-    logs = {p.name for p in (cluster.workdir / name).glob("worker-*.log")}
-    assert {f"worker-{h}.log" for h in groups} <= logs
-    assert not {f"worker-{w}.log" for ws in groups.values() for w in ws[1:]} & logs
+    assert_processes_ran_whole(cluster, name, groups)
