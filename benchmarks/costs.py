@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from benchmarks.testbed import ovs_cpu_seconds
 from typhoon.topology.batching import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,6 @@ ORDER = [
     "event loop",
     "wait for input",
 ]
-OVS_PIDFILES = ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid")
 _FRAME = re.compile(r"^(?P<func>.+) \((?P<file>[^():]+):\d+\)$")
 _WORKER = re.compile(r'^process (\d+):".*typhoon\.runtime\.worker (\S+)"')
 
@@ -129,18 +128,6 @@ def attribute(raw: str) -> dict[str, Counter]:
     return out
 
 
-def ovs_cpu_s() -> float | None:
-    """ovs-vswitchd's user + system CPU seconds so far, or None where it cannot be read."""
-    for pidfile in OVS_PIDFILES:
-        try:
-            pid = int(Path(pidfile).read_text().strip())
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return None
-
-
 def measure(transport: str, batch: int, rate: int, workdir: Path, count: int | None = None) -> dict:
     raw, report = workdir / f"{transport}.raw", workdir / f"{transport}.json"
     spy = str(Path(sys.executable).parent / "py-spy")
@@ -150,9 +137,9 @@ def measure(transport: str, batch: int, rate: int, workdir: Path, count: int | N
     cmd += ["--report", str(report)]
     if count is not None:
         cmd += ["--arg", f"source.count={count}"]
-    ovs0 = ovs_cpu_s()
+    ovs0 = ovs_cpu_seconds()
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-    ovs1 = ovs_cpu_s()
+    ovs1 = ovs_cpu_seconds()
     rep = json.loads(report.read_text())
     sink = rep["results"]["sink"]
     if not rep["ok"] or sink["missing"] or sink["duplicates"]:
