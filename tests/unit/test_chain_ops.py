@@ -153,24 +153,6 @@ class _NoRouting:
         return super().send_control(app, worker_ids, ct)
 
 
-@pytest.fixture
-def fwd(tmp_path):
-    from test_reconfig_executor import FORWARD, FakeCore
-
-    from typhoon.cluster import Cluster, HostInfo
-    from typhoon.coordinator import SqliteCoordinator
-    from typhoon.manager import Manager
-    from typhoon.topology import load_topology_text
-
-    c = SqliteCoordinator(tmp_path / "coord.db")
-    c.put_cluster(Cluster({"h1": HostInfo("h1", "br1", 1, first_worker_port=100)}))
-    m = Manager(c)
-    m.submit(load_topology_text(FORWARD.replace("shuffle", "forward")))  # source+sink chained
-    c.put_app_state("fwd", {"active": True})
-    yield c, m, FakeCore
-    c.close()
-
-
 def test_the_executor_routes_a_chained_edge_after_unchaining_it(fwd):
     from test_reconfig_executor import run
 

@@ -389,38 +389,26 @@ def test_tcp_refuses_unchaining_and_scaling_a_chain_in_one_sentence():
 # ----- through the executor -------------------------------------------------------------------
 
 
-def test_the_executor_unchains_and_undoes_a_chain_that_never_confirms(tmp_path):
-    from test_reconfig_executor import FORWARD, FakeCore, run
+def test_the_executor_unchains_and_undoes_a_chain_that_never_confirms(fwd):
+    from test_reconfig_executor import run
 
-    from typhoon.cluster import Cluster, HostInfo
-    from typhoon.coordinator import SqliteCoordinator
-    from typhoon.manager import Manager
-    from typhoon.topology import load_topology_text
-
-    c = SqliteCoordinator(tmp_path / "coord.db")
-    c.put_cluster(Cluster({"h1": HostInfo("h1", "br1", 1, first_worker_port=100)}))
-    m = Manager(c)
-    m.submit(load_topology_text(FORWARD.replace("shuffle", "forward")))  # source+sink chained
-    c.put_app_state("fwd", {"active": True})
+    c, m, FakeCore = fwd
     core = FakeCore(c)
     core.sleep(0)
-    try:
-        rec = run(core, m, Unchain("sink"))
-        assert rec.state == "done", rec.to_dict()
-        assert core.sent == [(1, "CHAIN", {"receiver": 2, "chained": False, "version": 1000})]
-        assert c.get_physical("fwd").unchained == [2]
-        core.silent = {1}  # the sender never confirms it caught up
-        rec = run(core, m, Chain("sink"), timeout=0.2)
-        d = rec.to_dict()
-        assert rec.state == "rolled_back" and "did not confirm CHAIN" in d["error"], d
-        assert [r["action"] for r in d["rollback"]] == [
-            "undo CHAIN", "undo write", "undo kept_rules"
-        ]  # fmt: skip
-        assert core.sent[-1][1:] == ("CHAIN", {"receiver": 2, "chained": False,
-                                               "version": core.sent[-1][2]["version"]})  # fmt: skip
-        assert c.get_physical("fwd").unchained == [2] and core.kept == {}
-    finally:
-        c.close()
+    rec = run(core, m, Unchain("sink"))
+    assert rec.state == "done", rec.to_dict()
+    assert core.sent == [(1, "CHAIN", {"receiver": 2, "chained": False, "version": 1000})]
+    assert c.get_physical("fwd").unchained == [2]
+    core.silent = {1}  # the sender never confirms it caught up
+    rec = run(core, m, Chain("sink"), timeout=0.2)
+    d = rec.to_dict()
+    assert rec.state == "rolled_back" and "did not confirm CHAIN" in d["error"], d
+    assert [r["action"] for r in d["rollback"]] == [
+        "undo CHAIN", "undo write", "undo kept_rules"
+    ]  # fmt: skip
+    assert core.sent[-1][1:] == ("CHAIN", {"receiver": 2, "chained": False,
+                                           "version": core.sent[-1][2]["version"]})  # fmt: skip
+    assert c.get_physical("fwd").unchained == [2] and core.kept == {}
 
 
 def test_the_cli_verbs_send_unchain_and_chain():
