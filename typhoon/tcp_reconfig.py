@@ -50,10 +50,9 @@ from typhoon.reconfig import (
     describe,
     plan,
 )
-from typhoon.reconfig.chains import chained_edge
-from typhoon.reconfig.requests import Request
-from typhoon.topology.chaining import chained_nodes
-from typhoon.topology.model import PhysicalTopology, Topology
+from typhoon.reconfig.edit import scaled_together
+from typhoon.reconfig.requests import Chain, Request, Unchain
+from typhoon.topology.model import Node, PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger(__name__)
@@ -90,27 +89,35 @@ class StepFailed(Exception):
 
 def tcp_refusal(topology: Topology, request: Request) -> str | None:
     """One sentence saying why tcp refuses ``request`` on ``topology``; None: it may run."""
+    if isinstance(request, (Unchain, Chain)):
+        return None  # the processes stay; the plan says what is wrong with it
     if isinstance(request, Reroute) and request.policy == "direct":
-        if chained_edge(request, topology) is not None:
-            return (
-                f"{describe(request)} changes a chained edge, which must go on the network "
-                "live first (typhoon unchain), and that runs on the sdn controller only"
-            )
-        return None  # a locality move: senders route by the table themselves (plan checks it)
+        # a locality move (senders route by the table themselves, the plan checks it); on
+        # a chained edge the plan unchains the edge live first (typhoon.reconfig.chains)
+        return None
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
-            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert, "
-            "remove, move, unchain and chain need the sdn controller)"
+            f"{describe(request)} is not supported on the tcp transport: only 'scale', "
+            "'unchain', 'chain' and a 'direct' reroute (a locality move) are (other "
+            "reroutes, swap, insert, remove and move need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
         return f"no node named '{request.node}' in '{topology.name}'"
-    if node.name in chained_nodes(topology):
-        return (
-            f"'{node.name}' is chained (one process per chain instance), and scaling a chain "
-            "as a whole runs on the sdn controller only, not on the tcp transport"
-        )
+    # a chained node scales its whole chain (typhoon.reconfig.edit.scaled_together), each
+    # node of it checked here
+    try:
+        together = scaled_together(topology, node.name)
+    except ReconfigError as e:  # a chain that starts at a spout
+        return e.message
+    for name in together:
+        refusal = _scale_refusal(topology.nodes[name])
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def _scale_refusal(node: Node) -> str | None:
     if node.engine != "python":
         return (
             f"{node.engine} node '{node.name}' cannot be rescaled on tcp: the tcp runner "
@@ -412,6 +419,9 @@ class Executor:
     def _do_write(self, step: Step) -> None:
         p = self.plan
         assert p is not None
+        if step.physical is not None:  # an unchaining first (typhoon.reconfig.chains)
+            self.c.physical = step.physical  # the same workers, some edges on the network
+            return
         self.c.topology, self.c.physical = p.topology, p.physical
         self.c.launch_workers(list(p.added))
 

@@ -63,6 +63,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PEERS_TIMEOUT_S = 30.0  # how long a worker waits for the coordinator's peers
+SERVE_WAIT_S = 0.005  # longest wait for a socket between turns of a chain's other workers
+MASK = 0xFFFFFFFF
 
 
 @dataclass
@@ -112,6 +114,10 @@ class TcpTransport(Transport):
         self.early: list[Inbound | ControlTuple] = []  # control read while awaiting peers
         self.out: dict[int, socket.socket] = {}
         self.seq_out: dict[tuple[int, int], int] = {}
+        # frames written to each receiver and read from each sender (all streams, mod
+        # 2**32): chaining a live-unchained edge again waits until they match
+        self.sent_to: dict[int, int] = {}
+        self.read_from: dict[int, int] = {}
         self.seq_in: dict[tuple[bytes, int], int] = {}
         self.reassembly: dict[tuple[bytes, int], wire.Reassembler] = {}
         port = self.listener.getsockname()[1]
@@ -250,6 +256,9 @@ class TcpTransport(Transport):
 
     def _data_messages(self, conn: _Conn, messages: list[bytes], out: list[Any]) -> None:
         st = self.stats
+        # every frame of the connection counts as handed over (one dropped too): the
+        # caller delivers all that poll returns before it asks again
+        self.read_from[conn.peer] = (self.read_from.get(conn.peer, 0) + len(messages)) & MASK
         for m in messages:
             st.frames_in += 1
             st.bytes_in += len(m)
@@ -339,6 +348,7 @@ class TcpTransport(Transport):
                     raise
                 return self._link(dst)
             try:  # prove to the receiver that we are a worker of this run
+                self._serve_until_readable(sock, auth.AUTH_TIMEOUT_S)
                 nonce, _ = auth.read_challenge(sock, MessageReader(MAX_BOOT), auth.AUTH_TIMEOUT_S)
                 proof = auth.proof(self.secret, auth.PEER, nonce, self.worker_id, dst)
                 sock.sendall(encode_boot({"peer": self.worker_id, "proof": proof}))
@@ -365,7 +375,7 @@ class TcpTransport(Transport):
         self.seq_out[(dst, stream)] = (seq + len(frames)) & 0xFFFFFFFF
         data = b"".join([U32.pack(len(f)) + f for f in frames])
         try:
-            sock.sendall(data)
+            self._write(sock, data)
         except OSError:
             # the receiver died: what it would have got is counted, never silent (under a
             # guarantee the job rolls back; without one the run fails on the dead worker)
@@ -373,8 +383,49 @@ class TcpTransport(Transport):
             sock.close()
             self.stats.drop("peer_lost", len(frames))
             return
+        self.sent_to[dst] = (self.sent_to.get(dst, 0) + len(frames)) & MASK
         self.stats.frames_out += len(frames)
         self.stats.bytes_out += len(data)
+
+    # ----- a receiver in this process (a live-unchained edge: typhoon.runtime.chain) ------
+
+    def _write(self, sock: socket.socket, data: bytes) -> None:
+        """All of ``data``.  In a chain's process the receiver may be a worker of the same
+        process, which reads only when this thread lets it: a full socket buffer is
+        waited out serving the process's other workers (``on_wait``), never blocked on."""
+        if self.on_wait is None:
+            sock.sendall(data)
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[sock.send(view, socket.MSG_DONTWAIT) :]
+            except (BlockingIOError, InterruptedError):
+                pass
+            if view:
+                self.on_wait()
+                select.select([], [sock], [], SERVE_WAIT_S)
+
+    def _serve_until_readable(self, sock: socket.socket, timeout: float) -> None:
+        """In a chain's process: serve its other workers until ``sock`` has something
+        (a receiver of this process accepts our connection only in its own poll)."""
+        if self.on_wait is None:
+            return
+        deadline = time.monotonic() + timeout
+        while not select.select([sock], [], [], 0)[0] and time.monotonic() < deadline:
+            self.on_wait()
+            select.select([sock], [], [], SERVE_WAIT_S)
+
+    def frames_sent(self, dst: int) -> int | None:
+        return self.sent_to.get(dst, 0)
+
+    def frames_delivered(self, src: int) -> int | None:
+        return self.read_from.get(src, 0)
+
+    def frames_confirmed(self, dst: int) -> int | None:
+        """Everything written: a tcp connection is ordered and loses nothing while both
+        ends live, and there are no rules that must wait for a confirmation."""
+        return self.frames_sent(dst)
 
     def reply(self, ct: ControlTuple) -> None:
         self.control.sendall(encode_control_message(ct))

@@ -1,0 +1,202 @@
+"""Live unchaining on tcp: a chained edge goes on a tcp connection inside its process and
+back to a function call mid-run (``typhoon unchain`` / ``typhoon chain``; the plan of
+``typhoon/reconfig/unchain.py`` run by the tcp coordinator, ``typhoon/tcp_reconfig.py``,
+the process's side in ``typhoon/runtime/chain.py``).
+
+Real worker processes and sockets.  Two jobs:
+
+* topologies/wordcount_chained.yaml (source[i] and split[i] in one process): the
+  counts equal the reference, nothing is lost, the sources' rows went over tcp
+  between the two verbs and by function call again after ``chain``;
+* running_max.yaml with count -> max chained (a running count per word and the
+  largest count per word, both stateful and not additive): the maxima equal the
+  word counts only if each process kept its state through the split and re-forming.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from typhoon.live import data_tuples
+from typhoon.operators.sources import generate_sentences
+from typhoon.reconfig.requests import Chain, Request, Unchain
+from typhoon.tcp_cluster import RunOptions, TcpCluster
+from typhoon.tcp_reconfig import Record
+from typhoon.topology import load_topology
+from typhoon.topology.chaining import chained_streams
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def reference(args: dict) -> dict[str, int]:
+    want: Counter[str] = Counter()
+    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
+        want.update(s.split())
+    return dict(want)
+
+
+def wait_for(cond: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.01)
+
+
+def sent(cluster: TcpCluster) -> int:
+    """Sentences every source worker sent so far (their METRIC_RESPs)."""
+    ws = [w.worker_id for w in cluster.physical.of_node("source")]
+    return sum(data_tuples(cluster.metrics.get(w, {}).get("out", {})) for w in ws)
+
+
+def frames_out(cluster: TcpCluster, node: str, after: int) -> dict[int, int]:
+    """Each worker of ``node``'s frames sent, from a METRIC_RESP to a request made after
+    request id ``after`` (waited for)."""
+    ws = [w.worker_id for w in cluster.physical.of_node(node)]
+    wait_for(
+        lambda: all(cluster.replies.get(w, (0,))[0] > after for w in ws), 10, "metrics replies"
+    )
+    return {w: cluster.replies[w][1]["frames_out"] for w in ws}
+
+
+def run_verbs(
+    tmp_path: Path, t: Any, verbs: list[tuple[float, Request]], senders: str
+) -> tuple[dict, list[Record], list[dict[int, int]], TcpCluster]:
+    """Run ``t``; at each share of the sentences sent, ``cluster.rescaler.request`` the
+    verb and wait until it is done; after each, the frames each worker of ``senders``
+    (the chained edge's sending node) sent so far."""
+    total = t.nodes["source"].args["count"]
+    cluster = TcpCluster(t, RunOptions(live=False, live_every=0.2, timeout=120), workdir=tmp_path)
+    records: list[Record] = []
+    frames: list[dict[int, int]] = []
+    errors: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            for share, request in verbs:
+                # mid-run by progress (the sources' METRIC_RESPs), never a sleep
+                wait_for(lambda share=share: sent(cluster) >= share * total, 60, "progress")
+                rec = cluster.rescaler.request(request)
+                wait_for(lambda rec=rec: rec.state != "pending", 60, f"{request} done")
+                records.append(rec)
+                frames.append(frames_out(cluster, senders, cluster.next_version()))
+                assert sent(cluster) < total, f"the sources had finished at {request}"
+        except BaseException as e:  # reported by the test, not lost in the thread
+            errors.append(e)
+
+    try:
+        cluster.start()
+        cluster.activate()
+        thread = threading.Thread(target=drive)
+        thread.start()
+        clean = cluster.wait()
+        thread.join()
+        report = cluster.report(clean)
+    finally:
+        cluster.close()
+    assert not errors, errors
+    for rec in records:
+        assert rec.state == "done", rec.to_dict()
+    return report, records, frames, cluster
+
+
+def no_loss(report: dict) -> None:
+    assert report["ok"], report["problems"]
+    for w in report["workers"]:
+        assert not w["drops"] and not w["seq_gaps"], w
+
+
+def test_wordcount_chain_split_and_formed_again_mid_run_is_exact(tmp_path: Path) -> None:
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount_chained.yaml"))
+    t.name = "unchaintcp"
+    args = t.nodes["source"].args
+    args.update(count=16_000, rate=1_600)  # per source worker: 5 s
+    report, records, frames, cluster = run_verbs(
+        tmp_path, t, [(0.25, Unchain("split")), (0.6, Chain("split"))], "source"
+    )
+    no_loss(report)
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == reference(args)
+    assert report["nodes"]["split"]["tuples_in"] == args["count"]
+    # the processes stayed: one per chain instance, none launched again
+    assert len({id(p) for p in cluster.procs.values()}) == 2 + 4
+    assert cluster.physical.unchained == []
+    splits = sorted(w.worker_id for w in cluster.physical.of_node("split"))
+    assert records[0].physical is not None and records[0].physical.unchained == splits
+    assert records[1].physical is not None and records[1].physical.unchained == []
+    over_tcp_between_the_verbs(report, frames, "source")
+    assert len(report["reconfigurations"]) == 2
+
+
+RUNNING_MAX_CHAINED = """
+name: unchainmax
+spouts:
+  - id: source
+    operator: sentence_source
+    args: {count: 8000, seed: 5, words: 8, vocabulary: 500, rate: 1600}
+bolts:
+  - id: split
+    operator: split_words
+    parallelism: 2
+  - id: count
+    operator: running_count
+    parallelism: 3
+    config: {max_parallelism: 64}
+  - id: relay
+    operator: identity
+    parallelism: 3
+  - id: max
+    operator: max_by_key
+    parallelism: 2
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: count, grouping: {type: fields, fields: [word]}}
+  - {from: count, to: relay, grouping: forward}
+  - {from: relay, to: max, grouping: {type: fields, fields: [key]}}
+"""
+
+
+def running_max_chained(tmp_path: Path) -> Any:
+    """topologies/running_max.yaml with count[i] -> relay[i] (identity) chained: count's
+    running counts per word (keyed state, not additive) live in the chain's processes,
+    and max keeps the largest per word, which equals the word's count only if every
+    running count went on from where it was."""
+    path = tmp_path / "running_max_chained.yaml"
+    path.write_text(RUNNING_MAX_CHAINED)
+    t = load_topology(path)
+    assert ("count", "relay") in {(s.src, s.dst) for s in chained_streams(t)}
+    return t
+
+
+def test_stateful_chain_keeps_its_state_through_unchain_and_chain(tmp_path: Path) -> None:
+    t = running_max_chained(tmp_path)
+    report, records, frames, cluster = run_verbs(
+        tmp_path / "run", t, [(0.3, Unchain("count")), (0.65, Chain("count"))], "count"
+    )
+    no_loss(report)
+    assert report["results"]["max"]["max"] == reference(t.nodes["source"].args)
+    assert [r.request for r in records] == [Unchain("count"), Chain("count")]
+    counts = [w.worker_id for w in cluster.physical.of_node("count")]
+    relays = [w.worker_id for w in cluster.physical.of_node("relay")]
+    assert all(cluster.procs[c] is cluster.procs[r] for c, r in zip(counts, relays, strict=True))
+    assert report["nodes"]["relay"]["tuples_in"] == report["nodes"]["count"]["tuples_in"]
+    over_tcp_between_the_verbs(report, frames, "count")
+
+
+def over_tcp_between_the_verbs(report: dict, frames: list[dict[int, int]], senders: str) -> None:
+    """Each worker of ``senders`` (which sends on the chained edge only) sent frames
+    between `unchain` and `chain` and none after (rows by function call again)."""
+    workers = {w["worker"]: w for w in report["workers"] if w["node"] == senders}
+    on_net, after_chain = frames
+    assert sorted(workers) == sorted(after_chain)
+    for w, r in workers.items():
+        assert after_chain[w] > on_net[w], (w, frames)
+        assert r["frames_out"] == after_chain[w], (w, r["frames_out"], frames)
