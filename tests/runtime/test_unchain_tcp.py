@@ -27,7 +27,7 @@ import pytest
 
 from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
-from typhoon.reconfig.requests import Chain, Request, Unchain
+from typhoon.reconfig.requests import Chain, Request, Reroute, Scale, Unchain
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.tcp_reconfig import Record
 from typhoon.topology import load_topology
@@ -141,7 +141,7 @@ name: unchainmax
 spouts:
   - id: source
     operator: sentence_source
-    args: {count: 8000, seed: 5, words: 8, vocabulary: 500, rate: 1600}
+    args: {count: 12000, seed: 5, words: 8, vocabulary: 500, rate: 1600}
 bolts:
   - id: split
     operator: split_words
@@ -176,19 +176,40 @@ def running_max_chained(tmp_path: Path) -> Any:
     return t
 
 
-def test_stateful_chain_keeps_its_state_through_unchain_and_chain(tmp_path: Path) -> None:
+def test_a_stateful_chain_keeps_its_state_through_unchain_chain_scale_and_a_direct_route(
+    tmp_path: Path,
+) -> None:
+    """Unchain, chain again, scale the chain 3 -> 4 (count's keyed state moves, the new
+    instance is one new process) and route the chained edge direct (unchained first):
+    the maxima stay exact through all four."""
     t = running_max_chained(tmp_path)
-    report, records, frames, cluster = run_verbs(
-        tmp_path / "run", t, [(0.3, Unchain("count")), (0.65, Chain("count"))], "count"
-    )
+    table = (("ka", 0), ("lo", 3))  # two of sentence_source's words (vocabulary())
+    verbs = [
+        (0.2, Unchain("count")),
+        (0.4, Chain("count")),
+        (0.6, Scale("count", 4)),
+        (0.8, Reroute("count->relay", "direct", ("key",), table)),
+    ]
+    report, records, frames, cluster = run_verbs(tmp_path / "run", t, verbs, "count")
     no_loss(report)
     assert report["results"]["max"]["max"] == reference(t.nodes["source"].args)
-    assert [r.request for r in records] == [Unchain("count"), Chain("count")]
+    assert [r.request for r in records] == [v for _, v in verbs]
     counts = [w.worker_id for w in cluster.physical.of_node("count")]
     relays = [w.worker_id for w in cluster.physical.of_node("relay")]
     assert all(cluster.procs[c] is cluster.procs[r] for c, r in zip(counts, relays, strict=True))
+    assert len({id(cluster.procs[c]) for c in counts}) == 4
+    assert sorted(records[2].added) == [counts[3], relays[3]]
     assert report["nodes"]["relay"]["tuples_in"] == report["nodes"]["count"]["tuples_in"]
-    over_tcp_between_the_verbs(report, frames, "count")
+    # the direct route put every count -> relay edge on the network first; the processes
+    # stayed
+    assert cluster.physical.unchained == relays
+    assert [s["action"] for s in records[3].steps][:3] == ["keep_rules", "write", "wait_rules"]
+    old = sorted(frames[0])
+    final = {w["worker"]: w["frames_out"] for w in report["workers"] if w["node"] == "count"}
+    for w in old:
+        assert frames[1][w] > frames[0][w], frames  # on the network between the verbs
+        assert frames[2][w] == frames[1][w], frames  # function calls again, the scale too
+        assert final[w] > frames[2][w], (final, frames)  # the direct route: network
 
 
 def over_tcp_between_the_verbs(report: dict, frames: list[dict[int, int]], senders: str) -> None:
