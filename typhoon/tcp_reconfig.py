@@ -148,6 +148,24 @@ def parse_scale_option(text: str) -> tuple[float, Scale]:
     return seconds, Scale(node, parallelism)
 
 
+def parse_chain_option(text: str, verb: str) -> tuple[float, Unchain | Chain]:
+    """``AT:NODE`` or ``AT:NODE:WORKER`` (``typhoon run --unchain`` / ``--chain``): at AT
+    seconds, put NODE's chained edges on the network (``verb`` "unchain") or make them
+    function calls again ("chain"); only WORKER's chain instance when given."""
+    at, sep, rest = text.partition(":")
+    node, _, worker = rest.partition(":")
+    try:
+        seconds, wid = float(at), int(worker) if worker else None
+    except ValueError:
+        seconds, wid = -1.0, None
+    if not sep or not node or seconds < 0 or (worker and (wid is None or wid < 1)):
+        raise ValueError(
+            f"--{verb} '{text}' is not of the form AT:NODE or AT:NODE:WORKER (AT seconds "
+            f">= 0, WORKER a worker ID), e.g. 5:split"
+        )
+    return seconds, (Unchain if verb == "unchain" else Chain)(node, wid)
+
+
 def keyed_nodes(p: Plan) -> list[str]:
     """Nodes of the plan whose keyed state moved (KEYGROUPS bodies), or the scaled node."""
     moved = {

@@ -119,6 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     report: dict[str, Any]
     if args.scale and args.transport != "tcp":
         raise UsageError("--scale is for tcp runs; on sdn, `typhoon scale` a submitted job")
+    if (args.unchain or args.chain) and args.transport != "tcp":
+        raise UsageError(
+            "--unchain and --chain are for tcp runs; on sdn, `typhoon unchain` or "
+            "`typhoon chain` a submitted job"
+        )
     if args.locality is not None and args.transport != "tcp":
         raise UsageError(
             "--locality is for tcp runs; on sdn, load apps/locality_router.py and "
@@ -133,7 +138,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             duration=args.duration,
             live=not args.quiet,
             workdir=Path(args.workdir) if args.workdir else None,
-            scales=tcp_scales(topo, args.scale or []),
+            scales=tcp_scales(topo, args.scale or [])
+            + tcp_chain_verbs(topo, args.unchain or [], args.chain or []),
             on_turn=[locality] if locality is not None else [],
         )
         report = run_tcp(topo, options)
@@ -203,6 +209,29 @@ def tcp_scales(topology: Topology, items: list[str]) -> list[tuple[float, Any]]:
     return out
 
 
+def tcp_chain_verbs(
+    topology: Topology, unchain: list[str], chain: list[str]
+) -> list[tuple[float, Any]]:
+    """``--unchain`` / ``--chain AT:NODE[:WORKER]`` options, each naming a chained node."""
+    from typhoon.tcp_reconfig import parse_chain_option
+    from typhoon.topology.chaining import chained_nodes
+
+    out = []
+    for verb, items in (("unchain", unchain), ("chain", chain)):
+        for item in items:
+            try:
+                at, request = parse_chain_option(item, verb)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+            if request.node not in chained_nodes(topology):
+                raise UsageError(
+                    f"--{verb} '{item}': '{request.node}' is not a node of a chain of "
+                    f"'{topology.name}' (docs/topology.md, \"Chaining\")"
+                )
+            out.append((at, request))
+    return out
+
+
 def locality_run(topology: Topology, at: str | None) -> Any:
     """``--locality AT``: the locality router's run AT seconds into a tcp run, or None."""
     if at is None:
@@ -258,6 +287,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="tcp: at AT seconds, rescale NODE to N workers; keyed state moves with its "
         "key groups (docs/keyed_state.md); repeatable",
     )
+    for verb, what in (
+        ("unchain", "put NODE's chained edges on a tcp connection, each process kept"),
+        ("chain", "make NODE's unchained edges function calls again"),
+    ):
+        r.add_argument(
+            f"--{verb}",
+            action="append",
+            metavar="AT:NODE[:WORKER]",
+            help=f"tcp: at AT seconds, {what} (only WORKER's chain instance when given; "
+            "docs/reconfiguration.md, 'Unchaining live'); repeatable",
+        )
     r.add_argument(
         "--locality",
         metavar="AT",

@@ -5,14 +5,17 @@ node against a fake tcp cluster (the real processes: tests/runtime/test_unchain_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_tcp_reconfig import FakeCluster
 
 from typhoon.reconfig import Reroute, Scale
 from typhoon.reconfig.requests import Chain, Unchain
-from typhoon.tcp_reconfig import Rescaler, tcp_refusal
+from typhoon.tcp_reconfig import Rescaler, parse_chain_option, tcp_refusal
 from typhoon.topology import load_topology_text
 from typhoon.topology.chaining import chain_groups
+from typhoon_cli import UsageError, build_parser, cmd_run, tcp_chain_verbs
 
 CHAINED = """
 name: ch
@@ -150,3 +153,39 @@ def test_scaling_a_chained_node_starts_a_whole_new_chain_instance():
     after = chain_groups(c.topology, c.physical)
     assert {h: ws for h, ws in after.items() if h in before} == before
     assert after[added[0]] == added  # the new instance is one process
+
+
+# ----- typhoon run --unchain / --chain -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("verb", "text", "want"),
+    [
+        ("unchain", "5:upper", (5.0, Unchain("upper"))),
+        ("chain", "0.5:upper:4", (0.5, Chain("upper", 4))),
+    ],
+)
+def test_chain_option(verb, text, want):
+    assert parse_chain_option(text, verb) == want
+
+
+@pytest.mark.parametrize("text", ["upper", "5:", "x:upper", "-1:upper", "5:upper:0", "5:upper:x"])
+def test_a_malformed_chain_option_says_its_form(text):
+    with pytest.raises(ValueError, match="AT:NODE or AT:NODE:WORKER"):
+        parse_chain_option(text, "unchain")
+
+
+def test_the_cli_checks_the_chain_verbs_before_the_run():
+    t = chained()
+    assert tcp_chain_verbs(t, ["1:upper"], ["2:split:3"]) == [
+        (1.0, Unchain("upper")),
+        (2.0, Chain("split", 3)),
+    ]
+    with pytest.raises(UsageError, match="'count' is not a node of a chain of 'ch'"):
+        tcp_chain_verbs(t, [], ["2:count"])
+    with pytest.raises(UsageError, match="--unchain '2'"):
+        tcp_chain_verbs(t, ["2"], [])
+    file = str(Path(__file__).resolve().parents[2] / "topologies" / "wordcount_chained.yaml")
+    args = build_parser().parse_args(["run", file, "--transport", "sdn", "--unchain", "1:split"])
+    with pytest.raises(UsageError, match="are for tcp runs"):
+        cmd_run(args)
