@@ -4,7 +4,9 @@ The runtime and connector tests on ``tcp`` kill workers once a run is far enough
 along (a source sent so many tuples, a global checkpoint is complete, rows are
 committed) and then check what the recovery made of it.  ``run_killing`` runs the
 cluster to its end while a thread waits for the condition and kills; ``sent_by``
-and ``checkpointed`` read the usual parts of such conditions.  Tests import it as
+and ``checkpointed`` read the usual parts of such conditions;
+``kill_once_checkpointed`` is the whole exactly-once set-up the wordcount kill tests
+share (a plain and a chained wordcount).  Tests import it as
 ``from midrun_kill import ...`` (``tests/`` is on ``sys.path``, as for ``dbservers``).
 """
 
@@ -14,6 +16,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from typhoon.live import data_tuples
@@ -107,3 +111,46 @@ def run_killing_after_commits(
         at_kill=record,
         poll_s=0.02,
     )
+
+
+@dataclass
+class KilledRun:
+    """What :func:`kill_once_checkpointed` saw."""
+
+    report: dict[str, Any]
+    cluster: Any  # the closed TcpCluster (its physical topology, recovered workers)
+    store: Any  # the run's checkpoint store
+    checkpoint_at_kill: int | None  # the newest complete global checkpoint then
+    sent_at_kill: int  # tuples the first source worker had sent then (-1: no kill)
+
+
+def kill_once_checkpointed(tmp_path: Path, topology: Any, victims: Iterable[str]) -> KilledRun:
+    """Run ``topology`` on tcp under exactly-once (a checkpoint every 300 ms, the store in
+    ``tmp_path / "ck"``) and SIGKILL the first worker of each node of ``victims`` once a
+    global checkpoint is complete and the first source sent a quarter of its ``count``
+    (by the workers' METRIC_RESPs, never a sleep); the report once the job ended."""
+    from typhoon.checkpoint.store import open_store
+    from typhoon.tcp_cluster import RunOptions, TcpCluster
+
+    topology.config.update(
+        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
+    )
+    cluster = TcpCluster(topology, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
+    at_kill: list[tuple[int | None, int]] = []
+    try:
+        cluster.start()
+        cluster.activate()
+        store = open_store(str(tmp_path / "ck"), topology.name)
+        done, sent = checkpointed(cluster, store), sent_by(cluster)
+        mid = topology.nodes["source"].args["count"] // 4
+        clean = run_killing(
+            cluster,
+            first_workers(cluster, victims),
+            lambda: done() is not None and sent() >= mid,
+            at_kill=lambda: at_kill.append((done(), sent())),
+        )
+        report = cluster.report(clean)
+    finally:
+        cluster.close()
+    checkpoint, sent_then = at_kill[0] if at_kill else (None, -1)
+    return KilledRun(report, cluster, store, checkpoint, sent_then)

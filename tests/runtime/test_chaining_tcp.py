@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from midrun_kill import checkpointed, first_workers, run_killing, sent_by
+from midrun_kill import kill_once_checkpointed
 
 from typhoon.operators.sources import generate_sentences
-from typhoon.tcp_cluster import RunOptions, TcpCluster, run_tcp
+from typhoon.tcp_cluster import RunOptions, run_tcp
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,28 +67,9 @@ def test_chained_exactly_once_survives_a_killed_chain(tmp_path: Path) -> None:
     t.name = "chaineo"
     args = t.nodes["source"].args
     args.update(count=12_000, rate=2_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
-    )
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    from typhoon.checkpoint.store import open_store
-
-    try:
-        cluster.start()
-        cluster.activate()
-        store = open_store(str(tmp_path / "ck"), t.name)
-        done, sent = checkpointed(cluster, store), sent_by(cluster)
-        mid = args["count"] // 4
-        before: list[int] = []
-        clean = run_killing(
-            cluster,
-            first_workers(cluster, ["split"]),
-            lambda: done() is not None and sent() >= mid,
-            at_kill=lambda: before.append(done()),
-        )
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
+    run = kill_once_checkpointed(tmp_path, t, ["split"])
+    report, cluster, before = run.report, run.cluster, run.checkpoint_at_kill
+    assert before is not None and run.sent_at_kill >= args["count"] // 4, run
     split0 = cluster.physical.of_node("split")[0].worker_id
     source0 = cluster.physical.of_node("source")[0].worker_id
     assert sorted(cluster.recovered) == sorted([split0, source0]), cluster.recovered
@@ -98,5 +79,5 @@ def test_chained_exactly_once_survives_a_killed_chain(tmp_path: Path) -> None:
     by_id = {w["worker"]: w for w in report["workers"]}
     for wid in (source0, split0):
         assert by_id[wid]["restored_epochs"], by_id[wid]
-        assert min(by_id[wid]["restored_epochs"]) >= before[0] >= 1, (before, by_id[wid])
+        assert min(by_id[wid]["restored_epochs"]) >= before >= 1, (before, by_id[wid])
     assert 0 < by_id[source0]["replayed_from"]["emitted"] < args["count"] // 2

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from midrun_kill import checkpointed, first_workers, run_killing, sent_by
+from midrun_kill import first_workers, kill_once_checkpointed, run_killing, sent_by
 
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import read_worker_reports
@@ -235,45 +235,16 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
 
     import msgpack
 
-    from typhoon.checkpoint.store import open_store
-    from typhoon.tcp_cluster import RunOptions, TcpCluster
     from typhoon.topology import load_topology
 
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
     t.name = "tcpeo"
     args = t.nodes["source"].args
     args.update(count=12_000, rate=4_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
-    )
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / "run")
-    try:
-        cluster.start()
-        cluster.activate()
-
-        store = open_store(str(tmp_path / "ck"), t.name)
-        done, sent = checkpointed(cluster, store), sent_by(cluster)
-        mid = args["count"] // 4
-        before: list[int] = []
-        sent_at_kill: list[int] = []
-
-        def at_kill() -> None:
-            before.append(done())
-            sent_at_kill.append(sent())
-
-        # mid-run by count (the source's METRIC_RESPs, polled by cluster.wait), not a
-        # sleep, and after a completed global checkpoint (a restore to the start would
-        # be exact too)
-        clean = run_killing(
-            cluster,
-            first_workers(cluster, victims),
-            lambda: done() is not None and sent() >= mid,
-            at_kill=at_kill,
-        )
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
-    assert sent_at_kill[0] >= mid, sent_at_kill  # the kill came mid-run, not on a timeout
+    run = kill_once_checkpointed(tmp_path, t, victims)
+    report, cluster, store = run.report, run.cluster, run.store
+    mid = args["count"] // 4
+    assert run.sent_at_kill >= mid, run.sent_at_kill  # the kill came mid-run, not on a timeout
     assert len(cluster.recovered) == len(victims), cluster.recovered
     # wordcount is one failover region: each death rolls every worker back
     everyone = sorted(w.worker_id for w in cluster.physical.workers)
@@ -286,7 +257,8 @@ def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[
     assert counts == dict(want)
     assert report["ok"], report["problems"]
     epochs = [e for w in report["workers"] for e in w["restored_epochs"]]
-    assert before and epochs and min(epochs) >= before[0] >= 1, (before, epochs)
+    before = run.checkpoint_at_kill
+    assert before is not None and epochs and min(epochs) >= before >= 1, (before, epochs)
     (source,) = [w for w in report["workers"] if w["node"] == "source"]
     saved = msgpack.unpackb(
         store.read(source["restored_epochs"][-1], "source-0"), raw=False, strict_map_key=False
