@@ -119,7 +119,7 @@ def test_wordcount_chain_split_and_formed_again_mid_run_is_exact(tmp_path: Path)
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount_chained.yaml"))
     t.name = "unchaintcp"
     args = t.nodes["source"].args
-    args.update(count=16_000, rate=1_600)  # per source worker: 5 s
+    args.update(count=10_000, rate=1_600)  # per source worker: about 3 s
     report, records, frames, cluster = run_verbs(
         tmp_path, t, [(0.25, Unchain("split")), (0.6, Chain("split"))], "source"
     )
