@@ -14,7 +14,10 @@ they held), ROUTING with ``release``, DRAIN.  What differs on tcp:
   hello (``wait_attached``) and tells every worker the newcomers' addresses on
   its control connection, ahead of any ROUTING that names them (same
   connection, in order);
-* drained workers exit by themselves (``wait_stopped`` waits for the process).
+* drained workers exit by themselves (``wait_stopped`` waits for the process);
+* ``unchain`` / ``chain`` (and a direct route of a chained edge, unchained first):
+  ``write`` only records the physical topology; an unchained sender sends on a tcp
+  connection to its receiver in the same process (``typhoon/runtime/tcp.py``).
 
 Under a guarantee the workers align the update with their checkpoints as on
 sdn (``typhoon/runtime/keyed_cut.py``: a part taken while groups move is not
@@ -188,7 +191,7 @@ class Record:
     """One rescale of a tcp run, as the run report lists it."""
 
     id: int
-    request: Request  # a Scale, or a direct Reroute (a locality move)
+    request: Request  # a Scale, a direct Reroute (a locality move), an Unchain or a Chain
     # pending | done | refused | failed | restarted (a worker died during it, under a
     # guarantee: every worker started again in the final topology from a checkpoint)
     state: str = "pending"
