@@ -223,7 +223,15 @@ def test_a_bolt_that_raises_fails_the_run_with_its_traceback(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "victims", [["count"], ["split"], ["count", "split"], ["source"], ["source", "split", "count"]]
+    "victims",
+    [
+        ["count"],
+        ["split"],
+        # two of the three nodes: a further variant of the one- and three-node kills
+        pytest.param(["count", "split"], marks=pytest.mark.long),
+        ["source"],
+        ["source", "split", "count"],
+    ],
 )
 def test_tcp_exactly_once_survives_killed_workers(tmp_path: Path, victims: list[str]) -> None:
     """Guaranteed processing on tcp: once a global checkpoint is complete, SIGKILLed
