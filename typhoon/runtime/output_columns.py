@@ -169,10 +169,9 @@ class ColumnOutput(_Host):
 
     def _blocks(self, cols: Columns) -> list[bytes]:
         """``cols`` as blocks that each fit one frame."""
-        from typhoon.wire.column_pack import entry_cuts, pack_slice
+        from typhoon.wire.column_pack import entry_cuts, pack_blocks
 
-        cuts = entry_cuts(cols, self.entry_cap)
-        return [pack_slice(cols, a, b) for a, b in zip(cuts, cuts[1:], strict=False)]
+        return pack_blocks(cols, entry_cuts(cols, self.entry_cap))
 
     def _send_columns(
         self, dst: int, sid: int, cols: Columns, entries: list[bytes] | None = None

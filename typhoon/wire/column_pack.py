@@ -123,9 +123,29 @@ def stride(cols: Columns, start: int, step: int) -> Columns:
 
 def pick(cols: Columns, index: npt.NDArray[np.intp]) -> Columns:
     """The rows at ``index`` (ascending), as Columns of their own."""
-    out: list[Column] = [c.take(index) if isinstance(c, VarColumn) else c[index]
+    out: list[Column] = [_take(c, index) if isinstance(c, VarColumn) else c[index]
                          for c in cols.cols]  # fmt: skip
     return Columns(cols.types, out, len(index))
+
+
+def _take(c: VarColumn, index: npt.NDArray[np.intp]) -> VarColumn:
+    """``VarColumn.take`` with numpy alone: the values' bytes gathered by one index."""
+    starts = c.offsets[index].astype(np.int64)
+    lengths = c.offsets[index + 1].astype(np.int64) - starts
+    first, n = int(c.offsets[0]), len(c)
+    size = (int(c.offsets[-1]) - first) // max(1, n)
+    if n and size and int(c.offsets[-1]) - first == size * n and bool((lengths == size).all()):
+        # values of one size side by side (a fixed payload): rows of a 2-d view
+        whole = np.frombuffer(c.data, dtype=np.uint8, count=size * n, offset=first)
+        if bool((np.diff(c.offsets.astype(np.int64)) == size).all()):
+            data = whole.reshape(n, size)[index].tobytes()
+            offsets = np.arange(0, (len(index) + 1) * size, size, dtype=np.int64)
+            return VarColumn(offsets.astype(_OFFSETS), data, c.text)
+    offsets = np.zeros(len(index) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    at = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    data = np.frombuffer(c.data, dtype=np.uint8)[at].tobytes()
+    return VarColumn(offsets.astype(_OFFSETS), data, c.text)
 
 
 def _head(types: tuple[str, ...]) -> int:
@@ -147,6 +167,9 @@ def entry_cuts(cols: Columns, cap: int) -> list[int]:
     for c in varcols:
         sizes += c.offsets[1:].astype(np.int64)  # each value's length: its end ...
         sizes -= c.offsets[:-1].astype(np.int64)  # ... less its start
+    if n and bool((sizes == sizes[0]).all()):  # rows of one size (a fixed payload)
+        step = max(1, room // max(1, int(sizes[0])))
+        return [*range(0, n, step), n]
     ends = np.cumsum(sizes)
     cuts = [0]
     a = 0
@@ -161,18 +184,37 @@ def entry_cuts(cols: Columns, cap: int) -> list[int]:
 
 def pack_slice(cols: Columns, a: int, b: int) -> bytes:
     """Rows ``[a, b)`` of ``cols`` as one column block (``typhoon.wire.columns``)."""
+    return pack_blocks(cols, [a, b])[0]
+
+
+def pack_blocks(cols: Columns, cuts: list[int]) -> list[bytes]:
+    """One block for each run of rows ``[cuts[i], cuts[i + 1])`` of ``cols``.
+
+    Each column is turned into bytes once; a block is then byte slices of those
+    and, for a bytes or str column, its offsets less the first (one numpy call)."""
     types = cols.types
-    codes = bytes(TYPES[t][0] for t in types)
-    parts = [bytes((BLOCK_MARK[0], BLOCK_VERSION, len(types))), codes, BLOCK_ROWS.pack(b - a)]
+    head = bytes((BLOCK_MARK[0], BLOCK_VERSION, len(types))) + bytes(TYPES[t][0] for t in types)
+    marks = np.asarray(cuts, dtype=np.intp)
+    columns: list[tuple[int, bytes, Any, list[int]]] = []  # (width, bytes, offsets, ends)
     for kind, c in zip(types, cols.cols, strict=True):
         if isinstance(c, VarColumn):
-            lo, hi = int(c.offsets[a]), int(c.offsets[b])
-            offsets = c.offsets[a : b + 1]
-            parts.append((offsets - offsets[0]).astype(_OFFSETS).tobytes() if lo else
-                         offsets.astype(_OFFSETS, copy=False).tobytes())  # fmt: skip
-            parts.append(c.data[lo:hi])
+            columns.append((0, c.data, c.offsets, c.offsets[marks].tolist()))
         elif kind == "bool":
-            parts.append(c[a:b].astype(np.uint8).tobytes())
+            columns.append((1, c.astype(np.uint8).tobytes(), None, []))
         else:
-            parts.append(c[a:b].tobytes())
-    return b"".join(parts)
+            columns.append((8, c.tobytes(), None, []))
+    out = []
+    for i in range(len(cuts) - 1):
+        a, b = cuts[i], cuts[i + 1]
+        parts = [head, BLOCK_ROWS.pack(b - a)]
+        for width, data, offsets, ends in columns:
+            if width:
+                parts.append(data[a * width : b * width])
+                continue
+            lo, hi = ends[i], ends[i + 1]
+            parts.append(
+                (offsets[a : b + 1] - np.uint32(lo)).astype(_OFFSETS, copy=False).tobytes()
+            )
+            parts.append(data[lo:hi])
+        out.append(b"".join(parts))
+    return out
