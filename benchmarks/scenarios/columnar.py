@@ -44,7 +44,7 @@ class Columnar(Scenario):
     name = "columnar"
     title = "Columnar forwarding: rows against column blocks"
     figure = "issue 33"
-    order = 1
+    order = 24
 
     TUPLE_BYTES = 100
     FULL = {"duration": 3.0, "batch": 1000}
