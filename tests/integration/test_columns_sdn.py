@@ -24,7 +24,6 @@ COUNT = 300_000
 def test_a_columnar_source_is_exact_across_two_hosts(tmp_path):
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "forward_columns.yaml"))
     t.name = "colsdn"
-    t.config["placement"] = "spread"
     t.nodes["source"].args["count"] = COUNT
     with emulated_cluster(tmp_path, "c", hosts=2) as cluster:
         cluster.submit(t)
