@@ -272,3 +272,25 @@ def test_under_upstream_backup_blocks_are_recorded_and_replayed_as_rows_are(tmp_
     again = [p for kind, d, s, ps in io.sent if d == sink.worker_id and s != 0 for p in ps]
     assert [r for p in again for r in entry_rows(p)] == rows
     assert fw.sent_to[(sink.worker_id, first[0][0])] == 500
+
+
+class Chained:
+    """A receiver in this process (a chain): what it is handed by function call."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def deliver(self, item) -> None:
+        self.items.append(item)
+
+
+def test_a_chained_receiver_gets_the_blocks_by_function_call() -> None:
+    fw, io = framework("shuffle", 1, 100, False)
+    (dst,) = fw.routers[1].hops
+    fw.chained[dst] = peer = Chained()
+    rows = rows_of(0, 300, [b"c" * 10])
+    fw.emit_columns(as_cols(rows, True))
+    assert not [d for _, d, s, _ in io.sent if d == dst]  # nothing on the network
+    got = [r for item in peer.items for p in item.payloads for r in entry_rows(p)]
+    assert got == rows and all(is_block(p) for item in peer.items for p in item.payloads)
+    assert fw.sent_to[(dst, 1)] == 300
