@@ -15,6 +15,7 @@ from typhoon.operators.sources import SequenceColumns
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.hooks import batch_hook
 from typhoon.runtime.spec import WorkerSpec
+from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, is_block
 from typhoon.wire.column_pack import as_columns, entry_cuts, pack_slice
@@ -294,3 +295,50 @@ def test_a_chained_receiver_gets_the_blocks_by_function_call() -> None:
     got = [r for item in peer.items for p in item.payloads for r in entry_rows(p)]
     assert got == rows and all(is_block(p) for item in peer.items for p in item.payloads)
     assert fw.sent_to[(dst, 1)] == 300
+
+
+RELAY = """
+name: relay
+spouts:
+  - id: source
+    operator: sequence_source
+bolts:
+  - id: mid
+    operator: identity
+  - id: sink
+    operator: sequence_check
+    parallelism: 2
+streams:
+  - from: source
+    to: mid
+    grouping: shuffle
+    columns: {columns}
+  - from: mid
+    to: sink
+    grouping: shuffle{out}
+"""
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_identity_passes_blocks_on_as_blocks(declared: bool) -> None:
+    """A relay that gets columns sends them on as columns: blocks where its output
+    declares them (no row built), the same rows, counted, where it does not."""
+    out = f"\n    columns: {COLUMNS}" if declared else ""
+    topo = load_topology_text(RELAY.format(columns=COLUMNS, out=out), "t.yaml")
+    phys = schedule(topo, ["h1"], 7)
+    (mid,) = phys.of_node("mid")
+    (src,) = phys.of_node("source")
+    io = Recorder()
+    fw = Framework(WorkerSpec(topo, phys, mid.worker_id, batch_size=100),
+                   resolve_operator("identity")(), io)  # fmt: skip
+    rows = rows_of(0, 400, [b"r" * 20])
+    fw.deliver(
+        Inbound(src.worker_id, 1, [pack_block(LAYOUT, rows[:250]), pack_block(LAYOUT, rows[250:])])
+    )
+    fw.flush(force=True)
+    sent = [p for *_, ps in io.sent for p in ps]
+    assert sorted(r for p in sent for r in entry_rows(p)) == sorted(rows)
+    assert all(is_block(p) for p in sent) == declared
+    m = fw.metrics()
+    assert m["columns_in"] == 400
+    assert m.get("columns_as_rows", {}) == ({} if declared else {"no_layout": 400})
