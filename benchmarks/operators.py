@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from benchmarks.arrivals import Arrivals
 from typhoon.operators.base import Bolt, Context, Emit
+from typhoon.operators.seq_runs import check_columns
 from typhoon.operators.sinks import CountByKey, SequenceCheck
 from typhoon.operators.sources import SequenceSource
 
@@ -135,6 +136,19 @@ class BenchSink(SequenceCheck):
             for values in rows:
                 edge = int.from_bytes(values[pi][:EDGE_BYTES], "little")
                 emit([values[isrc], values[iseq], values[its], edge])
+
+    def process_columns(self, cols: Any, emit: Emit) -> None:
+        """:meth:`process_batch` for column blocks (a stream that declares columns): the
+        exact check on the columns (``seq_runs.check_columns``, no row built), with the
+        arrival times; acks (``ack``) need the rows."""
+        if self.ack:
+            self.process_batch(cols.rows(), emit)
+            return
+        now = time.time()
+        if not self.first:
+            self.first = now
+        self.last = now
+        check_columns(self, cols, emit)
 
     def _check_ends(self, rows: list[list], now: float) -> bool:
         """Account for a batch of one source's consecutive sequence numbers as a whole

@@ -13,6 +13,8 @@ import yaml
 from typhoon.topology import Topology, load_topology_text
 
 SOURCE = "sequence_source"
+COLUMN_SOURCE = "sequence_columns"
+SEQUENCE_COLUMNS = {"src": "int64", "seq": "int64", "ts": "float64", "payload": "bytes"}
 SINK = "benchmarks.operators:BenchSink"
 ACKING_SOURCE = "benchmarks.operators:AckingSource"
 ACKER = "benchmarks.operators:Acker"
@@ -33,9 +35,16 @@ def _source_args(size: int, rate: float, count: int | None) -> dict[str, Any]:
 
 
 def forwarding(
-    name: str, size: int = 100, rate: float = 0.0, count: int | None = None, ack: bool = False
+    name: str,
+    size: int = 100,
+    rate: float = 0.0,
+    count: int | None = None,
+    ack: bool = False,
+    columns: bool = False,
 ) -> Topology:
-    """Source -> sink (paper Fig. 8a, 8c/d); with ``ack``, plus Storm's acker (Fig. 8b).
+    """Source -> sink (paper Fig. 8a, 8c/d); with ``ack``, plus Storm's acker (Fig. 8b);
+    with ``columns``, the columnar source (``sequence_columns``) on a stream that
+    declares its columns: blocks from the source's numpy columns to the sink's.
 
     Acked: the source sends each tuple's init to the acker, the sink acks each
     tuple to it.  The acker comes last in topological order, so the scheduler
@@ -46,13 +55,15 @@ def forwarding(
         "spouts": [
             {
                 "id": "source",
-                "operator": ACKING_SOURCE if ack else SOURCE,
+                "operator": ACKING_SOURCE if ack else COLUMN_SOURCE if columns else SOURCE,
                 "args": _source_args(size, rate, count),
             }
         ],
         "bolts": [{"id": "sink", "operator": SINK, "args": {"ack": True} if ack else {}}],
         "streams": [{"from": "source", "to": "sink", "grouping": "shuffle"}],
     }
+    if columns:
+        doc["streams"][0]["columns"] = dict(SEQUENCE_COLUMNS)
     if ack:
         doc["bolts"].append({"id": "acker", "operator": ACKER})
         doc["streams"] += [

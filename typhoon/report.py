@@ -366,7 +366,12 @@ def build_report(
                 ),
                 # a stream that declares columns: rows that came in column blocks, rows sent
                 # as row batches because they did not fit its layout (docs/topology.md)
-                **{k: m[k] for k in ("columns_in", "columns_unfit") if m.get(k)},
+                # and what a columnar emit sent as blocks, and as rows (why)
+                **{
+                    k: m[k]
+                    for k in ("columns_in", "columns_unfit", "columns_out", "columns_as_rows")
+                    if m.get(k)
+                },
                 # keyed state: key groups owned, keys held, the last migration's figures
                 **({"keyed": m["keyed"]} if "keyed" in m else {}),
                 **{k: m[k] for k in WATERMARK_METRICS if k in m},

@@ -51,3 +51,18 @@ def test_exactly_once_with_columns_survives_killed_workers(tmp_path, monkeypatch
     test_tcp_runs.test_tcp_exactly_once_survives_killed_workers(
         tmp_path, ["source", "split", "count"]
     )
+
+
+def test_a_columnar_source_sends_every_tuple_as_blocks_exactly(tmp_path):
+    """``forward_columns.yaml``: ``sequence_columns`` emits numpy columns
+    (``emit_columns``), never rows; the sink checks them as columns."""
+    r = run_report(tmp_path, TOPOLOGIES / "forward_columns.yaml", "--arg", "source.count=100000")
+    assert r["ok"], r["problems"]
+    sink = r["results"]["sink"]
+    assert sink["expected"] == sink["received"] == 100_000
+    assert sink["missing"] == 0 and sink["duplicates"] == 0
+    workers = {w["node"]: w for w in r["workers"]}
+    assert workers["source"]["columns_out"] == 100_000  # every tuple left in a block ...
+    assert "columns_as_rows" not in workers["source"]  # ... none as rows
+    assert workers["sink"]["columns_in"] == 100_000
+    assert not workers["sink"]["drops"]

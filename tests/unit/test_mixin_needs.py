@@ -1,6 +1,6 @@
 """A runtime mixin declares what it uses of its host (a ``Protocol``), and the host has it.
 
-``Framework`` is built of seven mixins (output.py, control.py, guarantee.py,
+``Framework`` is built of eight mixins (output.py, output_columns.py, control.py, guarantee.py,
 upstream_backup.py, keyed_cut.py, migration.py, watermarks.py) and ``SdnTransport`` of
 four (sdn_receive.py, sdn_credit.py, sdn_send.py, sdn_balanced.py).  Each reads state
 its host sets and calls methods of its sibling mixins, and each family names all of that
@@ -27,6 +27,7 @@ from typhoon.runtime.guarantee import GuaranteedProcessing
 from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.migration import KeyedMigration
 from typhoon.runtime.output import OutputBatching
+from typhoon.runtime.output_columns import ColumnOutput
 from typhoon.runtime.sdn import SdnTransport
 from typhoon.runtime.sdn_balanced import SdnBalancedSending
 from typhoon.runtime.sdn_credit import SdnCredit
@@ -42,6 +43,7 @@ FAMILIES = {
         Framework,
         [
             OutputBatching,
+            ColumnOutput,
             ControlHandling,
             GuaranteedProcessing,
             UpstreamBackup,

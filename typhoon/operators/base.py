@@ -16,6 +16,11 @@ with the same effect as ``process`` on each of its rows.  A spout implements
 max_count)`` as well, which the framework then calls instead: ``emit_rows(rows,
 stream="default")`` routes a list of tuples at once (same effect as ``emit`` on
 each in order; the framework's per-tuple routing dominated a cheap source's cost).
+A spout that holds its output as columns may implement ``next_columns(emit_columns,
+max_count)``, called instead of both (unless event-time watermarks watch its rows):
+``emit_columns(columns, stream="default")`` sends one column per declared field as
+column blocks, the same rows ``emit_rows`` would send; any operator may call it as
+``context.emit_columns`` (typhoon/runtime/output_columns.py).
 ``emit(values, stream="default")`` hands a tuple to the framework layer, which
 routes it.  Stateful bolts keep an
 in-memory cache and flush it in ``on_signal(emit)`` (paper Listing 2), which the
@@ -62,6 +67,9 @@ class Context:
     keyed_declared: bool = False  # the operator class says ``keyed = True``
     # the framework's event-time timers (typhoon.runtime.timers.Timers)
     timers: Any = field(default=None, repr=False, compare=False)
+    # emit_columns(columns, stream=...): the worker's columnar emit, for an operator that
+    # holds its output as columns (docs/topology.md "columns"); None outside a worker
+    emit_columns: Any = field(default=None, repr=False, compare=False)
 
     def timer(self, ts: float, key: Any = None) -> None:
         """Call ``on_timer(ts, key, emit)`` once the watermark reaches ``ts``.

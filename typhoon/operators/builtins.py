@@ -16,6 +16,7 @@ from typhoon.operators.base import Operator
 # name -> "module:Class", the module under typhoon.operators
 PATHS: dict[str, str] = {
     "sequence_source": "sources:SequenceSource",
+    "sequence_columns": "sources:SequenceColumns",
     "sentence_source": "sources:SentenceSource",
     "split_words": "transforms:SplitWords",
     "count_by_key": "sinks:CountByKey",

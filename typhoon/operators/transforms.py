@@ -88,6 +88,15 @@ class Identity(Bolt):
         for values in rows:
             emit(values)
 
+    def process_columns(self, cols: Any, emit: Emit) -> None:
+        """Column blocks passed on as columns (``context.emit_columns``): blocks again
+        where the output stream declares columns, else the same rows, counted."""
+        emit_columns = getattr(getattr(self, "context", None), "emit_columns", None)
+        if emit_columns is None:  # outside a worker
+            self.process_batch(cols.rows(), emit)
+            return
+        emit_columns(cols)
+
 
 class Filter(Bolt):
     """Passes tuples whose ``field`` equals ``equals`` or is in ``values``.

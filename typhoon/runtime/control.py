@@ -198,6 +198,7 @@ class ControlHandling(_Host):
             # rows of a stream that declares columns sent as rows: they did not fit its layout
             "columns_unfit": self.columnar.unfit if self.columnar is not None else 0,
             "columns_in": self.columnar.blocks_in if self.columnar is not None else 0,
+            **self._column_metrics(),  # what emit_columns sent as blocks, and as rows
             "frames_in": st.frames_in,
             "frames_out": st.frames_out,
             "bytes_in": st.bytes_in,

@@ -40,6 +40,7 @@ from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
 from typhoon.runtime.output import OutputBatching
+from typhoon.runtime.output_columns import COLUMN_CHUNK, ColumnOutput
 from typhoon.runtime.pairs import pair_stats
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
@@ -59,23 +60,15 @@ SPOUT_CHUNK = 256  # tuples a spout may emit per event-loop turn
 SLICE_S = 0.01
 
 
-class Framework(
-    OutputBatching,
-    ControlHandling,
-    GuaranteedProcessing,
-    UpstreamBackup,
-    KeyedCheckpoints,
-    KeyedMigration,
-    WatermarkHandling,
-):
+class Framework(OutputBatching, ColumnOutput, ControlHandling, GuaranteedProcessing,
+                UpstreamBackup, KeyedCheckpoints, KeyedMigration, WatermarkHandling):  # fmt: skip
     """Routing state, batching, control tuples and metrics of one worker.
 
-    Output (:mod:`typhoon.runtime.output`), control tuples and metrics
-    (:mod:`typhoon.runtime.control`), guaranteed processing
-    (:mod:`typhoon.runtime.guarantee`), key groups that move
-    (:mod:`typhoon.runtime.migration`), checkpoints across their moves
-    (:mod:`typhoon.runtime.keyed_cut`) and event-time watermarks
-    (:mod:`typhoon.runtime.watermarks`) are mixins, each in its own module.
+    Output (:mod:`typhoon.runtime.output`, columns: :mod:`~typhoon.runtime.output_columns`),
+    control tuples and metrics (:mod:`typhoon.runtime.control`), guaranteed processing
+    (:mod:`typhoon.runtime.guarantee`), key groups that move (:mod:`typhoon.runtime.migration`),
+    checkpoints across their moves (:mod:`typhoon.runtime.keyed_cut`) and event-time
+    watermarks (:mod:`typhoon.runtime.watermarks`) are mixins, each in its own module.
     """
 
     def __init__(
@@ -166,6 +159,7 @@ class Framework(
         self.columnar = column_path(topo, node.name, operator)  # streams that declare columns
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
         self._next_rows = batch_hook(operator, "next_rows", "next_batch")
+        self._next_columns = batch_hook(operator, "next_columns", "next_batch")
         self.keyed = keyed_states(topo, spec.physical, me.worker_id)
         self.context = Context(
             topology=topo.name,
@@ -183,6 +177,7 @@ class Framework(
             keyed_declared=bool(getattr(operator, "keyed", False)),
             timers=Timers(self.keyed, node.operator, node.name),
             guarantee=checkpoint_settings(topo).guarantee,
+            emit_columns=self.emit_columns,
         )
         operator.open(self.context)
         self._init_watermarks()
@@ -410,7 +405,9 @@ class Framework(
             self.maybe_anchor()
             if self.backup_full():
                 return  # backpressure: emits again once a purge freed its output buffers
-        n = SPOUT_CHUNK
+        # a columnar source emits blocks (no rows), unless watermarks watch its rows
+        columns = self._next_columns if self.wm_gen is None else None
+        n = SPOUT_CHUNK if columns is None else COLUMN_CHUNK
         if self.rate > 0:
             elapsed = self.now - self.last_refill
             self.last_refill = self.now
@@ -425,7 +422,9 @@ class Framework(
             before = sum(r.emitted for r in self.routers.values()) + self.unrouted
         else:
             emit, emit_rows = self.emit, self.emit_rows
-        if self._next_rows is not None:
+        if columns is not None:
+            more = columns(self.emit_columns, n)
+        elif self._next_rows is not None:
             more = self._next_rows(emit_rows, n)
         else:
             more = cast(Spout, self.op).next_batch(emit, n)

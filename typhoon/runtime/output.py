@@ -91,39 +91,43 @@ class OutputBatching(_Host):
             self.unrouted += n
             return
         for r in routers:
-            sid = r.route.stream
-            if r.plain:
-                hops = r.dealt(n)
-                if hops is None:  # a policy that looks at the values
-                    dealt = r.by_key(rows) if r.one_key else None
-                    if dealt is None:
-                        emit = self.emit_one
-                        for values in rows:
-                            emit(r, values)
-                    else:
-                        self._keyed_rows(r, dealt, n)
-                    continue
-                r.emitted += n
-                if not hops:
-                    self.unrouted += n
-                    continue
-                self.serializations += n
-                k = len(hops)
-                for j, dst in enumerate(hops):
-                    self._buffer_rows((dst, sid), rows if k == 1 else rows[j::k])
-                continue
-            r.emitted += n
-            if r.broadcast:
-                if self.io.multicast:
-                    self.serializations += n
-                    self._buffer_rows((0, sid), rows)
+            self._route_rows(r, rows, n)
+
+    def _route_rows(self, r: Router, rows: list[list[Any]], n: int) -> None:
+        """:meth:`emit_rows` for one router of the stream (``n`` rows)."""
+        sid = r.route.stream
+        if r.plain:
+            hops = r.dealt(n)
+            if hops is None:  # a policy that looks at the values
+                dealt = r.by_key(rows) if r.one_key else None
+                if dealt is None:
+                    emit = self.emit_one
+                    for values in rows:
+                        emit(r, values)
                 else:
-                    for dst in r.hops:
-                        self.serializations += n
-                        self._buffer_rows((dst, sid), rows)
-                continue
+                    self._keyed_rows(r, dealt, n)
+                return
+            r.emitted += n
+            if not hops:
+                self.unrouted += n
+                return
             self.serializations += n
-            self._buffer_rows((-1 - r.route.lb_node, sid), rows)
+            k = len(hops)
+            for j, dst in enumerate(hops):
+                self._buffer_rows((dst, sid), rows if k == 1 else rows[j::k])
+            return
+        r.emitted += n
+        if r.broadcast:
+            if self.io.multicast:
+                self.serializations += n
+                self._buffer_rows((0, sid), rows)
+            else:
+                for dst in r.hops:
+                    self.serializations += n
+                    self._buffer_rows((dst, sid), rows)
+            return
+        self.serializations += n
+        self._buffer_rows((-1 - r.route.lb_node, sid), rows)
 
     def _keyed_rows(self, r: Router, dealt: list[tuple[int, list[list[Any]]]], n: int) -> None:
         """Buffer ``n`` rows a fields router dealt to their receivers (``Router.by_key``)."""
