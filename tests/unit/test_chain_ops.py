@@ -281,10 +281,13 @@ def three():
     return t, phys
 
 
-def test_a_swap_of_a_chained_node_unchains_its_edges_and_its_new_workers_run_alone():
+def test_a_swap_under_a_guarantee_unchains_its_edges_and_its_new_workers_run_alone():
+    """A swap that cannot run in place (here: checkpoints; test_swap_in_place.py has the
+    swap in place) unchains the node's edges first and starts new workers."""
     from typhoon.reconfig import Swap
 
     t, phys = three()
+    t.config["guarantee"] = "at_least_once"
     p = plan(Swap("upper", "busy", {"cost_us": 1}), t, phys, HOSTS, 100)
     assert actions(p)[:6] == [*PRELUDE, "write"]
     assert p.steps[1].physical.unchained == [5, 6, 7, 8]

@@ -57,6 +57,7 @@ def test_protocol_steps_are_refused_unless_forced(app, ctype):
         "ROLLBACK": {"generation": 2, "epoch": -1},
         "KEYGROUPS": {"version": 9, "migration": 1, "phase": "finish"},
         "CHAIN": {"version": 9, "receiver": 3, "chained": False},
+        "SWAP": {"version": 9, "operator": "busy", "args": {"cost_us": 1}},
     }
     request = {"type": ctype, "body": bodies[ctype], "node": "source"}
     with pytest.raises(ControlRequestError) as e:
