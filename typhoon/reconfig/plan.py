@@ -4,7 +4,8 @@ See the package docstring for the procedure.  :func:`plan` computes the new
 topology, the physical topology during the update (new workers added,
 removed ones ``draining``), the final one, and the steps with every control
 tuple body they send (versions are added by the executor).  Unchaining and
-chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``).
+chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``), and
+so has the swap of a chained node in place (``typhoon.reconfig.swap_in_place``).
 """
 
 from __future__ import annotations
