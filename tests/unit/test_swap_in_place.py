@@ -196,6 +196,7 @@ def test_a_chained_tally_swapped_in_place_counts_every_word_once_across_the_cut(
     assert split.fw.chained == {tally.fw.worker_id: tally.fw}
     assert tally.fw.node.operator == "count_by_key" and tally.fw.node.args == {"key": "word"}
     assert tally.fw.op.key == "word"
+    assert t.nodes["tally"].args == {}  # the worker's own copy of its spec changed
     report = tally.report()
     (old,) = report["swapped"]
     assert old["operator"] == "count_by_key" and old["args"] == {}

@@ -101,7 +101,9 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
     )
     old.close()
     node = dataclasses.replace(node, operator=operator, args=dict(args))
-    fw.spec.topology.nodes[node.name] = node
+    topology = fw.spec.topology  # a copy: the other members of a chain keep their own
+    topology = dataclasses.replace(topology, nodes={**topology.nodes, node.name: node})
+    fw.spec = dataclasses.replace(fw.spec, topology=topology)
     fw.node = node
     fw.op = new
     fw._op_metrics = getattr(new, "metrics", None)
