@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
-from typhoon.operators.swap_rules import in_place_blockers
 from typhoon.runtime.columnar import ColumnPath, column_path
 from typhoon.runtime.hooks import batch_hook, rows_hook
 from typhoon.runtime.policies import Router
@@ -78,6 +77,8 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
         cls = resolve_operator(operator, node.engine)
     except Exception as e:  # an unknown name: the plan checked it, a forced SWAP may not
         return f"operator '{operator}': {e}"
+    from typhoon.operators.swap_rules import in_place_blockers  # only once a swap comes
+
     if fw.keyed is not None and (getattr(old, "keyed", False) or getattr(cls, "keyed", False)):
         return "keyed state is not swapped in place"
     blockers = in_place_blockers(old) + in_place_blockers(cls)
