@@ -26,8 +26,9 @@ coordinator then restarts every worker in the update's final topology from
 the newest checkpoint complete under it (``tcp_recovery.restart``), and the
 update ends ``restarted``.  Otherwise, or when a step is not confirmed in
 time, the update fails and the tcp run stops as failed (a half-done update is
-not undone on tcp).  :func:`tcp_refusal` names, in one sentence, what tcp
-refuses.
+not undone on tcp).  A swap of a chained node runs in place
+(``typhoon.reconfig.swap_in_place``: write, SWAP, commit; nothing to launch).
+:func:`tcp_refusal` names, in one sentence, what tcp refuses.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ from typhoon.reconfig import (
     Reroute,
     Scale,
     Step,
+    Swap,
     describe,
     plan,
 )
 from typhoon.reconfig.chains import chained_edge
 from typhoon.reconfig.requests import Request
+from typhoon.reconfig.swap_in_place import plan_swap_in_place
 from typhoon.topology.chaining import chained_nodes
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
@@ -97,11 +100,14 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
                 "live first (typhoon unchain), and that runs on the sdn controller only"
             )
         return None  # a locality move: senders route by the table themselves (plan checks it)
+    if isinstance(request, Swap) and request.node in chained_nodes(topology):
+        return None  # in place, or refused by the runner (typhoon.reconfig.swap_in_place)
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale' and "
-            "a 'direct' reroute (a locality move) are (other reroutes, swap, insert, "
-            "remove, move, unchain and chain need the sdn controller)"
+            f"{describe(request)} is not supported on the tcp transport: only 'scale', "
+            "a 'direct' reroute (a locality move) and a swap of a chained node in place are "
+            "(other reroutes and swaps, insert, remove, move, unchain and chain need the "
+            "sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
@@ -248,15 +254,7 @@ class Executor:
         try:
             if refusal is not None:
                 raise ReconfigError(refusal, 409)
-            self.plan = p = plan(
-                rec.request,
-                c.topology,
-                c.physical,
-                c.hosts(),
-                first_port=0,
-                exited=exited,
-                min_id=max(c.procs, default=0) + 1,
-            )
+            self.plan = p = self._plan(exited)
         except ReconfigError as e:
             rec.state, rec.error = "refused", e.message
             log.warning("rescale %s refused: %s", describe(rec.request), e.message)
@@ -278,6 +276,28 @@ class Executor:
             rec.steps.append(_step(step, "done", s0))
         c.physical = p.final  # (a scale-up has no write_final: the same workers, new version)
         return self._finish(p, "done", t0)
+
+    def _plan(self, exited: set[int]) -> Plan:
+        c, request = self.c, self.rec.request
+        if isinstance(request, Swap):  # only in place: the same workers, no CHAIN, no rules
+            in_place = plan_swap_in_place(request, c.topology, c.physical, exited)
+            if in_place is None:
+                raise ReconfigError(
+                    f"{describe(request)} cannot run in place (docs/reconfiguration.md, "
+                    "'Swapping a chained node in place'), and a swap on the network needs "
+                    "the sdn controller",
+                    409,
+                )
+            return in_place
+        return plan(
+            request,
+            c.topology,
+            c.physical,
+            c.hosts(),
+            first_port=0,
+            exited=exited,
+            min_id=max(c.procs, default=0) + 1,
+        )
 
     def _finish(self, p: Plan, state: str, t0: float) -> bool:
         rec = self.rec

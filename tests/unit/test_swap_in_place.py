@@ -238,3 +238,34 @@ def test_the_same_operator_again_is_acked_without_a_cut():
     cw, ios, _ = run_chain({5: same})
     tally = cw.members[2]
     assert acked(ios[tally.fw.worker_id], "SWAP") == [4] and tally.fw.swapped == []
+
+
+# ----- the tcp runner -----------------------------------------------------------------------
+
+
+def test_the_tcp_runner_swaps_a_chained_node_in_place_and_refuses_other_swaps():
+    from test_chain_ops import THREE
+    from test_tcp_reconfig import FakeCluster
+
+    from typhoon.tcp_reconfig import Rescaler, tcp_refusal
+
+    t = load_topology_text(THREE, "three.yaml")
+    c = FakeCluster(t)
+    before = c.physical
+    assert len(chain_groups(t, before)) == 2
+    r = Rescaler(c)
+    rec = r.request(BUSY)
+    assert r.turn(0.0) and rec.state == "done", rec.error
+    assert c.log[0] == ("launch", [])  # no worker is launched
+    assert [k for k, _ in c.log[1:]] == ["SWAP", "SWAP"] and not rec.added and not rec.removed
+    assert c.topology.nodes["upper"].operator == "busy"
+    assert c.physical.workers == before.workers and c.physical.version == before.version + 1
+    # count runs alone: a swap on the network needs the sdn controller
+    assert "sdn controller" in tcp_refusal(t, Swap("count", "count_by_key", {}))
+    guaranteed = copy.deepcopy(t)
+    guaranteed.config["guarantee"] = "at_least_once"
+    c = FakeCluster(guaranteed)
+    r = Rescaler(c)
+    rec = r.request(BUSY)
+    assert r.turn(0.0) and rec.state == "refused" and "cannot run in place" in rec.error
+    assert c.log == [] and c.topology.nodes["upper"].operator == "identity"
