@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from typhoon.operators import import_refusal
 from typhoon.topology import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple, encode_control
 
@@ -100,6 +101,11 @@ def parse_control(
     ct_body = body.get("body", {})
     if not isinstance(ct_body, dict):
         raise ControlRequestError(400, "'body' must be a JSON object")
+    if ctype == Control.SWAP:  # forced: a worker would import what it names
+        trusted = {n.operator for n in topology.nodes.values()}
+        refusal = import_refusal(str(ct_body.get("operator", "")), trusted)
+        if refusal is not None:
+            raise ControlRequestError(400, refusal)
     request_id = None
     if ctype == Control.METRIC_REQ:
         if "request_id" not in ct_body:

@@ -220,6 +220,7 @@ def test_a_chained_tally_swapped_in_place_counts_every_word_once_across_the_cut(
         ({"operator": "no_such_operator"}, "unknown"),
         ({"operator": "window_aggregate"}, "hooks"),
         ({"operator": "busy", "args": {"cost_us": -5}}, "args"),
+        ({"operator": "count_by_key", "args": {"key": "nope"}}, "nope"),  # its open() fails
     ],
 )
 def test_a_swap_the_worker_cannot_do_is_counted_and_never_acked(body, why, caplog):

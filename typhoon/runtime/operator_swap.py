@@ -84,8 +84,15 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
     blockers = in_place_blockers(old) + in_place_blockers(cls)
     if blockers:
         return f"its operator hooks {sorted(set(blockers))} hold state in the framework"
-    try:
+    context = dataclasses.replace(
+        fw.context,
+        operator=operator,
+        keyed_declared=bool(getattr(cls, "keyed", False)),
+        timers=Timers(fw.keyed, operator, node.name),
+    )
+    try:  # built and opened before the cut: one that fails leaves the old one running
         new = cls(**args)
+        new.open(context)
     except Exception as e:
         return f"operator '{operator}' with args {args}: {e}"
     # the old instance ends as at its end of input: its state leaves behind its output
@@ -111,12 +118,10 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
     fw._process_batch = batch_hook(new)
     fw._process_rows = rows_hook(new)
     fw.columnar = column_path(fw.spec.topology, node.name, new)
-    fw.context = dataclasses.replace(
-        fw.context,
-        operator=operator,
-        keyed_declared=bool(getattr(new, "keyed", False)),
-        timers=Timers(fw.keyed, operator, node.name),
-    )
-    new.open(fw.context)
-    log.info("worker %d: %s swapped in place for %s", fw.worker_id, operator, fw.swapped[-1])
+    fw.context = context
+    gone = fw.swapped[-1]
+    log.info(
+        "worker %d: %s swapped in place for %s after %d tuples",
+        fw.worker_id, operator, gone["operator"], gone["tuples_in"],
+    )  # fmt: skip
     return None
