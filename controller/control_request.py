@@ -4,7 +4,7 @@ Pure: the REST view hands over the request's JSON and the application's logical 
 physical topology, and gets back the control tuple with its targets, or a refusal
 with one sentence.  Two kinds of refusal protect the running job:
 
-* ROUTING, UPSTREAM, DRAIN, ROLLBACK, KEYGROUPS and CHAIN are steps of the stable update
+* ROUTING, UPSTREAM, DRAIN, ROLLBACK, KEYGROUPS, CHAIN and SWAP are steps of the stable update
   and of the guarantee's recovery: sent alone they skip the rules, the order and the
   acks those protocols wait for (a ROUTING to a worker without flows loses tuples, a
   DRAIN without the predecessors' new routes leaves them sending to a finished
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from typhoon.operators import import_refusal
 from typhoon.topology import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple, encode_control
 
@@ -33,6 +34,7 @@ PROTOCOL_STEPS: dict[Control, str] = {
     Control.ROLLBACK: "the fault recovery rolls a guaranteed application back as a whole",
     Control.KEYGROUPS: "key groups move with `typhoon scale` of the keyed node",
     Control.CHAIN: "a chained edge goes on the network with `typhoon unchain` (back: `chain`)",
+    Control.SWAP: "a node's operator changes with `typhoon swap`",
 }
 SPOUT_ONLY = frozenset({Control.INPUT_RATE, Control.ACTIVATE, Control.DEACTIVATE})
 
@@ -99,6 +101,11 @@ def parse_control(
     ct_body = body.get("body", {})
     if not isinstance(ct_body, dict):
         raise ControlRequestError(400, "'body' must be a JSON object")
+    if ctype == Control.SWAP:  # forced: a worker would import what it names
+        trusted = {n.operator for n in topology.nodes.values()}
+        refusal = import_refusal(str(ct_body.get("operator", "")), trusted)
+        if refusal is not None:
+            raise ControlRequestError(400, refusal)
     request_id = None
     if ctype == Control.METRIC_REQ:
         if "request_id" not in ct_body:

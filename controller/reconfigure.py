@@ -398,6 +398,14 @@ class Executor:
                     bodies = [(w, {**b, "chained": not b["chained"]}) for w, b in data.bodies]
                     rec.workers = [w for w, _ in bodies]
                     self._control("CHAIN", bodies)
+                elif kind == "SWAP":  # swap in place: back to the old operator, in place
+                    rec.what = "SWAP: the workers go back to the old operator"
+                    bodies = []
+                    for w, _ in data.bodies:
+                        n = old_t.nodes[old_p.by_id(w).node]
+                        bodies.append((w, {"operator": n.operator, "args": dict(n.args)}))
+                    rec.workers = [w for w, _ in bodies]
+                    self._control("SWAP", bodies)
                 elif kind == "SIGNAL":
                     rec.what = "nothing to undo for a cache flush"
                 elif kind == "KEYGROUPS":

@@ -346,6 +346,12 @@ def build_report(
                 "error": r["error"],
                 "cpu_s": r.get("cpu_s"),
                 **({"moved_to": r["moved_to"]} if r.get("moved_to") else {}),  # typhoon move
+                # operators swapped out in place: which, and what they took and gave
+                **(
+                    {"swapped": [{k: v for k, v in s.items() if k != "result"} for s in sw]}
+                    if (sw := r.get("swapped"))
+                    else {}
+                ),
                 "in": m["in"],
                 "out": m["out"],
                 "drops": m["drops"],
@@ -396,6 +402,8 @@ def build_report(
             results[name] = _sequence_check(topology, name, ws, emitted)
             continue
         rs = [w["result"] for w in ws if w.get("result") is not None]
+        # an operator swapped out in place (SWAP) reports like a drained worker
+        rs += [s["result"] for w in ws for s in w.get("swapped") or () if s.get("result")]
         if rs:
             results[name] = resolve_operator(node.operator).merge_results(rs)
     recovered = set(extra.get("recovered") or ())

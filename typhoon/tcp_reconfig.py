@@ -29,8 +29,9 @@ coordinator then restarts every worker in the update's final topology from
 the newest checkpoint complete under it (``tcp_recovery.restart``), and the
 update ends ``restarted``.  Otherwise, or when a step is not confirmed in
 time, the update fails and the tcp run stops as failed (a half-done update is
-not undone on tcp).  :func:`tcp_refusal` names, in one sentence, what tcp
-refuses.
+not undone on tcp).  A swap of a chained node runs in place
+(``typhoon.reconfig.swap_in_place``: write, SWAP, commit; nothing to launch).
+:func:`typhoon.tcp_requests.tcp_refusal` names, in one sentence, what tcp refuses.
 """
 
 from __future__ import annotations
@@ -44,18 +45,18 @@ from typing import Any, Protocol
 
 from typhoon.checkpoint.settings import guarantee_of
 from typhoon.reconfig import (
-    MAX_PARALLELISM,
     Plan,
     ReconfigError,
-    Reroute,
     Scale,
     Step,
+    Swap,
     describe,
     plan,
 )
-from typhoon.reconfig.edit import scaled_together
-from typhoon.reconfig.requests import Chain, Request, Unchain
-from typhoon.topology.model import Node, PhysicalTopology, Topology
+from typhoon.reconfig.requests import Request
+from typhoon.reconfig.swap_in_place import plan_swap_in_place
+from typhoon.tcp_requests import tcp_refusal
+from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger(__name__)
@@ -88,85 +89,6 @@ class StepFailed(Exception):
 
 
 # ----- pure parts ----------------------------------------------------------------------------
-
-
-def tcp_refusal(topology: Topology, request: Request) -> str | None:
-    """One sentence saying why tcp refuses ``request`` on ``topology``; None: it may run."""
-    if isinstance(request, (Unchain, Chain)):
-        return None  # the processes stay; the plan says what is wrong with it
-    if isinstance(request, Reroute) and request.policy == "direct":
-        # a locality move (senders route by the table themselves, the plan checks it); on
-        # a chained edge the plan unchains the edge live first (typhoon.reconfig.chains)
-        return None
-    if not isinstance(request, Scale):
-        return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale', "
-            "'unchain', 'chain' and a 'direct' reroute (a locality move) are (other "
-            "reroutes, swap, insert, remove and move need the sdn controller)"
-        )
-    node = topology.nodes.get(request.node)
-    if node is None:
-        return f"no node named '{request.node}' in '{topology.name}'"
-    # a chained node scales its whole chain (typhoon.reconfig.edit.scaled_together), each
-    # node of it checked here
-    try:
-        together = scaled_together(topology, node.name)
-    except ReconfigError as e:  # a chain that starts at a spout
-        return e.message
-    for name in together:
-        refusal = _scale_refusal(topology.nodes[name])
-        if refusal is not None:
-            return refusal
-    return None
-
-
-def _scale_refusal(node: Node) -> str | None:
-    if node.engine != "python":
-        return (
-            f"{node.engine} node '{node.name}' cannot be rescaled on tcp: the tcp runner "
-            "starts one engine service per host at launch and never changes it"
-        )
-    if node.stateful and not node.keyed:  # its input remaps: the plan would flush it
-        return (
-            f"'{node.name}' keeps per-worker state that is not keyed (stateful: true with "
-            f"operator {node.operator}), which a tcp rescale cannot move: only keyed state "
-            "moves with its key groups on tcp (docs/keyed_state.md)"
-        )
-    return None
-
-
-def parse_scale_option(text: str) -> tuple[float, Scale]:
-    """``AT:NODE=N`` (``typhoon run --scale``): at AT seconds, scale NODE to N workers."""
-    at, sep, rest = text.partition(":")
-    node, eq, n = rest.partition("=")
-    try:
-        seconds, parallelism = float(at), int(n)
-    except ValueError:
-        seconds, parallelism = -1.0, 0
-    if not sep or not eq or not node or seconds < 0 or not 1 <= parallelism <= MAX_PARALLELISM:
-        raise ValueError(
-            f"--scale '{text}' is not of the form AT:NODE=N (AT seconds >= 0, "
-            f"1 <= N <= {MAX_PARALLELISM}), e.g. 5:count=6"
-        )
-    return seconds, Scale(node, parallelism)
-
-
-def parse_chain_option(text: str, verb: str) -> tuple[float, Unchain | Chain]:
-    """``AT:NODE`` or ``AT:NODE:WORKER`` (``typhoon run --unchain`` / ``--chain``): at AT
-    seconds, put NODE's chained edges on the network (``verb`` "unchain") or make them
-    function calls again ("chain"); only WORKER's chain instance when given."""
-    at, sep, rest = text.partition(":")
-    node, _, worker = rest.partition(":")
-    try:
-        seconds, wid = float(at), int(worker) if worker else None
-    except ValueError:
-        seconds, wid = -1.0, None
-    if not sep or not node or seconds < 0 or (worker and (wid is None or wid < 1)):
-        raise ValueError(
-            f"--{verb} '{text}' is not of the form AT:NODE or AT:NODE:WORKER (AT seconds "
-            f">= 0, WORKER a worker ID), e.g. 5:split"
-        )
-    return seconds, (Unchain if verb == "unchain" else Chain)(node, wid)
 
 
 def keyed_nodes(p: Plan) -> list[str]:
@@ -276,15 +198,7 @@ class Executor:
         try:
             if refusal is not None:
                 raise ReconfigError(refusal, 409)
-            self.plan = p = plan(
-                rec.request,
-                c.topology,
-                c.physical,
-                c.hosts(),
-                first_port=0,
-                exited=exited,
-                min_id=max(c.procs, default=0) + 1,
-            )
+            self.plan = p = self._plan(exited)
         except ReconfigError as e:
             rec.state, rec.error = "refused", e.message
             log.warning("rescale %s refused: %s", describe(rec.request), e.message)
@@ -306,6 +220,28 @@ class Executor:
             rec.steps.append(_step(step, "done", s0))
         c.physical = p.final  # (a scale-up has no write_final: the same workers, new version)
         return self._finish(p, "done", t0)
+
+    def _plan(self, exited: set[int]) -> Plan:
+        c, request = self.c, self.rec.request
+        if isinstance(request, Swap):  # only in place: the same workers, no CHAIN, no rules
+            in_place = plan_swap_in_place(request, c.topology, c.physical, exited)
+            if in_place is None:
+                raise ReconfigError(
+                    f"{describe(request)} cannot run in place (docs/reconfiguration.md, "
+                    "'Swapping a chained node in place'), and a swap on the network needs "
+                    "the sdn controller",
+                    409,
+                )
+            return in_place
+        return plan(
+            request,
+            c.topology,
+            c.physical,
+            c.hosts(),
+            first_port=0,
+            exited=exited,
+            min_id=max(c.procs, default=0) + 1,
+        )
 
     def _finish(self, p: Plan, state: str, t0: float) -> bool:
         rec = self.rec

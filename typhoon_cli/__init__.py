@@ -188,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def tcp_scales(topology: Topology, items: list[str]) -> list[tuple[float, Any]]:
     """``--scale AT:NODE=N`` options, each checked against what tcp can rescale."""
     from typhoon.reconfig import ReconfigError, apply_request
-    from typhoon.tcp_reconfig import parse_scale_option, tcp_refusal
+    from typhoon.tcp_requests import parse_scale_option, tcp_refusal
 
     parsed = []
     for item in items:
@@ -213,7 +213,7 @@ def tcp_chain_verbs(
     topology: Topology, unchain: list[str], chain: list[str]
 ) -> list[tuple[float, Any]]:
     """``--unchain`` / ``--chain AT:NODE[:WORKER]`` options, each naming a chained node."""
-    from typhoon.tcp_reconfig import parse_chain_option
+    from typhoon.tcp_requests import parse_chain_option
     from typhoon.topology.chaining import chained_nodes
 
     out = []

@@ -286,8 +286,8 @@ def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path
 def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
     """split -> upper -> lower is one process per instance: removing upper unchains its
     edges, drains it and splices split -> lower inside the process (on the network);
-    swapping lower then drains it out of the process too and starts its new workers
-    alone; counts exact, report ok, 0 lost, the processes' heads ran throughout."""
+    swapping lower then runs in place (the same workers, in their processes); counts
+    exact, report ok, 0 lost, the processes' heads ran throughout."""
     from typhoon.topology import load_topology_text
     from typhoon.topology.chaining import chain_groups
 
@@ -317,11 +317,93 @@ def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
             cluster.coordinator.get_topology(name),
             cluster.coordinator.get_physical(name),
         )
-        assert chain_groups(now_t, now_p) == {}  # split runs alone in its process now
-        assert now_t.nodes["lower"].operator == "busy"
+        assert chain_groups(now_t, now_p) == {h: [ws[0], ws[2]] for h, ws in groups.items()}
+        assert now_t.nodes["lower"].operator == "busy" and done["added"] == []
         wait_emitted(cluster, name, 2000)
         topology, workers = finish(cluster, name)
     by_id = assert_exact(t, topology, workers)
-    for w in done["added"]:
-        assert sum(by_id[w]["metrics"]["in"].values()) > 0, by_id[w]
+    for ws in groups.values():  # the new operator took input after the old one's
+        (old,) = by_id[ws[2]]["swapped"]
+        assert 0 < old["tuples_in"] < sum(by_id[ws[2]]["metrics"]["in"].values()), old
     assert_processes_ran_whole(cluster, name, groups)
+
+
+IN_PLACE = """
+name: chinplace
+config: {placement: spread}  # worker i of every node on host i mod 2: instances whole
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 30000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: upper, operator: identity, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 2, stateful: true}
+streams:
+  - {from: source, to: split, grouping: shuffle}
+  - {from: split, to: upper, grouping: forward}
+  - {from: upper, to: count, grouping: forward}
+"""
+
+
+def test_a_swap_of_chained_nodes_runs_in_place_in_their_processes(tmp_path):
+    """split -> upper -> count is one process per instance: swapping upper (the middle)
+    and then count (the tail, a stateful count whose old instance's counts the report
+    merges like a drained worker's) runs in place: no new worker, the same process IDs
+    before and after, no edge of a process on the network; counts exact, 0 lost."""
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(IN_PLACE, "chinplace.yaml")
+    with emulated_cluster(
+        tmp_path, "ci", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+    ) as cluster:
+        name = t.name
+        cluster.submit(t)
+        cluster.wait_active(name)
+        physical = cluster.coordinator.get_physical(name)
+        groups = chain_groups(t, physical)
+        assert len(groups) == 2 and all(len(ws) == 3 for ws in groups.values()), groups
+        members = [w for ws in groups.values() for w in ws]
+
+        def pids() -> dict[int, int | None]:
+            statuses = cluster.coordinator.worker_statuses(name)
+            return {w: statuses[w].pid for w in members}
+
+        before = pids()
+        assert all(before[w] == before[ws[0]] for ws in groups.values() for w in ws), before
+        wait_emitted(cluster, name, 2000)
+        for node, operator, args in (
+            ("upper", "busy", {"cost_us": 1}),
+            ("count", "count_by_key", {}),
+        ):
+            body = {"node": node, "operator": operator, "args": args}
+            done = reconfigure(cluster, name, "swap", body)
+            steps = [(s["action"], s["workers"]) for s in done["steps"]]
+            ids = sorted(w.worker_id for w in physical.of_node(node))
+            assert steps == [("write", []), ("wait_rules", []), ("control", ids),
+                             ("commit", [])], done  # fmt: skip
+            assert done["added"] == done["removed"] == []
+            now_t, now_p = (
+                cluster.coordinator.get_topology(name),
+                cluster.coordinator.get_physical(name),
+            )
+            assert now_t.nodes[node].operator == operator and now_t.nodes[node].args == args
+            assert now_p.workers == physical.workers and now_p.unchained == []
+            assert chain_groups(now_t, now_p) == groups
+            assert pids() == before  # the same processes
+            wait_emitted(cluster, name, 2500)
+        topology, workers = finish(cluster, name)
+    by_id = assert_exact(t, topology, workers)
+    assert_processes_ran_whole(cluster, name, groups)
+    for ws in groups.values():
+        split, upper, count = (by_id[w] for w in ws)
+        assert {by_id[w]["pid"] for w in ws} == {before[ws[0]]}  # one process throughout
+        for w, was in ((upper, "identity"), (count, "count_by_key")):
+            (old,) = w["swapped"]  # the old instance ended in the process, then the new ran
+            assert old["operator"] == was, old
+            assert 0 < old["tuples_in"] < sum(w["metrics"]["in"].values()), old
+        assert sum(old["result"]["counts"].values()) == old["tuples_in"]  # count's old part
+        # the chain's edges stayed function calls: not one frame between its members
+        for a, b in ((split, upper), (upper, count)):
+            frames = a["links"]["transport"]["frames_to"]
+            assert int(frames.get(str(b["worker"]), 0)) == 0, (a["worker"], frames)

@@ -16,7 +16,7 @@ import pytest
 from midrun_kill import kill_once_checkpointed
 
 from typhoon.operators.sources import generate_sentences
-from typhoon.tcp_cluster import RunOptions, run_tcp
+from typhoon.tcp_cluster import RunOptions, TcpCluster, run_tcp
 from typhoon.topology import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,3 +81,77 @@ def test_chained_exactly_once_survives_a_killed_chain(tmp_path: Path) -> None:
         assert by_id[wid]["restored_epochs"], by_id[wid]
         assert min(by_id[wid]["restored_epochs"]) >= before >= 1, (before, by_id[wid])
     assert 0 < by_id[source0]["replayed_from"]["emitted"] < args["count"] // 2
+
+
+IN_PLACE = """
+name: tcpinplace
+spouts:
+  - {id: source, operator: sentence_source, args: {count: 12000, seed: 7, words: 8,
+     vocabulary: 500, rate: 1500}, parallelism: 2}
+bolts:
+  - {id: split, operator: split_words, parallelism: 2}
+  - {id: count, operator: count_by_key, args: {key: word}, parallelism: 2, stateful: true}
+streams:
+  - {from: source, to: split, grouping: forward}
+  - {from: split, to: count, grouping: forward}
+"""
+
+
+@pytest.mark.long
+def test_a_chained_count_swapped_in_place_over_tcp_counts_exactly(tmp_path: Path) -> None:
+    """source -> split -> count is one process per instance; mid-run the count is swapped
+    in place (typhoon.reconfig.swap_in_place): the old instances' counts and the new
+    ones' add up to the reference, nothing lost, no new worker or process."""
+    import threading
+    import time
+
+    from typhoon.live import data_tuples
+    from typhoon.reconfig import Swap
+    from typhoon.topology import load_topology_text
+    from typhoon.topology.chaining import chain_groups
+
+    t = load_topology_text(IN_PLACE, "tcpinplace.yaml")
+    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / t.name)
+    counts = [w.worker_id for w in cluster.physical.of_node("count")]
+    groups = chain_groups(t, cluster.physical)
+    assert len(groups) == 2 and all(len(ws) == 3 for ws in groups.values()), groups
+    records, errors = [], []
+
+    def swap() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while sum(data_tuples(cluster.metrics.get(w, {}).get("in", {})) for w in counts) < 5000:
+                assert time.monotonic() < deadline, "no progress"
+                time.sleep(0.01)
+            rec = cluster.rescaler.request(Swap("count", "count_by_key", {}))
+            while rec.state == "pending":
+                assert time.monotonic() < deadline, "the swap did not end"
+                time.sleep(0.01)
+            records.append(rec)
+        except BaseException as e:  # reported by the test, not lost in the thread
+            errors.append(e)
+
+    try:
+        cluster.start()
+        cluster.activate()
+        thread = threading.Thread(target=swap)
+        thread.start()
+        clean = cluster.wait()
+        thread.join()
+        report = cluster.report(clean)
+    finally:
+        cluster.close()
+    assert not errors, errors
+    (rec,) = records
+    assert rec.state == "done" and not rec.added and not rec.removed, rec.to_dict()
+    assert [s["what"].split(":")[0] for s in rec.steps][2] == "SWAP", rec.steps
+    assert report["ok"], report["problems"]
+    want = reference(t.nodes["source"].args)
+    assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == want
+    for w in report["workers"]:
+        if w["node"] == "count":
+            (old,) = w["swapped"]  # the old instance took part of the input, the new the rest
+            assert old["operator"] == "count_by_key" and old["args"] == {"key": "word"}
+            assert 0 < old["tuples_in"] < sum(w["in"].values()), (old, w["in"])
+    logs = {p.name for p in (tmp_path / t.name).glob("worker-*.log")}
+    assert logs == {f"worker-{h}.log" for h in groups}, logs  # one process per instance

@@ -132,7 +132,7 @@ def test_other_updates_or_a_missing_stream_plan_as_before():
 
 def test_tcp_runs_a_direct_route_of_a_chained_edge_too():
     """It unchains the edge first there as well (tests/unit/test_tcp_unchain.py)."""
-    from typhoon.tcp_reconfig import tcp_refusal
+    from typhoon.tcp_requests import tcp_refusal
 
     t, _ = chained()
     assert tcp_refusal(t, Reroute("split->upper", "direct")) is None
@@ -281,10 +281,13 @@ def three():
     return t, phys
 
 
-def test_a_swap_of_a_chained_node_unchains_its_edges_and_its_new_workers_run_alone():
+def test_a_swap_under_a_guarantee_unchains_its_edges_and_its_new_workers_run_alone():
+    """A swap that cannot run in place (here: checkpoints; test_swap_in_place.py has the
+    swap in place) unchains the node's edges first and starts new workers."""
     from typhoon.reconfig import Swap
 
     t, phys = three()
+    t.config["guarantee"] = "at_least_once"
     p = plan(Swap("upper", "busy", {"cost_us": 1}), t, phys, HOSTS, 100)
     assert actions(p)[:6] == [*PRELUDE, "write"]
     assert p.steps[1].physical.unchained == [5, 6, 7, 8]

@@ -252,8 +252,10 @@ def test_a_chain_from_a_spout_is_not_scaled_and_the_other_updates_plan():
     with pytest.raises(ReconfigError, match="'source' is a spout") as e:
         plan(Scale("split", 3), t, phys, ["h1", "h2"], 100)
     assert e.value.status == 409
-    # swap, move, route unchain what they need first (tests/unit/test_chain_ops.py)
-    assert plan(Swap("upper", "busy", {"cost_us": 1}), t, phys, ["h1", "h2"], 100).added
+    # move and route unchain what they need first (tests/unit/test_chain_ops.py); a swap
+    # runs in place (tests/unit/test_swap_in_place.py)
+    swap = plan(Swap("upper", "busy", {"cost_us": 1}), t, phys, ["h1", "h2"], 100)
+    assert swap.steps[2].control == "SWAP" and not swap.added
     # count is not chained: scaling it plans (the chains keep their processes)
     assert plan(Scale("count", 4), t, phys, ["h1", "h2"], 100).added
     assert plan(Move(split0, "h2"), t, phys, ["h1", "h2"], 100).added

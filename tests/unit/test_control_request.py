@@ -48,6 +48,15 @@ def ids(app, node):
     return [w.worker_id for w in app[1].of_node(node)]
 
 
+def test_a_forced_swap_names_a_built_in_operator_or_one_the_topology_runs(app):
+    body = {"version": 9, "operator": "busy", "args": {}}
+    request = {"type": "SWAP", "body": body, "node": "source", "force": True}
+    assert parse(app, request).tuple.body["operator"] == "busy"
+    with pytest.raises(ControlRequestError, match="would import code") as e:
+        parse(app, {**request, "body": {**body, "operator": "os.path:join"}})
+    assert e.value.status == 400
+
+
 @pytest.mark.parametrize("ctype", sorted(c.name for c in PROTOCOL_STEPS))
 def test_protocol_steps_are_refused_unless_forced(app, ctype):
     bodies = {
@@ -57,6 +66,7 @@ def test_protocol_steps_are_refused_unless_forced(app, ctype):
         "ROLLBACK": {"generation": 2, "epoch": -1},
         "KEYGROUPS": {"version": 9, "migration": 1, "phase": "finish"},
         "CHAIN": {"version": 9, "receiver": 3, "chained": False},
+        "SWAP": {"version": 9, "operator": "busy", "args": {"cost_us": 1}},
     }
     request = {"type": ctype, "body": bodies[ctype], "node": "source"}
     with pytest.raises(ControlRequestError) as e:

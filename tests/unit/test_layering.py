@@ -321,6 +321,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "tcp_cluster",
             "tcp_gate",
             "tcp_reconfig",
+            "tcp_requests",
             "tcp_recovery",
         },
     ),

@@ -11,8 +11,9 @@ import pytest
 
 from typhoon.reconfig import Reroute, Scale, plan
 from typhoon.runtime.keyed_state import KeyedStates
-from typhoon.tcp_reconfig import Record, Rescaler, keyed_nodes, parse_scale_option, tcp_refusal
+from typhoon.tcp_reconfig import Record, Rescaler, keyed_nodes
 from typhoon.tcp_recovery import IncidentWatch
+from typhoon.tcp_requests import parse_scale_option, tcp_refusal
 from typhoon.topology import load_topology_text, schedule
 from typhoon.topology.scheduler import app_id_for
 from typhoon.wire import Control, ControlTuple, decode_control, encode_control

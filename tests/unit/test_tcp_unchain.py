@@ -12,7 +12,8 @@ from test_tcp_reconfig import FakeCluster
 
 from typhoon.reconfig import Reroute, Scale
 from typhoon.reconfig.requests import Chain, Unchain
-from typhoon.tcp_reconfig import Rescaler, parse_chain_option, tcp_refusal
+from typhoon.tcp_reconfig import Rescaler
+from typhoon.tcp_requests import parse_chain_option, tcp_refusal
 from typhoon.topology import load_topology_text
 from typhoon.topology.chaining import chain_groups
 from typhoon_cli import UsageError, build_parser, cmd_run, tcp_chain_verbs

@@ -376,7 +376,7 @@ def test_scaling_a_chained_node_scales_its_chain_in_whole_processes():
 
 def test_tcp_runs_unchaining_and_the_scale_of_a_chain():
     """tcp runs them too (tests/unit/test_tcp_unchain.py, tests/runtime/test_unchain_tcp.py)."""
-    from typhoon.tcp_reconfig import tcp_refusal
+    from typhoon.tcp_requests import tcp_refusal
     from typhoon.topology import load_topology_text
 
     t = load_topology_text(BOLT_CHAIN, "bc.yaml")

@@ -91,7 +91,7 @@ def test_constants() -> None:
     assert (SEG, SEG_FIRST, SEG_LAST) == (1, 2, 4)
     assert issubclass(WireError, ValueError)
     assert [k.value for k in Kind] == [0, 1, 2]
-    assert [c.value for c in Control] == list(range(1, 16))
+    assert [c.value for c in Control] == list(range(1, 17))
 
 
 @given(app_ids, worker_ids)
@@ -744,6 +744,21 @@ bodies = {
     Control.CHAIN: st.fixed_dictionaries(
         {"version": u64, "receiver": worker_ids, "chained": st.booleans()}
     ),
+    Control.SWAP: st.fixed_dictionaries(
+        {
+            "version": u64,
+            "operator": st.text(min_size=1, max_size=20),
+            "args": st.dictionaries(
+                st.text(max_size=6),
+                st.none()
+                | st.booleans()
+                | st.integers(-(2**63), 2**64 - 1)
+                | st.text()
+                | st.lists(st.integers(0, 9), max_size=3),
+                max_size=3,
+            ),
+        }
+    ),
 }
 ROUTING_DEFAULTS = {"fields": [], "table": {}, "local": [], "lb_node": 0, "groups": []}
 
@@ -826,6 +841,11 @@ BAD_BODIES = [
     (Control.FLOW_CONTROL, {"budget": -1}),
     (Control.FLOW_CONTROL, {"budget": 2**32}),
     (Control.FLOW_CONTROL, {"budget": 1.5}),
+    (Control.SWAP, {"version": 1, "operator": ""}),
+    (Control.SWAP, {"version": 1}),
+    (Control.SWAP, {"version": 1, "operator": "busy", "args": [1]}),
+    (Control.SWAP, {"version": 1, "operator": "busy", "args": {"a": {1: 2}}}),
+    (Control.SWAP, {"version": 1, "operator": "busy", "args": {"a": [[[[[[[[[[1]]]]]]]]]]}}),
 ]
 
 

@@ -5,15 +5,16 @@ A chain instance (typhoon.topology.chaining) is one process; its inner edges
 are function calls (or on the network, unchained live: ``typhoon.reconfig.unchain``).
 Scaling a chained node scales its whole chain (``edit.scaled_together``): new
 instances are new processes, removed ones drain whole, the others stay as they
-are.  A route or insert on a chained edge, and a swap, remove or move of a
-worker that shares its process, first unchain the edges they need in the same
-update (:func:`unchain_first`: their rules, then CHAIN to their senders) and
-keep each running process as it is (``physical.kept_chains``): the update then
-runs as on network edges; a worker that leaves drains and the process goes on
-with the others (the agent only removes its port), newcomers run alone.  What
-would form a process from running workers or move a running worker into
-another process is refused (409, one sentence naming ``config: {chaining:
-false}``): :func:`check_groups`.
+are.  A route or insert on a chained edge, and a remove, move or swap (one that
+cannot run in place: ``typhoon.reconfig.swap_in_place``) of a worker that shares
+its process, first unchain the edges they need in the same update
+(:func:`unchain_first`: their rules, then CHAIN to their senders) and keep each
+running process as it is (``physical.kept_chains``): the update then runs as on
+network edges; a worker that leaves drains and the process goes on with the
+others (the agent only removes its port), newcomers run alone.  What would form
+a process from running workers or move a running worker into another process is
+refused (409, one sentence naming ``config: {chaining: false}``):
+:func:`check_groups`.
 """
 
 from __future__ import annotations

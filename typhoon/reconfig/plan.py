@@ -4,7 +4,8 @@ See the package docstring for the procedure.  :func:`plan` computes the new
 topology, the physical topology during the update (new workers added,
 removed ones ``draining``), the final one, and the steps with every control
 tuple body they send (versions are added by the executor).  Unchaining and
-chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``).
+chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``), and
+so has the swap of a chained node in place (``typhoon.reconfig.swap_in_place``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typhoon.reconfig.move import add_worker_move, check_move
 from typhoon.reconfig.plan_model import ACTIONS, Bodies, Plan, Step, _control
 from typhoon.reconfig.requests import Chain, Move, ReconfigError, Request, Unchain
 from typhoon.reconfig.steps import migration_step, stepwise_allowed, stepwise_rounds
+from typhoon.reconfig.swap_in_place import plan_swap_in_place
 from typhoon.reconfig.unchain import plan_unchain
 from typhoon.topology.keygroups import (
     KEY_ROUTED,
@@ -91,6 +93,9 @@ def plan(
         )
     if isinstance(request, (Unchain, Chain)):  # processes stay: typhoon.reconfig.unchain
         return plan_unchain(request, topology, physical, exited)
+    in_place = plan_swap_in_place(request, topology, physical, exited, allow_imports)
+    if in_place is not None:  # a chained node's workers swap their operator in their process
+        return in_place
     original, prelude = physical, []
     first = unchain_first(request, topology, physical, exited)
     if first is not None:  # a route or insert on a chained edge: unchain it first

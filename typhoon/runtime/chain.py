@@ -19,6 +19,9 @@ again waits until the receiver's transport handed its framework every frame the
 sender wrote on that link (and the sender holds its confirmation), then calls
 again: nothing is overtaken, and the link's rules may go.  A worker
 whose spec's physical topology lists the receiver as ``unchained`` starts so.
+
+A SWAP control tuple to a member replaces its operator in place
+(``typhoon.runtime.operator_swap``): the member, its transport and its calls stay.
 """
 
 from __future__ import annotations

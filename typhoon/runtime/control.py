@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from typhoon.runtime.operator_swap import SwapHost, swap_operator
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple, wire_metrics
 
@@ -135,6 +136,13 @@ class ControlHandling(_Host):
             self.may_exit = True
         elif t == Control.KEYGROUPS:
             self.keygroups(body)
+        elif t == Control.SWAP:  # swap in place (typhoon.runtime.operator_swap)
+            why = swap_operator(cast(SwapHost, self), body["operator"], body["args"])
+            if why is None:
+                self._ack("SWAP", body["version"])
+            else:  # never acked: the update times out and is undone
+                self.io.stats.drop("swap_refused")
+                log.warning("worker %d: SWAP to %s refused: %s", self.worker_id, body, why)
         elif t == Control.DRAIN:
             self.draining = True
             self.drain_version = body["version"]

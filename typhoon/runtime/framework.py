@@ -120,8 +120,8 @@ class Framework(OutputBatching, ColumnOutput, ControlHandling, GuaranteedProcess
         self.rate = float(getattr(operator, "rate", 0.0) or 0.0)
         self.tokens, self.last_refill = 0.0, self.now
         self.exhausted = self.draining = False
-        self.drain_version = 0
-        self.last_input = self.now
+        self.drain_version, self.last_input = 0, self.now
+        self.swapped: list[dict[str, Any]] = []  # operators swapped out in place (SWAP)
         self.done = False
         # Optional operator hooks, for output that process() does not emit (an external
         # engine such as Spark, timers): pump(emit, input_done) -> True while output is still

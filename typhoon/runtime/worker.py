@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -192,6 +193,10 @@ class Worker:
                 # to the worker named; reporting it here too would count it twice
                 "moved_to": self.fw.moved_to,
                 "result": None if self.fw.moved_to else self.operator.result(),
+                # operators swapped out in place before this one, each with its result
+                # (typhoon.runtime.operator_swap): the report merges them as drained workers'
+                "swapped": self.fw.swapped,
+                "pid": os.getpid(),
             }
         )
         return report

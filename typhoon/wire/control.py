@@ -34,6 +34,7 @@ class Control(IntEnum):
     COMPLETE = 13  # every worker of the application finished: a finished worker may exit
     KEYGROUPS = 14  # key groups move between workers with their keyed state (a rescale, a move)
     CHAIN = 15  # a chained edge goes on the network or back to a function call (live unchaining)
+    SWAP = 16  # a worker's operator is replaced in its process (swap in place of a chained node)
 
 
 # Control tuples a worker handles ahead of the data queued before them (docs/flow_control.md,
@@ -139,6 +140,38 @@ def _metric_value(v: Any) -> Any:
 
 
 _metrics = _str_key_dict(_metric_value)
+
+MAX_ARGS_DEPTH = 8  # an operator's arguments are plain data, nested this deep at most
+
+
+def _plain(v: Any, depth: int = 0) -> Any:
+    """Plain data (what a topology file's ``args`` can hold), as lists and str-keyed dicts."""
+    if depth > MAX_ARGS_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_ARGS_DEPTH}")
+    if v is None or isinstance(v, (bool, str, float)):
+        return v
+    if _is_int(v):
+        return _metric_int(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        if any(not isinstance(k, str) for k in v):
+            raise ValueError("dict keys must be str")
+        return {k: _plain(x, depth + 1) for k, x in v.items()}
+    raise ValueError(f"not plain data: {type(v).__name__}")
+
+
+def _args(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ValueError(f"expected a dict, got {type(v).__name__}")
+    out: dict[str, Any] = _plain(v)
+    return out
+
+
+def _operator_name(v: Any) -> str:
+    if not isinstance(v, str) or not 0 < len(v) <= 200:
+        raise ValueError(f"expected an operator name (1..200 characters), got {v!r}")
+    return v
 
 
 def wire_metrics(value: dict[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
@@ -247,6 +280,13 @@ _SCHEMAS: dict[Control, dict[str, tuple[_Check, Any]]] = {
         "version": (_u64, _REQUIRED),
         "receiver": (_worker_id, _REQUIRED),
         "chained": (_bool, _REQUIRED),
+    },
+    # swap in place (typhoon/runtime/operator_swap.py): the worker's operator ends as at its
+    # end of input and this one (built-in name or module:Class, with these args) goes on
+    Control.SWAP: {
+        "version": (_u64, _REQUIRED),
+        "operator": (_operator_name, _REQUIRED),
+        "args": (_args, {}),
     },
     # senders that start (add) or stopped without end of stream (remove) sending to a worker
     Control.UPSTREAM: {
