@@ -85,7 +85,7 @@ FIGURES = {
 HEADLINES = {
     "fault": "fault: kill -> ROUTING",
     "autoscale": "autoscale: count throughput after",
-    "live_debug": "live debug mirror: throughput",
+    "live_debug": "live debug mirror every tuple: throughput",
     "logic_swap": "logic swap: mean window count",
 }
 
