@@ -261,7 +261,7 @@ class NodeBalancer:
             w.new_drops = 0
         if not target:
             return Decision(self.node, {}, None, "; ".join(why))
-        trimmed = self._trim(why)
+        trimmed = self._trim(target, why)
         wanted = normalize({k: v * self.workers[k].trim for k, v in target.items()}, s.min_share)
         moved = _points(wanted, self.installed)
         basis = "; ".join(why)
@@ -290,26 +290,31 @@ class NodeBalancer:
         self.achieved_counts = {}
         return Decision(self.node, target, wanted, reason)
 
-    def _trim(self, why: list[str]) -> bool:
-        """Correct weights by the configured/achieved ratio (hash skew, see above).
+    def _trim(self, target: Mapping[int, float], why: list[str]) -> bool:
+        """Correct weights by the ratio of the target to the achieved share (hash skew).
 
         Only with enough frames counted since the last change, at most ``MAX_TRIMS``
-        times in a row; True if the weights were corrected.
+        times in a row; True if the weights were corrected.  The achieved split is
+        held against the target (what the workers can take), not against the
+        installed shares: those already carry the earlier corrections, and chasing
+        them moved the achieved split away from the target, a little more each time.
         """
         s = self.settings
         achieved = self.achieved()
         if not s.trim or not achieved or self.frames_counted() < s.min_frames:
             return False
-        if set(achieved) != set(self.installed) or self.trims >= MAX_TRIMS:
+        if set(achieved) != set(self.installed) or set(target) != set(achieved):
             return False
-        off = _points(achieved, self.installed)
+        if self.trims >= MAX_TRIMS:
+            return False
+        off = _points(achieved, target)
         if off <= s.trim_points:
             return False
-        for k, configured in self.installed.items():
-            ratio = configured / max(achieved[k], 0.01)
+        for k, want in target.items():
+            ratio = want / max(achieved[k], 0.01)
             self.workers[k].trim = min(2.0, max(0.5, self.workers[k].trim * ratio**0.7))
         self.trims += 1
-        why.append(f"achieved {fmt_split(achieved)} is {off:.1f} points off the configured")
+        why.append(f"achieved {fmt_split(achieved)} is {off:.1f} points off the target")
         return True
 
     def report(self) -> dict:
