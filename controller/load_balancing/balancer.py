@@ -14,7 +14,10 @@ How a weight is made (worker i of the node):
   to move.  A worker without an estimate yet gets the node's median.
 * **Queue**: queued work delays new work, so the weight is divided by
   ``1 + queue_weight * backlog_s / interval_s``, where ``backlog_s`` is the
-  worker's queue depth divided by its service rate.
+  worker's queue depth divided by its service rate.  The depth is what the
+  worker read and has not processed; frames still waiting in its TAP device
+  are not in it (the tun driver does not answer FIONREAD), so this term does
+  not see a backlog that builds up there.
 * **Port statistics**: a worker whose switch port dropped frames toward it in
   the last interval cannot keep up with what it gets: its weight is multiplied
   by ``drop_penalty``.  A worker whose port is down is out of the group.
@@ -27,12 +30,14 @@ How a weight is made (worker i of the node):
   idle whenever their short queues run dry (measured: 5 s windows at 37/47/16 %
   for 3/7, 3/7, 1/7 configured, achieved 41.7/45.1/13.2 %).  So once the bucket
   counters since the last change cover ``min_frames`` frames, each worker's
-  weight is corrected by the ratio of its configured to its achieved share
-  (damped, bounded), at most ``MAX_TRIMS`` times in a row.  A correction moves
-  only the hash entries at the edges of the workers' runs of buckets, so it
-  does not re-draw the skew (it did with weighted buckets, which is why trim
-  used to be off), and senders take the slots in turn, so the counters give
-  the split exactly rather than a sample of it.
+  weight is corrected by the ratio of its target (service rate, queue, ports)
+  to its achieved share (damped, bounded), at most ``MAX_TRIMS`` times in a row.
+  Held against the installed shares instead, which already carry the earlier
+  corrections, it drove the achieved split away from the target.  A correction
+  moves only the hash entries at the edges of the workers' runs of buckets, so
+  it does not re-draw the skew (it did with weighted buckets, which is why trim
+  used to be off), and senders take the slots in turn, so the counters give the
+  split exactly rather than a sample of it.
 
 The shares (weights normalized, at least ``min_share`` each) are installed only
 if one of them moves by more than ``threshold_points`` from what is installed:

@@ -29,8 +29,8 @@ rules of a link forward both directions.  Control tuples go to the controller
 address (``reply``) without credit.
 
 Load-balanced streams (``sdn`` grouping switched to the switch's select group by
-the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to a
-random load-balancer slot address of the receiving node, flagged
+the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to the
+load-balancer slot addresses of the receiving node in turn, flagged
 :data:`typhoon.wire.LB`; the switch picks the worker.  They are paced by one
 group window per stream (:mod:`typhoon.runtime.lb_credits`); a frame the switch
 drops on that path is counted lost, not sent again.
