@@ -8,7 +8,10 @@ and a fluid model of the node between them: one sender, one group window of
 ``WINDOW`` frames, three workers serving 3:3:1 (the integration test's scenario,
 tests/integration/test_load_balancer.py).  A worker processes its queue at its
 own rate and returns credit for each frame it finishes; the sender sends
-whenever the window has room.
+whenever the window has room.  A worker's ``queue`` metric is its backlog (what
+it took and has not processed: typhoon/runtime/control.py), or 0 as it was
+before (``sees_backlog=False``: it counted only what was left unread at its
+last take, and it takes everything at once).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Node:
     """The sender, the switch's group and the three workers (module docstring)."""
 
     balancer: NodeBalancer
+    sees_backlog: bool = True
     router: Router = field(default_factory=lambda: Router(Route(1, "sdn", [2, 3, 4])))
     queues: dict[int, deque] = field(default_factory=lambda: {w: deque() for w in RATES})
     done: dict[int, float] = field(default_factory=lambda: dict.fromkeys(RATES, 0.0))
@@ -66,6 +70,7 @@ class Node:
     inflight: int = 0
     route: list[int] = field(default_factory=list)
     log: list[tuple[float, dict[int, float]]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # of the installs
 
     def install(self, shares: dict[int, float]) -> None:
         self.route = slot_worker(group_of(shares))
@@ -96,13 +101,15 @@ class Node:
             t = i * DT
             if i % 50 == 0:  # metrics every 0.5 s, bucket counters too
                 for w in RATES:
+                    queue = int(sum(self.queues[w])) if self.sees_backlog else 0
                     metrics = {"in": {"1": int(self.done[w])}, "proc_us": 1e6 / RATES[w]}
-                    nb.on_metrics(w, metrics, t)
+                    nb.on_metrics(w, {**metrics, "queue": queue}, t)
                 nb.on_buckets(dict(self.frames), t)
                 self.log.append((t, dict(self.done)))
             if i % 200 == 0:
                 d = nb.decide(t)
                 if d.install is not None:
+                    self.reasons.append(d.reason)
                     self.install(d.install)
 
     def windows(self, start: float, seconds: float = 5.0) -> list[dict[int, float]]:
@@ -132,8 +139,9 @@ def test_the_scenario_is_skewed():
     assert points(slots_split(CAPACITY), CAPACITY) > 3.0
 
 
-def test_without_trim_the_node_runs_at_the_hash_split_not_at_capacity():
-    node = Node(NodeBalancer("app", "work", LbSettings(**SETTINGS, trim=False)))
+def test_blind_to_backlogs_and_without_trim_the_node_runs_at_the_hash_split():
+    """As it was: the over-fed worker's queue holds the window, the node follows the slots."""
+    node = Node(NodeBalancer("app", "work", LbSettings(**SETTINGS, trim=False)), False)
     node.balancer.set_members(RATES)
     node.run(50.0)
     late = node.windows(30.0)
@@ -145,8 +153,9 @@ def test_without_trim_the_node_runs_at_the_hash_split_not_at_capacity():
     assert node.balancer.trims == 0
 
 
-def test_trim_brings_the_split_to_capacity_and_the_node_follows():
-    node = Node(NodeBalancer("app", "work", LbSettings(**SETTINGS)))
+def test_blind_to_backlogs_trim_brings_the_split_to_capacity_and_the_node_follows():
+    """The trim alone (no queue term): slowly, the backlog built before it drains late."""
+    node = Node(NodeBalancer("app", "work", LbSettings(**SETTINGS)), False)
     node.balancer.set_members(RATES)
     node.run(60.0)
     assert 1 <= node.balancer.trims
@@ -154,6 +163,17 @@ def test_trim_brings_the_split_to_capacity_and_the_node_follows():
     assert points(slots_split(node.balancer.installed), CAPACITY) <= 1.5
     late = node.windows(45.0)
     assert all(points(sh, CAPACITY) <= 2.0 for sh in late), late
+
+
+def test_with_backlogs_seen_every_worker_keeps_its_capacity_share():
+    """The queue term sees the over-fed worker's backlog and shifts frames away from it
+    until the queues even out: every worker always has work, whatever the hash gives."""
+    node = Node(NodeBalancer("app", "work", LbSettings(**SETTINGS)))
+    node.balancer.set_members(RATES)
+    node.run(50.0)
+    windows = node.windows(10.0)
+    assert all(points(sh, CAPACITY) <= 1.5 for sh in windows), windows
+    assert any("queue" in d for d in node.reasons)
 
 
 def test_a_trim_moves_only_the_entries_at_the_edges_of_the_runs():

@@ -132,6 +132,7 @@ class Worker:
                 else:
                     timeout = min(fw.next_deadline(), 0.05)
                 items = io.poll(timeout)
+                fw.took(items)
                 fw.start_slice()
                 for item in items:
                     fw.now = clock()
@@ -139,6 +140,7 @@ class Worker:
                         fw.control(item)
                     else:
                         fw.deliver(item)
+                        fw.delivered(item)
                 fw.now = clock()
                 fw.step_spout()
                 fw.tick()
