@@ -155,10 +155,13 @@ class NodeBalancer:
     settings: LbSettings = field(default_factory=LbSettings)
     workers: dict[int, WorkerState] = field(default_factory=dict)
     installed: dict[int, float] = field(default_factory=dict)  # shares on the switch now
+    base: dict[int, float] = field(default_factory=dict)  # the same before the trims
     changed_at: float = -math.inf  # when they were installed
     baseline: dict[int, int] | None = None  # bucket counters when the counting window began
     achieved_counts: dict[int, int] = field(default_factory=dict)  # frames per worker since
     trims: int = 0  # skew corrections since the last change for another reason
+    # the last counting window that covered min_frames: (shares installed, frames per worker)
+    judged: tuple[dict[int, float], dict[int, int]] | None = None
 
     def worker(self, wid: int) -> WorkerState:
         return self.workers.setdefault(wid, WorkerState())
@@ -266,7 +269,7 @@ class NodeBalancer:
             w.new_drops = 0
         if not target:
             return Decision(self.node, {}, None, "; ".join(why))
-        trimmed = self._trim(target, why)
+        trimmed = self._trim(why)
         wanted = normalize({k: v * self.workers[k].trim for k, v in target.items()}, s.min_share)
         moved = _points(wanted, self.installed)
         basis = "; ".join(why)
@@ -289,47 +292,64 @@ class NodeBalancer:
                 f"kept {fmt_split(self.installed)}: largest move {moved:.1f} points "
                 f"<= {s.threshold_points:g} ({basis})",
             )
+        if self.frames_counted() >= s.min_frames:
+            self.judged = (dict(self.installed), dict(self.achieved_counts))
         self.installed = wanted
+        self.base = target
         self.changed_at = now
         self.baseline = None
         self.achieved_counts = {}
         return Decision(self.node, target, wanted, reason)
 
-    def _trim(self, target: Mapping[int, float], why: list[str]) -> bool:
-        """Correct weights by the ratio of the target to the achieved share (hash skew).
+    def _trim(self, why: list[str]) -> bool:
+        """Correct weights by the ratio of the asked-for to the achieved share (hash skew).
 
         Only with enough frames counted since the last change, at most ``MAX_TRIMS``
         times in a row; True if the weights were corrected.  The achieved split is
-        held against the target (what the workers can take), not against the
-        installed shares: those already carry the earlier corrections, and chasing
-        them moved the achieved split away from the target, a little more each time.
+        held against the shares asked for when it was installed, before any
+        correction (``base``): not against the installed ones, which carry the
+        earlier corrections (chasing them drove the achieved split away from the
+        target), nor against today's target, which moves with the queues.
         """
         s = self.settings
         achieved = self.achieved()
         if not s.trim or not achieved or self.frames_counted() < s.min_frames:
             return False
-        if set(achieved) != set(self.installed) or set(target) != set(achieved):
+        if set(achieved) != set(self.installed) or set(self.base) != set(achieved):
             return False
         if self.trims >= MAX_TRIMS:
             return False
-        off = _points(achieved, target)
+        off = _points(achieved, self.base)
         if off <= s.trim_points:
             return False
-        for k, want in target.items():
+        for k, want in self.base.items():
             ratio = want / max(achieved[k], 0.01)
             self.workers[k].trim = min(2.0, max(0.5, self.workers[k].trim * ratio**0.7))
         self.trims += 1
-        why.append(f"achieved {fmt_split(achieved)} is {off:.1f} points off the target")
+        why.append(f"achieved {fmt_split(achieved)} is {off:.1f} points off {fmt_split(self.base)}")
         return True
 
     def report(self) -> dict:
-        """Configured vs achieved split and what the weights rest on (REST, logs)."""
-        achieved = self.achieved()
+        """Configured vs achieved split and what the weights rest on (REST, logs).
+
+        The split is that of the current counting window once it covers
+        ``min_frames`` frames, else that of the last window that did (``window``:
+        "previous"; ``installed`` is what is on the switch now): when the queues
+        move the weights every few seconds, a window rarely grows that far before
+        the next change.
+        """
+        window, configured, counts = "current", self.installed, self.achieved_counts
+        if self.frames_counted() < self.settings.min_frames and self.judged is not None:
+            window, (configured, counts) = "previous", self.judged
+        total = sum(counts.values())
+        achieved = {k: v / total for k, v in counts.items()} if total > 0 else {}
         return {
-            "configured": {str(k): round(v, 4) for k, v in sorted(self.installed.items())},
+            "window": window,
+            "installed": {str(k): round(v, 4) for k, v in sorted(self.installed.items())},
+            "configured": {str(k): round(v, 4) for k, v in sorted(configured.items())},
             "achieved": {str(k): round(v, 4) for k, v in sorted(achieved.items())},
-            "frames_counted": self.frames_counted(),
-            "difference_points": round(_points(self.installed, achieved), 2) if achieved else None,
+            "frames_counted": total,
+            "difference_points": round(_points(configured, achieved), 2) if achieved else None,
             "workers": {
                 str(k): {
                     "service_us": None if w.service_us is None else round(w.service_us, 1),

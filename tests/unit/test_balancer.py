@@ -172,3 +172,25 @@ def test_trims_stop_after_max_trims(nb):
         installs += nb.decide(t + 1.0).install is not None
         t += 1.0
     assert installs == MAX_TRIMS
+
+
+def test_report_keeps_the_last_judged_window_while_a_new_one_is_short(nb):
+    nb.settings = LbSettings(min_tuples=100, min_frames=100, settle_s=0.0, trim=False)
+    nb.decide(0.0)
+    steady(nb, {FAST: 150, FAST2: 150, SLOW: 450})
+    nb.decide(5.0)  # 3/7, 3/7, 1/7
+    nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, 5.5)
+    nb.on_buckets({FAST: 420, FAST2: 440, SLOW: 140}, 6.0)
+    nb.workers[SLOW].queue = 20000  # the queue term moves the weights again
+    assert nb.decide(7.0).install is not None
+    nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, 7.5)  # a new window: no frames yet
+    report = nb.report()
+    assert report["window"] == "previous" and report["frames_counted"] == 1000
+    assert report["configured"] == {
+        str(k): round(v, 4) for k, v in {3: 3 / 7, 4: 3 / 7, 5: 1 / 7}.items()
+    }
+    assert report["installed"] != report["configured"]
+    assert report["difference_points"] == pytest.approx(1.14)  # w4 44 % for 42.9
+    nb.on_buckets({FAST: 60, FAST2: 60, SLOW: 10}, 8.0)
+    nb.on_buckets({FAST: 60, FAST2: 60, SLOW: 10}, 8.5)
+    assert nb.report()["window"] == "current" and nb.report()["frames_counted"] == 130
