@@ -14,30 +14,29 @@ How a weight is made (worker i of the node):
   to move.  A worker without an estimate yet gets the node's median.
 * **Queue**: queued work delays new work, so the weight is divided by
   ``1 + queue_weight * backlog_s / interval_s``, where ``backlog_s`` is the
-  worker's queue depth divided by its service rate.  The depth is what the
-  worker read and has not processed; frames still waiting in its TAP device
-  are not in it (the tun driver does not answer FIONREAD), so this term does
-  not see a backlog that builds up there.
+  worker's queue divided by its service rate.  The queue is the worker's whole
+  backlog: what it took from its port and has not processed, and what it read
+  ahead since (``typhoon/runtime/control.py``).  It used to be only what was
+  left unread when the worker last took input, which is 0 as a worker takes
+  all it has: the term never acted, and a worker that the hash over-fed held
+  the sender's whole group window while the others idled.
 * **Port statistics**: a worker whose switch port dropped frames toward it in
   the last interval cannot keep up with what it gets: its weight is multiplied
   by ``drop_penalty``.  A worker whose port is down is out of the group.
 * **Hash skew** (``trim``, on by default): OVS maps each of the 256 slot
   addresses to one of 64 hash entries, a bucket each (``controller.rules.groups``),
-  so a worker's achieved share differs from its configured one by a few points.
-  In steady state every worker processes what it is sent, so the node then runs
-  at the achieved split, not at capacity: the over-fed worker's backlog grows
-  until it holds the sender's whole group window, and from then on the others
-  idle whenever their short queues run dry (measured: 5 s windows at 37/47/16 %
-  for 3/7, 3/7, 1/7 configured, achieved 41.7/45.1/13.2 %).  So once the bucket
+  so a worker's achieved share differs from its configured one by a few points
+  (measured: 37/45/18 % achieved for 43/43/14 % configured).  Once the bucket
   counters since the last change cover ``min_frames`` frames, each worker's
-  weight is corrected by the ratio of its target (service rate, queue, ports)
-  to its achieved share (damped, bounded), at most ``MAX_TRIMS`` times in a row.
-  Held against the installed shares instead, which already carry the earlier
-  corrections, it drove the achieved split away from the target.  A correction
-  moves only the hash entries at the edges of the workers' runs of buckets, so
-  it does not re-draw the skew (it did with weighted buckets, which is why trim
-  used to be off), and senders take the slots in turn, so the counters give the
-  split exactly rather than a sample of it.
+  weight is corrected by the ratio of the share asked for when they were
+  installed (``base``, before any correction) to its achieved share (damped,
+  bounded), at most ``MAX_TRIMS`` times in a row.  Held against the installed
+  shares instead, which already carry the earlier corrections, it drove the
+  achieved split away from the target.  A correction moves only the hash
+  entries at the edges of the workers' runs of buckets, so it does not re-draw
+  the skew (it did with weighted buckets, which is why trim used to be off),
+  and senders take the slots in turn, so the counters give the split exactly
+  rather than a sample of it.
 
 The shares (weights normalized, at least ``min_share`` each) are installed only
 if one of them moves by more than ``threshold_points`` from what is installed:
