@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -55,6 +56,7 @@ from typing import ClassVar
 from controller.settings import setting
 
 MAX_TRIMS = 3  # skew corrections in a row before the weights are left as they are
+KEEP_WINDOWS = 64  # closed counting windows kept for the report
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,10 @@ class NodeBalancer:
     baseline: dict[int, int] | None = None  # bucket counters when the counting window began
     achieved_counts: dict[int, int] = field(default_factory=dict)  # frames per worker since
     trims: int = 0  # skew corrections since the last change for another reason
-    # the last counting window that covered min_frames: (shares installed, frames per worker)
-    judged: tuple[dict[int, float], dict[int, int]] | None = None
+    # counting windows closed by a change, newest last: (shares installed, frames per worker)
+    closed: deque[tuple[dict[int, float], dict[int, int]]] = field(
+        default_factory=lambda: deque(maxlen=KEEP_WINDOWS)
+    )
 
     def worker(self, wid: int) -> WorkerState:
         return self.workers.setdefault(wid, WorkerState())
@@ -291,8 +295,8 @@ class NodeBalancer:
                 f"kept {fmt_split(self.installed)}: largest move {moved:.1f} points "
                 f"<= {s.threshold_points:g} ({basis})",
             )
-        if self.frames_counted() >= s.min_frames:
-            self.judged = (dict(self.installed), dict(self.achieved_counts))
+        if self.frames_counted() > 0:
+            self.closed.append((dict(self.installed), dict(self.achieved_counts)))
         self.installed = wanted
         self.base = target
         self.changed_at = now
@@ -328,22 +332,41 @@ class NodeBalancer:
         why.append(f"achieved {fmt_split(achieved)} is {off:.1f} points off {fmt_split(self.base)}")
         return True
 
-    def report(self) -> dict:
-        """Configured vs achieved split and what the weights rest on (REST, logs).
-
-        The split is that of the current counting window once it covers
-        ``min_frames`` frames, else that of the last window that did (``window``:
-        "previous"; ``installed`` is what is on the switch now): when the queues
-        move the weights every few seconds, a window rarely grows that far before
-        the next change.
+    def judged(self) -> tuple[int, dict[int, float], dict[int, int]]:
+        """(windows, configured, frames per worker) over the current counting window and,
+        while it covers fewer than ``min_frames`` frames, the closed ones before it,
+        newest first, until they do: when the queues move the weights every few
+        seconds, one window rarely grows that far.  ``configured`` is each window's
+        installed shares weighted by its frames, what the frames should have split as.
         """
-        window, configured, counts = "current", self.installed, self.achieved_counts
-        if self.frames_counted() < self.settings.min_frames and self.judged is not None:
-            window, (configured, counts) = "previous", self.judged
+        windows = [(self.installed, self.achieved_counts)]
+        total = self.frames_counted()
+        for shares, counts in reversed(self.closed):
+            if total >= self.settings.min_frames or set(shares) != set(self.installed):
+                break
+            windows.append((shares, counts))
+            total += sum(counts.values())
+        expected: dict[int, float] = dict.fromkeys(self.installed, 0.0)
+        frames: dict[int, int] = dict.fromkeys(self.installed, 0)
+        for shares, counts in windows:
+            n = sum(counts.values())
+            for k in frames:
+                expected[k] += shares.get(k, 0.0) * n
+                frames[k] += counts.get(k, 0)
+        configured = {k: v / total for k, v in expected.items()} if total > 0 else {}
+        return len(windows), configured or dict(self.installed), frames
+
+    def report(self) -> dict:
+        """Configured vs achieved split (``judged``) and what the weights rest on (REST, logs).
+
+        ``installed``: the shares on the switch now; ``windows``: how many counting
+        windows the split covers.
+        """
+        windows, configured, counts = self.judged()
         total = sum(counts.values())
         achieved = {k: v / total for k, v in counts.items()} if total > 0 else {}
         return {
-            "window": window,
+            "windows": windows,
             "installed": {str(k): round(v, 4) for k, v in sorted(self.installed.items())},
             "configured": {str(k): round(v, 4) for k, v in sorted(configured.items())},
             "achieved": {str(k): round(v, 4) for k, v in sorted(achieved.items())},
@@ -363,14 +386,17 @@ class NodeBalancer:
         }
 
     def split_warning(self) -> str | None:
-        """A sentence if the achieved split is more than ``warn_points`` off the configured."""
-        achieved = self.achieved()
-        if not achieved or self.frames_counted() < self.settings.min_frames:
+        """A sentence if the achieved split is more than ``warn_points`` off the configured
+        (over the windows ``judged`` takes)."""
+        _, configured, counts = self.judged()
+        total = sum(counts.values())
+        if total < self.settings.min_frames:
             return None
-        diff = _points(self.installed, achieved)
+        achieved = {k: v / total for k, v in counts.items()}
+        diff = _points(configured, achieved)
         if diff <= self.settings.warn_points:
             return None
         return (
-            f"configured {fmt_split(self.installed)} but achieved {fmt_split(achieved)} "
-            f"({diff:.1f} points apart, over {self.frames_counted()} frames)"
+            f"configured {fmt_split(configured)} but achieved {fmt_split(achieved)} "
+            f"({diff:.1f} points apart, over {total} frames)"
         )
