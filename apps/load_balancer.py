@@ -7,8 +7,8 @@ to it (``controller/rules/groups.py``; the core reconciles groups like rules, so
 restarted controller finds and keeps them).  Once a sender's bridge holds
 them, the app switches that sender's stream to the load-balancer address with a
 ROUTING control tuple (``balanced: true``); from then on the sender writes each
-batch to a random one of the node's 256 slot addresses and the switch picks the
-worker by bucket weight.  Without this app nothing switches: ``sdn`` streams go
+batch to the next of the node's 256 slot addresses and the switch picks the
+worker by bucket (one hash entry each).  Without this app nothing switches: ``sdn`` streams go
 to worker addresses like shuffle.  Flow control for balanced frames is a group
 window per stream (``typhoon/runtime/lb_credits.py``), as lossless as a link's.
 

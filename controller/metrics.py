@@ -57,8 +57,8 @@ WORKER_COUNTERS = [
 ]
 # (metric suffix, METRIC_RESP key, help, scale): gauges of a worker
 WORKER_GAUGES = [
-    ("queue_tuples", "queue", "Tuples waiting in the worker's receive queue (estimate).", 1.0),
-    ("queue_bytes", "queue_bytes", "Bytes waiting in the worker's receive queue.", 1.0),
+    ("queue_tuples", "queue", "Tuples taken or read and not processed yet (estimate).", 1.0),
+    ("queue_bytes", "queue_bytes", "Bytes taken or read and not processed yet.", 1.0),
     ("tuple_process_seconds", "proc_us", "Mean operator time per tuple.", 1e-6),
     ("input_rate_limit", "rate", "Source input rate limit in tuples/s (0: none).", 1.0),
     ("batch_size", "batch_size", "Tuples per batch.", 1.0),

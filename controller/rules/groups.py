@@ -13,18 +13,23 @@ group a balanced frame is an ordinary unicast frame.
     100  LB_GROUP  in_port=Pu, eth_src=u, eth_dst=<node LB prefix>/ff:ff:ff:ff:ff:00,
                    eth_type -> group:<app, node>
 
-Bucket weights.  OVS picks a bucket by a hash of the frame (``dp_hash``, which
-varies with the slot address) looked up in a table of at most 64 entries that
-it divides among the buckets by weight; it sizes the table as
-``max(16, pow2(ceil(total / min weight)))``.  Weights are therefore
-apportioned in 64ths (largest remainder, every worker at least one), and when
-no bucket has weight 1 one unit of the largest worker moves into a second,
-weight-1 bucket of that same worker, so the table always has all 64 entries
-and each worker exactly its share of them (measured on OVS 3.1 with the 256
-slots of one sender: weights 3:3:1 give a 16-entry table and 39/49/11 %; the
-same split in 64ths, 27+1:27:9, gives 43/41/16 %).  Which slots land in which
-entry is up to the hash, so the achieved split still differs from the
-configured one by a few points: the app measures it from the bucket counters.
+Buckets.  OVS picks a bucket by a hash of the frame (``dp_hash``; on the
+userspace datapath a hash of the frame's addresses, so it is fixed per slot
+address: measured, every frame of one slot counted in the same bucket) looked
+up in a table of at most 64 entries that it divides among the buckets by
+weight (Webster's method, ties to the first bucket); it sizes the table as
+``max(16, pow2(ceil(total / min weight)))``.  So a group of 64 buckets of
+weight 1 has a 64-entry table with entry ``i`` in bucket ``i``: each bucket is
+one hash entry.  A worker's share is apportioned in 64ths and the worker gets
+that many buckets, in one contiguous run (workers in id order).  Which slots
+hash to which entry is fixed, so the achieved split differs from the
+configured one by a few points (each entry holds 0 to ~10 of the 256 slots),
+and a change of shares moves only the entries at the boundaries of the runs:
+the other slots stay with their worker, the skew is not re-drawn, and the
+balancer can trim it away (``controller.load_balancing.balancer``).  With
+weighted buckets (27:27:9) a change of weights re-interleaves the whole table
+and re-draws the skew (measured on OVS 3.1 with the 256 slots of one sender:
+weights 3:3:1 give a 16-entry table and 39/49/11 %; 27+1:27:9 give 43/41/16 %).
 
 Group ids, like cookies, say whose a group is: ``0x54`` ('T') in the top byte,
 then the application id and the node index, so a stateless controller can
@@ -179,19 +184,15 @@ def apportion(shares: Mapping[int, float], total: int) -> dict[int, int]:
 
 
 def bucket_weights(shares: Mapping[int, float]) -> list[tuple[int, int]]:
-    """(worker id, weight) per bucket, in bucket order (module docstring: 64ths).
+    """(worker id, weight) per bucket, in bucket order (module docstring: one hash entry each).
 
-    A worker may appear twice: the weight-1 bucket that makes OVS build its full
-    hash table.  With more workers than fit in 64ths, plain weights (out of 1000).
+    64 buckets of weight 1, each worker its 64ths in one contiguous run, in worker id
+    order.  With more workers than fit in 64ths, plain weights (out of 1000).
     """
     if len(shares) > HASH_ENTRIES // 2:
         return sorted(apportion(shares, 1000).items())
     weights = apportion(shares, HASH_ENTRIES)
-    buckets = sorted(weights.items())
-    if len(buckets) > 1 and min(weights.values()) > 1:
-        big = max(sorted(weights), key=lambda k: weights[k])
-        buckets = [(k, w - 1 if k == big else w) for k, w in buckets] + [(big, 1)]
-    return buckets
+    return [(k, 1) for k in sorted(weights) for _ in range(weights[k])]
 
 
 # ----------------------------------------------------------------------------- compile

@@ -52,8 +52,8 @@ def _matches(rule: RuleSpec, pkt: Packet) -> bool:
     return True
 
 
-def hash_table(group: GroupSpec) -> list[Bucket]:
-    """The bucket of each dp_hash table entry, built the way OVS 3.1 builds it."""
+def hash_entries(group: GroupSpec) -> list[int]:
+    """The bucket index of each dp_hash table entry, built the way OVS 3.1 builds it."""
     weights = [b.weight for b in group.buckets]
     total = sum(weights)
     assert total > 0, f"group {group.group_id:#x} has no live bucket"
@@ -67,8 +67,18 @@ def hash_table(group: GroupSpec) -> list[Bucket]:
         i = max(range(len(weights)), key=lambda k: (value[k], -k))
         divisor[i] += 2
         value[i] = weights[i] / divisor[i]
-        table.append(group.buckets[i])
+        table.append(i)
     return table
+
+
+def hash_table(group: GroupSpec) -> list[Bucket]:
+    """The bucket of each dp_hash table entry."""
+    return [group.buckets[i] for i in hash_entries(group)]
+
+
+def frame_hash(eth_src: str, eth_dst: str) -> int:
+    """The fake dp_hash of a frame: fixed per address pair, as on OVS's userspace datapath."""
+    return zlib.crc32(f"{eth_src}>{eth_dst}".encode())
 
 
 class FakeTable:
@@ -131,11 +141,10 @@ class FakeTable:
 
     def select(self, group: GroupSpec, pkt: Packet) -> Bucket:
         """The bucket a select group gives this packet (counted in ``bucket_hits``)."""
-        table = hash_table(group)
-        key = f"{pkt.eth_src}>{pkt.eth_dst}".encode()
-        bucket = table[zlib.crc32(key) % len(table)]
-        self.bucket_hits[(group.group_id, group.buckets.index(bucket))] += 1
-        return bucket
+        table = hash_entries(group)
+        index = table[frame_hash(pkt.eth_src, pkt.eth_dst) % len(table)]
+        self.bucket_hits[(group.group_id, index)] += 1
+        return group.buckets[index]
 
 
 @dataclass

@@ -172,3 +172,28 @@ def test_trims_stop_after_max_trims(nb):
         installs += nb.decide(t + 1.0).install is not None
         t += 1.0
     assert installs == MAX_TRIMS
+
+
+def test_report_takes_closed_windows_while_the_current_one_is_short(nb):
+    nb.settings = LbSettings(min_tuples=100, min_frames=100, settle_s=0.0, trim=False)
+    nb.decide(0.0)
+    steady(nb, {FAST: 150, FAST2: 150, SLOW: 450})
+    nb.decide(5.0)  # 3/7, 3/7, 1/7
+    nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, 5.5)
+    nb.on_buckets({FAST: 42, FAST2: 44, SLOW: 14}, 6.0)
+    nb.workers[SLOW].queue = 20000  # the queue term moves the weights again
+    d = nb.decide(7.0)
+    assert d.install is not None and d.install[SLOW] < 0.1
+    nb.on_buckets({FAST: 0, FAST2: 0, SLOW: 0}, 7.5)  # a new window: 50 frames so far
+    nb.on_buckets({FAST: 24, FAST2: 24, SLOW: 2}, 8.0)
+    report = nb.report()
+    assert report["windows"] == 2 and report["frames_counted"] == 150
+    # what the 150 frames should have split as: 100 at 3/7, 3/7, 1/7 and 50 at the new shares
+    want = {k: (100 * 3 / 7 + 50 * d.install[k]) / 150 for k in (FAST, FAST2)}
+    assert report["configured"][str(FAST)] == pytest.approx(want[FAST], abs=1e-4)
+    assert report["achieved"] == {"3": 0.44, "4": 0.4533, "5": 0.1067}
+    assert report["installed"] == {str(k): round(v, 4) for k, v in d.install.items()}
+    nb.on_buckets({FAST: 60, FAST2: 60, SLOW: 10}, 8.5)  # the current window alone is enough
+    report = nb.report()
+    assert report["windows"] == 1 and report["frames_counted"] == 130
+    assert report["configured"] == report["installed"]

@@ -8,7 +8,7 @@ import struct
 from collections import Counter
 
 import pytest
-from fakeflows import FakeFabric, Packet, hash_table, line_cluster
+from fakeflows import FakeFabric, Packet, hash_entries, hash_table, line_cluster
 from test_controller_ofp import FakeDatapath
 
 from controller import ofp
@@ -107,20 +107,22 @@ def test_apportion_sums_gives_everyone_one_and_follows_shares(shares):
     assert apportion(shares, 64) == out  # deterministic
 
 
-def test_bucket_weights_fill_the_whole_64_entry_hash_table():
-    # 3:3:1 in 64ths is 28:27:9 (27.4, 27.4, 9.1; the remainder to the first); with min 9 OVS
-    # would build a 16-entry table, so one unit moves into a weight-1 bucket of the same worker
+def test_bucket_weights_are_one_hash_entry_each_in_runs_per_worker():
+    # 3:3:1 in 64ths is 28:27:9 (27.4, 27.4, 9.1; the remainder to the first); 64 buckets of
+    # weight 1 make OVS build its full 64-entry table with entry i in bucket i
     buckets = bucket_weights({1: 3, 2: 3, 3: 1})
-    assert sum(w for _, w in buckets) == 64 and min(w for _, w in buckets) == 1
-    per_worker = Counter()
-    for wid, w in buckets:
-        per_worker[wid] += w
-    assert per_worker == {1: 28, 2: 27, 3: 9}
+    assert len(buckets) == HASH_ENTRIES and {w for _, w in buckets} == {1}
+    assert [wid for wid, _ in buckets] == [1] * 28 + [2] * 27 + [3] * 9
     group = GroupSpec(1, tuple(Bucket(w, (("output", wid),)) for wid, w in buckets))
+    assert hash_entries(group) == list(range(HASH_ENTRIES))
     table = hash_table(group)
-    assert len(table) == HASH_ENTRIES
-    entries = Counter(b.actions[0][1] for b in table)
-    assert entries == per_worker  # every worker exactly its 64ths
+    assert Counter(b.actions[0][1] for b in table) == {1: 28, 2: 27, 3: 9}
+
+
+def test_a_share_moving_between_neighbours_moves_only_the_entries_between_them():
+    before = [wid for wid, _ in bucket_weights({1: 28, 2: 27, 3: 9})]
+    after = [wid for wid, _ in bucket_weights({1: 26, 2: 29, 3: 9})]
+    assert [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b] == [26, 27]
 
 
 def test_many_workers_get_plain_weights():

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from typhoon.runtime.operator_swap import SwapHost, swap_operator
+from typhoon.runtime.transport import Inbound
 from typhoon.topology.routing import Route
 from typhoon.wire import Control, ControlTuple, wire_metrics
 
@@ -42,6 +43,9 @@ class ControlHandling(_Host):
     exhausted: bool
     drain_version: int
     last_input: float
+    # payload bytes of the data the event loop took from the transport and has not
+    # delivered yet: with the transport's own queue, the worker's backlog (metrics)
+    taken_bytes: int = 0
 
     def control(self, ct: ControlTuple) -> None:
         """Apply one control tuple from the controller (or the tcp runner)."""
@@ -157,6 +161,16 @@ class ControlHandling(_Host):
         else:
             self.io.stats.drop("unexpected_control")
 
+    def took(self, items: list[Inbound | ControlTuple]) -> None:
+        """The event loop took ``items`` from the transport: their data is backlog now."""
+        self.taken_bytes = sum(
+            sum(map(len, item.payloads)) for item in items if isinstance(item, Inbound)
+        )
+
+    def delivered(self, item: Inbound) -> None:
+        """One of them went to the operator (or was dropped): off the backlog."""
+        self.taken_bytes = max(0, self.taken_bytes - sum(map(len, item.payloads)))
+
     def sendable(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """``metrics`` as METRIC_RESP carries them; what it cannot carry (an operator's
         ``None``, an object) is left out, counted (``unsendable_metric``) and logged once."""
@@ -191,7 +205,7 @@ class ControlHandling(_Host):
     def metrics(self) -> dict[str, Any]:
         """Worker statistics for METRIC_RESP and the run report."""
         st = self.io.stats
-        qbytes = self.io.queue_bytes()
+        qbytes = self.io.queue_bytes() + self.taken_bytes  # the whole backlog: load balancer
         avg = self.in_bytes / max(1, sum(self.tuples_in.values()))
         return {
             "node": self.node.name,

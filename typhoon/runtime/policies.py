@@ -48,7 +48,7 @@ class Router:
     __slots__ = (
         "route", "hops", "n", "counter", "fields", "local", "broadcast", "rng", "select",
         "emitted", "switched", "plain", "groups", "g", "sid", "key_of", "cache", "bins",
-        "adders", "one_key",
+        "adders", "one_key", "lb_next",
     )  # fmt: skip
 
     def __init__(self, route: Route, emitted: int = 0, switch_balancing: bool = False) -> None:
@@ -77,6 +77,7 @@ class Router:
         # unicast with the receiver chosen here by select(): the common case
         self.plain = not self.broadcast and not self.switched
         self.rng = random.Random(0x7479 + route.stream)
+        self.lb_next = self.rng.randrange(LB_SLOTS)  # next load-balancer slot (lb_slot)
         self.emitted = emitted  # tuples routed on this stream (kept across ROUTING updates)
         # one method per policy, chosen once: select() runs for every tuple
         self.select = self._none if not self.n else self._pick_select(route.policy)
@@ -204,5 +205,15 @@ class Router:
         raise ValueError(f"policy {self.route.policy!r} has no single receiver")
 
     def lb_slot(self) -> int:
-        """Random load-balancer slot for the ``sdn`` policy (bounded set of addresses)."""
-        return self.rng.randrange(LB_SLOTS)
+        """Load-balancer slot for the next batch of the ``sdn`` policy: every slot in turn.
+
+        The switch's select group maps each slot address to one worker (a fixed hash,
+        ``controller/rules/groups.py``), so taking the 256 slots in turn (from a random
+        start) gives every worker exactly its slots' share of every 256 batches.  Random
+        slots gave it only on average: the split of a few seconds' frames wandered by
+        several points, the receivers' queues with it, and a worker whose queue ran dry
+        idled (docs/load_balancer.md).
+        """
+        slot = self.lb_next
+        self.lb_next = (slot + 1) % LB_SLOTS
+        return slot

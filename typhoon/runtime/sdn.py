@@ -29,8 +29,8 @@ rules of a link forward both directions.  Control tuples go to the controller
 address (``reply``) without credit.
 
 Load-balanced streams (``sdn`` grouping switched to the switch's select group by
-the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to a
-random load-balancer slot address of the receiving node, flagged
+the load-balancer app, :meth:`SdnTransport.send_balanced`): frames go to the
+load-balancer slot addresses of the receiving node in turn, flagged
 :data:`typhoon.wire.LB`; the switch picks the worker.  They are paced by one
 group window per stream (:mod:`typhoon.runtime.lb_credits`); a frame the switch
 drops on that path is counted lost, not sent again.
@@ -166,7 +166,6 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
         self.pending: deque[Pending] = deque()
         self.pending_bytes = 0
         self.ctrl_pending = 0  # control frames among them
-        self.queued_at_take = 0  # pending bytes left when the framework last took input
         # urgent control tuples (wire.URGENT_CONTROL) read off the port: they go to the
         # framework ahead of everything in ``pending`` (off: every control frame in order)
         self.control_priority = control_priority
@@ -265,17 +264,19 @@ class SdnTransport(SdnReceiving, SdnCredit, SdnSending, SdnBalancedSending, Tran
     # ----- housekeeping --------------------------------------------------------------------
 
     def queue_bytes(self) -> int:
-        """Bytes read off the port but not handed out when the framework last took input
-        (queued while blocked sending).
+        """Bytes read off the port and not handed out yet (read ahead between slices of
+        work, or while blocked sending).
 
-        Not what was read ahead since, while the framework works through what it
-        took and serves urgent control between slices: a METRIC_RESP answered in
-        the middle of a slice would count data that the next poll takes at once,
-        and the load balancer's weights (``controller/load_balancing/balancer.py``, its queue
-        term) moved with every answer.  Frames still in the TAP device's queue are
-        not counted: the tun driver does not answer FIONREAD (EINVAL).
+        The framework adds what it took and has not processed
+        (``Framework.taken_bytes``): together the worker's backlog, which the load
+        balancer's queue term weighs (``controller/load_balancing/balancer.py``).
+        Counting only what was left here when the framework last took input, as
+        before, showed 0 while an over-fed worker held a sender's whole group window
+        (docs/load_balancer.md).  Frames still in the TAP device's queue are not
+        counted (the tun driver does not answer FIONREAD), but the worker reads the
+        port at every poll and between slices, so few wait there.
         """
-        return self.queued_at_take
+        return self.pending_bytes
 
     def frames_sent(self, dst: int) -> int | None:
         ol = self.tx.links.get(dst)

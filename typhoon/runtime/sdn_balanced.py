@@ -1,7 +1,7 @@
 """Load-balanced sending of the ``sdn`` I/O layer (``sdn`` grouping switched to the
 switch's select group by the load-balancer app).
 
-Frames go to a random load-balancer slot address of the receiving node, flagged
+Frames go to the load-balancer slot addresses of the receiving node in turn, flagged
 :data:`typhoon.wire.LB`; the switch picks the worker.  They are paced by one
 group window per stream (:mod:`typhoon.runtime.lb_credits`); a frame the switch
 drops on that path is counted lost, not sent again.

@@ -240,7 +240,6 @@ class SdnReceiving(_Host):
                     rx.urgent.add(key)
             if payloads:
                 out.append(Inbound(src, f.stream, payloads))
-        self.queued_at_take = self.pending_bytes
         # the ROUTINGs handed out go to the framework now; those still queued stay ahead
         self.routing_ahead.clear()
         if self.ctrl_pending:

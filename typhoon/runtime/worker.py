@@ -133,6 +133,7 @@ class Worker:
                 else:
                     timeout = min(fw.next_deadline(), 0.05)
                 items = io.poll(timeout)
+                fw.took(items)
                 fw.start_slice()
                 for item in items:
                     fw.now = clock()
@@ -140,6 +141,7 @@ class Worker:
                         fw.control(item)
                     else:
                         fw.deliver(item)
+                        fw.delivered(item)
                 fw.now = clock()
                 fw.step_spout()
                 fw.tick()
