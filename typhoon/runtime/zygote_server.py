@@ -63,6 +63,8 @@ class ChildJob:
 
 def preload(operators: list[str], checkpoints: bool, transport: str = "tcp") -> None:
     """Import the transport and the named built-in operators' modules (ValueError: not one)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}")
     importlib.import_module(TRANSPORTS[transport])
     for name in operators:
         if name not in PATHS:
