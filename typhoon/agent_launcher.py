@@ -13,7 +13,7 @@ it to be ready.
 The zygote is *detached*: a child starts a session of its own and outlives it,
 as a spawned worker outlives its agent, so an agent killed and started again
 adopts the workers still running by their pid and spec path (their process
-title is the worker command line).  Should the zygote be unusable (it died,
+title is the worker command line; not under a path with a space: spawned).  Should the zygote be unusable (it died,
 refused, or never got ready) every later worker is spawned, with one log line
 saying why; an agent run with ``--worker-cmd`` spawns that command as before.
 """
@@ -32,7 +32,15 @@ log = logging.getLogger("typhoon.agent")
 
 def agent_zygote(workdir: Path, host: str) -> ZygoteLauncher | None:
     """A started zygote for ``host``'s workers (log ``zygote-HOST.log``), or None if it
-    cannot start (then :func:`spawn` starts them)."""
+    cannot start (then :func:`spawn` starts them).
+
+    A forked worker's command line is one title that is split at spaces again
+    (typhoon.supervised.command_line): under a work directory whose path holds
+    one, a restarted agent could not find a spec path in it, so it spawns.
+    """
+    if " " in str(workdir):
+        log.warning("workers are spawned, not forked: the work directory's path holds a space")
+        return None
     try:
         zygote = Zygote(
             workdir / f"zygote-{host}.log", sorted(PATHS), True, transport="sdn", detach=True

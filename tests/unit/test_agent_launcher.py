@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from typhoon.agent_launcher import spawn
+from typhoon.agent_launcher import agent_zygote, spawn
 from typhoon.supervised import Supervised
 from typhoon.zygote import ZygoteChild, ZygoteLauncher
 
@@ -113,3 +113,12 @@ def test_spawn_starts_a_worker_in_a_session_of_its_own(tmp_path: Path) -> None:
     finally:
         proc.close_log()
     assert proc.name == "w" and int((tmp_path / "w.log").read_text()) == proc.pid
+
+
+def test_no_zygote_under_a_work_directory_whose_path_holds_a_space(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "typhoon.agent")
+    assert agent_zygote(tmp_path / "my work", "h1") is None  # no process was started
+    assert "path holds a space" in caplog.text
+    assert not (tmp_path / "my work").exists()
