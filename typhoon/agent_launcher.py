@@ -13,9 +13,10 @@ it to be ready.
 The zygote is *detached*: a child starts a session of its own and outlives it,
 as a spawned worker outlives its agent, so an agent killed and started again
 adopts the workers still running by their pid and spec path (their process
-title is the worker command line; not under a path with a space: spawned).  Should the zygote be unusable (it died,
-refused, or never got ready) every later worker is spawned, with one log line
-saying why; an agent run with ``--worker-cmd`` spawns that command as before.
+title is the worker command line; under a path with a space they are spawned).
+Should the zygote be unusable (it died, refused, or never got ready) every
+later worker is spawned, with one log line saying why; an agent run with
+``--worker-cmd`` spawns that command as before.
 """
 
 from __future__ import annotations
