@@ -205,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=args.fd)
     preload([n for n in args.preload.split(",") if n], args.checkpoints, args.transport)
     job = Zygote(sock, args.detach).serve()
-    if job is None:
-        return 0
+    if job is None:  # the launcher closed its end: nothing to tear down but the interpreter,
+        sys.stdout.flush()  # whose finalization of every preloaded module its launcher
+        sys.stderr.flush()  # (an agent shutting down) would wait for
+        os._exit(0)
     return become_worker(job)
 
 
