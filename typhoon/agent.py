@@ -6,8 +6,9 @@ step iv) and tells the coordinator what it saw.  Per worker:
 
 * assigned here, never run (no status): write the spec to
   ``DIR/NAME/worker-WID.spec.json``, start ``python -m typhoon.runtime.worker
-  SPEC`` (a chain's workers: one process, every spec; log in ``worker-WID.log``,
-  reports in ``DIR/NAME/reports``), status ``starting``;
+  SPEC``, forked by the agent's zygote (typhoon.agent_launcher) (a chain's workers:
+  one process, every spec; log in ``worker-WID.log``, reports in
+  ``DIR/NAME/reports``), status ``starting``;
 * ``starting``: once the worker has created its TAP device, add it to the host's bridge
   at the scheduled OpenFlow port, check the port number OVS gave it, status ``attached``;
   no TAP within ``--tap-timeout`` or a wrong port: stop the worker, status ``exited``;
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from typhoon import logs
+from typhoon.agent_launcher import agent_zygote, spawn
 from typhoon.assignments import assigned_workers, relevant
 from typhoon.cluster import Cluster
 from typhoon.coordinator import (
@@ -58,6 +60,7 @@ from typhoon.supervised import Supervised
 from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.worker_specs import write_group_specs
+from typhoon.zygote import ZygoteLauncher
 
 log = logging.getLogger("typhoon.agent")
 
@@ -126,6 +129,7 @@ class Agent:
         )  # fmt: skip
         # engine processes (a Spark driver per host) of applications with spark nodes
         self.engines = EngineServices(host, self.workdir)
+        self.zygote: ZygoteLauncher | None = None  # run() starts it: workers are forked
         self.bridge: Bridge | None = None
         self.cluster: Cluster | None = None
         self.port_range = (1, MAX_OFPORT)
@@ -146,6 +150,8 @@ class Agent:
     def run(self) -> None:
         log.info("agent for %s started (pid %d, workdir %s)", self.host, os.getpid(), self.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.worker_cmd == list(WORKER_CMD):  # else the command is spawned, as ever
+            self.zygote = agent_zygote(self.workdir, self.host)
         try:
             self._version = self.c.version()  # reconcile reads everything once anyway
             self._read_cluster()
@@ -252,11 +258,9 @@ class Agent:
                                       self.port_range)  # fmt: skip
             for _, tap, _ in specs:
                 self.bridge.detach(tap)  # a stale port of an earlier run would hold the name
-            # a session of its own: the agent's terminal signals reach only the agent
-            proc = Supervised.start(
-                f"worker-{wid}", [*self.worker_cmd, *(str(p) for _, _, p in specs)],
-                specs[0][2].with_name(f"worker-{wid}.log"),
-            )  # fmt: skip
+            argv = [*self.worker_cmd, *(str(p) for _, _, p in specs)]
+            log_path = specs[0][2].with_name(f"worker-{wid}.log")
+            proc = (self.zygote or spawn)(self.host, argv, log_path)
         except (OSError, ValueError, TypeError, OvsError) as e:
             log.error("cannot launch %s worker %d: %s", name, wid, e)
             for m in group:
@@ -352,16 +356,8 @@ class Agent:
 
     def _status(self, wk: _Worker, state: str) -> WorkerStatus:
         a = wk.assignment
-        return WorkerStatus(
-            a.worker_id,
-            self.host,
-            state,
-            wk.pid,
-            a.port,
-            wk.tap,
-            error=wk.error,
-            updated=time.time(),
-        )
+        return WorkerStatus(a.worker_id, self.host, state, wk.pid, a.port, wk.tap,
+                            error=wk.error, updated=time.time())  # fmt: skip
 
     # ----- agent state, restart and shutdown -----------------------------------------------
 
@@ -434,6 +430,8 @@ class Agent:
             time.sleep(self.interval)
         for wk in self.workers.values():
             log.error("%s worker %d (pid %d) did not exit", *wk.key, wk.pid)
+        if self.zygote is not None:  # after its children: their exit codes came through it
+            self.zygote.close()
         self.debug.shutdown()
         self.engines.stop_all()
         try:

@@ -53,9 +53,15 @@ class Process(Protocol):
 
     def poll(self) -> int | None: ...
 
-    def wait(self, timeout: float | None = None) -> int: ...
+    def wait(self, timeout: float | None = None) -> int | None: ...
 
     def send_signal(self, sig: int) -> None: ...
+
+
+def code_lost(proc: Process) -> bool:
+    """Did it end with no exit code to know?  An agent's forked worker whose zygote
+    died before it (typhoon.zygote.ZygoteChild.code_lost): a ``Popen`` never does."""
+    return bool(getattr(proc, "code_lost", False))
 
 
 class Supervised:
@@ -154,7 +160,7 @@ class Supervised:
 
     def ended(self) -> bool:
         if self.proc is not None:
-            return self.proc.poll() is not None
+            return self.proc.poll() is not None or code_lost(self.proc)
         assert self._adopted is not None
         try:
             return not self._adopted.is_running() or self._adopted.status() == psutil.STATUS_ZOMBIE

@@ -1,9 +1,10 @@
 """The launcher's side of the worker fork server (typhoon.runtime.zygote_server).
 
 :class:`ZygoteLauncher` is a tcp runner launcher (``host, argv, logfile ->
-Supervised``): a worker command line (``python -m typhoon.runtime.worker
-SPEC...``) is forked by the zygote it started, anything else (an engine
-service) is spawned as before.  The zygote is this process's only way to its
+Supervised``), and an sdn host's agent's (typhoon.agent): a worker command line
+(``python -m typhoon.runtime.worker SPEC...``) is forked by the zygote it
+started, anything else (an engine service, an agent's ``--worker-cmd``) is
+spawned as before.  The zygote is this process's only way to its
 children's exit codes: it reports each one, and :class:`ZygoteChild` answers
 ``poll``/``wait`` from those reports as ``Popen`` does.  When the zygote is
 gone (it died, or never started) every new worker is spawned instead, and the
@@ -11,6 +12,12 @@ log says so once; its children die with it (``PR_SET_PDEATHSIG``), so a child
 that ended without a report was killed: its code is ``-SIGKILL``.  A worker
 is also spawned when this process's working directory or environment changed
 since the zygote started, since a child would otherwise run in the old ones.
+
+An agent's zygote is *detached*: its children start sessions of their own and
+outlive it, so that an agent that restarts adopts them as it adopts spawned
+workers.  When such a zygote dies before the agent, its children live on and
+their exit codes are lost: a child's end is then seen through its pidfd, with
+no code (``code_lost``), as an adopted worker's.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class ZygoteChild:
         self.pid = pid
         self.returncode: int | None = None
         self.exit_code: int | None = None  # reported by the zygote; returncode once polled
+        self.code_lost = False  # ended after its detached zygote died: no code to know
         try:  # tells when it ended should the zygote be gone; pid-reuse-proof signals
             self.pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:  # ended and reaped already: its exit report follows
@@ -64,9 +72,9 @@ class ZygoteChild:
             self.returncode = self.exit_code
         return self.returncode
 
-    def wait(self, timeout: float | None = None) -> int:
+    def wait(self, timeout: float | None = None) -> int | None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.exit_code is None:
+        while self.exit_code is None and not self.code_lost:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(f"worker pid {self.pid}", timeout or 0.0)
@@ -88,9 +96,11 @@ class ZygoteChild:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def ended(self, code: int) -> None:
-        if self.exit_code is None:
+    def ended(self, code: int | None) -> None:
+        """Its exit code, or None: it ended and nobody can tell how (``code_lost``)."""
+        if self.exit_code is None and not self.code_lost:
             self.exit_code = code
+            self.code_lost = code is None
             if self.pidfd is not None:
                 os.close(self.pidfd)
                 self.pidfd = None
@@ -99,11 +109,21 @@ class ZygoteChild:
 class Zygote:
     """A started zygote: fork requests out, replies (forks, exit codes) in."""
 
-    def __init__(self, logfile: Path, preload: Sequence[str] = (), checkpoints: bool = False):
+    def __init__(
+        self,
+        logfile: Path,
+        preload: Sequence[str] = (),
+        checkpoints: bool = False,
+        *,
+        transport: str = "tcp",
+        detach: bool = False,
+    ):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", SERVER_MODULE, "--fd", str(theirs.fileno())]
         argv += ["--preload", ",".join(preload)] if preload else []
         argv += ["--checkpoints"] if checkpoints else []
+        argv += ["--transport", transport, *(["--detach"] if detach else [])]
+        self.detach = detach
         self.cwd = os.getcwd()
         self.env = dict(os.environ)
         self.log = logfile
@@ -115,6 +135,7 @@ class Zygote:
                 stdout=self.logfile,
                 stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),),
+                start_new_session=detach,  # an agent's group signals miss it: it ends on EOF
             )
         finally:
             theirs.close()
@@ -179,11 +200,12 @@ class Zygote:
         self._reap_orphans()
 
     def _reap_orphans(self) -> None:
-        """Children left by a dead zygote die with it (PDEATHSIG): once gone, killed."""
+        """Children left by a dead zygote die with it (PDEATHSIG): once gone, killed.
+        A detached zygote's live on: once gone, their codes are lost."""
         for pid, child in list(self.children.items()):
             if child.pidfd is None or select.select([child.pidfd], [], [], 0)[0]:
                 del self.children[pid]
-                child.ended(-signal.SIGKILL)
+                child.ended(None if self.detach else -signal.SIGKILL)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
         deadline = time.monotonic() + timeout
@@ -246,10 +268,17 @@ class Zygote:
 
 
 class ZygoteLauncher:
-    """A tcp runner launcher that forks workers from a zygote (module docstring)."""
+    """A launcher that forks workers from a zygote (module docstring).
 
-    def __init__(self, zygote: Zygote) -> None:
+    ``append``: a worker's log is appended to (an agent's relaunch), not
+    rewritten; ``own_session``: a spawned process gets a session of its own (an
+    agent's).  A forked child's signals go to it alone, through its pidfd.
+    """
+
+    def __init__(self, zygote: Zygote, *, append: bool = False, own_session: bool = False):
         self.zygote = zygote
+        self.append = append
+        self.own_session = own_session
         self.warned: str | None = None
         self.forked = 0
         self.spawned = 0
@@ -257,10 +286,10 @@ class ZygoteLauncher:
     def __call__(self, host: str, argv: list[str], logfile: Path) -> Supervised:
         specs = worker_specs(argv)
         if specs is None:  # not a worker: an engine service
-            return spawn(argv, logfile)
+            return self.spawn(argv, logfile)
         why = self.zygote.usable()
         if why is None:
-            out = open(logfile, "wb")  # noqa: SIM115 - closed by Supervised.close_log()
+            out = open(logfile, "ab" if self.append else "wb")  # noqa: SIM115 - close_log()
             try:
                 child = self.zygote.fork(specs, out.fileno())
             except ZygoteGone as e:
@@ -274,7 +303,12 @@ class ZygoteLauncher:
             log.warning("%s: spawned, not forked: %s", logfile.stem, why)
             self.warned = why
         self.spawned += 1
-        return spawn(argv, logfile)
+        return self.spawn(argv, logfile)
+
+    def spawn(self, argv: list[str], logfile: Path) -> Supervised:
+        return Supervised.start(
+            logfile.stem, argv, logfile, append=self.append, own_session=self.own_session
+        )
 
     def close(self) -> None:
         self.zygote.close()
@@ -285,7 +319,3 @@ def worker_specs(argv: Sequence[str]) -> list[str] | None:
     if list(argv[:3]) != [sys.executable, "-m", WORKER_MODULE] or len(argv) < 4:
         return None
     return [str(Path(a).absolute()) for a in argv[3:]]
-
-
-def spawn(argv: list[str], logfile: Path) -> Supervised:
-    return Supervised.start(logfile.stem, argv, logfile, append=False, own_session=False)

@@ -4,6 +4,8 @@ One userspace bridge (``datapath_type=netdev``, ``fail_mode=secure``), an SQLite
 coordinator with a one-host cluster, ``python -m typhoon.agent`` as a
 subprocess and topologies submitted through the manager.  Workers are the real
 ``typhoon.runtime.worker`` with the ``sdn`` transport: each creates its TAP.
+They are forked by the agent's zygote (typhoon.agent_launcher), in sessions of
+their own, and outlive it; once it is gone they are spawned.
 No controller runs, so no flows exist and spouts are never activated: workers
 stay up until they are stopped.
 """
@@ -18,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from typhoon.cluster import Cluster, HostInfo
@@ -68,6 +71,18 @@ def _alive(pid: int) -> bool:
         return stat.read_text().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def zygote_of(agent: subprocess.Popen) -> psutil.Process:
+    """The agent's worker fork server (typhoon.agent_launcher)."""
+    children = psutil.Process(agent.pid).children()
+    (zygote,) = [p for p in children if "typhoon.runtime.zygote_server" in p.cmdline()]
+    assert "--detach" in zygote.cmdline()
+    return zygote
+
+
+def parents(statuses: dict[int, WorkerStatus]) -> set[int]:
+    return {psutil.Process(s.pid).ppid() for s in statuses.values()}
 
 
 class Stack:
@@ -185,13 +200,17 @@ def test_workers_attach_exit_and_leave_with_their_application(stack: Stack, net_
     assert [w.port for w in physical.workers] == [100, 101, 102]
     statuses = stack.assert_attached(physical)
     assert stack.coord.get_agent("h1").used_ports == [100, 101, 102]
+    zygote = zygote_of(agent)
+    assert parents(statuses) == {zygote.pid}  # forked, each in a session of its own
+    assert all(os.getsid(s.pid) == s.pid for s in statuses.values())
 
     stack.coord.put("physical/junk", [1, 2, 3])  # bad data: logged and skipped
     stack.ovs.wait_for(
         lambda: "skipping application junk" in stack.agent_log(), 10, what="the agent to skip junk"
     )
 
-    # a worker dies: reported with its signal, port removed, not restarted
+    # a worker dies: reported with its signal (relayed by the zygote), port removed,
+    # not restarted
     victim = physical.workers[1]
     os.kill(statuses[victim.worker_id].pid, signal.SIGKILL)
     stack.wait_states(physical.name, {1: "attached", 2: "exited", 3: "attached"})
@@ -202,6 +221,18 @@ def test_workers_attach_exit_and_leave_with_their_application(stack: Stack, net_
         what="the dead worker's port to go",
     )  # fmt: skip
     assert stack.coord.get_agent("h1").used_ports == [100, 102]
+
+    # the zygote dies: its children live on, still supervised (their end has no code now)
+    zygote.kill()
+    stack.ovs.wait_for(
+        lambda: "worker zygote gone" in stack.agent_log(), 10, what="the agent to see it go"
+    )
+    assert all(_alive(s.pid) for k, s in statuses.items() if k != victim.worker_id)
+    assert {k: s.state for k, s in stack.statuses(physical.name).items()} == {
+        1: "attached",
+        2: "exited",
+        3: "attached",
+    }
 
     # kill the application: processes gone, ports removed, statuses cleaned
     stack.manager.kill(physical.name)
@@ -233,7 +264,10 @@ def test_restarted_agent_adopts_live_workers(stack: Stack, net_names) -> None:
     first = stack.start_agent()
     physical = stack.manager.submit(topology(net_names))
     statuses = stack.assert_attached(physical)
+    zygote = zygote_of(first)
+    assert parents(statuses) == {zygote.pid}
     stack.stop_agent(first, signal.SIGKILL)  # workers live on in their own sessions
+    zygote.wait(10)  # it ends on its agent's EOF; its children do not
     assert all(_alive(s.pid) for s in statuses.values())
 
     stack.start_agent()
@@ -268,9 +302,15 @@ def test_worker_frames_follow_the_fabric_mtu(stack: Stack, net_names) -> None:
     small.config["sdn"] = {"mtu": 1200}
     big = topology(net_names, "b")
     big.config["sdn"] = {"mtu": 9000}
-    for topo, want in ((topology(net_names), 1450), (small, 1200), (big, 1450)):
+    zygote = zygote_of(agent)
+    for i, (topo, want) in enumerate(((topology(net_names), 1450), (small, 1200), (big, 1450))):
         physical = stack.manager.submit(topo)
-        stack.assert_attached(physical)
+        statuses = stack.assert_attached(physical)
+        # the first forked; then the zygote is killed and the others are spawned
+        assert parents(statuses) == {zygote.pid if i == 0 else agent.pid}
+        if i == 0:
+            zygote.kill()
+            zygote.wait(10)
         for w in physical.workers:
             spec = stack.workdir / physical.name / f"worker-{w.worker_id}.spec.json"
             assert json.loads(spec.read_text())["transport"]["mtu"] == want
@@ -278,4 +318,5 @@ def test_worker_frames_follow_the_fabric_mtu(stack: Stack, net_names) -> None:
             assert int(Path(f"/sys/class/net/{tap}/mtu").read_text()) == want
         stack.manager.kill(physical.name)
         assert stack.manager.wait_stopped(physical.name, timeout=20), stack.agent_log()
+    assert stack.agent_log().count("spawned, not forked: the zygote is gone") == 1  # one line
     assert stack.stop_agent(agent) == 0

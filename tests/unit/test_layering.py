@@ -318,6 +318,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "host_setup",
             "debug",
             "agent",
+            "agent_launcher",  # an agent's workers: forked from its zygote, else spawned
             "tcp_cluster",
             "tcp_gate",
             "tcp_reconfig",

@@ -107,6 +107,10 @@ def test_the_zygote_preloads_only_built_in_operators_and_never_eventlet(
     with pytest.raises(ValueError, match="unknown built-in operator"):
         preload(["os:system"], checkpoints=False)
     preload(["split_words"], checkpoints=False)
+    with pytest.raises(ValueError, match="unknown transport"):
+        preload([], checkpoints=False, transport="udp")
+    preload([], checkpoints=False, transport="sdn")  # an agent's zygote
+    assert "typhoon.runtime.sdn" in sys.modules
     monkeypatch.setitem(sys.modules, "eventlet", object())
     with pytest.raises(RuntimeError, match="eventlet"):
         preload([], checkpoints=False)

@@ -1,8 +1,9 @@
 """The worker fork server (zygote): imports the worker runtime once, forks workers.
 
-``python -m typhoon.runtime.zygote_server --fd N [--preload OPERATOR,...]``,
-started by the launcher (typhoon.zygote) with ``N`` its end of a private socket
-pair (typhoon.zygote_protocol).  A fresh ``python -m typhoon.runtime.worker``
+``python -m typhoon.runtime.zygote_server --fd N [--preload OPERATOR,...]
+[--transport tcp|sdn] [--detach]``, started by the launcher (typhoon.zygote: the
+tcp runner, or an sdn host's agent) with ``N`` its end of a private socket pair
+(typhoon.zygote_protocol).  A fresh ``python -m typhoon.runtime.worker``
 pays ~0.15 s of CPU in imports before its first line of work; a child forked
 from here has them already, as Storm and Flink keep warm JVMs.
 
@@ -15,7 +16,9 @@ the zygote's loop to run ``typhoon.runtime.worker.main`` at the top of its
 stack: it exits as a spawned worker does (threads joined, ``atexit``, the
 same exit codes).  It dies with the zygote (``PR_SET_PDEATHSIG``): the
 launcher, which only hears exit codes through the zygote, then knows each was
-killed.
+killed.  Except with ``--detach`` (an agent's zygote): a child starts a session
+of its own and outlives the zygote, as a spawned worker outlives its agent, so
+an agent that restarts adopts it (typhoon.agent).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import sys
 from dataclasses import dataclass
 
 import typhoon.runtime.chain
-import typhoon.runtime.tcp
 import typhoon.runtime.worker as worker_main
 from typhoon.operators.builtins import PATHS
 from typhoon.zygote_protocol import (
@@ -45,7 +47,8 @@ from typhoon.zygote_protocol import (
 )
 
 PR_SET_PDEATHSIG = 1
-PRELOADED = (typhoon.runtime.chain, typhoon.runtime.tcp)  # imported for the children
+PRELOADED = (typhoon.runtime.chain,)  # imported for the children
+TRANSPORTS = {"tcp": "typhoon.runtime.tcp", "sdn": "typhoon.runtime.sdn"}
 
 
 @dataclass
@@ -55,10 +58,14 @@ class ChildJob:
     specs: tuple[str, ...]
     log_fd: int
     zygote_pid: int
+    detach: bool = False  # a session of its own, outliving the zygote
 
 
-def preload(operators: list[str], checkpoints: bool) -> None:
-    """Import the modules of the named built-in operators (ValueError: not one)."""
+def preload(operators: list[str], checkpoints: bool, transport: str = "tcp") -> None:
+    """Import the transport and the named built-in operators' modules (ValueError: not one)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}")
+    importlib.import_module(TRANSPORTS[transport])
     for name in operators:
         if name not in PATHS:
             raise ValueError(f"unknown built-in operator {name!r}")
@@ -73,8 +80,9 @@ def preload(operators: list[str], checkpoints: bool) -> None:
 class Zygote:
     """The fork loop: one request socket, a pidfd per live child."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, detach: bool = False) -> None:
         self.sock = sock
+        self.detach = detach
         self.sel = selectors.DefaultSelector()
         self.sel.register(sock, selectors.EVENT_READ, None)
         self.children: dict[int, int] = {}  # pid -> its pidfd
@@ -122,7 +130,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             self.close_in_child()
-            return ChildJob(request.specs, fds[0], zygote_pid)
+            return ChildJob(request.specs, fds[0], zygote_pid, self.detach)
         os.close(fds[0])
         pidfd = os.pidfd_open(pid)
         self.children[pid] = pidfd
@@ -149,10 +157,13 @@ class Zygote:
 
 def become_worker(job: ChildJob) -> int:
     """Turn a freshly forked child into what ``python -m typhoon.runtime.worker`` is."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != job.zygote_pid:  # the zygote died before the line above
-        os.kill(os.getpid(), signal.SIGKILL)
+    if job.detach:  # as a spawned worker of an agent: the agent's terminal and group
+        os.setsid()  # signals miss it, and it lives on when the agent (and zygote) die
+    else:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != job.zygote_pid:  # the zygote died before the line above
+            os.kill(os.getpid(), signal.SIGKILL)
     os.dup2(job.log_fd, 1)
     os.dup2(job.log_fd, 2)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the log's own fd too: 1 and 2 hold it
@@ -185,13 +196,19 @@ def main(argv: list[str] | None = None) -> int:
         "--preload", default="", help="built-in operators to import, comma-separated"
     )
     parser.add_argument("--checkpoints", action="store_true", help="import the checkpoint store")
+    parser.add_argument("--transport", choices=sorted(TRANSPORTS), default="tcp")
+    parser.add_argument(
+        "--detach", action="store_true", help="children get sessions of their own, outlive it"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the workers
     sock = socket.socket(fileno=args.fd)
-    preload([n for n in args.preload.split(",") if n], args.checkpoints)
-    job = Zygote(sock).serve()
-    if job is None:
-        return 0
+    preload([n for n in args.preload.split(",") if n], args.checkpoints, args.transport)
+    job = Zygote(sock, args.detach).serve()
+    if job is None:  # the launcher closed its end: nothing to tear down but the interpreter,
+        sys.stdout.flush()  # whose finalization of every preloaded module its launcher
+        sys.stderr.flush()  # (an agent shutting down) would wait for
+        os._exit(0)
     return become_worker(job)
 
 
