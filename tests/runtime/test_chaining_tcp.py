@@ -9,26 +9,20 @@ every worker in its own process with the forward edge over tcp.
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from midrun_kill import kill_once_checkpointed
+from tcp_verbs import reference, run_verbs
 
-from typhoon.operators.sources import generate_sentences
-from typhoon.tcp_cluster import RunOptions, TcpCluster, run_tcp
-from typhoon.topology import load_topology
+from typhoon.reconfig import Swap
+from typhoon.tcp_cluster import RunOptions, run_tcp
+from typhoon.topology import load_topology, load_topology_text
+from typhoon.topology.chaining import chain_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-
-
-def reference(args: dict) -> dict[str, int]:
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    return dict(want)
 
 
 def run(tmp_path: Path, name: str, chaining: bool) -> dict:
@@ -102,47 +96,12 @@ def test_a_chained_count_swapped_in_place_over_tcp_counts_exactly(tmp_path: Path
     """source -> split -> count is one process per instance; mid-run the count is swapped
     in place (typhoon.reconfig.swap_in_place): the old instances' counts and the new
     ones' add up to the reference, nothing lost, no new worker or process."""
-    import threading
-    import time
-
-    from typhoon.live import data_tuples
-    from typhoon.reconfig import Swap
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(IN_PLACE, "tcpinplace.yaml")
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=120), workdir=tmp_path / t.name)
-    counts = [w.worker_id for w in cluster.physical.of_node("count")]
+    report, (rec,), _, cluster = run_verbs(
+        tmp_path, t, [(0.4, Swap("count", "count_by_key", {}))], "source"
+    )
     groups = chain_groups(t, cluster.physical)
     assert len(groups) == 2 and all(len(ws) == 3 for ws in groups.values()), groups
-    records, errors = [], []
-
-    def swap() -> None:
-        try:
-            deadline = time.monotonic() + 60
-            while sum(data_tuples(cluster.metrics.get(w, {}).get("in", {})) for w in counts) < 5000:
-                assert time.monotonic() < deadline, "no progress"
-                time.sleep(0.01)
-            rec = cluster.rescaler.request(Swap("count", "count_by_key", {}))
-            while rec.state == "pending":
-                assert time.monotonic() < deadline, "the swap did not end"
-                time.sleep(0.01)
-            records.append(rec)
-        except BaseException as e:  # reported by the test, not lost in the thread
-            errors.append(e)
-
-    try:
-        cluster.start()
-        cluster.activate()
-        thread = threading.Thread(target=swap)
-        thread.start()
-        clean = cluster.wait()
-        thread.join()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
-    assert not errors, errors
-    (rec,) = records
     assert rec.state == "done" and not rec.added and not rec.removed, rec.to_dict()
     assert [s["what"].split(":")[0] for s in rec.steps][2] == "SWAP", rec.steps
     assert report["ok"], report["problems"]
@@ -153,5 +112,5 @@ def test_a_chained_count_swapped_in_place_over_tcp_counts_exactly(tmp_path: Path
             (old,) = w["swapped"]  # the old instance took part of the input, the new the rest
             assert old["operator"] == "count_by_key" and old["args"] == {"key": "word"}
             assert 0 < old["tuples_in"] < sum(w["in"].values()), (old, w["in"])
-    logs = {p.name for p in (tmp_path / t.name).glob("worker-*.log")}
+    logs = {p.name for p in tmp_path.glob("worker-*.log")}
     assert logs == {f"worker-{h}.log" for h in groups}, logs  # one process per instance

@@ -16,103 +16,19 @@ Real worker processes and sockets.  Two jobs:
 from __future__ import annotations
 
 import copy
-import threading
-import time
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tcp_verbs import no_loss, reference, run_verbs
 
-from typhoon.live import data_tuples
-from typhoon.operators.sources import generate_sentences
-from typhoon.reconfig.requests import Chain, Request, Reroute, Scale, Unchain
-from typhoon.tcp_cluster import RunOptions, TcpCluster
-from typhoon.tcp_reconfig import Record
+from typhoon.reconfig.requests import Chain, Reroute, Scale, Unchain
 from typhoon.topology import load_topology
 from typhoon.topology.chaining import chained_streams
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-
-
-def reference(args: dict) -> dict[str, int]:
-    want: Counter[str] = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        want.update(s.split())
-    return dict(want)
-
-
-def wait_for(cond: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
-        time.sleep(0.01)
-
-
-def sent(cluster: TcpCluster) -> int:
-    """Sentences every source worker sent so far (their METRIC_RESPs)."""
-    ws = [w.worker_id for w in cluster.physical.of_node("source")]
-    return sum(data_tuples(cluster.metrics.get(w, {}).get("out", {})) for w in ws)
-
-
-def frames_out(cluster: TcpCluster, node: str, after: int) -> dict[int, int]:
-    """Each worker of ``node``'s frames sent, from a METRIC_RESP to a request made after
-    request id ``after`` (waited for)."""
-    ws = [w.worker_id for w in cluster.physical.of_node(node)]
-    wait_for(
-        lambda: all(cluster.replies.get(w, (0,))[0] > after for w in ws), 10, "metrics replies"
-    )
-    return {w: cluster.replies[w][1]["frames_out"] for w in ws}
-
-
-def run_verbs(
-    tmp_path: Path, t: Any, verbs: list[tuple[float, Request]], senders: str
-) -> tuple[dict, list[Record], list[dict[int, int]], TcpCluster]:
-    """Run ``t``; at each share of the sentences sent, ``cluster.rescaler.request`` the
-    verb and wait until it is done; after each, the frames each worker of ``senders``
-    (the chained edge's sending node) sent so far."""
-    total = t.nodes["source"].args["count"]
-    cluster = TcpCluster(t, RunOptions(live=False, live_every=0.2, timeout=120), workdir=tmp_path)
-    records: list[Record] = []
-    frames: list[dict[int, int]] = []
-    errors: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            for share, request in verbs:
-                # mid-run by progress (the sources' METRIC_RESPs), never a sleep
-                wait_for(lambda share=share: sent(cluster) >= share * total, 60, "progress")
-                rec = cluster.rescaler.request(request)
-                wait_for(lambda rec=rec: rec.state != "pending", 60, f"{request} done")
-                records.append(rec)
-                frames.append(frames_out(cluster, senders, cluster.next_version()))
-                assert sent(cluster) < total, f"the sources had finished at {request}"
-        except BaseException as e:  # reported by the test, not lost in the thread
-            errors.append(e)
-
-    try:
-        cluster.start()
-        cluster.activate()
-        thread = threading.Thread(target=drive)
-        thread.start()
-        clean = cluster.wait()
-        thread.join()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
-    assert not errors, errors
-    for rec in records:
-        assert rec.state == "done", rec.to_dict()
-    return report, records, frames, cluster
-
-
-def no_loss(report: dict) -> None:
-    assert report["ok"], report["problems"]
-    for w in report["workers"]:
-        assert not w["drops"] and not w["seq_gaps"], w
 
 
 def test_wordcount_chain_split_and_formed_again_mid_run_is_exact(tmp_path: Path) -> None:
