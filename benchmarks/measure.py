@@ -8,6 +8,9 @@ so that medians skip it instead of counting a zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from benchmarks.testbed import RunResult
 
 
@@ -104,3 +107,12 @@ def total_cpu_us_per_tuple(run: RunResult, node: str = "source") -> float | None
     n = emitted(run, node)
     cpu = sum(w.get("cpu_s") or 0.0 for w in run.workers) + (run.ovs_cpu_s or 0.0)
     return cpu / n * 1e6 if n else None
+
+
+def frame_sizes(measured: Mapping[tuple[Any, str], list[RunResult]]) -> dict[str, str]:
+    """Each transport's frame size in runs keyed by (point, transport), for a table's
+    note: "64,000", or "9,000 / 64,000" if its runs differ."""
+    sizes: dict[str, set[int]] = {}
+    for (_, transport), runs in sorted(measured.items(), key=lambda kv: kv[0][1]):
+        sizes.setdefault(transport, set()).update(r.frame_bytes for r in runs if r.frame_bytes)
+    return {t: " / ".join(f"{b:,}" for b in sorted(bs)) or "?" for t, bs in sizes.items()}

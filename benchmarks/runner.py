@@ -40,6 +40,7 @@ class BenchOptions:
     out: Path | None = None
     repeats: int | None = None  # rounds per point (default: 1 quick, 3 full)
     workdir: Path | None = None  # keep cluster logs and worker reports here
+    tcp_mtu: int | None = None  # tcp runs' frame size (None: the topologies', else 64,000)
 
 
 def default_out_dir(quick: bool) -> Path:
@@ -72,7 +73,7 @@ def run_bench(options: BenchOptions, out: TextIO = sys.stderr) -> int:
     if options.workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="typhoon-bench-")
     workdir = options.workdir or Path(tmp.name)  # type: ignore[union-attr]
-    testbed = Testbed(workdir, out)
+    testbed = Testbed(workdir, out, options.tcp_mtu)
     bench = Bench(testbed, out_dir, options.quick, options.repeats or REPEATS[mode], out=out)
     results: dict[str, ScenarioResult] = {}
     t0 = time.monotonic()

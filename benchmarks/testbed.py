@@ -32,6 +32,7 @@ from typhoon.report import read_worker_reports
 from typhoon.tcp_cluster import RunOptions
 from typhoon.topology.batching import DEFAULTS, Batching
 from typhoon.topology.model import Topology
+from typhoon.worker_specs import tcp_mtu, worker_mtu
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class RunResult:
     report: dict[str, Any] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)  # raw worker reports
     ovs_cpu_s: float | None = None  # ovs-vswitchd CPU during the run (shared with others!)
+    frame_bytes: int | None = None  # the workers' frame size (typhoon.worker_specs)
 
     def node_result(self, node: str) -> dict[str, Any]:
         return (self.report.get("results") or {}).get(node) or {}
@@ -104,6 +106,7 @@ class RunResult:
             "error": self.error,
             "wall_s": round(self.wall_s, 3),
             "ovs_cpu_s": self.ovs_cpu_s,
+            "frame_bytes": self.frame_bytes,
             "elapsed_s": self.report.get("elapsed_s"),
             "workers": self.report.get("workers", []),
             "results": results,
@@ -125,8 +128,9 @@ def ovs_cpu_seconds() -> float | None:
 class Testbed:
     """The clusters runs execute on; ``close()`` tears everything down."""
 
-    def __init__(self, workdir: Path, out: TextIO = sys.stderr) -> None:
+    def __init__(self, workdir: Path, out: TextIO = sys.stderr, tcp_mtu: int | None = None) -> None:
         self.workdir = workdir
+        self.tcp_mtu = tcp_mtu  # tcp runs' frame size over their topologies' (None: theirs)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.out = out
         self.sdn: EmulatedCluster | None = None
@@ -229,6 +233,13 @@ class Testbed:
         topology = spec.topology
         topology.name = f"bench{next(self.names):04d}-{topology.name}"[:60]
         Batching(spec.batch_size, spec.max_delay_ms).write(topology.config)
+        if spec.transport == "tcp" and self.tcp_mtu is not None:
+            topology.config["tcp"] = {**(topology.config.get("tcp") or {}), "mtu": self.tcp_mtu}
+        frames = (
+            tcp_mtu(topology.config)
+            if spec.transport == "tcp"
+            else worker_mtu(topology.config, None)  # the emulated fabric carries 65,000
+        )
         cpu0 = ovs_cpu_seconds()
         t0 = time.monotonic()
         try:
@@ -262,6 +273,7 @@ class Testbed:
         cpu1 = ovs_cpu_seconds()
         if cpu0 is not None and cpu1 is not None:
             result.ovs_cpu_s = round(cpu1 - cpu0, 3)
+        result.frame_bytes = frames
         return result
 
     def _run_sdn(self, spec: RunSpec) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -42,6 +42,7 @@ from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
 from typhoon.wire import Control, ControlTuple, WireError, decode_control
+from typhoon.worker_specs import tcp_mtu
 from typhoon.zygote import Zygote, ZygoteLauncher
 
 log = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ class TcpCluster:
                 "control": list(self.control_address(w.host)),
                 "bind": o.bind.get(w.host, "127.0.0.1"),
                 "secret": self.secret,  # the spec file is created 0600 (WorkerSpec.save)
+                "mtu": tcp_mtu(self.topology.config),
             },
         )
         path = self.workdir / f"worker-{w.worker_id}{gen}.spec.json"

@@ -26,6 +26,9 @@ log = logging.getLogger("typhoon.agent")
 # pass through the switch, the link protocol's bookkeeping) dominate at 9,000 bytes:
 # forward.yaml on one host went from 1.15M to 1.51M tuples/s (docs/performance.md).
 WORKER_MTU = 64000
+# Frame size of a tcp worker when the topology asks for none: the same, so that sdn and
+# the tcp baseline are measured with equal frames (docs/performance.md, "A columnar emit").
+TCP_MTU = WORKER_MTU
 
 
 SDN_OPTIONS = keys_of(SdnConfig)  # declared in typhoon/topology/config.py
@@ -66,6 +69,18 @@ def worker_mtu(config: dict, cluster: Cluster | None) -> int:
         log.warning("sdn.mtu %d does not fit the fabric: frames of %d bytes instead", asked, path)
         return path
     return asked
+
+
+def tcp_mtu(config: dict) -> int:
+    """Frame size of a tcp worker: the topology's ``tcp: {mtu: N}``, else :data:`TCP_MTU`.
+
+    sdn's rule without the fabric: a TCP stream has no path MTU (the kernel cuts
+    it into segments), so a frame is only the unit a sender batches tuples into and
+    a receiver bounds what it decodes by; a frame over it is a counted drop
+    (``malformed_frame``).  Every worker of a run gets the same size.
+    """
+    asked = (config.get("tcp") or {}).get("mtu")
+    return TCP_MTU if asked is None else int(asked)
 
 
 def write_spec(

@@ -34,6 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--out", help="output directory (default benchmarks/results/<date>[-quick])")
     b.add_argument("--repeats", type=int, help="interleaved rounds per point (1 quick, 3 full)")
     b.add_argument("--workdir", help="keep cluster logs and worker reports here")
+    b.add_argument(
+        "--tcp-mtu",
+        type=int,
+        metavar="BYTES",
+        help="frame size of every tcp run (default: the topology's tcp.mtu, else 64000)",
+    )
     b.add_argument("--list", action="store_true", help="list the scenarios and exit")
     b.set_defaults(func=cmd_bench)
 
@@ -41,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.runner import BenchOptions, need_root, run_bench, select
     from benchmarks.scenario import scenarios
+    from typhoon.runtime.tcp import MAX_MTU
+    from typhoon.wire import MIN_MTU
 
     if args.list:
         for cls in scenarios():
@@ -48,6 +56,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.repeats is not None and args.repeats < 1:
         print("error: --repeats must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.tcp_mtu is not None and not MIN_MTU <= args.tcp_mtu <= MAX_MTU:
+        print(f"error: --tcp-mtu must be {MIN_MTU}..{MAX_MTU}", file=sys.stderr)
         return EXIT_USAGE
     try:
         select(args.only or [])
@@ -64,5 +75,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
         repeats=args.repeats,
         workdir=Path(args.workdir) if args.workdir else None,
+        tcp_mtu=args.tcp_mtu,
     )
     return run_bench(options)

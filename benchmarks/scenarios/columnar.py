@@ -7,7 +7,9 @@ a stream that declares its columns; the sink checks them as columns).  Both
 transports in every round (alternated), on one emulated host and on two.  Every
 run's sequence check must be exact; the table says how many tuples went missing or
 came twice.  Frames: the sdn workers' default (64,000 bytes, what the byte windows
-take several of), tcp's fixed 9,000.
+take several of), and tcp's the same by default (``typhoon.worker_specs.tcp_mtu``;
+``typhoon bench --tcp-mtu 9000`` for the size tcp had before); the table's note says
+what the runs used.
 """
 
 from __future__ import annotations
@@ -115,7 +117,13 @@ class Columnar(Scenario):
                     "reached_target": best is not None and best >= TARGET,
                 }
             )
-        res.summary = {"points": summary, "target_tuples_s": TARGET, **params}
+        frames = measure.frame_sizes(measured)
+        res.summary = {
+            "points": summary,
+            "target_tuples_s": TARGET,
+            "frame_bytes": frames,
+            **params,
+        }
         res.tables.append(
             Table(
                 f"{self.title}: tuples/s at the sink (median of the interleaved runs, and the "
@@ -136,7 +144,9 @@ class Columnar(Scenario):
                     f"{self.TUPLE_BYTES}-byte payloads (a row: 8+8+8 bytes of src/seq/ts, the "
                     f"payload and its 4-byte offset in a block); batch {params['batch']}; "
                     f"{params['duration']:g} s a run, then drained; LOCAL = both workers on one "
-                    "emulated host, REMOTE = on two. sdn frames 64,000 bytes, tcp 9,000. "
+                    "emulated host, REMOTE = on two. Frames: "
+                    + ", ".join(f"{t} {b}" for t, b in frames.items())
+                    + " bytes. "
                     f"Target: {TARGET:,} tuples/s at the sink (issue 33)."
                 ),
             )

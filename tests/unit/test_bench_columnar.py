@@ -26,7 +26,10 @@ class Stub:
             "per_worker": [{"received": int(rate * 2), "first_s": 10.0, "last_s": 12.0}],
         }
         report = {"ok": True, "results": {"sink": sink}}
-        return RunResult(spec.transport, spec.hosts, spec.label, True, 3.0, report=report)
+        frames = {"sdn": 64000, "tcp": 9000}[spec.transport]
+        return RunResult(
+            spec.transport, spec.hosts, spec.label, True, 3.0, report=report, frame_bytes=frames
+        )
 
 
 def test_rows_and_columns_on_both_transports_and_the_target(tmp_path):
@@ -44,6 +47,8 @@ def test_rows_and_columns_on_both_transports_and_the_target(tmp_path):
         ["LOCAL", "rows", "1,200,000"], ["LOCAL", "columns", "3,500,000"],
         ["REMOTE", "rows", "1,200,000"], ["REMOTE", "columns", "3,500,000"],
     ]  # fmt: skip
+    assert "Frames: sdn 64,000, tcp 9,000 bytes." in table.note  # what the runs used
+    assert res.summary["frame_bytes"] == {"sdn": "64,000", "tcp": "9,000"}
     assert all(p["reached_target"] == (p["form"] == "columns") for p in res.summary["points"])
     met = [r.met for r in res.ratios if "3M" in r.name]
     assert met == [True, True]

@@ -1,7 +1,11 @@
 """The ``tcp`` I/O layer: one TCP connection per next hop, like Storm's Netty transport.
 
 Frames are the same wire frames the ``sdn`` transport puts on a TAP port,
-each preceded by a u32 length.  There is no multicast, so the framework layer
+each preceded by a u32 length.  A stream has no path MTU: ``mtu`` is only the unit
+tuples are batched into and the bound a receiver decodes by (a larger frame is a
+counted ``malformed_frame``); a run gives every worker the same
+(``typhoon.worker_specs.tcp_mtu``: the sdn workers' 64,000 bytes unless the topology
+asks).  There is no multicast, so the framework layer
 serializes a broadcast tuple once per receiver: the baseline the paper
 compares against.  Control tuples come from the run coordinator on a
 separate control connection, with the same encoding as over the switch.
@@ -65,6 +69,9 @@ log = logging.getLogger(__name__)
 PEERS_TIMEOUT_S = 30.0  # how long a worker waits for the coordinator's peers
 SERVE_WAIT_S = 0.005  # longest wait for a socket between turns of a chain's other workers
 MASK = 0xFFFFFFFF
+# the largest frame a tcp worker sends or accepts: a frame's entries are at most 65,535
+# bytes (u16 lengths), so larger frames would only batch more of them
+MAX_MTU = 0xFFFF
 
 
 @dataclass
@@ -88,6 +95,8 @@ class TcpTransport(Transport):
         *,
         secret: str,
     ) -> None:
+        if not wire.MIN_MTU <= mtu <= MAX_MTU:
+            raise ValueError(f"tcp frames of {mtu} bytes: must be {wire.MIN_MTU}..{MAX_MTU}")
         super().__init__()
         self.secret = secret
         self.worker_id = worker_id

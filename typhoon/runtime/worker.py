@@ -21,7 +21,7 @@ from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Transport
-from typhoon.wire import Control, ControlTuple
+from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
@@ -45,6 +45,7 @@ def make_transport(spec: WorkerSpec) -> Transport:
             spec.physical.app_id,
             (host, int(port)),
             params.get("bind", "127.0.0.1"),
+            int(params.get("mtu", DEFAULT_MTU)),
             secret=secret,
         )
     if kind == "sdn":

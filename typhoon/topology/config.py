@@ -88,6 +88,17 @@ class SdnConfig:
     )
 
 
+@dataclass(frozen=True)
+class TcpConfig:
+    """``config: {tcp: ...}``: the tcp transport's framing (docs/performance.md)."""
+
+    mtu: int | None = setting(
+        None,
+        "frame size; a tcp stream has no path MTU (default: the sdn workers' 64000)",
+        {"type": "integer", "minimum": 64, "maximum": 65535},
+    )
+
+
 _GROUPS = {"type": "integer", "minimum": 1, "maximum": 65536}
 _STEP = {"type": "integer", "minimum": 0, "maximum": 65536}
 
@@ -103,6 +114,12 @@ class TopologyConfig:
         "the sdn transport's link settings (defaults below)",
         {"type": ["object", "null"], "additionalProperties": False},
         nested=SdnConfig,
+    )
+    tcp: TcpConfig | None = setting(
+        None,
+        "the tcp transport's settings (defaults below)",
+        {"type": ["object", "null"], "additionalProperties": False},
+        nested=TcpConfig,
     )
     flow_control: bool = setting(
         True, "credit-based flow control between workers", {"type": "boolean"}
@@ -201,6 +218,7 @@ NODE_KEYS = keys_of(NodeConfig)
 DEFAULTS = TopologyConfig()
 LOCALITY_DEFAULTS = LocalityConfig()
 SDN_DEFAULTS = SdnConfig()
+TCP_DEFAULTS = TcpConfig()
 
 
 def schema_properties(cls: type) -> dict[str, dict[str, Any]]:
