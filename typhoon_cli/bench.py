@@ -47,8 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.runner import BenchOptions, need_root, run_bench, select
     from benchmarks.scenario import scenarios
-    from typhoon.runtime.tcp import MAX_MTU
-    from typhoon.wire import MIN_MTU
+    from typhoon.runtime.tcp import MAX_MTU, MIN_MTU
 
     if args.list:
         for cls in scenarios():

@@ -53,10 +53,21 @@ def test_exactly_once_with_columns_survives_killed_workers(tmp_path, monkeypatch
     )
 
 
-def test_a_columnar_source_sends_every_tuple_as_blocks_exactly(tmp_path):
+BLOCK_ROW = 8 + 8 + 8 + 100 + 4  # bytes of one of its rows in a block (int64s, payload, offset)
+
+
+@pytest.mark.parametrize("mtu", [None, 9000])
+def test_a_columnar_source_sends_every_tuple_as_blocks_exactly(tmp_path, mtu):
     """``forward_columns.yaml``: ``sequence_columns`` emits numpy columns
-    (``emit_columns``), never rows; the sink checks them as columns."""
-    r = run_report(tmp_path, TOPOLOGIES / "forward_columns.yaml", "--arg", "source.count=100000")
+    (``emit_columns``), never rows; the sink checks them as columns.  Its frames are
+    the run's tcp frame size: the sdn workers' 64,000 bytes by default (more than
+    9,000-byte frames could carry), or the file's ``tcp: {mtu: 9000}``."""
+    file = TOPOLOGIES / "forward_columns.yaml"
+    if mtu is not None:
+        file = tmp_path / "forward_columns.yaml"
+        text = (TOPOLOGIES / "forward_columns.yaml").read_text()
+        file.write_text(text.replace("spouts:", f"config: {{tcp: {{mtu: {mtu}}}}}\nspouts:", 1))
+    r = run_report(tmp_path, file, "--arg", "source.count=100000")
     assert r["ok"], r["problems"]
     sink = r["results"]["sink"]
     assert sink["expected"] == sink["received"] == 100_000
@@ -66,3 +77,8 @@ def test_a_columnar_source_sends_every_tuple_as_blocks_exactly(tmp_path):
     assert "columns_as_rows" not in workers["source"]  # ... none as rows
     assert workers["sink"]["columns_in"] == 100_000
     assert not workers["sink"]["drops"]
+    least_9000 = 100_000 * BLOCK_ROW // 9000  # frames, were every 9,000-byte frame full
+    if mtu is None:
+        assert workers["source"]["frames_out"] < least_9000
+    else:
+        assert workers["source"]["frames_out"] >= least_9000

@@ -14,7 +14,7 @@ from test_tcp_peers_generation import APP, SECRET, Coordinator
 
 from typhoon import wire
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.tcp import MAX_MTU, TcpTransport
+from typhoon.runtime.tcp import MAX_MTU, MIN_MTU, TcpTransport
 from typhoon.runtime.transport import Inbound
 from typhoon.runtime.worker import make_transport
 from typhoon.topology import TopologyError, load_topology_text, schedule
@@ -46,13 +46,14 @@ def test_the_file_declares_tcp_mtu_within_what_a_tcp_worker_accepts() -> None:
     )
     assert config.tcp == TcpConfig(mtu=9000)
     bounds = config_schema(TopologyConfig)["properties"]["tcp"]["properties"]["mtu"]
-    assert bounds["maximum"] == MAX_MTU and bounds["minimum"] >= wire.MIN_MTU
+    assert (bounds["minimum"], bounds["maximum"]) == (MIN_MTU, MAX_MTU)
+    assert MIN_MTU >= wire.MIN_MTU
     for bad in ("{tcp: {mtu: 65536}}", "{tcp: {mtu: 10}}", "{tcp: {mtu: big}}", "{tcp: {size: 1}}"):
         with pytest.raises(TopologyError):
             load_topology_text(TEXT.replace("CONFIG", bad))
 
 
-@pytest.mark.parametrize("mtu", [wire.MIN_MTU - 1, MAX_MTU + 1])
+@pytest.mark.parametrize("mtu", [MIN_MTU - 1, MAX_MTU + 1])
 def test_a_tcp_worker_refuses_a_frame_size_it_cannot_use(mtu: int) -> None:
     with pytest.raises(ValueError, match="tcp frames"):
         TcpTransport(1, APP, ("127.0.0.1", 1), mtu=mtu, secret=SECRET)

@@ -69,8 +69,10 @@ log = logging.getLogger(__name__)
 PEERS_TIMEOUT_S = 30.0  # how long a worker waits for the coordinator's peers
 SERVE_WAIT_S = 0.005  # longest wait for a socket between turns of a chain's other workers
 MASK = 0xFFFFFFFF
-# the largest frame a tcp worker sends or accepts: a frame's entries are at most 65,535
-# bytes (u16 lengths), so larger frames would only batch more of them
+# the frame sizes a tcp worker takes (``config: {tcp: {mtu}}``'s schema says the same): a
+# frame's entries are at most 65,535 bytes (u16 lengths), so larger frames would only
+# batch more of them; below 64 bytes a frame is mostly header
+MIN_MTU = 64
 MAX_MTU = 0xFFFF
 
 
@@ -95,8 +97,8 @@ class TcpTransport(Transport):
         *,
         secret: str,
     ) -> None:
-        if not wire.MIN_MTU <= mtu <= MAX_MTU:
-            raise ValueError(f"tcp frames of {mtu} bytes: must be {wire.MIN_MTU}..{MAX_MTU}")
+        if not MIN_MTU <= mtu <= MAX_MTU:
+            raise ValueError(f"tcp frames of {mtu} bytes: must be {MIN_MTU}..{MAX_MTU}")
         super().__init__()
         self.secret = secret
         self.worker_id = worker_id
