@@ -6,11 +6,11 @@ OVS's select group without a selection method hashes a frame with
 ``flow_hash_symmetric_l2`` (lib/flow.c): the XOR of the two addresses and the
 ethertype, murmur-hashed as three host-order words (lib/hash.h, a build without
 SSE4.2).  Measured on OVS 3.1's userspace datapath: it gives every one of a
-sender's 256 slot addresses the entry its bucket counters showed
-(tests/unit/test_lb_skew.py: two maps, other nodes, senders and apps).  The entries hold 0 to ~10 slots each, so runs of
-buckets in entry order are a few points off the shares asked for; in an order
-whose every prefix holds close to its share of the slots, they are within about
-one point.
+sender's 256 slot addresses the entry its bucket counters showed (two maps:
+other apps, nodes and senders; tests/unit/test_lb_skew.py).  The entries hold 0
+to ~10 slots each, so runs of buckets in entry order are a few points off the
+shares asked for; in an order whose every prefix holds close to its share of
+the slots, they are within about one point.
 
 If the datapath hashes differently (the kernel's, another build), the order is
 just some fixed order of the entries: the runs then skew as much as contiguous
