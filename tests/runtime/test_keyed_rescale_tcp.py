@@ -18,14 +18,12 @@ import json
 import subprocess
 import sys
 import threading
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from tcp_verbs import reference, wait_for
 
 from typhoon.live import data_tuples
-from typhoon.operators.sources import generate_sentences
 from typhoon.reconfig import Scale
 from typhoon.report import read_worker_reports
 from typhoon.runtime.policies import Router
@@ -47,20 +45,6 @@ def job(name: str, rate: int | None):
     if rate:
         t.nodes["source"].args["rate"] = rate
     return t
-
-
-def reference(args: dict) -> dict[str, int]:
-    words: Counter = Counter()
-    for s in generate_sentences(args["count"], args["seed"], args["words"], args["vocabulary"]):
-        words.update(s.split())
-    return dict(words)
-
-
-def wait_for(cond, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
-        time.sleep(0.01)
 
 
 def check_placement(cluster: TcpCluster, rec: Record) -> None:
