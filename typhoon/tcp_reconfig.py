@@ -29,7 +29,8 @@ coordinator then restarts every worker in the update's final topology from
 the newest checkpoint complete under it (``tcp_recovery.restart``), and the
 update ends ``restarted``.  Otherwise, or when a step is not confirmed in
 time, the update fails and the tcp run stops as failed (a half-done update is
-not undone on tcp).  A swap of a chained node runs in place
+not undone on tcp).  A swap of a chained node, or of a node
+with keyed state (kept across the cut), runs in place
 (``typhoon.reconfig.swap_in_place``: write, SWAP, commit; nothing to launch).
 :func:`typhoon.tcp_requests.tcp_refusal` names, in one sentence, what tcp refuses.
 """
@@ -228,8 +229,8 @@ class Executor:
             if in_place is None:
                 raise ReconfigError(
                     f"{describe(request)} cannot run in place (docs/reconfiguration.md, "
-                    "'Swapping a chained node in place'), and a swap on the network needs "
-                    "the sdn controller",
+                    "'Swapping a chained node in place' and 'Swapping a node with keyed "
+                    "state'), and a swap on the network needs the sdn controller",
                     409,
                 )
             return in_place

@@ -23,14 +23,15 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
         # a locality move (senders route by the table themselves, the plan checks it); on
         # a chained edge the plan unchains the edge live first (typhoon.reconfig.chains)
         return None
-    if isinstance(request, Swap) and request.node in chained_nodes(topology):
-        return None  # in place, or refused by the runner (typhoon.reconfig.swap_in_place)
+    if isinstance(request, Swap) and request.node in topology.nodes:
+        if request.node in chained_nodes(topology) or topology.nodes[request.node].keyed:
+            return None  # in place, or refused by the runner (typhoon.reconfig.swap_in_place)
     if not isinstance(request, Scale):
         return (
             f"{describe(request)} is not supported on the tcp transport: only 'scale', "
-            "'unchain', 'chain', a 'direct' reroute (a locality move) and a swap of a chained "
-            "node in place are (other reroutes and swaps, insert, remove and move need the "
-            "sdn controller)"
+            "'unchain', 'chain', a 'direct' reroute (a locality move) and a swap in place "
+            "(of a chained node, or of a node with keyed state) are (other reroutes and "
+            "swaps, insert, remove and move need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:

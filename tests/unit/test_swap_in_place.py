@@ -10,9 +10,11 @@ from collections import Counter
 
 import pytest
 from test_chain_ops import HOSTS, three
+from test_keyed_swap import Undeclared
 from test_unchain import Clock, Loop, Net, paced, turns
 
 from controller.rules.flows import compile_rules
+from typhoon.operators import BUILTINS
 from typhoon.operators.sources import generate_sentences
 from typhoon.operators.swap_rules import in_place_blockers
 from typhoon.reconfig import Swap, plan
@@ -60,9 +62,10 @@ def test_a_worker_that_exited_gets_no_swap_and_a_lone_node_swaps_as_before():
     t, phys = three()
     p = plan(BUSY, t, phys, HOSTS, 100, exited={5})
     assert p.steps[2].bodies == [(6, {"operator": "busy", "args": {"cost_us": 1}})]
-    # count runs alone (its input is key-routed): new workers, the old ones drain
-    p = plan(Swap("count", "count_by_key", {}), t, phys, HOSTS, 100)
-    assert plan_swap_in_place(Swap("count", "count_by_key", {}), t, phys) is None
+    # count runs alone: to an operator without keyed state, new workers, the old ones
+    # drain (a keyed swap runs in place: tests/unit/test_keyed_swap.py)
+    p = plan(Swap("count", "collect", {}), t, phys, HOSTS, 100)
+    assert plan_swap_in_place(Swap("count", "collect", {}), t, phys) is None
     assert len(p.added) == 2 and len(p.removed) == 2
 
 
@@ -102,8 +105,13 @@ def test_what_cannot_run_in_place_says_why_and_plans_as_before():
     k = load_topology_text(KEYED_HEAD, "k.yaml")
     kp = schedule(k, HOSTS, 5, 100)
     assert any(len(ws) == 2 for ws in chain_groups(k, kp).values())
-    assert "keyed state" in in_place_refusal(k, k, kp, "tally")
-    p = plan(Swap("tally", "count_by_key", {}), k, kp, HOSTS, 100)
+    assert in_place_refusal(k, k, kp, "tally") is None  # its keyed state is kept
+    assert "only one of" in in_place_refusal(k, _changed(k, "tally", keyed=False), kp, "tally")
+    BUILTINS["undeclared_count"] = Undeclared
+    try:  # a keyed operator that does not declare its keyed_shape
+        p = plan(Swap("tally", "undeclared_count", {}), k, kp, HOSTS, 100)
+    finally:
+        BUILTINS.pop("undeclared_count")
     assert actions(p)[:5] == ["keep_rules", "write", "wait_rules", "control", "keep_rules"]
     assert len(p.added) == 2  # unchained first, new workers alone
     assert in_place_blockers(type("Op", (), {"pump": lambda self: None})) == ["pump"]
@@ -262,8 +270,13 @@ def test_the_tcp_runner_swaps_a_chained_node_in_place_and_refuses_other_swaps():
     assert [k for k, _ in c.log[1:]] == ["SWAP", "SWAP"] and not rec.added and not rec.removed
     assert c.topology.nodes["upper"].operator == "busy"
     assert c.physical.workers == before.workers and c.physical.version == before.version + 1
-    # count runs alone: a swap on the network needs the sdn controller
-    assert "sdn controller" in tcp_refusal(t, Swap("count", "count_by_key", {}))
+    # a lone node without keyed state: a swap on the network needs the sdn controller
+    lone = load_topology_text(
+        "name: lone\nspouts: [{id: source, operator: sequence_source}]\n"
+        "bolts: [{id: sink, operator: sequence_check}]\n"
+        "streams: [{from: source, to: sink, grouping: shuffle}]\n"
+    )
+    assert "sdn controller" in tcp_refusal(lone, Swap("sink", "collect", {}))
     guaranteed = copy.deepcopy(t)
     guaranteed.config["guarantee"] = "at_least_once"
     c = FakeCluster(guaranteed)

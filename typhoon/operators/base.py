@@ -135,6 +135,10 @@ class Operator:
     # True: keyed only when its input is key-routed; otherwise Context.keyed is None and the
     # operator keeps plain per-worker state (count_by_key behind a shuffle)
     keyed_optional: ClassVar[bool] = False
+    # the keyed state it keeps: each mapping's name -> the form of its values (a tag of
+    # its own; a new form needs a new tag).  A swap in place carries keyed state over
+    # only between operators that declare it (typhoon.operators.swap_rules)
+    keyed_shape: ClassVar[dict[str, str] | None] = None
 
     def __init__(self, **args: Any) -> None:
         self.args = args
@@ -144,6 +148,20 @@ class Operator:
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
         """Fields of emitted tuples; the loader uses it to check `fields` groupings."""
         return list(cls.fields)
+
+    @classmethod
+    def state_shape(cls, args: dict[str, Any]) -> dict[str, str] | None:
+        """The keyed state these ``args`` keep: ``keyed_shape`` unless it depends on them."""
+        return None if cls.keyed_shape is None else dict(cls.keyed_shape)
+
+    @classmethod
+    def migrate_keyed(
+        cls, args: dict[str, Any], name: str, tag: str
+    ) -> Callable[[Any], Any] | None:
+        """How this operator takes over mapping ``name`` that the operator it replaces in a
+        swap kept in form ``tag``: a function of one value giving it in this operator's
+        form; None (the default) when it cannot, so such a swap is refused."""
+        return None
 
     def open(self, context: Context) -> None:
         self.context = context

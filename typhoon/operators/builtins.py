@@ -39,6 +39,7 @@ PATHS: dict[str, str] = {
     "count_forward": "pairs:CountForward",
     "running_count": "running:RunningCount",
     "max_by_key": "running:MaxByKey",
+    "running_max": "running:RunningMax",
     "window_aggregate": "windows:WindowAggregate",
     "event_source": "events:EventSource",
     "window_join": "joins:WindowJoin",

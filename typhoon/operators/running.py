@@ -7,6 +7,9 @@ every key's count went on from where it was through every rescale: a key
 whose new owner started from zero leaves a maximum below the true count, and
 summing the workers' results cannot repair it (the Listing-2 flush cannot
 either).  That is what makes them the check of keyed-state migration.
+``running_max`` appends the key's running maximum (and, with ``count``, its running
+count) to every tuple: state that is not a sum either, the check of a swap in place
+that keeps keyed state (docs/reconfiguration.md, "Swapping a node with keyed state").
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class RunningCount(Bolt):
 
     fields: ClassVar[tuple[str, ...]] = ("key", "count")
     keyed: ClassVar[bool] = True
+    keyed_shape: ClassVar[dict[str, str] | None] = {"counts": "int"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -81,6 +85,7 @@ class MaxByKey(Bolt):
     """
 
     keyed: ClassVar[bool] = True
+    keyed_shape: ClassVar[dict[str, str] | None] = {"max": "largest value"}
 
     def __init__(self, value: str = "count") -> None:
         super().__init__(value=value)
@@ -131,3 +136,69 @@ class MaxByKey(Bolt):
             "ownership": [{"keys": r["keys"], "key_groups": r["key_groups"]} for r in results],
             "keys_on_several_workers": sum(1 for n in seen.values() if n > 1),
         }
+
+
+class RunningMax(Bolt):
+    """Every tuple with the key's largest ``value`` so far appended, and with ``count``
+    the key's running count: ``[*values, max, count]`` (``count`` null without).
+
+    Both are keyed state (``max``; ``count`` only with ``count: true``), so a swap in
+    place from ``count: false`` to ``count: true`` goes on from the maxima and counts
+    from the cut (``count`` is a mapping the new logic adds: it starts empty).
+    """
+
+    keyed: ClassVar[bool] = True
+
+    def __init__(self, value: str = "value", count: bool = False) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError("value must be a field name")
+        if not isinstance(count, bool):
+            raise ValueError("count must be true or false")
+        super().__init__(value=value, count=count)
+        self.value, self.count = value, count
+        self.index = 0
+        self.maxima: Any = {}
+        self.counts: Any = None
+        self.key_of: Any = None
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        value = args.get("value", "value")
+        if value not in input_fields:
+            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        clash = sorted({"max", "count"} & set(input_fields))
+        if clash:
+            raise ValueError(f"running_max appends 'max' and 'count'; its input has {clash}")
+        return [*input_fields, "max", "count"]
+
+    @classmethod
+    def state_shape(cls, args: dict[str, Any]) -> dict[str, str]:
+        shape = {"max": "largest value"}
+        if args.get("count"):
+            shape["count"] = "int"
+        return shape
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.index = context.input_fields.index(self.value)
+        self.maxima = context.keyed_state("max")
+        self.counts = context.keyed_state("count", default=0) if self.count else None
+        self.key_of = context.key
+
+    def process(self, values: list, emit: Emit) -> None:
+        k, v = self.key_of(values), values[self.index]
+        m = self.maxima.get(k)
+        if m is None or v > m:
+            self.maxima[k] = m = v
+        n = None
+        if self.counts is not None:
+            n = self.counts[k] = self.counts[k] + 1
+        emit([*values, m, n])
+
+    def result(self) -> dict[str, Any]:
+        return {"keys": len(self.maxima)}
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        """Keys per worker: where the node's keyed state lives."""
+        return {"ownership": [r["keys"] for r in results], "keys": sum(r["keys"] for r in results)}

@@ -25,6 +25,7 @@ class CountByKey(Bolt):
     fields: ClassVar[tuple[str, ...]] = ("key", "count")
     keyed: ClassVar[bool] = True
     keyed_optional: ClassVar[bool] = True  # any grouping; keyed state when key-routed
+    keyed_shape: ClassVar[dict[str, str] | None] = {"counts": "int", "flushed": "int"}
 
     def __init__(self, key: str | None = None) -> None:
         super().__init__(key=key)

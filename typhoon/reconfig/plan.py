@@ -5,7 +5,8 @@ topology, the physical topology during the update (new workers added,
 removed ones ``draining``), the final one, and the steps with every control
 tuple body they send (versions are added by the executor).  Unchaining and
 chaining again live have their own, shorter plan (``typhoon.reconfig.unchain``), and
-so has the swap of a chained node in place (``typhoon.reconfig.swap_in_place``).
+so has the swap in place of a chained node or of a node with keyed state
+(``typhoon.reconfig.swap_in_place``).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def plan(
     if isinstance(request, (Unchain, Chain)):  # processes stay: typhoon.reconfig.unchain
         return plan_unchain(request, topology, physical, exited)
     in_place = plan_swap_in_place(request, topology, physical, exited, allow_imports)
-    if in_place is not None:  # a chained node's workers swap their operator in their process
+    if in_place is not None:  # the node's workers swap their operator in their process
         return in_place
     original, prelude = physical, []
     first = unchain_first(request, topology, physical, exited)

@@ -11,6 +11,16 @@ worker's would: ``on_signal`` flushes its state behind what it emitted, its
 ``result()`` goes into the worker's report under ``swapped`` (the run report merges
 it into the node's result like a drained worker's), then ``close()``.  The new
 instance starts empty, like a new worker of a swap on the network.
+
+Keyed state is the framework's (``typhoon.runtime.keyed_state``), so where both
+operators keep it and declare its shape the worker keeps it across the cut
+(``typhoon.operators.swap_rules.keyed_carry``): the old instance gets no
+``on_signal`` (its state does not end) and leaves no ``result()`` (what it held is
+the new instance's now: counted twice otherwise), its mappings whose form changes
+are rewritten by the new operator's migration at the cut, and the new instance
+opens over the same mappings, so its first tuple sees the state the old one's last
+tuple left.  A mapping the new operator does not keep stays in the store unused (an
+undo back to the old operator finds it again).
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
@@ -28,6 +38,9 @@ from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.timers import Timers
 from typhoon.topology.model import DEFAULT_STREAM, Node
+
+if TYPE_CHECKING:
+    from typhoon.operators.swap_rules import KeyedCarry
 
 
 class SwapHost(Protocol):
@@ -77,36 +90,52 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
         cls = resolve_operator(operator, node.engine)
     except Exception as e:  # an unknown name: the plan checked it, a forced SWAP may not
         return f"operator '{operator}': {e}"
-    from typhoon.operators.swap_rules import in_place_blockers  # only once a swap comes
+    from typhoon.operators.swap_rules import in_place_blockers, keyed_carry  # once one comes
 
-    if fw.keyed is not None and (getattr(old, "keyed", False) or getattr(cls, "keyed", False)):
-        return "keyed state is not swapped in place"
     blockers = in_place_blockers(old) + in_place_blockers(cls)
     if blockers:
         return f"its operator hooks {sorted(set(blockers))} hold state in the framework"
+    carry, keyed = None, fw.keyed
+    if keyed is not None and (getattr(old, "keyed", False) or getattr(cls, "keyed", False)):
+        old_cls = type(old)
+        if not (getattr(old, "keyed", False) and getattr(cls, "keyed", False)):
+            return "keyed state would be dropped or started empty (only one operator keeps it)"
+        carry = keyed_carry((node.operator, old_cls, node.args), (operator, cls, args))
+        if carry is None:
+            return f"'{node.operator}' or '{operator}' declares no keyed_shape"
+        if carry.refusal is not None:
+            return carry.refusal
     context = dataclasses.replace(
         fw.context,
         operator=operator,
         keyed_declared=bool(getattr(cls, "keyed", False)),
-        timers=Timers(fw.keyed, operator, node.name),
+        timers=Timers(keyed, operator, node.name),
     )
-    try:  # built and opened before the cut: one that fails leaves the old one running
+    defaults = {} if keyed is None else {n: st.default for n, st in keyed.stores.items()}
+    try:  # built, opened and migrated before the cut: one that fails leaves the old running
+        migrated = {} if carry is None else _migrate(keyed, carry)
         new = cls(**args)
         new.open(context)
     except Exception as e:
+        for n, d in defaults.items():  # open() gave the old mappings the new defaults
+            keyed.stores[n].default, keyed.stores[n].factory = d, callable(d)
         return f"operator '{operator}' with args {args}: {e}"
-    # the old instance ends as at its end of input: its state leaves behind its output
-    old.on_signal(fw.emit)
-    fw.flush(force=True)
-    fw.swapped.append(
-        {
-            "operator": node.operator,
-            "args": node.args,
-            "result": old.result(),
-            "tuples_in": sum(fw.tuples_in.values()),
-            "tuples_out": sum(r.emitted for r in fw.routers.values()),
-        }
-    )
+    entry: dict[str, Any] = {"operator": node.operator, "args": node.args}
+    if carry is None:
+        # the old instance ends as at its end of input: its state leaves behind its output
+        old.on_signal(fw.emit)
+        fw.flush(force=True)
+        entry["result"] = old.result()
+    else:  # the cut: from here the new instance reads and writes the old one's keys
+        for n, data in migrated.items():  # in place: the new instance may hold the dict
+            keyed.stores[n].data.clear()
+            keyed.stores[n].data.update(data)
+        keyed.operator = operator
+        keyed.forget_checked()
+        entry["keyed"] = {**carry.summary(), "keys": keyed.keys()}
+    entry["tuples_in"] = sum(fw.tuples_in.values())
+    entry["tuples_out"] = sum(r.emitted for r in fw.routers.values())
+    fw.swapped.append(entry)
     old.close()
     node = dataclasses.replace(node, operator=operator, args=dict(args))
     topology = fw.spec.topology  # a copy: the other members of a chain keep their own
@@ -125,3 +154,14 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
         fw.worker_id, operator, gone["operator"], gone["tuples_in"],
     )  # fmt: skip
     return None
+
+
+def _migrate(keyed: Any, carry: KeyedCarry) -> dict[str, dict[Any, Any]]:
+    """The migrated mappings' new contents (built aside: a value the migration refuses
+    leaves the old ones as they were)."""
+    out = {}
+    for name, fn in carry.migrated.items():
+        store = keyed.stores.get(name)
+        if store is not None:
+            out[name] = {k: fn(v) for k, v in store.data.items()}
+    return out
