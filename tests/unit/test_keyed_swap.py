@@ -122,11 +122,39 @@ def test_a_keyed_swap_that_would_drop_state_is_refused_and_the_rest_falls_back()
         assert len(p.added) == 2 and len(p.removed) == 2
     finally:
         BUILTINS.pop("undeclared_count")
-    # under a guarantee: the checkpoints hold the old operator's state, so as before
+    # under a guarantee: keyed state that goes over swaps in place (a recovery carries a
+    # checkpoint of before the swap to the new operator); the rest as before
     g = copy.deepcopy(t)
     g.config["guarantee"] = "exactly_once"
     p = plan(Swap("count", "count_by_key", {}), g, phys, HOSTS, 100)
+    assert not p.added and [s.action for s in p.steps][2] == "control"
+    p = plan(Swap("count", "collect", {}), g, phys, HOSTS, 100)
     assert len(p.added) == 2 and len(p.removed) == 2
+
+
+def test_a_checkpoint_of_before_a_swap_is_restored_into_the_new_operator():
+    import msgpack
+
+    from typhoon.runtime.keyed_state import KeyedStateError
+    from typhoon.runtime.operator_swap import carried_keyed, part_carry
+
+    t = load_topology_text(JOB, "kswap.yaml")
+    node = copy.deepcopy(t.nodes["rmax"])
+    keyed = msgpack.packb({"max": [["k1", 5], ["k2", 9]]}, use_bin_type=True)
+    part = {"operator": ["running_max", {}], "keyed": keyed}
+    assert part_carry(node, part) is None and carried_keyed(node, part) is keyed  # today's
+    node.args = {"count": True}  # swapped since: max kept, count starts empty
+    assert part_carry(node, part).added == ["count"] and carried_keyed(node, part) is keyed
+    BUILTINS["pair_max"] = PairMax
+    try:
+        node.operator, node.args = "pair_max", {}  # swapped to a migrating operator
+        assert carried_keyed(node, part) == {"max": [["k1", [5, 0]], ["k2", [9, 0]]]}
+        back = {"operator": ["pair_max", {}], "keyed": keyed}
+        node.operator = "running_max"
+        with pytest.raises(KeyedStateError, match="taken under operator 'pair_max'"):
+            carried_keyed(node, back)
+    finally:
+        BUILTINS.pop("pair_max")
 
 
 def test_the_tcp_runner_swaps_a_keyed_node_in_place_and_refuses_a_drop():

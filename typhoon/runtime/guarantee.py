@@ -20,6 +20,7 @@ from typhoon.checkpoint.progress import parts_of
 from typhoon.operators import resolve_operator
 from typhoon.runtime import checkpoints as ck
 from typhoon.runtime.hooks import batch_hook, rows_hook
+from typhoon.runtime.operator_swap import part_carry
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
 if TYPE_CHECKING:
@@ -186,6 +187,8 @@ class GuaranteedProcessing(_Host):
             "generation": self.gen,
             "worker": self.worker_id,
             "state": self.op.snapshot(),
+            # whose state: a recovery after a swap in place carries it to today's operator
+            "operator": [self.node.operator, self.node.args],
         }
         if self.context.timers.plain:
             state["timers"] = self.context.timers.snapshot()  # keyed ones are keyed state
@@ -358,7 +361,8 @@ class GuaranteedProcessing(_Host):
         if epoch is not None:
             assert self.ckpt is not None
             saved = self.ckpt.load(epoch)
-            self.op.restore(saved.get("state"))
+            if part_carry(self.node, saved) is None:  # (else the old operator's: no state)
+                self.op.restore(saved.get("state"))
             self.context.timers.restore(saved.get("timers"))
             if self.keyed is not None:
                 self._restore_keyed(epoch, saved)  # each key on its current owner

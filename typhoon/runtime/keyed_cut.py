@@ -33,6 +33,8 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from typhoon.runtime.operator_swap import carried_keyed
+
 if TYPE_CHECKING:
     from typhoon.runtime.framework_parts import FrameworkParts
 
@@ -119,7 +121,7 @@ class KeyedCheckpoints(_Host):
         assert keyed is not None and ckpt is not None  # (a rollback of keyed state)
         groups = saved.get("groups")
         if groups is None or (set(groups) == keyed.owned and not keyed.pinned):
-            keyed.restore(saved.get("keyed"))
+            keyed.restore(carried_keyed(self.node, saved))  # (a part of before a swap too)
             self.restored_from = [ckpt.part]
             return
         keyed.reset()
@@ -129,7 +131,7 @@ class KeyedCheckpoints(_Host):
         parts = sorted(p for p in store.parts(epoch) if mine.fullmatch(p))
         for part in parts:
             other = saved if part == ckpt.part else ckpt.load_part(epoch, part)
-            keyed.load_owned(other.get("keyed"))
+            keyed.load_owned(carried_keyed(self.node, other))
         self.restored_from = parts
         log.info("worker %d: keyed state of epoch %d restored from %s",
                  self.worker_id, epoch, parts)  # fmt: skip

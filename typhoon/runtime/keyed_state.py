@@ -333,7 +333,7 @@ class KeyedStates:
                 kept.append([k, v])
         return self.load(mine)
 
-    def restore(self, data: bytes | None) -> None:
+    def restore(self, data: bytes | dict[str, Any] | None) -> None:
         self.reset()
         self.load(data)
 

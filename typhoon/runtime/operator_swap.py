@@ -20,7 +20,10 @@ the new instance's now: counted twice otherwise), its mappings whose form change
 are rewritten by the new operator's migration at the cut, and the new instance
 opens over the same mappings, so its first tuple sees the state the old one's last
 tuple left.  A mapping the new operator does not keep stays in the store unused (an
-undo back to the old operator finds it again).
+undo back to the old operator finds it again).  Under a guarantee checkpoint parts
+record their operator, and a part of before the swap is carried to the new operator
+when it is restored (:func:`carried_keyed`), so a recovery runs the new logic on the
+state.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgpack
+
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
 from typhoon.runtime.columnar import ColumnPath, column_path
 from typhoon.runtime.hooks import batch_hook, rows_hook
+from typhoon.runtime.keyed_state import KeyedStateError
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.timers import Timers
@@ -82,8 +88,6 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
     old = fw.op
     if fw.is_spout:
         return "a spout is not swapped"
-    if fw.ckpt is not None:
-        return "a worker under a guarantee is not swapped in place (its checkpoints)"
     if fw.moved_to is not None or fw.migration is not None:
         return "its state is moving"
     try:
@@ -105,6 +109,11 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
             return f"'{node.operator}' or '{operator}' declares no keyed_shape"
         if carry.refusal is not None:
             return carry.refusal
+    if fw.ckpt is not None:
+        if carry is None:
+            return "a worker under a guarantee is not swapped in place (its checkpoints)"
+        if old.snapshot() is not None:  # a checkpoint part would hand it to the new one
+            return "its operator keeps state that is not keyed, under a guarantee"
     context = dataclasses.replace(
         fw.context,
         operator=operator,
@@ -165,3 +174,48 @@ def _migrate(keyed: Any, carry: KeyedCarry) -> dict[str, dict[Any, Any]]:
         if store is not None:
             out[name] = {k: fn(v) for k, v in store.data.items()}
     return out
+
+
+def part_carry(node: Node, part: dict[str, Any]) -> KeyedCarry | None:
+    """How the keyed state of a checkpoint part taken under another operator of ``node``
+    (before a swap in place) goes to today's; None when the part is today's operator's.
+
+    A recovery after a swap may restore a part of before it: the new operator then
+    goes on from that state, as if the swap had been at that checkpoint (the input
+    replayed from it goes through the new logic).  Raises :class:`KeyedStateError`
+    when the state cannot go over (an older operator whose shape the current one
+    cannot take directly: several swaps since that checkpoint)."""
+    from typhoon.operators.swap_rules import carry_refusal, keyed_carry
+
+    was = part.get("operator")
+    if not was or (was[0], was[1]) == (node.operator, node.args):
+        return None
+    try:
+        old = (was[0], resolve_operator(was[0], node.engine), was[1])
+        carry = keyed_carry(old, (node.operator, resolve_operator(node.operator), node.args))
+    except Exception as e:
+        raise KeyedStateError(f"a checkpoint of '{node.name}' under '{was[0]}': {e}") from None
+    why = "a keyed_shape is not declared" if carry is None else carry_refusal(carry, was[0], "")
+    if carry is None or why is not None:
+        raise KeyedStateError(
+            f"a checkpoint of '{node.name}' taken under operator '{was[0]}' cannot be restored "
+            f"into '{node.operator}': {why}"
+        )
+    return carry
+
+
+def carried_keyed(node: Node, part: dict[str, Any]) -> bytes | dict[str, Any] | None:
+    """The keyed state of checkpoint ``part`` in the form today's operator keeps it."""
+    data = part.get("keyed")
+    carry = part_carry(node, part)
+    if carry is None or not carry.migrated or data is None:
+        return data
+    entries: dict[str, Any] = (
+        msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if isinstance(data, (bytes, bytearray))
+        else dict(data)
+    )
+    for name, fn in carry.migrated.items():
+        if name in entries:
+            entries[name] = [[k, fn(v)] for k, v in entries[name]]
+    return entries
