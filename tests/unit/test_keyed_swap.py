@@ -252,3 +252,34 @@ def test_a_worker_refuses_a_swap_that_would_misread_its_state():
         fw = net.fws[w.worker_id]
         assert fw.node.operator == "pair_max" and fw.io.stats.drops.get("swap_refused") == 1
     assert len({r[1] for r in net.results("sink")}) == COUNT
+
+
+class SnapMax(RunningMax):
+    """A running max with state of its own besides its keyed state."""
+
+    def snapshot(self) -> Any:
+        return {"seen": 1}
+
+
+def test_under_a_guarantee_a_worker_swaps_keyed_state_only():
+    from types import SimpleNamespace
+
+    from typhoon.runtime.keyed_state import KeyedStates
+    from typhoon.runtime.operator_swap import swap_operator
+
+    t = load_topology_text(JOB, "kswap.yaml")
+    keyed = KeyedStates("running_max", "rmax", 2, [0], 128, set(range(128)))
+
+    def host(op: Any) -> Any:
+        return SimpleNamespace(
+            node=t.nodes["rmax"], done=False, op=op, is_spout=False, moved_to=None,
+            migration=None, keyed=keyed, ckpt=object(),
+        )  # fmt: skip
+
+    why = swap_operator(host(SnapMax()), "running_max", {"count": True})
+    assert why == "its operator keeps state that is not keyed, under a guarantee"
+    why = swap_operator(host(RunningMax()), "collect", {})
+    assert why == "keyed state would be dropped or started empty (only one operator keeps it)"
+    lone = host(RunningMax())
+    lone.keyed = None  # no keyed state here: the swap would hand over the snapshot
+    assert "under a guarantee" in swap_operator(lone, "running_max", {"count": True})

@@ -44,12 +44,12 @@ def in_place_refusal(
     In place means one cut in each worker's input and nothing else: so not under a
     guarantee (checkpoints hold the old operator's snapshots) unless the state is keyed
     state that goes over (a recovery carries a part of before the swap to the new
-    operator too), with keyed state only when both operators keep it and declare its
-    shape (the new one inherits it), not
-    with hooks whose state the framework holds (``typhoon.operators.swap_rules``), and
-    not when the new operator changes what the node emits (fields, hence routes) or
-    who it runs with.  Raises :class:`ReconfigError` (409) when both declare keyed
-    state and the new operator cannot take the old one's over."""
+    operator too); with keyed state only when both operators keep it and declare its
+    shape (the new one inherits it); not with hooks whose state the framework holds
+    (``typhoon.operators.swap_rules``), and not when the new operator changes what the
+    node emits (fields, hence routes) or who it runs with.  Raises
+    :class:`ReconfigError` (409) when both declare keyed state and the new operator
+    cannot take the old one's over."""
     a, b = old.nodes[node], new.nodes[node]
     if guarantee_of(old) != "none" and not (a.keyed and b.keyed):
         return f"'{old.name}' runs under guarantee '{guarantee_of(old)}'"
