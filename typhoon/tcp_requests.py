@@ -27,10 +27,10 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
         return None  # in place, or refused by the runner (typhoon.reconfig.swap_in_place)
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale', "
+            f"{describe(request)} needs --transport sdn: a tcp run takes only 'scale', "
             "'unchain', 'chain', a 'direct' reroute (a locality move) and a swap of a chained "
-            "node in place are (other reroutes and swaps, insert, remove and move need the "
-            "sdn controller)"
+            "node in place (other reroutes and swaps, insert, remove and move need the sdn "
+            "controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:
