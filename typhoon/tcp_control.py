@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
 import secrets
+import socketserver
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -273,14 +275,22 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("tcp control endpoint: " + format, *args)
 
 
+class _Server(HTTPServer):
+    def server_bind(self) -> None:
+        """As HTTPServer's, without its reverse DNS lookup of the address (getfqdn)."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+
 class ControlEndpoint:
     """The HTTP server of one run, on its own thread (``close`` stops it)."""
 
     def __init__(self, api: ControlApi, host: str, port: int) -> None:
         self.api = api
         handler = type("Handler", (_Handler,), {"api": api})
-        self.server = HTTPServer((host, port), handler)
+        self.server = _Server((host, port), handler)
         bound, bound_port = self.server.server_address[:2]
+        self.loopback = ipaddress.ip_address(bound).is_loopback
         shown = "127.0.0.1" if bound == "0.0.0.0" else str(bound)
         self.url = f"http://{shown}:{bound_port}"
         self.thread = threading.Thread(
@@ -334,7 +344,7 @@ def serving(cluster: Any, address: str | None, out: TextIO) -> Iterator[ControlE
         endpoint.close()
         yield None
         return
-    if endpoint.url.split("//")[1].split(":")[0] not in ("127.0.0.1", "localhost"):
+    if not endpoint.loopback:
         print(
             f"warning: the control endpoint of '{name}' listens on {endpoint.url}, plain "
             "HTTP beyond this host: its token crosses the network readable",

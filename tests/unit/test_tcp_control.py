@@ -358,3 +358,16 @@ def test_without_a_tcp_run_or_a_controller_the_error_says_both(capsys, monkeypat
     code, out, err = cli(capsys, "unchain", "ch", "upper")
     assert code == 1 and "no tcp run named 'ch' is running for this user" in err, err
     assert err.count("\n") == 1
+
+
+def test_an_endpoint_beyond_loopback_warns_and_one_that_cannot_bind_leaves_none():
+    out = io.StringIO()
+    with serving(Run(), "0.0.0.0:0", out) as endpoint:
+        assert endpoint is not None and not endpoint.loopback
+        assert endpoint.url.startswith("http://127.0.0.1:")  # where the CLI reaches it
+    assert "plain HTTP beyond this host" in out.getvalue()
+    out = io.StringIO()
+    with serving(Run(), "256.0.0.1:0", out) as endpoint:
+        assert endpoint is None
+    assert "no control endpoint for 'ch' at 256.0.0.1:0" in out.getvalue()
+    assert lookup("ch") is None
