@@ -25,6 +25,16 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tcp_jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """tcp runs' entries (typhoon/tcp_jobs.py: `typhoon run --transport tcp` registers its
+    control endpoint by the job's name) in the session's own directory, not the home's."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("tcp-jobs")
+        mp.setenv("TYPHOON_TCP_JOBS", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """One ZooKeeper server for the whole session (started on first use)."""

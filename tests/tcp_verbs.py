@@ -3,11 +3,14 @@
 ``run_verbs`` starts a :class:`typhoon.tcp_cluster.TcpCluster`, requests each verb
 once the sources have sent a share of their sentences (their METRIC_RESPs, never
 a sleep), waits for it to end and returns the run's report with the records.
-Shared by the live-unchaining and the chained swap-in-place tests on tcp.
+Shared by the live-unchaining and the chained swap-in-place tests on tcp; with
+``cli=True`` each verb is typed (``typhoon unchain NAME NODE``) against the run's
+control endpoint instead.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
@@ -15,10 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import typhoon_cli
 from typhoon.live import data_tuples
 from typhoon.operators.sources import generate_sentences
-from typhoon.reconfig.requests import Request
+from typhoon.reconfig import Scale
+from typhoon.reconfig.requests import Chain, Request, Unchain
 from typhoon.tcp_cluster import RunOptions, TcpCluster
+from typhoon.tcp_control import serving
 from typhoon.tcp_reconfig import Record
 
 
@@ -52,25 +58,46 @@ def frames_out(cluster: TcpCluster, node: str, after: int) -> dict[int, int]:
     return {w: cluster.replies[w][1]["frames_out"] for w in ws}
 
 
+def cli_argv(name: str, request: Request) -> list[str]:
+    """The ``typhoon`` command line of ``request`` on the job ``name``."""
+    if isinstance(request, (Unchain, Chain)):
+        kind = "unchain" if isinstance(request, Unchain) else "chain"
+        one = [] if request.worker is None else ["--worker", str(request.worker)]
+        return [kind, name, request.node, *one]
+    if isinstance(request, Scale):
+        return ["scale", name, request.node, str(request.parallelism)]
+    raise ValueError(f"no command line for {request}")
+
+
 def run_verbs(
-    tmp_path: Path, t: Any, verbs: list[tuple[float, Request]], senders: str
+    tmp_path: Path, t: Any, verbs: list[tuple[float, Request]], senders: str, cli: bool = False
 ) -> tuple[dict, list[Record], list[dict[int, int]], TcpCluster]:
     """Run ``t``; at each share of the sentences sent, ``cluster.rescaler.request`` the
-    verb and wait until it is done; after each, the frames each worker of ``senders``
-    (the chained edge's sending node) sent so far."""
+    verb (``cli``: type it, ``typhoon_cli.main``, against the run's control endpoint,
+    typhoon/tcp_control.py) and wait until it is done; after each, the frames each worker
+    of ``senders`` (the chained edge's sending node) sent so far."""
     total = t.nodes["source"].args["count"]
     cluster = TcpCluster(t, RunOptions(live=False, live_every=0.2, timeout=120), workdir=tmp_path)
     records: list[Record] = []
     frames: list[dict[int, int]] = []
     errors: list[BaseException] = []
 
+    def run_one(request: Request) -> Record:
+        if cli:  # returns once the update has ended (the CLI waits for it)
+            code = typhoon_cli.main(cli_argv(t.name, request))
+            assert code == 0, f"typhoon {' '.join(cli_argv(t.name, request))}: exit {code}"
+            return cluster.rescaler.records[-1]
+        rec = cluster.rescaler.request(request)
+        wait_for(lambda: rec.state != "pending", 60, f"{request} done")
+        return rec
+
     def drive() -> None:
         try:
             for share, request in verbs:
                 # mid-run by progress (the sources' METRIC_RESPs), never a sleep
                 wait_for(lambda share=share: sent(cluster) >= share * total, 60, "progress")
-                rec = cluster.rescaler.request(request)
-                wait_for(lambda rec=rec: rec.state != "pending", 60, f"{request} done")
+                rec = run_one(request)
+                assert rec.request == request, (rec.request, request)
                 records.append(rec)
                 frames.append(frames_out(cluster, senders, cluster.next_version()))
                 assert sent(cluster) < total, f"the sources had finished at {request}"
@@ -79,12 +106,15 @@ def run_verbs(
 
     try:
         cluster.start()
-        cluster.activate()
-        thread = threading.Thread(target=drive)
-        thread.start()
-        clean = cluster.wait()
-        thread.join()
+        with serving(cluster, "127.0.0.1:0" if cli else None, sys.stderr) as endpoint:
+            cluster.activate()
+            thread = threading.Thread(target=drive)
+            thread.start()
+            clean = cluster.wait()
+            thread.join()
         report = cluster.report(clean)
+        if endpoint is not None:
+            report["control_endpoint"] = endpoint.api.summary()
     finally:
         cluster.close()
     assert not errors, errors
@@ -97,3 +127,14 @@ def no_loss(report: dict) -> None:
     assert report["ok"], report["problems"]
     for w in report["workers"]:
         assert not w["drops"] and not w["seq_gaps"], w
+
+
+def over_tcp_between_the_verbs(report: dict, frames: list[dict[int, int]], senders: str) -> None:
+    """Each worker of ``senders`` (which sends on the chained edge only) sent frames
+    between `unchain` and `chain` and none after (rows by function call again)."""
+    workers = {w["worker"]: w for w in report["workers"] if w["node"] == senders}
+    on_net, after_chain = frames
+    assert sorted(workers) == sorted(after_chain)
+    for w, r in workers.items():
+        assert after_chain[w] > on_net[w], (w, frames)
+        assert r["frames_out"] == after_chain[w], (w, r["frames_out"], frames)

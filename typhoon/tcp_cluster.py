@@ -34,10 +34,12 @@ from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
 from typhoon.runtime.tcp_auth import new_secret
 from typhoon.supervised import Supervised
+from typhoon.tcp_control import serving
 from typhoon.tcp_gate import HelloGate
+from typhoon.tcp_options import RunOptions
 from typhoon.tcp_reconfig import Rescaler
 from typhoon.tcp_recovery import IncidentWatch, drop_left_links, recover, restart
-from typhoon.topology.batching import DEFAULTS, Batching
+from typhoon.topology.batching import Batching
 from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.scheduler import app_id_for, schedule
@@ -54,34 +56,6 @@ MAX_SERVICE_RESTARTS = 3
 def local_launcher(host: str, argv: list[str], logfile: Path) -> Supervised:
     """Start a worker process on this machine (every emulated host is local)."""
     return Supervised.start(logfile.stem, argv, logfile, append=False, own_session=False)
-
-
-@dataclass
-class RunOptions:
-    hosts: list[str] = field(default_factory=lambda: ["h1"])
-    bind: dict[str, str] = field(default_factory=dict)  # host -> address workers listen on
-    # the address the coordinator listens on; None: the one address every host's workers
-    # reach it at (127.0.0.1 for local runs), 0.0.0.0 only when they differ
-    control_bind: str | None = None
-    duration: float | None = None  # seconds; then sources are drained
-    # the file's config wins over these (Batching.of), as on sdn (EmulatedCluster.submit)
-    batch_size: int = DEFAULTS.batch_size
-    max_delay_ms: float = DEFAULTS.max_delay_ms
-    live: bool = True
-    live_every: float = 1.0
-    timeout: float = 900.0  # hard limit for the whole run
-    start_timeout: float = 60.0
-    service_timeout: float = 300.0  # engine services (a Spark driver) may take this long to start
-    failure_grace: float = 2.0  # seconds after a worker failed before the others are stopped
-    # keep worker specs, logs and reports in WORKDIR/NAME/ (the sdn layout); None: a temp dir
-    workdir: Path | None = None
-    # (seconds, typhoon.reconfig.Scale): rescales while the job runs (typhoon.tcp_reconfig)
-    scales: list[tuple[float, Any]] = field(default_factory=list)
-    # called as f(cluster, elapsed) on every turn of the run loop (a locality run, say)
-    on_turn: list[Callable[[Any, float], None]] = field(default_factory=list)
-    # local workers forked from one process that imported the runtime (typhoon.zygote)
-    # instead of each a fresh `python -m typhoon.runtime.worker`; False: spawn every one
-    zygote: bool = True
 
 
 @dataclass
@@ -522,8 +496,12 @@ def run_tcp(topology: Topology, options: RunOptions, out: TextIO = sys.stderr) -
     cluster = TcpCluster(topology, options, workdir=workdir, out=out)
     try:
         cluster.start()
-        cluster.activate()
-        clean = cluster.wait()
-        return cluster.report(clean)
+        with serving(cluster, options.endpoint, out) as endpoint:  # typhoon unchain NAME ...
+            cluster.activate()
+            clean = cluster.wait()
+        report = cluster.report(clean)
+        if endpoint is not None:
+            report["control_endpoint"] = endpoint.api.summary()
+        return report
     finally:
         cluster.close()

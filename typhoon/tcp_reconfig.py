@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ class Record:
     # it owns and the groups of the keys its keyed state holds
     placement: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     physical: PhysicalTopology | None = None  # the final physical topology
+    status: int = 0  # a refusal's HTTP status (typhoon.tcp_control answers with it)
+    # set once the request is planned (its steps run) or refused: what a caller waits for
+    settled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,13 +156,15 @@ class Rescaler:
         self.scheduled = sorted(scheduled, key=lambda s: s[0])
         self.pending: queue.Queue[Record] = queue.Queue()
         self.records: list[Record] = []
+        self._lock = threading.Lock()  # the run loop and a control endpoint both request
 
     def request(self, request: Request) -> Record:
         """Queue a rescale (or a locality move); the run loop performs it on its next turn
         (``record.state``)."""
-        rec = Record(len(self.records) + 1, request)
-        self.records.append(rec)
-        self.pending.put(rec)
+        with self._lock:
+            rec = Record(len(self.records) + 1, request)
+            self.records.append(rec)
+            self.pending.put(rec)
         return rec
 
     def turn(self, elapsed: float) -> bool:
@@ -201,10 +207,12 @@ class Executor:
                 raise ReconfigError(refusal, 409)
             self.plan = p = self._plan(exited)
         except ReconfigError as e:
-            rec.state, rec.error = "refused", e.message
+            rec.state, rec.error, rec.status = "refused", e.message, e.status
+            rec.settled.set()
             log.warning("rescale %s refused: %s", describe(rec.request), e.message)
             return True
         rec.added, rec.removed = list(p.added), list(p.removed)
+        rec.settled.set()
         for step in p.steps:
             s0 = time.monotonic()
             try:
@@ -230,7 +238,7 @@ class Executor:
                 raise ReconfigError(
                     f"{describe(request)} cannot run in place (docs/reconfiguration.md, "
                     "'Swapping a chained node in place' and 'Swapping a node with keyed "
-                    "state'), and a swap on the network needs the sdn controller",
+                    "state'), and a swap on the network needs --transport sdn",
                     409,
                 )
             return in_place

@@ -28,10 +28,10 @@ def tcp_refusal(topology: Topology, request: Request) -> str | None:
             return None  # in place, or refused by the runner (typhoon.reconfig.swap_in_place)
     if not isinstance(request, Scale):
         return (
-            f"{describe(request)} is not supported on the tcp transport: only 'scale', "
+            f"{describe(request)} needs --transport sdn: a tcp run takes only 'scale', "
             "'unchain', 'chain', a 'direct' reroute (a locality move) and a swap in place "
-            "(of a chained node, or of a node with keyed state) are (other reroutes and "
-            "swaps, insert, remove and move need the sdn controller)"
+            "(of a chained node, or of a node with keyed state; other reroutes and swaps, "
+            "insert, remove and move need the sdn controller)"
         )
     node = topology.nodes.get(request.node)
     if node is None:

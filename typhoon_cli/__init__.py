@@ -2,7 +2,8 @@
 
 ``typhoon submit|list|status|scale|route|swap|insert|remove|reconfig|kill``
 talk to the controller's REST API (see ``typhoon_cli.ctl`` for the verbs and
-``typhoon.client`` for where the controller URL and token come from).
+``typhoon.client`` for where the controller URL and token come from), or to a
+running tcp job's own control endpoint (``typhoon.tcp_control``) found by its name.
 
 Exit codes: 0 success, 1 the run failed (a worker crashed, tuples were
 lost where none may be), 2 bad input (topology file, arguments).
@@ -129,6 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--locality is for tcp runs; on sdn, load apps/locality_router.py and "
             "`typhoon locality` a submitted job"
         )
+    if args.control is not None and args.transport != "tcp":
+        raise UsageError("--control is for tcp runs; an sdn run's verbs go to its controller")
     if args.transport == "tcp":
         from typhoon.tcp_cluster import RunOptions, run_tcp
 
@@ -141,6 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             scales=tcp_scales(topo, args.scale or [])
             + tcp_chain_verbs(topo, args.unchain or [], args.chain or []),
             on_turn=[locality] if locality is not None else [],
+            endpoint=control_endpoint(args.control),
         )
         report = run_tcp(topo, options)
         if locality is not None:
@@ -232,6 +236,21 @@ def tcp_chain_verbs(
     return out
 
 
+def control_endpoint(text: str | None) -> str | None:
+    """``--control HOST:PORT|off`` of a tcp run: where its control endpoint listens
+    (typhoon.tcp_control; default 127.0.0.1, any free port), None: off."""
+    if text == "off":
+        return None
+    from typhoon.tcp_control import parse_endpoint
+
+    address = text or "127.0.0.1:0"
+    try:
+        parse_endpoint(address)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return address
+
+
 def locality_run(topology: Topology, at: str | None) -> Any:
     """``--locality AT``: the locality router's run AT seconds into a tcp run, or None."""
     if at is None:
@@ -304,6 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="tcp: at AT seconds, run the locality router once: the counting node's pairs, "
         "then two direct reroutes that move the pinned keys with their state "
         "(docs/locality.md)",
+    )
+    r.add_argument(
+        "--control",
+        metavar="HOST:PORT|off",
+        help="tcp: where the run's control endpoint listens, which `typhoon unchain|chain|"
+        "scale|route|swap NAME ...` reach with the run's own token (default 127.0.0.1:0, any "
+        "free port; docs/usage.md, 'Changing a running application')",
     )
     r.add_argument(
         "--fabric",

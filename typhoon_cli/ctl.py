@@ -4,7 +4,9 @@
 reconfig|kill``,
 ``control`` (Table 2: :mod:`typhoon_cli.ctl_control`), ``locality`` and the apps' reports
 ``faults|autoscaler|lb``: :func:`add_parsers` gives each one's arguments.
-Where the controller is and the token: see :mod:`typhoon.client`.
+Where the controller is and the token: see :mod:`typhoon.client`; a running tcp job
+serves the update verbs itself and is found by its name
+(:func:`typhoon_cli.ctl_verb.client_of`, :mod:`typhoon.tcp_control`).
 
 ``--json`` on every verb prints one JSON document on stdout instead of text,
 errors included (``{"ok": false, "error": ..., "exit": N}``).
@@ -80,6 +82,9 @@ def _request(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return "remove", {"node": args.node}
 
 
+UPDATED = ("done", "restarted")  # the update is in effect
+
+
 def _print_steps(record: dict[str, Any], shown: int, out: TextIO) -> int:
     for step in record["steps"][shown:]:
         if step["state"] in ("pending", "running"):
@@ -94,8 +99,11 @@ def _print_steps(record: dict[str, Any], shown: int, out: TextIO) -> int:
 def _outcome(record: dict[str, Any], out: TextIO, err: TextIO) -> int:
     for step in record.get("rollback", []):
         print(f"  [undo {step['state']}] {step['what']} {step['detail']}".rstrip(), file=out)
-    if record["state"] == "done":
-        print(f"reconfiguration {record['id']} done in {record['seconds']:.2f} s", file=out)
+    if record["state"] in UPDATED:
+        # restarted (tcp, under a guarantee): a worker died during it; all run the update now
+        note = f" ({record['error']})" if record["error"] else ""
+        print(f"reconfiguration {record['id']} {record['state']} in {record['seconds']:.2f} s"
+              f"{note}", file=out)  # fmt: skip
         return 0
     print(f"error: reconfiguration {record['id']} {record['state']}: {record['error']}", file=err)
     return EXIT_FAILED
@@ -120,7 +128,7 @@ def cmd_reconfigure(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         time.sleep(0.1)
         record = client.call("GET", f"/apps/{args.name}/reconfig")
     if not text:
-        return json_result(args, out, record, 0 if record["state"] == "done" else EXIT_FAILED)
+        return json_result(args, out, record, 0 if record["state"] in UPDATED else EXIT_FAILED)
     _print_steps(record, shown, text)
     return _outcome(record, out, err)
 

@@ -1,5 +1,9 @@
 """How one ``typhoon`` verb on the REST API runs: its client, its errors, its output.
 
+The REST API is the controller's for an sdn job, or a running tcp job's own
+control endpoint (:mod:`typhoon.tcp_control`), found by the job's name
+(:func:`client_of`).
+
 Every verb module (:mod:`typhoon_cli.ctl`, :mod:`typhoon_cli.ctl_control`) builds on this one
 and none on another, so the verbs import each other one way only.  A verb raises
 :class:`UsageError` for input it refuses (exit 2) and :class:`VerbFailed` when what it
@@ -14,7 +18,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from typhoon.client import ApiCallError, Client, resolve
+from typhoon.client import ApiCallError, Client, Endpoint, resolve
+from typhoon.private_files import SecretFileError
+from typhoon.tcp_jobs import TcpJob, jobs_dir, lookup
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -29,8 +35,26 @@ class VerbFailed(Exception):
 
 
 def client_of(args: argparse.Namespace) -> Client:
-    """The REST client the verb's ``--controller``, ``--token`` and ``--config`` name."""
+    """The client of the job the verb names: a running tcp job of that name
+    (:mod:`typhoon.tcp_jobs`: its own endpoint and token) unless ``--controller`` or
+    ``--config`` names a controller; else the controller that ``--controller``,
+    ``--token`` and ``--config`` name (:func:`typhoon.client.resolve`)."""
+    job = tcp_job_of(args)
+    if job is not None:
+        args.tcp_job = job
+        return Client(Endpoint(job.url, job.token), retries=1)
     return Client(resolve(args.controller, args.token, args.config))
+
+
+def tcp_job_of(args: argparse.Namespace) -> TcpJob | None:
+    """The running tcp job ``args.name`` names, unless a controller is named explicitly."""
+    name = getattr(args, "name", None)
+    if not name or getattr(args, "controller", None) or getattr(args, "config", None):
+        return None
+    try:
+        return lookup(name)
+    except SecretFileError as e:
+        raise UsageError(str(e)) from None
 
 
 def json_result(args: argparse.Namespace, out: TextIO, doc: Any, code: int) -> int:
@@ -49,7 +73,26 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except VerbFailed as e:
         return fail(args, str(e), EXIT_FAILED, out, err)
     except ApiCallError as e:
-        return fail(args, e.message, EXIT_USAGE if e.bad_request else EXIT_FAILED, out, err)
+        message = e.message if e.status else unanswered(args, e.message)
+        return fail(args, message, EXIT_USAGE if e.bad_request else EXIT_FAILED, out, err)
+
+
+def unanswered(args: argparse.Namespace, message: str) -> str:
+    """Nothing answered: a tcp job that ended, or a controller that is not there (and no tcp
+    job of that name either)."""
+    job: TcpJob | None = getattr(args, "tcp_job", None)
+    if job is not None:
+        return (
+            f"the tcp run '{job.name}' (process {job.pid}) did not answer at {job.url}: "
+            "it has probably just ended"
+        )
+    name = getattr(args, "name", None)
+    if name and not (getattr(args, "controller", None) or getattr(args, "config", None)):
+        return (
+            f"{message}; no tcp run named '{name}' is running for this user either "
+            f"(typhoon run --transport tcp registers its runs in {jobs_dir()})"
+        )
+    return message
 
 
 def fail(args: argparse.Namespace, message: str, code: int, out: TextIO, err: TextIO) -> int:

@@ -5,9 +5,10 @@ the process's side in ``typhoon/runtime/chain.py``).
 
 Real worker processes and sockets.  Two jobs:
 
-* topologies/wordcount_chained.yaml (source[i] and split[i] in one process): the
-  counts equal the reference, nothing is lost, the sources' rows went over tcp
-  between the two verbs and by function call again after ``chain``;
+* topologies/wordcount_chained.yaml (source[i] and split[i] in one process), the two
+  verbs typed through the CLI (``typhoon unchain NAME split``, the run's control
+  endpoint): the counts equal the reference, nothing is lost, the sources' rows
+  went over tcp between the two verbs and by function call again after ``chain``;
 * running_max.yaml with count -> max chained (a running count per word and the
   largest count per word, both stateful and not additive): the maxima equal the
   word counts only if each process kept its state through the split and re-forming.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tcp_verbs import no_loss, reference, run_verbs
+from tcp_verbs import no_loss, over_tcp_between_the_verbs, reference, run_verbs
 
 from typhoon.reconfig.requests import Chain, Reroute, Scale, Unchain
 from typhoon.topology import load_topology
@@ -31,14 +32,27 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_wordcount_chain_split_and_formed_again_mid_run_is_exact(tmp_path: Path) -> None:
+def test_wordcount_chain_split_and_formed_again_mid_run_through_the_cli_is_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`typhoon unchain unchaintcp split` and `typhoon chain unchaintcp split`, typed
+    mid-run: the CLI finds the run by its name and reaches its control endpoint
+    (typhoon/tcp_control.py), which hands each verb to the run's executor."""
+    monkeypatch.setenv("TYPHOON_TCP_JOBS", str(tmp_path / "jobs"))
     t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount_chained.yaml"))
     t.name = "unchaintcp"
     args = t.nodes["source"].args
     args.update(count=10_000, rate=1_600)  # per source worker: about 3 s
     report, records, frames, cluster = run_verbs(
-        tmp_path, t, [(0.25, Unchain("split")), (0.6, Chain("split"))], "source"
+        tmp_path, t, [(0.25, Unchain("split")), (0.6, Chain("split"))], "source", cli=True
     )
+    out = capsys.readouterr().out
+    assert "reconfiguration 1 of unchaintcp: unchain split" in out, out
+    assert "reconfiguration 2 of unchaintcp: chain again split" in out, out
+    assert out.count(" done in ") == 2, out
+    # each verb: one POST, then GETs of .../reconfig until it ended; nothing refused
+    assert report["control_endpoint"]["accepted"] >= 2
+    assert report["control_endpoint"]["rejected"] == {}
     no_loss(report)
     assert {k: int(v) for k, v in report["results"]["count"]["counts"].items()} == reference(args)
     assert report["nodes"]["split"]["tuples_in"] == args["count"]
@@ -126,14 +140,3 @@ def test_a_stateful_chain_keeps_its_state_through_unchain_chain_scale_and_a_dire
         assert frames[1][w] > frames[0][w], frames  # on the network between the verbs
         assert frames[2][w] == frames[1][w], frames  # function calls again, the scale too
         assert final[w] > frames[2][w], (final, frames)  # the direct route: network
-
-
-def over_tcp_between_the_verbs(report: dict, frames: list[dict[int, int]], senders: str) -> None:
-    """Each worker of ``senders`` (which sends on the chained edge only) sent frames
-    between `unchain` and `chain` and none after (rows by function call again)."""
-    workers = {w["worker"]: w for w in report["workers"] if w["node"] == senders}
-    on_net, after_chain = frames
-    assert sorted(workers) == sorted(after_chain)
-    for w, r in workers.items():
-        assert after_chain[w] > on_net[w], (w, frames)
-        assert r["frames_out"] == after_chain[w], (w, r["frames_out"], frames)

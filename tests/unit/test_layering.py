@@ -287,6 +287,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "logs",
             "supervised",
             "client",
+            "tcp_jobs",  # where a running tcp job's control endpoint is, by its name
             "live",
             "ovs_bridge",
             "dissect",
@@ -320,6 +321,8 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "agent",
             "agent_launcher",  # an agent's workers: forked from its zygote, else spawned
             "tcp_cluster",
+            "tcp_control",  # a running tcp job's endpoint for the CLI's update verbs
+            "tcp_options",
             "tcp_gate",
             "tcp_reconfig",
             "tcp_requests",
