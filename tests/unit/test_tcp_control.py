@@ -141,7 +141,7 @@ def test_a_malformed_body_is_a_400_with_one_sentence_and_nothing_queued(
         ("remove", {"node": "upper"}, 409, "needs --transport sdn"),
         ("move", {"worker": 3, "host": "h1"}, 409, "needs --transport sdn"),
         ("route", {"stream": "upper->count", "policy": "shuffle"}, 409, "needs --transport sdn"),
-        ("swap", {"node": "count", "operator": "count_by_key"}, 409, "needs --transport sdn"),
+        ("swap", {"node": "count", "operator": "identity"}, 409, "needs --transport sdn"),
     ],
 )
 def test_what_the_run_cannot_do_is_refused_by_the_run_loop_in_one_sentence(
