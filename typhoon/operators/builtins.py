@@ -39,6 +39,8 @@ PATHS: dict[str, str] = {
     "count_forward": "pairs:CountForward",
     "running_count": "running:RunningCount",
     "max_by_key": "running:MaxByKey",
+    "running_max": "running:RunningMax",
+    "keyed_columns": "keyed_columns:KeyedColumns",
     "window_aggregate": "windows:WindowAggregate",
     "event_source": "events:EventSource",
     "window_join": "joins:WindowJoin",

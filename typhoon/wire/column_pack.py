@@ -7,6 +7,9 @@ turns them into one :class:`typhoon.wire.columns.Columns`, :func:`entry_cuts` cu
 its rows into entries that each fit one frame, and :func:`pack_slice` packs rows
 ``[a, b)`` as a block, the same bytes ``layout.pack_block`` makes of those rows.
 
+:func:`key_codes` numbers the distinct keys of a block's rows (any column types, one
+field or several), so a key-routed sender picks a receiver once per distinct key.
+
 What does not fit the layout (a value of another type, an unsigned int above
 int64, a str that is not valid UTF-8) makes :func:`as_columns` return None: the
 caller sends rows instead, as the row path does.  A shape error (a field
@@ -31,6 +34,7 @@ _FLOAT64 = np.dtype("<f8")
 _OFFSETS = np.dtype("<u4")
 _INT64_MAX = (1 << 63) - 1
 _FIXED = {"int64": 8, "float64": 8, "bool": 1}
+_KEY_BYTES = 1 << 24  # a bytes/str key column padded into a matrix at most this big
 
 
 def _fixed(kind: str, values: Any) -> npt.NDArray[Any] | None:
@@ -128,6 +132,12 @@ def pick(cols: Columns, index: npt.NDArray[np.intp]) -> Columns:
     return Columns(cols.types, out, len(index))
 
 
+def gather(c: VarColumn, index: npt.NDArray[np.intp]) -> VarColumn:
+    """The values at ``index`` (any order, repeats allowed) as a column of their own:
+    a lookup table of words turned into a column by one index array."""
+    return _take(c, np.asarray(index, dtype=np.intp))
+
+
 def _take(c: VarColumn, index: npt.NDArray[np.intp]) -> VarColumn:
     """``VarColumn.take`` with numpy alone: the values' bytes gathered by one index."""
     starts = c.offsets[index].astype(np.int64)
@@ -218,3 +228,59 @@ def pack_blocks(cols: Columns, cuts: list[int]) -> list[bytes]:
             parts.append(data[lo:hi])
         out.append(b"".join(parts))
     return out
+
+
+_Codes = npt.NDArray[np.intp]
+
+
+def key_codes(cols: Columns, fields: list[int]) -> tuple[_Codes, _Codes]:
+    """The distinct keys of ``cols``' rows on ``fields`` (column numbers): a code per row
+    (equal codes: equal keys) and, per code, the first row holding that key.
+
+    Two rows share a code only if every key field holds the same value, as the row path
+    packs it: a float by its bits (``-0.0`` and ``0.0`` pack, and hash, apart; a NaN is
+    equal to itself), a bytes or str value by its bytes (its length included, so
+    ``b"a"`` and ``b"a\\0"`` stay apart).  No fields: one key for every row."""
+    n = cols.n
+    if not fields:
+        return np.zeros(n, dtype=np.intp), np.zeros(min(n, 1), dtype=np.intp)
+    per = [_codes(cols.cols[f], cols.types[f]) for f in fields]
+    if len(per) == 1:
+        _, first, inverse = np.unique(per[0], return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(
+            np.stack(per, axis=1), axis=0, return_index=True, return_inverse=True
+        )
+    return inverse.reshape(-1).astype(np.intp, copy=False), first.astype(np.intp, copy=False)
+
+
+def _codes(c: Column, kind: str) -> npt.NDArray[Any]:
+    """One column's values as numbers equal exactly where the values pack the same."""
+    if isinstance(c, VarColumn):
+        return _var_codes(c)
+    if kind == "float64":
+        c = np.ascontiguousarray(c).view(np.int64)  # by bits
+    _, inverse = np.unique(c, return_inverse=True)
+    return inverse.reshape(-1)
+
+
+def _var_codes(c: VarColumn) -> npt.NDArray[Any]:
+    """Codes of a bytes or str column: its values padded into rows of a byte matrix, each
+    behind its length, numbered by ``np.unique`` over the rows; a column whose matrix
+    would pass ``_KEY_BYTES`` is numbered value by value instead."""
+    n = len(c)
+    off = c.offsets.astype(np.int64)
+    lengths = np.diff(off)
+    width = int(lengths.max()) if n else 0
+    if n * (width + 8) > _KEY_BYTES:
+        ends = off.tolist()
+        seen: dict[bytes, int] = {}
+        values = (c.data[a:b] for a, b in zip(ends, ends[1:], strict=False))
+        return np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, n)
+    matrix = np.zeros((n, 8 + width), dtype=np.uint8)
+    matrix[:, :8] = lengths.astype("<i8").view(np.uint8).reshape(n, 8)
+    if width:
+        data = np.frombuffer(c.data, dtype=np.uint8)[int(off[0]) : int(off[-1])]
+        matrix[:, 8:][np.arange(width) < lengths[:, None]] = data
+    _, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    return inverse.reshape(-1)
