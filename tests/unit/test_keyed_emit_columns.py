@@ -18,7 +18,7 @@ from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.topology import load_topology_text, schedule
-from typhoon.wire import column_pack, is_block
+from typhoon.wire import is_block
 from typhoon.wire.column_pack import as_columns, key_codes
 from typhoon.wire.columns import entry_rows
 from typhoon.wire.layout import ColumnLayout
@@ -44,18 +44,12 @@ def keyed_columns(draw: Any) -> tuple[ColumnLayout, list[list[Any]], list[int]]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(case=keyed_columns(), small=st.booleans())
-def test_equal_codes_exactly_where_the_keys_pack_the_same(case: Any, small: bool) -> None:
+@given(case=keyed_columns())
+def test_equal_codes_exactly_where_the_keys_pack_the_same(case: Any) -> None:
     layout, rows, fields = case
     cols = as_columns(layout, [[r[i] for r in rows] for i in range(len(layout.types))])
     assert cols is not None
-    saved = column_pack._KEY_BYTES
-    if small:  # bytes/str keys numbered value by value (a wide column) instead of as a matrix
-        column_pack._KEY_BYTES = 0
-    try:
-        codes, firsts = key_codes(cols, fields)
-    finally:
-        column_pack._KEY_BYTES = saved
+    codes, firsts = key_codes(cols, fields)
     packed = [msgpack.packb([r[f] for f in fields], use_bin_type=True) for r in rows]
     for i in range(len(rows)):
         assert packed[int(firsts[codes[i]])] == packed[i]  # the key's first row: same key
