@@ -10,7 +10,7 @@ resend blocks.  The per-key maxima and last values and the digest of every outpu
 equal ``keyed_columns_reference``'s (0 lost, 0 duplicated, each output as computed).
 The second variant keys on two fields, an int and a str, which column blocks are dealt
 by too; the last test runs a str key as blocks and as rows and finds each worker given
-the same tuples both ways.
+as many tuples and keys both ways.
 """
 
 from __future__ import annotations
