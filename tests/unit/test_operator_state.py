@@ -352,7 +352,7 @@ def test_stateless_bolts_keep_the_default(name):
 
 # bolts whose state is all keyed state: the framework checkpoints and moves it
 # (tests/unit/test_keyed_state.py); their own snapshot stays None
-KEYED_ONLY = ["running_count", "max_by_key", "running_max"]
+KEYED_ONLY = ["running_count", "max_by_key", "running_max", "max_and_prev"]
 
 
 @pytest.mark.parametrize("name", KEYED_ONLY)

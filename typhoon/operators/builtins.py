@@ -40,6 +40,8 @@ PATHS: dict[str, str] = {
     "running_count": "running:RunningCount",
     "max_by_key": "running:MaxByKey",
     "running_max": "running:RunningMax",
+    "max_and_prev": "running:MaxAndPrev",
+    "keyed_columns": "keyed_columns:KeyedColumns",
     "window_aggregate": "windows:WindowAggregate",
     "event_source": "events:EventSource",
     "window_join": "joins:WindowJoin",

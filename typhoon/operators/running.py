@@ -7,6 +7,11 @@ every key's count went on from where it was through every rescale: a key
 whose new owner started from zero leaves a maximum below the true count, and
 summing the workers' results cannot repair it (the Listing-2 flush cannot
 either).  That is what makes them the check of keyed-state migration.
+``max_and_prev`` keeps, per key, the largest ``value`` so far and the last one, and
+emits each tuple with both: every output depends on the key's earlier tuples in
+their order, so a tuple lost, replayed twice or restored into the wrong state
+changes outputs that a sum over the outputs would not notice (the check of
+columnar rollback, tests/runtime/test_columns_kill_tcp.py).
 ``running_max`` appends the key's running maximum (and, with ``count``, its running
 count) to every tuple: state that is not a sum either, the check of a swap in place
 that keeps keyed state (docs/reconfiguration.md, "Swapping a node with keyed state").
@@ -202,3 +207,69 @@ class RunningMax(Bolt):
     def merge_results(cls, results: list[Any]) -> dict[str, Any]:
         """Keys per worker: where the node's keyed state lives."""
         return {"ownership": [r["keys"] for r in results], "keys": sum(r["keys"] for r in results)}
+
+
+class MaxAndPrev(Bolt):
+    """Emits each tuple with ``max`` (the largest ``value`` of its key so far, itself
+    included) and ``prev`` (its key's previous ``value``, -1 for the first), from keyed
+    state ``[max, last]`` per key.  ``result`` holds each key's final max and last value.
+    """
+
+    keyed: ClassVar[bool] = True
+
+    def __init__(self, value: str = "value") -> None:
+        super().__init__(value=value)
+        self.value = value
+        self.index = 0
+        self.peaks: Any = {}
+        self.key_of: Any = None
+
+    @classmethod
+    def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
+        value = args.get("value", "value")
+        if value not in input_fields:
+            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        taken = [f for f in ("max", "prev") if f in input_fields]
+        if taken:
+            raise ValueError(f"max_and_prev adds fields {taken}, which its input already has")
+        return [*input_fields, "max", "prev"]
+
+    def open(self, context: Context) -> None:
+        super().open(context)
+        self.index = context.input_fields.index(self.value)
+        self.peaks = context.keyed_state("peaks")
+        self.key_of = context.key
+
+    def process(self, values: list, emit: Emit) -> None:
+        k, v = self.key_of(values), values[self.index]
+        state = self.peaks.get(k)
+        if state is None:
+            top, prev = v, -1
+        else:
+            top, prev = max(state[0], v), state[1]
+        self.peaks[k] = [top, v]
+        emit([*values, top, prev])
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "max": {_key_str(k): s[0] for k, s in self.peaks.items()},
+            "last": {_key_str(k): s[1] for k, s in self.peaks.items()},
+        }
+
+    @classmethod
+    def merge_results(cls, results: list[Any]) -> dict[str, Any]:
+        """The union of the workers' keys; ``keys_on_several_workers`` 0 when each key
+        lived on one worker (its max and last then come from that worker alone)."""
+        top: dict[str, Any] = {}
+        last: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        for r in results:
+            for k, v in r["max"].items():
+                seen[k] = seen.get(k, 0) + 1
+                top[k] = v if k not in top else max(top[k], v)
+                last[k] = r["last"][k]
+        return {
+            "max": top,
+            "last": last,
+            "keys_on_several_workers": sum(1 for n in seen.values() if n > 1),
+        }

@@ -42,9 +42,8 @@ class ColumnPath:
         self.inp: dict[int, ColumnLayout] = {
             s.id: parse_layout(s.columns) for s in topo.inputs_of(node) if s.columns
         }
-        self.process_columns: Callable[..., Any] | None = batch_hook(
-            operator, "process_columns", "process"
-        )
+        self.process_columns: Callable[..., Any] | None = None
+        self.bind(operator)
         self.unfit = 0  # rows of a columns stream sent as a row batch (they did not fit)
         self.blocks_in = 0  # rows that arrived in column blocks (whichever way they ran)
         self.packers: dict[int, Callable[[list[Any]], bytes]] = {}
@@ -53,6 +52,10 @@ class ColumnPath:
             from typhoon.wire import columns
 
             self.blocks = columns
+
+    def bind(self, operator: Operator) -> None:
+        """Hand column arrivals to ``operator`` (a new instance after a rollback or swap)."""
+        self.process_columns = batch_hook(operator, "process_columns", "process")
 
     def packer(self, sid: int) -> Callable[[list[Any]], bytes] | None:
         """How to serialize an entry of output stream ``sid`` (None: as row batches)."""

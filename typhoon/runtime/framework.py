@@ -35,7 +35,7 @@ from typhoon.runtime.checkpoints import LEAVING_PAYLOAD
 from typhoon.runtime.columnar import block_rows_of, column_path
 from typhoon.runtime.control import ControlHandling
 from typhoon.runtime.guarantee import GuaranteedProcessing
-from typhoon.runtime.hooks import batch_hook, rows_hook
+from typhoon.runtime.hooks import bind_operator
 from typhoon.runtime.keyed_cut import KeyedCheckpoints
 from typhoon.runtime.keyed_state import keyed_states
 from typhoon.runtime.migration import KeyedMigration
@@ -70,6 +70,20 @@ class Framework(OutputBatching, ColumnOutput, ControlHandling, GuaranteedProcess
     checkpoints across their moves (:mod:`typhoon.runtime.keyed_cut`) and event-time
     watermarks (:mod:`typhoon.runtime.watermarks`) are mixins, each in its own module.
     """
+
+    # The operator instance's hooks, set by hooks.bind_operator (again on rollback, swap).
+    # Optional: pump(emit, input_done) -> True while output that process() did not emit (an
+    # engine such as Spark, timers) is in flight; metrics() -> entries for METRIC_RESP;
+    # under a guarantee anchor_ready(epoch) -> bool holds an epoch's anchor until the output
+    # before it was emitted (called after snapshot(), then each turn until True);
+    # rewind(generation, epoch) after restore(); abandon() for an instance a rollback drops.
+    _process_batch: Callable[..., Any] | None
+    _process_rows: Callable[..., Any] | None
+    _next_rows: Callable[..., Any] | None
+    _next_columns: Callable[..., Any] | None
+    _pump: Callable[..., bool] | None
+    _op_metrics: Callable[[], dict[str, Any]] | None
+    _anchor_ready: Callable[[int], bool] | None
 
     def __init__(
         self,
@@ -123,18 +137,6 @@ class Framework(OutputBatching, ColumnOutput, ControlHandling, GuaranteedProcess
         self.drain_version, self.last_input = 0, self.now
         self.swapped: list[dict[str, Any]] = []  # operators swapped out in place (SWAP)
         self.done = False
-        # Optional operator hooks, for output that process() does not emit (an external
-        # engine such as Spark, timers): pump(emit, input_done) -> True while output is still
-        # in flight (the worker finishes only after that); metrics() -> entries for METRIC_RESP.
-        self._pump = getattr(operator, "pump", None)
-        self._op_metrics = getattr(operator, "metrics", None)
-        # Under a guarantee, an operator whose output comes from such an engine may hold an
-        # epoch's anchor until the output that belongs before it has been emitted:
-        # anchor_ready(epoch) -> bool, called once right after snapshot() for the epoch, then
-        # every turn for the oldest held epoch until True.  rewind(generation, epoch) tells it
-        # the job went back to epoch (None: the start), after restore(); abandon() replaces
-        # close() for an instance a rollback drops (nothing of it is final).
-        self._anchor_ready = getattr(operator, "anchor_ready", None)
         self.input_done = False
         self.tuples_in: dict[int, int] = {}  # metrics
         # tuples per link, for the run report: (receiver, stream) and (sender, stream)
@@ -154,12 +156,10 @@ class Framework(OutputBatching, ColumnOutput, ControlHandling, GuaranteedProcess
         self.entry_cap = entry_capacity(transport.mtu)
         self.rows_per_entry = 512  # learnt from what the entries came to (see _entries)
         self.set_batch_size(spec.batch_size)  # and the rows that finish a batch (send_at)
-        self._process_batch = batch_hook(operator)
-        self._process_rows = rows_hook(operator)  # emits lists of rows (emit_rows)
         self.columnar = column_path(topo, node.name, operator)  # streams that declare columns
+        self._pump = self._op_metrics = self._anchor_ready = None  # bind_operator sets them
+        bind_operator(self, operator)  # and every other hook, process_columns too
         self.pairs = pair_stats(topo, node.name)  # key-pair statistics (opt-in)
-        self._next_rows = batch_hook(operator, "next_rows", "next_batch")
-        self._next_columns = batch_hook(operator, "next_columns", "next_batch")
         self.keyed = keyed_states(topo, spec.physical, me.worker_id)
         self.context = Context(
             topology=topo.name,

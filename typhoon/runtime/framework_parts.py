@@ -79,6 +79,7 @@ class FrameworkParts(Protocol):
     # the operator's optional hooks (framework.py)
     _pump: Callable[..., bool] | None
     _op_metrics: Callable[[], dict[str, Any]] | None
+    _anchor_ready: Callable[[int], bool] | None
     pairs: PairStats | None
     # guaranteed processing (guarantee.py): None/0 without a guarantee
     ckpt: Checkpointer | None

@@ -19,7 +19,7 @@ from typhoon.checkpoint import CheckpointError, checkpoint_settings
 from typhoon.checkpoint.progress import parts_of
 from typhoon.operators import resolve_operator
 from typhoon.runtime import checkpoints as ck
-from typhoon.runtime.hooks import batch_hook, rows_hook
+from typhoon.runtime.hooks import bind_operator
 from typhoon.runtime.operator_swap import part_carry
 from typhoon.runtime.transport import EOS_STREAM, Inbound
 
@@ -341,12 +341,7 @@ class GuaranteedProcessing(_Host):
         self.context.timers.restore(None)
         self.op = resolve_operator(node.operator, node.engine)(**node.args)
         self.op.open(self.context)
-        self._process_batch = batch_hook(self.op)
-        self._process_rows = rows_hook(self.op)
-        self._next_rows = batch_hook(self.op, "next_rows", "next_batch")
-        self._pump = getattr(self.op, "pump", None)
-        self._op_metrics = getattr(self.op, "metrics", None)
-        self._anchor_ready = getattr(self.op, "anchor_ready", None)
+        bind_operator(self, self.op)  # every hook, next_columns and process_columns too
         self._restore(epoch)
         self._backup_reset(epoch)
         self._reset_watermarks()

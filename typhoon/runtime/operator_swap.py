@@ -38,7 +38,7 @@ import msgpack
 from typhoon.operators import resolve_operator
 from typhoon.operators.base import Context, Operator
 from typhoon.runtime.columnar import ColumnPath, column_path
-from typhoon.runtime.hooks import batch_hook, rows_hook
+from typhoon.runtime.hooks import bind_operator
 from typhoon.runtime.keyed_state import KeyedStateError
 from typhoon.runtime.policies import Router
 from typhoon.runtime.spec import WorkerSpec
@@ -152,10 +152,8 @@ def swap_operator(fw: SwapHost, operator: str, args: dict[str, Any]) -> str | No
     fw.spec = dataclasses.replace(fw.spec, topology=topology)
     fw.node = node
     fw.op = new
-    fw._op_metrics = getattr(new, "metrics", None)
-    fw._process_batch = batch_hook(new)
-    fw._process_rows = rows_hook(new)
     fw.columnar = column_path(fw.spec.topology, node.name, new)
+    bind_operator(fw, new)
     fw.context = context
     gone = fw.swapped[-1]
     log.info(

@@ -13,16 +13,16 @@ of the same rows would deliver:
 
 * round robin and single-receiver policies deal rows out by stride, as
   ``emit_rows`` deals its slices;
-* a one-field ``fields`` or ``direct`` grouping on an ``int64`` or ``bool`` field
-  partitions the rows with numpy (one ``Router.select`` per distinct key, so a key
-  goes where its row would; a float's ``-0.0`` and ``0.0`` hash apart, so float keys
-  are not partitioned this way);
+* a ``fields`` or ``direct`` grouping, on one field or several of any type,
+  partitions the rows with numpy (one ``Router.select`` per distinct key, on that key's
+  values as its rows hold them, so a key goes where its rows would: the same hash);
 * ``all`` sends the same blocks to each receiver (multicast: once), the switch-balanced
   ``sdn`` policy to its load-balancer address.
 
 Rows go by ``emit_rows`` instead, counted per reason in the worker's
 ``columns_as_rows`` metric: ``no_layout`` (the stream declares no columns),
-``unfit`` (a value does not fit the layout), ``keyed`` (any other key-routed policy).
+``unfit`` (a value does not fit the layout), ``keyed`` (a key field the rows do not
+have: the row path raises the error).
 Rows emitted before and still batched leave first, so order per link holds however
 the two kinds of emit mix.  A receiver of the same process (a chain) gets the blocks
 by function call.  A mixin of :class:`typhoon.runtime.framework.Framework`.
@@ -46,7 +46,6 @@ else:
     _Host = object  # at run time Framework is the host: nothing to inherit
 
 COLUMN_CHUNK = 8192  # rows a columnar source (next_columns) may emit per event-loop turn
-_NUMERIC_KEYS = ("int64", "bool")  # key columns dealt with numpy (a float's -0.0 is not 0.0)
 
 
 def _rows_of(data: Any, fields: list[str]) -> list[list[Any]]:
@@ -146,25 +145,23 @@ class ColumnOutput(_Host):
         return True
 
     def _keyed_columns(self, r: Router, cols: Columns) -> list[tuple[int, Columns]] | None:
-        """``cols`` dealt to the receivers of a one-field fields/direct grouping, each
-        receiver's rows in their order; None if the policy or key type needs rows."""
+        """``cols`` dealt to the receivers of a fields or direct grouping, each receiver's
+        rows in their order; None if the policy is another or a key field is missing.
+
+        One ``Router.select`` per distinct key (``column_pack.key_codes``), on the row
+        that key's first row makes (``Columns.rows_at``, the values ``emit_rows`` would
+        route): whatever the key's fields and types, it goes where its rows would."""
         import numpy as np
 
-        from typhoon.wire.column_pack import pick
+        from typhoon.wire.column_pack import key_codes, pick
 
-        if len(r.fields) != 1 or r.select not in (r._field, r._direct):
+        if r.select not in (r._field, r._fields, r._direct):
             return None
-        f = r.fields[0]
-        column = cols.cols[f] if f < len(cols.cols) else None
-        if not isinstance(column, np.ndarray) or cols.types[f] not in _NUMERIC_KEYS:
-            return None
-        keys, inverse = np.unique(column, return_inverse=True)
-        row: list[Any] = [None] * len(cols.types)
-        dsts = []
-        for key in keys.tolist():  # one select per distinct key: where its rows would go
-            row[f] = key
-            dsts.append(r.select(row))
-        where = np.asarray(dsts, dtype=np.int64)[inverse.reshape(-1)]
+        if any(f >= len(cols.cols) for f in r.fields):
+            return None  # the row path raises the error this makes
+        codes, firsts = key_codes(cols, r.fields)
+        dsts = [r.select(row) for row in cols.rows_at(firsts)]
+        where = np.asarray(dsts, dtype=np.int64)[codes]
         return [(d, pick(cols, np.flatnonzero(where == d))) for d in dict.fromkeys(dsts)]
 
     def _blocks(self, cols: Columns) -> list[bytes]:

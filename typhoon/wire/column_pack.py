@@ -7,6 +7,9 @@ turns them into one :class:`typhoon.wire.columns.Columns`, :func:`entry_cuts` cu
 its rows into entries that each fit one frame, and :func:`pack_slice` packs rows
 ``[a, b)`` as a block, the same bytes ``layout.pack_block`` makes of those rows.
 
+:func:`key_codes` numbers the distinct keys of a block's rows (any column types, one
+field or several), so a key-routed sender picks a receiver once per distinct key.
+
 What does not fit the layout (a value of another type, an unsigned int above
 int64, a str that is not valid UTF-8) makes :func:`as_columns` return None: the
 caller sends rows instead, as the row path does.  A shape error (a field
@@ -128,6 +131,12 @@ def pick(cols: Columns, index: npt.NDArray[np.intp]) -> Columns:
     return Columns(cols.types, out, len(index))
 
 
+def gather(c: VarColumn, index: npt.NDArray[np.intp]) -> VarColumn:
+    """The values at ``index`` (any order, repeats allowed) as a column of their own:
+    a lookup table of words turned into a column by one index array."""
+    return _take(c, np.asarray(index, dtype=np.intp))
+
+
 def _take(c: VarColumn, index: npt.NDArray[np.intp]) -> VarColumn:
     """``VarColumn.take`` with numpy alone: the values' bytes gathered by one index."""
     starts = c.offsets[index].astype(np.int64)
@@ -218,3 +227,50 @@ def pack_blocks(cols: Columns, cuts: list[int]) -> list[bytes]:
             parts.append(data[lo:hi])
         out.append(b"".join(parts))
     return out
+
+
+_Codes = npt.NDArray[np.intp]
+
+
+def key_codes(cols: Columns, fields: list[int]) -> tuple[_Codes, _Codes]:
+    """The distinct keys of ``cols``' rows on ``fields`` (column numbers): a code per row
+    (equal codes: equal keys) and, per code, the first row holding that key.
+
+    Two rows share a code only if every key field holds the same value, as the row path
+    packs it: a float by its bits (``-0.0`` and ``0.0`` pack, and hash, apart; a NaN is
+    equal to itself), a bytes or str value by its bytes (its length included, so
+    ``b"a"`` and ``b"a\\0"`` stay apart).  No fields: one key for every row.  Several
+    fields: the codes of each combined (one ``np.unique`` per field), as distinct as the
+    tuples of values."""
+    n = cols.n
+    if not fields:
+        return np.zeros(n, dtype=np.intp), np.zeros(min(n, 1), dtype=np.intp)
+    code = _comparable(cols.cols[fields[0]], cols.types[fields[0]])
+    for f in fields[1:]:  # mixed radix over dense codes, made dense again after each field
+        inverse = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        more = _comparable(cols.cols[f], cols.types[f])
+        values, more = np.unique(more, return_inverse=True)
+        code = inverse * len(values) + more.reshape(-1)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return inverse.reshape(-1).astype(np.intp, copy=False), first.astype(np.intp, copy=False)
+
+
+def _comparable(c: Column, kind: str) -> npt.NDArray[Any]:
+    """One column's values as numbers equal exactly where the values pack the same."""
+    if isinstance(c, VarColumn):
+        return _var_codes(c)
+    if kind == "float64":
+        return np.ascontiguousarray(c).view(np.int64)  # by bits
+    return c
+
+
+def _var_codes(c: VarColumn) -> npt.NDArray[np.int64]:
+    """A bytes or str column's values numbered by their bytes (equal bytes, equal number;
+    a str's bytes are its UTF-8), in one pass over the values as ``bytes`` objects:
+    ``np.unique`` over the values padded into a byte matrix took 36 ms for 8,192 rows of
+    1,000 distinct words, this 3 ms (50 calls each, one run, 2 cores shared with others)."""
+    ends = c.offsets.tolist()
+    data = c.data
+    seen: dict[bytes, int] = {}
+    values = (data[a:b] for a, b in zip(ends, ends[1:], strict=False))
+    return np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(c))
