@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from typhoon import logs
 from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Transport
+from typhoon.runtime.transport import Inbound, Transport
 from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
@@ -121,6 +122,20 @@ class Worker:
             return True
         return False
 
+    def handle(self, items: list[Inbound | ControlTuple], clock: Callable[[], float]) -> None:
+        """What one poll returned, in order: control applied, data to the operator; until
+        delivered, the data counts in the worker's backlog (``queue`` metric)."""
+        fw = self.fw
+        fw.took(items)
+        fw.start_slice()
+        for item in items:
+            fw.now = clock()
+            if isinstance(item, ControlTuple):
+                fw.control(item)
+            else:
+                fw.deliver(item)
+                fw.delivered(item)
+
     def run(self) -> None:
         fw, io = self.fw, self.io
         clock = time.monotonic
@@ -133,16 +148,7 @@ class Worker:
                     timeout = fw.throttle_delay()
                 else:
                     timeout = min(fw.next_deadline(), 0.05)
-                items = io.poll(timeout)
-                fw.took(items)
-                fw.start_slice()
-                for item in items:
-                    fw.now = clock()
-                    if isinstance(item, ControlTuple):
-                        fw.control(item)
-                    else:
-                        fw.deliver(item)
-                        fw.delivered(item)
+                self.handle(io.poll(timeout), clock)
                 fw.now = clock()
                 fw.step_spout()
                 fw.tick()
