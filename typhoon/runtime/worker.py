@@ -128,13 +128,13 @@ class Worker:
         fw = self.fw
         fw.took(items)
         fw.start_slice()
-        for item in items:
+        for handled, item in enumerate(items, 1):
             fw.now = clock()
             if isinstance(item, ControlTuple):
                 fw.control(item)
             else:
                 fw.deliver(item)
-                fw.delivered(item)
+            fw.handled = handled  # off the backlog (delivered or dropped)
 
     def run(self) -> None:
         fw, io = self.fw, self.io
