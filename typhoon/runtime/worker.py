@@ -22,7 +22,7 @@ from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.transport import Inbound, Transport
-from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
+from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
@@ -35,7 +35,7 @@ def make_transport(spec: WorkerSpec) -> Transport:
     params = spec.transport
     kind = params.get("kind")
     if kind == "tcp":
-        from typhoon.runtime.tcp import TcpTransport
+        from typhoon.runtime.tcp import TCP_MTU, TcpTransport
 
         host, port = params["control"]
         secret = params.get("secret")
@@ -46,7 +46,7 @@ def make_transport(spec: WorkerSpec) -> Transport:
             spec.physical.app_id,
             (host, int(port)),
             params.get("bind", "127.0.0.1"),
-            int(params.get("mtu", DEFAULT_MTU)),
+            int(params.get("mtu", TCP_MTU)),  # a run writes it (worker_specs.tcp_mtu)
             secret=secret,
         )
     if kind == "sdn":
