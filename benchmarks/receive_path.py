@@ -94,7 +94,7 @@ def one_round(
 ) -> float:
     """Seconds to deliver every frame (its entries) to a fresh worker of ``operator``:
     straight to ``Framework.deliver``, or ``poll`` frames at a time through the event
-    loop's ``Worker.handle``."""
+    loop's ``Worker.handle``.  RuntimeError if not every tuple reached the operator."""
     args = OPERATORS[operator]
     text = topology_text(operator, columns)
     topo = load_topology_text(text, "receive.yaml")
@@ -102,17 +102,23 @@ def one_round(
     spec = WorkerSpec(topo, phys, phys.of_node("sink")[0].worker_id)
     if poll:
         worker = Worker(spec, NullIO())
+        fw = worker.fw
         items: list[Inbound | ControlTuple] = [Inbound(src, 1, f) for f in frames]
         clock = time.monotonic
         t0 = time.perf_counter()
         for a in range(0, len(items), poll):
             worker.handle(items[a : a + poll], clock)
-        return time.perf_counter() - t0
-    fw = Framework(spec, resolve_operator(operator)(**args), NullIO())
-    t0 = time.perf_counter()
-    for entries in frames:
-        fw.deliver(Inbound(src, 1, entries))
-    return time.perf_counter() - t0
+        took = time.perf_counter() - t0
+    else:
+        fw = Framework(spec, resolve_operator(operator)(**args), NullIO())
+        t0 = time.perf_counter()
+        for entries in frames:
+            fw.deliver(Inbound(src, 1, entries))
+        took = time.perf_counter() - t0
+    sent = sum(Inbound(src, 1, f).count() for f in frames)
+    if fw.proc_count != sent:
+        raise RuntimeError(f"{fw.proc_count} of {sent} tuples reached the operator")
+    return took
 
 
 def main(argv: list[str] | None = None) -> int:
