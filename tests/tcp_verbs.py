@@ -1,11 +1,11 @@
 """Drive a tcp run's reconfiguration verbs mid-run, as a test would type them.
 
 ``run_verbs`` starts a :class:`typhoon.tcp_cluster.TcpCluster`, requests each verb
-once the sources have sent a share of their sentences (their METRIC_RESPs, never
-a sleep), waits for it to end and returns the run's report with the records.
-Shared by the live-unchaining and the chained swap-in-place tests on tcp; with
-``cli=True`` each verb is typed (``typhoon unchain NAME NODE``) against the run's
-control endpoint instead.
+once the run's progress reached its share (by default the share of their sentences
+the sources sent; from the workers' METRIC_RESPs, never a sleep), waits for it to end
+and returns the run's report with the records.  Shared by the live-unchaining, the
+chained swap-in-place and the keyed rescale tests on tcp; with ``cli=True`` each verb
+is typed (``typhoon unchain NAME NODE``) against the run's control endpoint instead.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ def sent(cluster: TcpCluster) -> int:
     return sum(data_tuples(cluster.metrics.get(w, {}).get("out", {})) for w in ws)
 
 
+def sent_share(cluster: TcpCluster) -> float:
+    """The share of the sentences the sources sent so far: ``run_verbs``' default
+    progress."""
+    return sent(cluster) / cluster.topology.nodes["source"].args["count"]
+
+
 def frames_out(cluster: TcpCluster, node: str, after: int) -> dict[int, int]:
     """Each worker of ``node``'s frames sent, from a METRIC_RESP to a request made after
     request id ``after`` (waited for)."""
@@ -70,14 +76,25 @@ def cli_argv(name: str, request: Request) -> list[str]:
 
 
 def run_verbs(
-    tmp_path: Path, t: Any, verbs: list[tuple[float, Request]], senders: str, cli: bool = False
+    tmp_path: Path,
+    t: Any,
+    verbs: list[tuple[float, Request]],
+    senders: str | None,
+    progress: Callable[[TcpCluster], float] = sent_share,
+    options: RunOptions | None = None,
+    done_within: float = 60.0,
+    cli: bool = False,
 ) -> tuple[dict, list[Record], list[dict[int, int]], TcpCluster]:
-    """Run ``t``; at each share of the sentences sent, ``cluster.rescaler.request`` the
-    verb (``cli``: type it, ``typhoon_cli.main``, against the run's control endpoint,
-    typhoon/tcp_control.py) and wait until it is done; after each, the frames each worker
-    of ``senders`` (the chained edge's sending node) sent so far."""
+    """Run ``t``; once ``progress`` reaches each verb's share, ``cluster.rescaler.request``
+    the verb (``cli``: type it, ``typhoon_cli.main``, against the run's control endpoint,
+    typhoon/tcp_control.py) and wait until it is done (``done_within`` seconds), then
+    check that the sources were still running; after each, the frames each worker of
+    ``senders`` (the chained edge's sending node; None: not asked) sent so far."""
     total = t.nodes["source"].args["count"]
-    cluster = TcpCluster(t, RunOptions(live=False, live_every=0.2, timeout=120), workdir=tmp_path)
+    if options is None:
+        options = RunOptions(live=False, live_every=0.2, timeout=120)
+    cluster = TcpCluster(t, options, workdir=tmp_path)
+    sources = [w.worker_id for w in cluster.physical.of_node("source")]
     records: list[Record] = []
     frames: list[dict[int, int]] = []
     errors: list[BaseException] = []
@@ -88,19 +105,23 @@ def run_verbs(
             assert code == 0, f"typhoon {' '.join(cli_argv(t.name, request))}: exit {code}"
             return cluster.rescaler.records[-1]
         rec = cluster.rescaler.request(request)
-        wait_for(lambda: rec.state != "pending", 60, f"{request} done")
+        wait_for(lambda: rec.state != "pending", done_within, f"{request} done")
         return rec
 
     def drive() -> None:
         try:
             for share, request in verbs:
-                # mid-run by progress (the sources' METRIC_RESPs), never a sleep
-                wait_for(lambda share=share: sent(cluster) >= share * total, 60, "progress")
+                # mid-run by progress (the workers' METRIC_RESPs), never a sleep
+                wait_for(lambda share=share: progress(cluster) >= share, 60, "progress")
                 rec = run_one(request)
                 assert rec.request == request, (rec.request, request)
                 records.append(rec)
-                frames.append(frames_out(cluster, senders, cluster.next_version()))
+                if senders is not None:
+                    frames.append(frames_out(cluster, senders, cluster.next_version()))
                 assert sent(cluster) < total, f"the sources had finished at {request}"
+                assert all(cluster.procs[w].poll() is None for w in sources), (
+                    f"a source had exited at {request}"
+                )
         except BaseException as e:  # reported by the test, not lost in the thread
             errors.append(e)
 

@@ -29,7 +29,6 @@ from typhoon.engines import EngineService, plan_engines
 from typhoon.live import LiveRates
 from typhoon.manager import fresh_checkpoints
 from typhoon.operators import BUILTINS
-from typhoon.report import build_report, read_worker_reports, worker_failures
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tcp import MSG_BOOT, MessageReader, encode_boot, encode_control_message
 from typhoon.runtime.tcp_auth import new_secret
@@ -38,7 +37,8 @@ from typhoon.tcp_control import serving
 from typhoon.tcp_gate import HelloGate
 from typhoon.tcp_options import RunOptions
 from typhoon.tcp_reconfig import Rescaler
-from typhoon.tcp_recovery import IncidentWatch, drop_left_links, recover, restart
+from typhoon.tcp_recovery import IncidentWatch, recover, restart
+from typhoon.tcp_report import tcp_report
 from typhoon.topology.batching import Batching
 from typhoon.topology.chaining import group_of
 from typhoon.topology.model import PhysicalTopology, Topology
@@ -447,47 +447,8 @@ class TcpCluster:
             self._tmp.cleanup()
 
     def report(self, clean: bool) -> dict[str, Any]:
-        elapsed = time.monotonic() - self.started_at
-        workers = read_worker_reports(self.report_dir)
-        left = {w for r in self.rescaler.records for w in r.removed}
-        drop_left_links(workers, left, self.generation)
-        exit_codes = {k: p.returncode for k, p in self.procs.items()}
-        failures = worker_failures(
-            list(self.launched.values()),
-            exit_codes,
-            workers,
-            lambda wid: self.workdir / f"worker-{wid}.log",
-        )
-        if self._tmp is not None:  # the logs go with the temp dir: the report keeps no path
-            for f in failures:
-                f.pop("log")
-        for w in workers:  # events a worker had not forwarded yet when it stopped
-            self._spark_events(w["metrics"])
-        return build_report(
-            self.topology,
-            workers,
-            transport="tcp",
-            hosts=self.options.hosts,
-            elapsed_s=round(elapsed, 3),
-            ok=clean,
-            exit_codes={str(k): code for k, code in exit_codes.items()},
-            failures=failures,
-            recovered=sorted(set(self.recovered)),
-            incidents=self.incidents,
-            rates=self.live.history,
-            services={
-                s.name: {
-                    "host": s.host,
-                    "nodes": s.nodes,
-                    "restarts": self.service_restarts.get(s.name, 0),
-                }
-                for s in self.services
-            },
-            spark_progress=self.spark_progress,
-            rejected_connections=dict(self.rejected),
-            reconfigurations=self.rescaler.report(),
-            problems=self.rescaler.failed(),
-        )
+        """The run's report (typhoon.tcp_report)."""
+        return tcp_report(self, clean)
 
 
 def run_tcp(topology: Topology, options: RunOptions, out: TextIO = sys.stderr) -> dict[str, Any]:

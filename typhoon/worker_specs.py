@@ -15,6 +15,7 @@ from typhoon.port_budgets import plan_budgets
 from typhoon.runtime import links as lk
 from typhoon.runtime.spec import WorkerSpec
 from typhoon.runtime.tap import tap_name
+from typhoon.runtime.tcp import TCP_MTU
 from typhoon.topology.batching import Batching
 from typhoon.topology.config import SdnConfig, keys_of
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
@@ -26,9 +27,9 @@ log = logging.getLogger("typhoon.agent")
 # pass through the switch, the link protocol's bookkeeping) dominate at 9,000 bytes:
 # forward.yaml on one host went from 1.15M to 1.51M tuples/s (docs/performance.md).
 WORKER_MTU = 64000
-# Frame size of a tcp worker when the topology asks for none: the same, so that sdn and
-# the tcp baseline are measured with equal frames (docs/performance.md, "A columnar emit").
-TCP_MTU = WORKER_MTU
+# Frame size of a tcp worker when the topology asks for none (TCP_MTU, the tcp transport's
+# own default, imported above): the same, so that sdn and the tcp baseline are measured
+# with equal frames (docs/performance.md, "A columnar emit").
 
 
 SDN_OPTIONS = keys_of(SdnConfig)  # declared in typhoon/topology/config.py

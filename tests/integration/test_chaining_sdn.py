@@ -8,13 +8,18 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import ROOT, emulated_cluster, finish, wait
 
 from typhoon.operators.sources import generate_sentences
 from typhoon.report import build_report
-from typhoon.topology import load_topology
+from typhoon.topology import PhysicalTopology, Topology, load_topology, load_topology_text
+from typhoon.topology.chaining import chain_groups
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -61,12 +66,34 @@ def reconfigure(cluster, name: str, kind: str, body: dict) -> dict:
     return record
 
 
+CONFIG = "metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
+
+
+@contextmanager
+def running(tmp_path: Path, tag: str, t: Topology) -> Iterator[Any]:
+    """Two emulated hosts running ``t`` (submitted, active)."""
+    with emulated_cluster(tmp_path, tag, hosts=2, config=CONFIG) as cluster:
+        cluster.submit(t)
+        cluster.wait_active(t.name)
+        yield cluster
+
+
+def current(cluster: Any, name: str) -> tuple[Topology, PhysicalTopology]:
+    """The job's topology and physical topology as the coordinator holds them now."""
+    return cluster.coordinator.get_topology(name), cluster.coordinator.get_physical(name)
+
+
+def assert_unchained_first(done: dict) -> None:
+    """The update unchained the edges it needs first, in the same update
+    (``typhoon.reconfig.chains.unchain_first``: their rules, then CHAIN to their senders)."""
+    steps = [s["action"] for s in done["steps"]][:5]
+    assert steps == ["keep_rules", "write", "wait_rules", "control", "keep_rules"], done
+
+
 def test_chained_wordcount_split_and_reformed_live_equals_unchained_and_the_reference(
     tmp_path,
 ):
-    with emulated_cluster(
-        tmp_path, "ch", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with emulated_cluster(tmp_path, "ch", hosts=2, config=CONFIG) as cluster:
         reports = {}
         for name, chaining in (("chsdn", True), ("plainsdn", False)):
             cluster.submit(job(name, chaining, rate=1500))
@@ -144,21 +171,13 @@ streams:
 def test_scaling_a_chained_node_scales_its_chain_live_and_loses_nothing(tmp_path):
     """split -> upper is chained (two bolts): scaling upper scales the chain, a new
     instance is a new process, one removed drains whole; counts exact, report ok."""
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(BOLT_CHAIN, "chscale.yaml")
-    with emulated_cluster(
-        tmp_path, "cs", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with running(tmp_path, "cs", t) as cluster:
         name = t.name
-        cluster.submit(t)
-        cluster.wait_active(name)
         before = chain_groups(t, cluster.coordinator.get_physical(name))
         wait_emitted(cluster, name, 2000)
         up = reconfigure(cluster, name, "scale", {"node": "upper", "parallelism": 3})
-        now_t = cluster.coordinator.get_topology(name)
-        now_p = cluster.coordinator.get_physical(name)
+        now_t, now_p = current(cluster, name)
         assert [now_t.nodes[n].parallelism for n in ("split", "upper")] == [3, 3], up
         after = chain_groups(now_t, now_p)
         assert {h: ws for h, ws in after.items() if h in before} == before
@@ -194,27 +213,15 @@ def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tm
     shuffle unchains that edge first and keeps the processes, then an insert on upper ->
     lower (still a function call inside them) unchains that one and puts a new node
     there; counts exact, report ok, 0 lost, no chained worker started anew."""
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(CHAIN3, "chroute.yaml")
-    with emulated_cluster(
-        tmp_path, "cr", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with running(tmp_path, "cr", t) as cluster:
         name = t.name
-        cluster.submit(t)
-        cluster.wait_active(name)
         groups = chain_groups(t, cluster.coordinator.get_physical(name))
         assert len(groups) == 2, groups
         wait_emitted(cluster, name, 2000)
         done = reconfigure(cluster, name, "route", {"stream": "split->upper", "policy": "shuffle"})
-        assert [s["action"] for s in done["steps"]][:5] == [
-            "keep_rules", "write", "wait_rules", "control", "keep_rules"
-        ], done  # fmt: skip
-        now_t, now_p = (
-            cluster.coordinator.get_topology(name),
-            cluster.coordinator.get_physical(name),
-        )
+        assert_unchained_first(done)
+        now_t, now_p = current(cluster, name)
         assert chain_groups(now_t, now_p) == groups
         uppers = {ws[1] for ws in groups.values()}  # (split, upper, lower)
         assert uppers <= set(now_p.unchained), now_p.unchained
@@ -222,10 +229,7 @@ def test_route_and_insert_on_chained_edges_unchain_them_live_and_lose_nothing(tm
         body = {"node": "mid", "operator": "identity", "from": "upper", "to": "lower",
                 "parallelism": 2}  # fmt: skip
         reconfigure(cluster, name, "insert", body)
-        now_t, now_p = (
-            cluster.coordinator.get_topology(name),
-            cluster.coordinator.get_physical(name),
-        )
+        now_t, now_p = current(cluster, name)
         assert chain_groups(now_t, now_p) == groups  # the processes stayed whole
         lowers = {ws[2] for ws in groups.values()}
         assert lowers <= set(now_p.unchained), now_p.unchained
@@ -240,16 +244,9 @@ def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path
     """upper 0 runs between split 0 and lower 0 in one process: moving it to the other
     host unchains both its edges first, then moves it with its state; the process goes on
     with split 0 and lower 0, the moved worker runs alone; counts exact, 0 lost."""
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(CHAIN3.replace("chroute", "chmove"), "chmove.yaml")
-    with emulated_cluster(
-        tmp_path, "cm", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with running(tmp_path, "cm", t) as cluster:
         name = t.name
-        cluster.submit(t)
-        cluster.wait_active(name)
         physical = cluster.coordinator.get_physical(name)
         groups = chain_groups(t, physical)
         assert len(groups) == 2, groups
@@ -258,13 +255,8 @@ def test_a_worker_moves_out_of_its_chain_process_live_and_loses_nothing(tmp_path
         there = next(w.host for w in physical.workers if w.host != here)
         wait_emitted(cluster, name, 2000)
         done = reconfigure(cluster, name, "move", {"worker": upper, "host": there})
-        assert [s["action"] for s in done["steps"]][:5] == [
-            "keep_rules", "write", "wait_rules", "control", "keep_rules"
-        ], done  # fmt: skip
-        now_t, now_p = (
-            cluster.coordinator.get_topology(name),
-            cluster.coordinator.get_physical(name),
-        )
+        assert_unchained_first(done)
+        now_t, now_p = current(cluster, name)
         (moved,) = done["added"]
         assert now_p.by_id(moved).host == there and upper not in {
             w.worker_id for w in now_p.workers
@@ -288,35 +280,20 @@ def test_remove_and_swap_of_chained_nodes_run_live_and_lose_nothing(tmp_path):
     edges, drains it and splices split -> lower inside the process (on the network);
     swapping lower then runs in place (the same workers, in their processes); counts
     exact, report ok, 0 lost, the processes' heads ran throughout."""
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(CHAIN3.replace("chroute", "chswap"), "chswap.yaml")
-    with emulated_cluster(
-        tmp_path, "cw", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with running(tmp_path, "cw", t) as cluster:
         name = t.name
-        cluster.submit(t)
-        cluster.wait_active(name)
         groups = chain_groups(t, cluster.coordinator.get_physical(name))
         assert len(groups) == 2, groups
         wait_emitted(cluster, name, 2000)
         done = reconfigure(cluster, name, "remove", {"node": "upper"})
-        assert [s["action"] for s in done["steps"]][:5] == [
-            "keep_rules", "write", "wait_rules", "control", "keep_rules"
-        ], done  # fmt: skip
-        now_t, now_p = (
-            cluster.coordinator.get_topology(name),
-            cluster.coordinator.get_physical(name),
-        )
+        assert_unchained_first(done)
+        now_t, now_p = current(cluster, name)
         assert chain_groups(now_t, now_p) == {h: [ws[0], ws[2]] for h, ws in groups.items()}
         wait_emitted(cluster, name, 3000)
         body = {"node": "lower", "operator": "busy", "args": {"cost_us": 1}}
         done = reconfigure(cluster, name, "swap", body)
-        now_t, now_p = (
-            cluster.coordinator.get_topology(name),
-            cluster.coordinator.get_physical(name),
-        )
+        now_t, now_p = current(cluster, name)
         assert chain_groups(now_t, now_p) == {h: [ws[0], ws[2]] for h, ws in groups.items()}
         assert now_t.nodes["lower"].operator == "busy" and done["added"] == []
         wait_emitted(cluster, name, 2000)
@@ -350,16 +327,9 @@ def test_a_swap_of_chained_nodes_runs_in_place_in_their_processes(tmp_path):
     and then count (the tail, a stateful count whose old instance's counts the report
     merges like a drained worker's) runs in place: no new worker, the same process IDs
     before and after, no edge of a process on the network; counts exact, 0 lost."""
-    from typhoon.topology import load_topology_text
-    from typhoon.topology.chaining import chain_groups
-
     t = load_topology_text(IN_PLACE, "chinplace.yaml")
-    with emulated_cluster(
-        tmp_path, "ci", hosts=2, config="metrics_interval = 0.25\nreconfig_step_timeout = 20\n"
-    ) as cluster:
+    with running(tmp_path, "ci", t) as cluster:
         name = t.name
-        cluster.submit(t)
-        cluster.wait_active(name)
         physical = cluster.coordinator.get_physical(name)
         groups = chain_groups(t, physical)
         assert len(groups) == 2 and all(len(ws) == 3 for ws in groups.values()), groups
@@ -383,10 +353,7 @@ def test_a_swap_of_chained_nodes_runs_in_place_in_their_processes(tmp_path):
             assert steps == [("write", []), ("wait_rules", []), ("control", ids),
                              ("commit", [])], done  # fmt: skip
             assert done["added"] == done["removed"] == []
-            now_t, now_p = (
-                cluster.coordinator.get_topology(name),
-                cluster.coordinator.get_physical(name),
-            )
+            now_t, now_p = current(cluster, name)
             assert now_t.nodes[node].operator == operator and now_t.nodes[node].args == args
             assert now_p.workers == physical.workers and now_p.unchained == []
             assert chain_groups(now_t, now_p) == groups

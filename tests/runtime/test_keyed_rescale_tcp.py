@@ -17,11 +17,10 @@ import copy
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from tcp_verbs import reference, wait_for
+from tcp_verbs import reference, run_verbs, sent_share
 
 from typhoon.live import data_tuples
 from typhoon.reconfig import Scale
@@ -74,46 +73,22 @@ def run(tmp_path: Path, name: str, rate: int | None, scales: list[int]):
     t = job(name, rate)
     args = t.nodes["source"].args
     total = sum(reference(args).values())
-    cluster = TcpCluster(t, RunOptions(live=False, timeout=240), workdir=tmp_path / name)
-    records: list[Record] = []
-    errors: list[BaseException] = []
-    try:
-        cluster.start()
-        cluster.activate()
-        source = cluster.physical.of_node("source")[0].worker_id
 
-        def progress() -> float:
-            """The larger share of the words counted and of the sentences sent: on a loaded
-            machine the counts trail the paced source by seconds, and a rescale due at half
-            of the counted words came after the source had finished (CI, and 1 of 4 runs here)."""
-            ws = {w.worker_id for w in cluster.physical.workers if w.node == "count"}
-            counted = sum(data_tuples(cluster.metrics.get(w, {}).get("in", {})) for w in ws)
-            sent = data_tuples(cluster.metrics.get(source, {}).get("out", {}))
-            return max(counted / total, sent / args["count"])
+    def progress(cluster: TcpCluster) -> float:
+        """The larger share of the words counted and of the sentences sent: on a loaded
+        machine the counts trail the paced source by seconds, and a rescale due at half
+        of the counted words came after the source had finished (CI, and 1 of 4 runs here)."""
+        ws = {w.worker_id for w in cluster.physical.workers if w.node == "count"}
+        counted = sum(data_tuples(cluster.metrics.get(w, {}).get("in", {})) for w in ws)
+        return max(counted / total, sent_share(cluster))
 
-        def rescale() -> None:
-            try:
-                for i, n in enumerate(scales):
-                    # mid-run by progress (the workers' METRIC_RESPs), not a sleep
-                    # a sixth, then a third: under load a scale-up here took 7 s (of a
-                    # 12 s run then), and the count workers ended before the scale-down
-                    at = (1 + i) / 6
-                    wait_for(lambda at=at: progress() >= at, 60, "progress")
-                    rec = cluster.rescaler.request(Scale("count", n))
-                    wait_for(lambda rec=rec: rec.state != "pending", 90, "rescale")
-                    assert cluster.procs[source].poll() is None, "the source had finished"
-                    records.append(rec)
-            except BaseException as e:  # reported by the test, not lost in the thread
-                errors.append(e)
-
-        thread = threading.Thread(target=rescale)
-        thread.start()
-        clean = cluster.wait()
-        thread.join()
-        report = cluster.report(clean)
-    finally:
-        cluster.close()
-    assert not errors, errors
+    # a sixth, then a third: under load a scale-up here took 7 s (of a 12 s run then),
+    # and the count workers ended before the scale-down
+    verbs = [((1 + i) / 6, Scale("count", n)) for i, n in enumerate(scales)]
+    options = RunOptions(live=False, timeout=240)
+    report, records, _, cluster = run_verbs(
+        tmp_path / name, t, verbs, None, progress, options, done_within=90
+    )
     return report, records, cluster, args
 
 

@@ -206,3 +206,18 @@ def test_a_failed_check_is_recorded_as_a_failed_run(tmp_path) -> None:  # noqa: 
     assert [r["ok"] for r in records] == [True, False] and failures == 1
     with pytest.raises(ValueError, match="only the sdn transport"):
         RunSpec("tcp", 2, spec.topology, bw_mbit=20)
+
+
+@pytest.mark.parametrize("mode", [[], ["--poll", "4", "--entries", "3"], ["--both"]])
+def test_receive_path_delivers_every_tuple_in_each_mode(
+    mode: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Straight to ``Framework.deliver``, or through ``Worker.handle`` a poll at a time
+    (``one_round`` raises if a tuple did not reach the operator)."""
+    from benchmarks import receive_path
+
+    argv = ["--operator", "filter", "--tuples", "250", "--rows", "10", "--rounds", "1", *mode]
+    assert receive_path.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("µs/tuple") == (2 if mode == ["--both"] else 1), out
+    assert ("4 frames per poll" in out) == bool(mode and mode[0] == "--poll"), out

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_emit_rows import TOPOLOGY
+from test_emit_rows import framework as rows_framework
 from test_framework import Recorder
 
 from typhoon.operators import resolve_operator
@@ -23,27 +25,6 @@ from typhoon.wire.columns import entry_rows, unpack_block
 from typhoon.wire.layout import pack_block, parse_layout
 
 COLUMNS = "{src: int64, seq: int64, ts: float64, payload: bytes}"
-TOPOLOGY = """
-name: cols
-spouts:
-  - id: source
-    operator: sequence_columns
-    args: {{count: 10}}
-bolts:
-  - id: sink
-    operator: sequence_check
-    parallelism: {par}
-  - id: other
-    operator: sequence_check
-    parallelism: 2
-streams:
-  - from: source
-    to: sink
-    grouping: {grouping}{columns}
-  - from: source
-    to: other
-    grouping: shuffle{columns}
-"""
 GROUPINGS = [
     "shuffle",
     "global",
@@ -65,18 +46,13 @@ LAYOUT = parse_layout({"src": "int64", "seq": "int64", "ts": "float64", "payload
 def framework(
     grouping: str, par: int, batch: int, multicast: bool, declared: bool = True
 ) -> tuple[Framework, Recorder]:
+    """test_emit_rows' source, of ``sequence_columns``, its streams' columns declared."""
     columns = f"\n    columns: {COLUMNS}" if declared else ""
     if grouping == "forward":
         par = 1  # forward: one partner per sender
     if "direct" in grouping:
         par = max(par, 2)  # its table names worker 1
-    text = TOPOLOGY.format(par=par, grouping=grouping, columns=columns)
-    topo = load_topology_text(text, "t.yaml")
-    phys = schedule(topo, ["h1", "h2"], 7)
-    wid = phys.of_node("source")[0].worker_id
-    io = Recorder(multicast)
-    op = resolve_operator("sequence_source")(count=10)
-    return Framework(WorkerSpec(topo, phys, wid, batch_size=batch), op, io), io
+    return rows_framework(grouping, par, batch, multicast, "sequence_columns", columns)
 
 
 def per_link(io: Recorder) -> dict[tuple, list]:
@@ -251,7 +227,9 @@ def test_a_bolt_emits_columns_through_its_context() -> None:
 def test_under_upstream_backup_blocks_are_recorded_and_replayed_as_rows_are(tmp_path) -> None:
     """A guarantee with partial rollback: the transport records every entry that leaves
     (blocks too), and a replay resends them and counts their rows on the link."""
-    text = TOPOLOGY.format(par=1, grouping="shuffle", columns=f"\n    columns: {COLUMNS}")
+    text = TOPOLOGY.format(
+        spout="sequence_columns", par=1, grouping="shuffle", columns=f"\n    columns: {COLUMNS}"
+    )
     text += (
         f"config: {{guarantee: exactly_once, partial_rollback: true, "
         f"checkpoint_store: '{tmp_path}'}}\n"

@@ -16,11 +16,12 @@ from typhoon.runtime.transport import Inbound
 from typhoon.topology import load_topology_text, schedule
 from typhoon.wire import Control, ControlTuple, decode_rows
 
+# the columns test (test_emit_columns.py) builds on these: another spout, declared columns
 TOPOLOGY = """
-name: rows
+name: emit
 spouts:
   - id: source
-    operator: sequence_source
+    operator: {spout}
     args: {{count: 10}}
 bolts:
   - id: sink
@@ -32,17 +33,27 @@ bolts:
 streams:
   - from: source
     to: sink
-    grouping: {grouping}
+    grouping: {grouping}{columns}
   - from: source
     to: other
-    grouping: shuffle
+    grouping: shuffle{columns}
 """
 
 GROUPINGS = ["shuffle", "global", "all", "{type: fields, fields: [seq]}", "local_or_shuffle"]
 
 
-def framework(grouping: str, par: int, batch: int, multicast: bool) -> tuple[Framework, Recorder]:
-    topo = load_topology_text(TOPOLOGY.format(par=par, grouping=grouping), "t.yaml")
+def framework(
+    grouping: str,
+    par: int,
+    batch: int,
+    multicast: bool,
+    spout: str = "sequence_source",
+    columns: str = "",
+) -> tuple[Framework, Recorder]:
+    """The source's framework layer on a recording transport; ``columns``: what follows
+    each stream's grouping (a ``columns:`` line)."""
+    text = TOPOLOGY.format(spout=spout, par=par, grouping=grouping, columns=columns)
+    topo = load_topology_text(text, "t.yaml")
     phys = schedule(topo, ["h1", "h2"], 7)
     wid = phys.of_node("source")[0].worker_id
     io = Recorder(multicast)

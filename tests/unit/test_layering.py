@@ -327,6 +327,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "tcp_reconfig",
             "tcp_requests",
             "tcp_recovery",
+            "tcp_report",
         },
     ),
 ]

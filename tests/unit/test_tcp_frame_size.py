@@ -59,7 +59,8 @@ def test_a_tcp_worker_refuses_a_frame_size_it_cannot_use(mtu: int) -> None:
         TcpTransport(1, APP, ("127.0.0.1", 1), mtu=mtu, secret=SECRET)
 
 
-def test_the_spec_s_frame_size_reaches_the_worker_s_transport() -> None:
+def transport_of(**extra: object) -> TcpTransport:
+    """The transport ``make_transport`` builds for a tcp spec with ``extra`` settings."""
     topology = load_topology_text(TEXT.replace("CONFIG", "{}"))
     physical = schedule(topology, ["h1"], APP, first_port=10)
     c = Coordinator()
@@ -67,14 +68,32 @@ def test_the_spec_s_frame_size_reaches_the_worker_s_transport() -> None:
         topology,
         physical,
         physical.workers[0].worker_id,
-        transport={"kind": "tcp", "control": list(c.address), "secret": SECRET, "mtu": 64000},
+        transport={"kind": "tcp", "control": list(c.address), "secret": SECRET, **extra},
     )
-    t = make_transport(spec)
     try:
-        assert isinstance(t, TcpTransport) and t.mtu == 64000
+        t = make_transport(spec)  # it reads the coordinator's challenge, then needs it no more
+    finally:
+        c.close()
+    assert isinstance(t, TcpTransport)
+    return t
+
+
+@pytest.mark.parametrize("mtu", [9000, 64000])
+def test_the_spec_s_frame_size_reaches_the_worker_s_transport(mtu: int) -> None:
+    t = transport_of(mtu=mtu)
+    try:
+        assert t.mtu == mtu
     finally:
         t.close()
-        c.close()
+
+
+def test_a_tcp_spec_without_a_frame_size_gets_the_tcp_default() -> None:
+    """What a run writes when the topology asks for none (64,000), not the wire's 9,000."""
+    t = transport_of()
+    try:
+        assert t.mtu == tcp_mtu({}) == TCP_MTU != wire.DEFAULT_MTU
+    finally:
+        t.close()
 
 
 def exchange(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from typhoon.runtime.operator_swap import SwapHost, swap_operator
@@ -43,9 +44,11 @@ class ControlHandling(_Host):
     exhausted: bool
     drain_version: int
     last_input: float
-    # payload bytes of the data the event loop took from the transport and has not
-    # delivered yet: with the transport's own queue, the worker's backlog (metrics)
-    taken_bytes: int = 0
+    # what the event loop took from the transport at its last poll, and how many of them
+    # it handled so far: the rest's data, with the transport's own queue, is the worker's
+    # backlog (metrics); summed only when metrics are asked for, not per frame
+    taken: Sequence[Inbound | ControlTuple] = ()
+    handled: int = 0
 
     def control(self, ct: ControlTuple) -> None:
         """Apply one control tuple from the controller (or the tcp runner)."""
@@ -162,14 +165,20 @@ class ControlHandling(_Host):
             self.io.stats.drop("unexpected_control")
 
     def took(self, items: list[Inbound | ControlTuple]) -> None:
-        """The event loop took ``items`` from the transport: their data is backlog now."""
-        self.taken_bytes = sum(
-            sum(map(len, item.payloads)) for item in items if isinstance(item, Inbound)
-        )
+        """The event loop took ``items`` from the transport (a list of its own, which the
+        transport does not touch again): their data is backlog now, until handled."""
+        self.taken = items
+        self.handled = 0
 
-    def delivered(self, item: Inbound) -> None:
-        """One of them went to the operator (or was dropped): off the backlog."""
-        self.taken_bytes = max(0, self.taken_bytes - sum(map(len, item.payloads)))
+    @property
+    def taken_bytes(self) -> int:
+        """Payload bytes of the data taken and not handled yet.  The item being handled
+        still counts: a METRIC_REQ served between slices of its work finds it unfinished."""
+        return sum(
+            sum(map(len, item.payloads))
+            for item in self.taken[self.handled :]
+            if isinstance(item, Inbound)
+        )
 
     def sendable(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """``metrics`` as METRIC_RESP carries them; what it cannot carry (an operator's

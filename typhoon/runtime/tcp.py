@@ -57,6 +57,7 @@ __all__ = [
     "MAX_MESSAGE",
     "MSG_BOOT",
     "MSG_CONTROL",
+    "TCP_MTU",
     "MessageReader",
     "TcpTransport",
     "encode_boot",
@@ -74,6 +75,10 @@ MASK = 0xFFFFFFFF
 # batch more of them; below 64 bytes a frame is mostly header
 MIN_MTU = 64
 MAX_MTU = 0xFFFF
+# the frame size of a tcp worker whose spec names none, and of a run whose topology asks
+# for none (``typhoon.worker_specs.tcp_mtu``): the sdn workers' size, so that the tcp
+# baseline is measured with the same frames
+TCP_MTU = 64000
 
 
 @dataclass
@@ -93,7 +98,7 @@ class TcpTransport(Transport):
         app_id: int,
         control: tuple[str, int],
         bind_host: str = "127.0.0.1",
-        mtu: int = wire.DEFAULT_MTU,
+        mtu: int = TCP_MTU,
         *,
         secret: str,
     ) -> None:

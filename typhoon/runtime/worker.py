@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from typhoon import logs
 from typhoon.operators import resolve_operator
 from typhoon.runtime.framework import Framework
 from typhoon.runtime.spec import WorkerSpec
-from typhoon.runtime.transport import Transport
-from typhoon.wire import DEFAULT_MTU, Control, ControlTuple
+from typhoon.runtime.transport import Inbound, Transport
+from typhoon.wire import Control, ControlTuple
 
 log = logging.getLogger("typhoon.worker")
 
@@ -34,7 +35,7 @@ def make_transport(spec: WorkerSpec) -> Transport:
     params = spec.transport
     kind = params.get("kind")
     if kind == "tcp":
-        from typhoon.runtime.tcp import TcpTransport
+        from typhoon.runtime.tcp import TCP_MTU, TcpTransport
 
         host, port = params["control"]
         secret = params.get("secret")
@@ -45,7 +46,7 @@ def make_transport(spec: WorkerSpec) -> Transport:
             spec.physical.app_id,
             (host, int(port)),
             params.get("bind", "127.0.0.1"),
-            int(params.get("mtu", DEFAULT_MTU)),
+            int(params.get("mtu", TCP_MTU)),  # a run writes it (worker_specs.tcp_mtu)
             secret=secret,
         )
     if kind == "sdn":
@@ -121,6 +122,20 @@ class Worker:
             return True
         return False
 
+    def handle(self, items: list[Inbound | ControlTuple], clock: Callable[[], float]) -> None:
+        """What one poll returned, in order: control applied, data to the operator; until
+        delivered, the data counts in the worker's backlog (``queue`` metric)."""
+        fw = self.fw
+        fw.took(items)
+        fw.start_slice()
+        for handled, item in enumerate(items, 1):
+            fw.now = clock()
+            if isinstance(item, ControlTuple):
+                fw.control(item)
+            else:
+                fw.deliver(item)
+            fw.handled = handled  # off the backlog (delivered or dropped)
+
     def run(self) -> None:
         fw, io = self.fw, self.io
         clock = time.monotonic
@@ -133,16 +148,7 @@ class Worker:
                     timeout = fw.throttle_delay()
                 else:
                     timeout = min(fw.next_deadline(), 0.05)
-                items = io.poll(timeout)
-                fw.took(items)
-                fw.start_slice()
-                for item in items:
-                    fw.now = clock()
-                    if isinstance(item, ControlTuple):
-                        fw.control(item)
-                    else:
-                        fw.deliver(item)
-                        fw.delivered(item)
+                self.handle(io.poll(timeout), clock)
                 fw.now = clock()
                 fw.step_spout()
                 fw.tick()
