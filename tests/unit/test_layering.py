@@ -289,6 +289,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "client",
             "live",
             "ovs_bridge",
+            "ovs_malloc",  # how ovs-vswitchd's allocator must be started (setup.sh)
             "dissect",
             "cluster_file",
             "bridge_plan",
