@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.framework import backend
+from typhoon import ovs_malloc
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -85,6 +86,7 @@ def describe() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "openvswitch": _first_line(["ovs-vswitchd", "--version"]),
         "ovs_datapath": "userspace (netdev)",
+        "ovs_malloc": ovs_malloc.running_problem() or "GLIBC_TUNABLES set (typhoon/ovs_malloc.py)",
         "mininet": _version("mininet"),
         "ryu": _version("ryu"),
         "os_ken": _version("os-ken"),

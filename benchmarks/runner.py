@@ -150,6 +150,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ("python", "Python"),
         ("openvswitch", "Open vSwitch"),
         ("ovs_datapath", "OVS datapath"),
+        ("ovs_malloc", "ovs-vswitchd malloc"),
         ("mininet", "Mininet"),
         ("ryu", "Ryu"),
         ("os_ken", "os-ken"),

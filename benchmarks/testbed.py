@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from benchmarks.tcp_fabric import FabricTcpCluster, TcpFabric
 from mininet_env.fabric import SHAPES, FabricPlan
 from mininet_env.run import EmulatedCluster, SdnRunOptions, start_cluster
+from typhoon.ovs_malloc import vswitchd_pid
 from typhoon.report import read_worker_reports
 from typhoon.tcp_cluster import RunOptions
 from typhoon.topology.batching import DEFAULTS, Batching
@@ -115,14 +116,14 @@ class RunResult:
 
 def ovs_cpu_seconds() -> float | None:
     """user+system CPU seconds of ovs-vswitchd so far, or None if it cannot be read."""
-    for pidfile in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
-        try:
-            pid = int(Path(pidfile).read_text().strip())
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return None
+    pid = vswitchd_pid()  # OVS_RUNDIR's daemon first, like ovs-vsctl's
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Testbed:

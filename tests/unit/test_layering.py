@@ -290,6 +290,7 @@ TYPHOON_LAYERS: list[tuple[str, set[str]]] = [
             "tcp_jobs",  # where a running tcp job's control endpoint is, by its name
             "live",
             "ovs_bridge",
+            "ovs_malloc",  # how ovs-vswitchd's allocator must be started (setup.sh)
             "dissect",
             "cluster_file",
             "bridge_plan",
