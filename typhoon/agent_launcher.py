@@ -30,10 +30,6 @@ from typhoon.zygote import Zygote, ZygoteLauncher
 
 log = logging.getLogger("typhoon.agent")
 
-# the zygote imports this much nicer, then forks at the agent's priority (typhoon.priority):
-# the emulated cluster's controller starts meanwhile, on the same cores
-IMPORT_NICE = 10
-
 
 def agent_zygote(workdir: Path, host: str) -> ZygoteLauncher | None:
     """A started zygote for ``host``'s workers (log ``zygote-HOST.log``), or None if it
@@ -48,9 +44,8 @@ def agent_zygote(workdir: Path, host: str) -> ZygoteLauncher | None:
         return None
     try:
         zygote = Zygote(
-            workdir / f"zygote-{host}.log", sorted(PATHS), True, transport="sdn", detach=True,
-            import_nice=IMPORT_NICE,
-        )  # fmt: skip
+            workdir / f"zygote-{host}.log", sorted(PATHS), True, transport="sdn", detach=True
+        )
     except OSError as e:
         log.error("no worker zygote (%s): workers are spawned", e)
         return None

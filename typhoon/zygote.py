@@ -127,14 +127,12 @@ class Zygote:
         *,
         transport: str = "tcp",
         detach: bool = False,
-        import_nice: int = 0,
     ):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", SERVER_MODULE, "--fd", str(theirs.fileno())]
         argv += ["--preload", ",".join(preload)] if preload else []
         argv += ["--checkpoints"] if checkpoints else []
         argv += ["--transport", transport, *(["--detach"] if detach else [])]
-        argv += ["--import-nice", str(import_nice)] if import_nice else []
         self.detach = detach
         self.cwd = os.getcwd()
         self.env = dict(os.environ)

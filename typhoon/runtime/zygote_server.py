@@ -47,8 +47,9 @@ import socket
 import sys
 from dataclasses import dataclass
 
+import typhoon.runtime.chain
+import typhoon.runtime.worker
 from typhoon.operators.builtins import PATHS
-from typhoon.priority import nicer
 from typhoon.zygote_protocol import (
     MAX_MESSAGE,
     PROGRAMS,
@@ -60,8 +61,7 @@ from typhoon.zygote_protocol import (
 )
 
 PR_SET_PDEATHSIG = 1
-# imported for the children by preload(), so that --import-nice covers them
-PRELOADED = ("typhoon.runtime.worker", "typhoon.runtime.chain")
+PRELOADED = (typhoon.runtime.chain, typhoon.runtime.worker)  # imported for the children
 TRANSPORTS = {"tcp": "typhoon.runtime.tcp", "sdn": "typhoon.runtime.sdn"}
 
 
@@ -94,8 +94,6 @@ def preload(operators: list[str], checkpoints: bool, transport: str = "tcp") -> 
     """Import the transport and the named built-in operators' modules (ValueError: not one)."""
     if transport not in TRANSPORTS:
         raise ValueError(f"unknown transport {transport!r}")
-    for module in PRELOADED:
-        importlib.import_module(module)
     importlib.import_module(TRANSPORTS[transport])
     for name in operators:
         if name not in PATHS:
@@ -239,17 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--detach", action="store_true", help="children get sessions of their own, outlive it"
     )
-    parser.add_argument(
-        "--import-nice",
-        type=int,
-        default=0,
-        help="import this much nicer (then back to the launcher's priority before forking)",
-    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the workers
     sock = socket.socket(fileno=args.fd)
-    with nicer(args.import_nice):
-        preload([n for n in args.preload.split(",") if n], args.checkpoints, args.transport)
+    preload([n for n in args.preload.split(",") if n], args.checkpoints, args.transport)
     job = Zygote(sock, args.detach).serve()
     if job is None:  # the launcher closed its end: nothing to tear down but the interpreter,
         sys.stdout.flush()  # whose finalization of every preloaded module its launcher
