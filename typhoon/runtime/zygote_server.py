@@ -84,7 +84,9 @@ class ChildJob:
 
 def load_program(program: str) -> None:
     """Import a program's module in the zygote, for this child and every later one
-    (RuntimeError: it pulled in eventlet, whose monkey-patching children would inherit)."""
+    (RuntimeError: eventlet is in, whose monkey-patching children would inherit)."""
+    if "eventlet" in sys.modules:  # an earlier program's import: this zygote forks no more
+        raise RuntimeError("the zygote imported eventlet")
     importlib.import_module(PROGRAMS[program])
     if "eventlet" in sys.modules:
         raise RuntimeError(f"the {program} program imported eventlet")
