@@ -165,3 +165,15 @@ def test_a_debug_worker_command_line_is_forked_as_the_debug_program(
     for other in ([*debug], [*debug, DEBUG_SPEC, "--coordinator"], [*debug, "a", "--x", "b"]):
         assert fork_job(other) is None
     assert fork_job(["/venv/bin/python", "-m", "pyspark_bridge.driver", SPEC]) is None
+
+
+def test_a_program_is_loaded_only_while_eventlet_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typhoon.runtime.zygote_server import load_program
+
+    monkeypatch.delitem(sys.modules, "eventlet", raising=False)  # other tests' imports
+    load_program("debug")
+    assert "typhoon.debug.worker" in sys.modules
+    monkeypatch.setitem(sys.modules, "eventlet", object())
+    for program in ("worker", "debug"):
+        with pytest.raises(RuntimeError, match="eventlet"):
+            load_program(program)
