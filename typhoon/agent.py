@@ -152,6 +152,7 @@ class Agent:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.worker_cmd == list(WORKER_CMD):  # else the command is spawned, as ever
             self.zygote = agent_zygote(self.workdir, self.host)
+            self.debug.launcher = self.zygote  # debug workers are forked there too
         try:
             self._version = self.c.version()  # reconcile reads everything once anyway
             self._read_cluster()
@@ -430,9 +431,9 @@ class Agent:
             time.sleep(self.interval)
         for wk in self.workers.values():
             log.error("%s worker %d (pid %d) did not exit", *wk.key, wk.pid)
+        self.debug.shutdown()
         if self.zygote is not None:  # after its children: their exit codes came through it
             self.zygote.close()
-        self.debug.shutdown()
         self.engines.stop_all()
         try:
             self.c.delete_agent(self.host)

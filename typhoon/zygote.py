@@ -3,8 +3,9 @@
 :class:`ZygoteLauncher` is a tcp runner launcher (``host, argv, logfile ->
 Supervised``), and an sdn host's agent's (typhoon.agent): a worker command line
 (``python -m typhoon.runtime.worker SPEC...``) is forked by the zygote it
-started, anything else (an engine service, an agent's ``--worker-cmd``) is
-spawned as before.  The zygote is this process's only way to its
+started, and so is an agent's debug worker (``python -m typhoon.debug.worker
+SPEC [--coordinator URL]``); anything else (an engine service, an agent's
+``--worker-cmd``) is spawned as before.  The zygote is this process's only way to its
 children's exit codes: it reports each one, and :class:`ZygoteChild` answers
 ``poll``/``wait`` from those reports as ``Popen`` does.  When the zygote is
 gone (it died, or never started) every new worker is spawned instead, and the
@@ -32,14 +33,23 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from typhoon.supervised import Supervised
-from typhoon.zygote_protocol import MAX_MESSAGE, Reply, ZygoteProtocolError, encode, reply
+from typhoon.zygote_protocol import (
+    MAX_MESSAGE,
+    PROGRAMS,
+    Reply,
+    ZygoteProtocolError,
+    encode,
+    reply,
+)
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "typhoon.runtime.worker"
+WORKER_MODULE = PROGRAMS["worker"]
+DEBUG_MODULE = PROGRAMS["debug"]
 SERVER_MODULE = "typhoon.runtime.zygote_server"
 READY_TIMEOUT_S = 30.0
 FORK_TIMEOUT_S = 10.0
@@ -215,12 +225,18 @@ class Zygote:
             self._lost(f"not ready in {timeout:.0f} s")
         return self.gone is None
 
-    def fork(self, specs: Sequence[str], log_fd: int) -> ZygoteChild:
-        """One worker process for ``specs`` writing to ``log_fd`` (ZygoteGone: cannot)."""
+    def fork(self, specs: Sequence[str], log_fd: int, job: ForkJob | None = None) -> ZygoteChild:
+        """One worker process for ``specs`` writing to ``log_fd`` (ZygoteGone: cannot);
+        ``job``: another program than a topology worker (a debug worker)."""
         if not self.wait_ready():
             raise ZygoteGone(self.gone)
         rid = next(self.request_ids)
-        data = encode({"op": "fork", "id": rid, "specs": list(specs)})
+        request: dict[str, object] = {"op": "fork", "id": rid, "specs": list(specs)}
+        if job is not None and job.program != "worker":
+            request["program"] = job.program
+            if job.coordinator is not None:
+                request["coordinator"] = job.coordinator
+        data = encode(request)
         try:
             socket.send_fds(self.sock, [data], [log_fd])
         except OSError as e:
@@ -284,14 +300,14 @@ class ZygoteLauncher:
         self.spawned = 0
 
     def __call__(self, host: str, argv: list[str], logfile: Path) -> Supervised:
-        specs = worker_specs(argv)
-        if specs is None:  # not a worker: an engine service
+        job = fork_job(argv)
+        if job is None:  # not a worker: an engine service
             return self.spawn(argv, logfile)
         why = self.zygote.usable()
         if why is None:
             out = open(logfile, "ab" if self.append else "wb")  # noqa: SIM115 - close_log()
             try:
-                child = self.zygote.fork(specs, out.fileno())
+                child = self.zygote.fork(job.specs, out.fileno(), job)
             except ZygoteGone as e:
                 out.close()
                 why = f"the zygote cannot fork ({e})"
@@ -314,8 +330,33 @@ class ZygoteLauncher:
         self.zygote.close()
 
 
+@dataclass(frozen=True)
+class ForkJob:
+    """A command line the zygote can run as a fork: its program and arguments."""
+
+    program: str  # a key of typhoon.zygote_protocol.PROGRAMS
+    specs: list[str]  # absolute
+    coordinator: str | None = None  # a debug worker's --coordinator
+
+
 def worker_specs(argv: Sequence[str]) -> list[str] | None:
     """The absolute spec paths of a worker command line, or None for anything else."""
     if list(argv[:3]) != [sys.executable, "-m", WORKER_MODULE] or len(argv) < 4:
         return None
     return [str(Path(a).absolute()) for a in argv[3:]]
+
+
+def fork_job(argv: Sequence[str]) -> ForkJob | None:
+    """What the zygote would fork for ``argv``: a topology worker's or a debug worker's
+    command line (typhoon.debug.supervisor); None for anything else (then it is spawned)."""
+    specs = worker_specs(argv)
+    if specs is not None:
+        return ForkJob("worker", specs)
+    args = list(argv[3:])
+    if list(argv[:3]) != [sys.executable, "-m", DEBUG_MODULE]:
+        return None
+    if len(args) == 1:
+        return ForkJob("debug", [str(Path(args[0]).absolute())])
+    if len(args) == 3 and args[1] == "--coordinator":
+        return ForkJob("debug", [str(Path(args[0]).absolute())], args[2])
+    return None

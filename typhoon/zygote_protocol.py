@@ -10,6 +10,12 @@ Launcher -> zygote, with the worker's log file as the one descriptor attached
 
     {"op": "fork", "id": 7, "specs": ["/abs/worker-3.spec.json", ...]}
 
+or, for the live debugger's debug worker of one session (an agent's zygote;
+``coordinator`` optional, the URL its records go through)::
+
+    {"op": "fork", "id": 8, "program": "debug", "specs": ["/abs/debug/S.spec.json"],
+     "coordinator": "zk://..."}
+
 Zygote -> launcher: ``{"op": "ready", "pid": P}`` once its imports are done,
 ``{"op": "forked", "id": 7, "pid": C}`` or ``{"op": "refused", "id": 7,
 "error": "..."}`` per request, and ``{"op": "exit", "pid": C, "code": N}`` when
@@ -25,6 +31,9 @@ from typing import Any
 MAX_MESSAGE = 64 * 1024
 MAX_SPECS = 64  # a chain of this many workers in one process is far past any real one
 SPEC_SUFFIX = ".spec.json"
+MAX_URL = 4096
+# what a child runs: a topology worker (or chain), or the live debugger's debug worker
+PROGRAMS = {"worker": "typhoon.runtime.worker", "debug": "typhoon.debug.worker"}
 
 
 class ZygoteProtocolError(ValueError):
@@ -33,10 +42,13 @@ class ZygoteProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class ForkRequest:
-    """One worker process to fork: its spec files (a chain's, head first)."""
+    """One worker process to fork: its spec files (a chain's, head first); a debug
+    worker's one spec and the coordinator URL it is given."""
 
     request_id: int
     specs: tuple[str, ...]
+    program: str = "worker"  # a key of PROGRAMS
+    coordinator: str | None = None  # a debug worker's --coordinator
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -77,10 +89,24 @@ def fork_request(data: bytes, fds: int, truncated: bool = False) -> ForkRequest:
             raise ZygoteProtocolError(f"spec {s!r} is not an absolute *{SPEC_SUFFIX} path")
         if "\0" in s:
             raise ZygoteProtocolError("a spec path holds a NUL byte")
-    extra = set(message) - {"op", "id", "specs"}
+    program = message.get("program", "worker")
+    if program not in PROGRAMS:
+        raise ZygoteProtocolError(f"unknown program {program!r}")
+    known = {"op", "id", "specs", "program"} | ({"coordinator"} if program == "debug" else set())
+    extra = set(message) - known
     if extra:
         raise ZygoteProtocolError(f"unknown fields {sorted(extra)}")
-    return ForkRequest(rid, tuple(specs))
+    coordinator = message.get("coordinator")
+    if program == "debug":
+        if len(specs) != 1:
+            raise ZygoteProtocolError("a debug worker has one spec")
+        if coordinator is not None and (
+            not isinstance(coordinator, str)
+            or not 0 < len(coordinator) <= MAX_URL
+            or "\0" in coordinator
+        ):
+            raise ZygoteProtocolError(f"coordinator must be a URL of 1 to {MAX_URL} characters")
+    return ForkRequest(rid, tuple(specs), program, coordinator)
 
 
 def exit_message(pid: int, code: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 from flowdump import dump_flows
 from harness import emulated_cluster, ryu_apps, wait
@@ -183,6 +184,18 @@ class Attach:
             self.proc.wait()
 
 
+def debug_worker_of(session: str) -> psutil.Process:
+    """The running debug worker of ``session``, found by its command line (a forked one's
+    process title is the command a spawned one would have)."""
+    spec = f"/{session}.spec.json"
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        line = " ".join(argv)
+        if "-m typhoon.debug.worker " in line and spec in line:
+            return proc
+    pytest.fail(f"no debug worker process for session {session}")
+
+
 def frames_sent_by(c: EmulatedCluster, w) -> int:
     """Frames the switch took from ``w``'s port on its data rules (mirrored or not)."""
     total = 0
@@ -265,6 +278,9 @@ def test_attach_filter_detach_exact_tuples_and_rules_restored(cluster):
             "the second session to go live",
         )
         session = cluster.rest("GET", f"/apps/{name}/debug/{sid}")[1]
+        for live in (sid, second["session"]):  # forked by their agents' zygotes
+            proc = debug_worker_of(live)
+            assert "typhoon.runtime.zygote_server" in " ".join(proc.parent().cmdline()), live
 
         # while attached: split[0]'s data rules carry one more output, nothing else changed
         mirrors = {

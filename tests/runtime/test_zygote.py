@@ -22,7 +22,7 @@ import pytest
 from typhoon.supervised import command_line
 from typhoon.tcp_cluster import RunOptions, TcpCluster
 from typhoon.topology import load_topology
-from typhoon.zygote import Zygote, ZygoteChild
+from typhoon.zygote import ForkJob, Zygote, ZygoteChild
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = [sys.executable, "-m", "typhoon.runtime.worker"]
@@ -115,3 +115,35 @@ def test_tcp_workers_are_the_zygotes_titled_children_and_spawned_once_it_died(
         assert f"worker-{victim}: spawned, not forked: the zygote is gone" in caplog.text
     finally:
         c.close()
+
+
+def test_an_agents_zygote_forks_a_debug_worker_that_fails_as_a_spawned_one(
+    tmp_path: Path,
+) -> None:
+    """An agent's zygote forks the live debugger's debug worker, whose exit code and log
+    come back as a spawned one's (a spec with neither a report URL nor a coordinator:
+    exit 2); the debug worker's modules are imported on that first request."""
+    from typhoon.debug.spec import DebugSpec
+
+    z = Zygote(tmp_path / "zygote.log", transport="sdn", detach=True)
+    spec = tmp_path / "debug" / "ab12cd.spec.json"
+    spec.parent.mkdir()
+    DebugSpec(
+        session="ab12cd", key="k" * 32, app="wc", app_id=1, worker=2, workers={2: ("split", 0)},
+        fields={}, direction="out", host="h1", port=65000, tap="tdbgab12cd", report_url="",
+    ).save(spec)  # fmt: skip
+    try:
+        assert z.wait_ready(), z.gone
+        with open(tmp_path / "forked.log", "wb") as out:
+            child = z.fork([str(spec)], out.fileno(), ForkJob("debug", [str(spec)]))
+        assert child.wait(30) == 2
+        with open(tmp_path / "spawned.log", "wb") as out:
+            argv = [sys.executable, "-m", "typhoon.debug.worker", str(spec)]
+            spawned = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT)
+        assert spawned.returncode == 2
+        for name in ("forked.log", "spawned.log"):
+            last = (tmp_path / name).read_text().strip().splitlines()[-1]
+            assert "no report_url and no coordinator" in last, (name, last)
+        assert "refused" not in (tmp_path / "zygote.log").read_text()
+    finally:
+        z.close()

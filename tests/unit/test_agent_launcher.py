@@ -15,7 +15,7 @@ import pytest
 
 from typhoon.agent_launcher import agent_zygote, spawn
 from typhoon.supervised import Supervised
-from typhoon.zygote import ZygoteChild, ZygoteLauncher
+from typhoon.zygote import ForkJob, ZygoteChild, ZygoteLauncher
 
 WORKER = [sys.executable, "-m", "typhoon.runtime.worker"]
 
@@ -26,14 +26,16 @@ class FakeZygote:
     def __init__(self, why: str | None = None) -> None:
         self.why = why
         self.forks: list[list[str]] = []
+        self.jobs: list[ForkJob | None] = []
         self.closed = False
 
     def usable(self) -> str | None:
         return self.why
 
-    def fork(self, specs: list[str], log_fd: int) -> ZygoteChild:
+    def fork(self, specs: list[str], log_fd: int, job: ForkJob | None = None) -> ZygoteChild:
         os.write(log_fd, b"forked\n")
         self.forks.append(list(specs))
+        self.jobs.append(job)
         return ZygoteChild(self, os.getpid())  # type: ignore[arg-type]
 
     def pump(self, timeout: float) -> None:

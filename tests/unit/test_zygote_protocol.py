@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from typhoon.supervised import command_line
-from typhoon.zygote import worker_specs
+from typhoon.zygote import ForkJob, fork_job, worker_specs
 from typhoon.zygote_protocol import (
     MAX_MESSAGE,
     MAX_SPECS,
+    MAX_URL,
     ForkRequest,
     ZygoteProtocolError,
     encode,
@@ -114,3 +116,64 @@ def test_the_zygote_preloads_only_built_in_operators_and_never_eventlet(
     monkeypatch.setitem(sys.modules, "eventlet", object())
     with pytest.raises(RuntimeError, match="eventlet"):
         preload([], checkpoints=False)
+
+
+DEBUG_SPEC = "/tmp/run/debug/ab12cd.spec.json"
+
+
+def test_a_debug_request_names_one_spec_and_maybe_a_coordinator() -> None:
+    got = fork_request(msg(program="debug", specs=[DEBUG_SPEC], coordinator="zk://h:2181/t"), 1)
+    assert got == ForkRequest(4, (DEBUG_SPEC,), "debug", "zk://h:2181/t")
+    assert fork_request(msg(program="debug", specs=[DEBUG_SPEC]), 1).coordinator is None
+    assert fork_request(msg(program="worker"), 1) == ForkRequest(4, (SPEC,))
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"program": "shell"}, "unknown program"),
+        ({"program": 1}, "unknown program"),
+        ({"program": "debug", "specs": [DEBUG_SPEC, DEBUG_SPEC]}, "one spec"),
+        ({"program": "debug", "coordinator": ""}, "coordinator must be"),
+        ({"program": "debug", "coordinator": 5}, "coordinator must be"),
+        ({"program": "debug", "coordinator": "a\0b"}, "coordinator must be"),
+        ({"program": "debug", "coordinator": "x" * (MAX_URL + 1)}, "coordinator must be"),
+        ({"coordinator": "zk://h:2181"}, "unknown fields"),  # a topology worker takes none
+        ({"program": "debug", "argv": ["-c"]}, "unknown fields"),
+        ({"program": "debug", "specs": ["/etc/passwd"]}, "absolute"),
+    ],
+)
+def test_a_bad_debug_request_is_refused_with_its_reason(
+    fields: dict[str, object], why: str
+) -> None:
+    with pytest.raises(ZygoteProtocolError, match=why):
+        fork_request(msg(**fields), 1)
+
+
+def test_a_debug_worker_command_line_is_forked_as_the_debug_program(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr("sys.executable", "/venv/bin/python")
+    monkeypatch.chdir(tmp_path)
+    debug = ["/venv/bin/python", "-m", "typhoon.debug.worker"]
+    worker = ["/venv/bin/python", "-m", "typhoon.runtime.worker"]
+    assert fork_job([*worker, SPEC]) == ForkJob("worker", [SPEC])
+    assert fork_job([*debug, DEBUG_SPEC]) == ForkJob("debug", [DEBUG_SPEC])
+    assert fork_job([*debug, "s.spec.json", "--coordinator", "zk://h"]) == ForkJob(
+        "debug", [f"{tmp_path}/s.spec.json"], "zk://h"
+    )
+    for other in ([*debug], [*debug, DEBUG_SPEC, "--coordinator"], [*debug, "a", "--x", "b"]):
+        assert fork_job(other) is None
+    assert fork_job(["/venv/bin/python", "-m", "pyspark_bridge.driver", SPEC]) is None
+
+
+def test_a_program_is_loaded_only_while_eventlet_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typhoon.runtime.zygote_server import load_program
+
+    monkeypatch.delitem(sys.modules, "eventlet", raising=False)  # other tests' imports
+    load_program("debug")
+    assert "typhoon.debug.worker" in sys.modules
+    monkeypatch.setitem(sys.modules, "eventlet", object())
+    for program in ("worker", "debug"):
+        with pytest.raises(RuntimeError, match="eventlet"):
+            load_program(program)

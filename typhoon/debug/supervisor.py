@@ -12,7 +12,10 @@ line written to ``debugrec/SID/error`` (``typhoon/debug/transport.py``), so the
 controller ends the session with that reason.  Each debug worker is given the
 agent's coordinator URL (its records go through the coordinator by default).
 Kept apart from the agent's topology workers: a debug worker belongs to no
-physical topology and has no worker id.
+physical topology and has no worker id.  It is started by the agent's launcher,
+which forks it from the agent's worker fork server (typhoon.agent_launcher,
+typhoon.runtime.zygote_server says why that is safe) while that is usable, else
+spawns it; without a launcher (``--worker-cmd``, tests) it is spawned.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -34,6 +38,8 @@ log = logging.getLogger("typhoon.agent.debug")
 
 DEBUG_WORKER_CMD = (sys.executable, "-m", "typhoon.debug.worker")
 SYS_NET = Path("/sys/class/net")
+# (host, argv, log file) -> the started process: typhoon.zygote.ZygoteLauncher
+Launcher = Callable[[str, list[str], Path], Supervised]
 
 
 class Bridge(Protocol):
@@ -78,6 +84,7 @@ class DebugWorkers:
         self.sys_net = sys_net
         self.procs: dict[str, _DebugProc] = {}
         self.ran: set[str] = set()  # sessions launched once: never launched again
+        self.launcher: Launcher | None = None  # the agent's, once its zygote started
 
     def ports(self) -> list[int]:
         return sorted(p.spec.port for p in self.procs.values())
@@ -105,10 +112,11 @@ class DebugWorkers:
             spec.save(path)
             bridge.detach(spec.tap)  # a port left by an earlier run would hold the name
             url = ["--coordinator", self.coordinator_url] if self.coordinator_url else []
-            proc = Supervised.start(
-                f"debug-{spec.session}", [*self.cmd, str(path), *url],
-                path.with_name(f"{spec.session}.log"),
-            )  # fmt: skip
+            argv, log_path = [*self.cmd, str(path), *url], path.with_name(f"{spec.session}.log")
+            if self.launcher is not None:  # forked, or spawned if it cannot fork
+                proc = self.launcher(self.host, argv, log_path)
+            else:
+                proc = Supervised.start(f"debug-{spec.session}", argv, log_path)
         except (OSError, RuntimeError) as e:
             log.error("cannot start debug session %s: %s", spec.session, e)
             return
@@ -123,7 +131,7 @@ class DebugWorkers:
         """Attach TAPs that appeared, notice exits, escalate stops."""
         for p in list(self.procs.values()):
             sid = p.spec.session
-            if p.proc.poll() is not None:
+            if p.proc.ended():  # a forked one whose detached zygote died ends with no code
                 self._finish(p)
             elif p.phase == "starting":
                 if (self.sys_net / p.spec.tap).exists():
@@ -156,7 +164,7 @@ class DebugWorkers:
         p.proc.signal_group(signal.SIGTERM)
 
     def _finish(self, p: _DebugProc) -> None:
-        code = p.proc.returncode
+        code = p.proc.poll()
         log.info("debug session %s: worker exited with %s", p.spec.session, code)
         if code and p.phase != "stopping":  # it ended on its own: tell the controller why
             log_path = self.workdir / f"{p.spec.session}.log"

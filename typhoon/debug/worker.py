@@ -264,6 +264,7 @@ class DebugWorker:
         self.lock = threading.Lock()  # the shipper reads the stats while we count
         self.shipper = Shipper(post, self._stats, spec.max_rate, on_failure)
         self.stopping = False
+        self.seen_frame = False
         self.ring = FrameRing(ring_frames)
         self._reader = threading.Thread(target=self._read, name="debug-reader", daemon=True)
         self._poller = select.poll()
@@ -299,6 +300,9 @@ class DebugWorker:
                 now = time.time()
                 records: list[dict[str, Any]] = []
                 frames = self.ring.take(READ_BATCH)
+                if frames and not self.seen_frame:  # start-up is timed to this line
+                    self.seen_frame = True
+                    log.info("session %s: first mirrored frame", self.spec.session)
                 with self.lock:
                     for frame in frames:
                         records.extend(self.decoder.feed(frame, now))

@@ -19,6 +19,18 @@ launcher, which only hears exit codes through the zygote, then knows each was
 killed.  Except with ``--detach`` (an agent's zygote): a child starts a session
 of its own and outlives the zygote, as a spawned worker outlives its agent, so
 an agent that restarts adopts it (typhoon.agent).
+
+An agent's zygote also forks the live debugger's debug workers
+(``typhoon.debug.worker``, program ``debug``).  That is as safe as forking a
+topology worker, for the same reasons: the zygote runs in the agent's host's
+network namespace, as the agent's user with its capabilities (a debug worker
+creates a TAP there, as a spawned one does); it holds no thread, no
+coordinator connection and no socket but the request one, and a child closes
+every descriptor but its log before it opens its own coordinator connection
+and starts its reader and shipper threads.  The debug worker's modules
+(coordinator client, HTTP client, filter, decoder) are imported by the zygote
+on the first debug request, not at its start, so they cost a cluster's
+start-up nothing; later sessions fork with them loaded.
 """
 
 from __future__ import annotations
@@ -36,10 +48,12 @@ import sys
 from dataclasses import dataclass
 
 import typhoon.runtime.chain
-import typhoon.runtime.worker as worker_main
+import typhoon.runtime.worker
 from typhoon.operators.builtins import PATHS
 from typhoon.zygote_protocol import (
     MAX_MESSAGE,
+    PROGRAMS,
+    ForkRequest,
     ZygoteProtocolError,
     encode,
     exit_message,
@@ -47,7 +61,7 @@ from typhoon.zygote_protocol import (
 )
 
 PR_SET_PDEATHSIG = 1
-PRELOADED = (typhoon.runtime.chain,)  # imported for the children
+PRELOADED = (typhoon.runtime.chain, typhoon.runtime.worker)  # imported for the children
 TRANSPORTS = {"tcp": "typhoon.runtime.tcp", "sdn": "typhoon.runtime.sdn"}
 
 
@@ -59,6 +73,23 @@ class ChildJob:
     log_fd: int
     zygote_pid: int
     detach: bool = False  # a session of its own, outliving the zygote
+    program: str = "worker"  # a key of PROGRAMS
+    coordinator: str | None = None  # a debug worker's --coordinator
+
+    def args(self) -> list[str]:
+        """What the program's ``main`` is given (what follows ``-m MODULE``)."""
+        url = ["--coordinator", self.coordinator] if self.coordinator is not None else []
+        return [*self.specs, *url]
+
+
+def load_program(program: str) -> None:
+    """Import a program's module in the zygote, for this child and every later one
+    (RuntimeError: eventlet is in, whose monkey-patching children would inherit)."""
+    if "eventlet" in sys.modules:  # an earlier program's import: this zygote forks no more
+        raise RuntimeError("the zygote imported eventlet")
+    importlib.import_module(PROGRAMS[program])
+    if "eventlet" in sys.modules:
+        raise RuntimeError(f"the {program} program imported eventlet")
 
 
 def preload(operators: list[str], checkpoints: bool, transport: str = "tcp") -> None:
@@ -117,25 +148,32 @@ class Zygote:
         try:
             request = fork_request(data, len(fds), truncated)
             rid = request.request_id
-        except ZygoteProtocolError as e:
+            load_program(request.program)
+        except (ZygoteProtocolError, ImportError, RuntimeError) as e:
             self.refused += 1
             for fd in fds:
                 os.close(fd)
             print(f"zygote: refused a request: {e}", file=sys.stderr, flush=True)
             self.send({"op": "refused", "id": rid, "error": str(e)})
             return None
+        return self.fork(request, fds[0])
+
+    def fork(self, request: ForkRequest, log_fd: int) -> ChildJob | None:
         sys.stdout.flush()
         sys.stderr.flush()
         zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
             self.close_in_child()
-            return ChildJob(request.specs, fds[0], zygote_pid, self.detach)
-        os.close(fds[0])
+            return ChildJob(
+                request.specs, log_fd, zygote_pid, self.detach, request.program,
+                request.coordinator,
+            )  # fmt: skip
+        os.close(log_fd)
         pidfd = os.pidfd_open(pid)
         self.children[pid] = pidfd
         self.sel.register(pidfd, selectors.EVENT_READ, pid)
-        self.send({"op": "forked", "id": rid, "pid": pid})
+        self.send({"op": "forked", "id": request.request_id, "pid": pid})
         return None
 
     def reap(self, pid: int) -> None:
@@ -173,10 +211,11 @@ def become_worker(job: ChildJob) -> int:
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     logging.root.handlers.clear()
-    argv = [sys.executable, "-m", "typhoon.runtime.worker", *job.specs]
-    set_title(argv)
-    sys.argv = [worker_main.__file__, *job.specs]
-    return worker_main.main(list(job.specs))
+    module = sys.modules[PROGRAMS[job.program]]  # the zygote imported it (load_program)
+    set_title([sys.executable, "-m", module.__name__, *job.args()])
+    sys.argv = [module.__file__ or module.__name__, *job.args()]
+    code: int = module.main(job.args())
+    return code
 
 
 def set_title(argv: list[str]) -> None:
