@@ -200,8 +200,10 @@ class EmulatedCluster:
         worker it ran SIGKILLed, and its agent's record removed (as a ZooKeeper session's
         ephemeral node would go).  Returns the workers killed."""
         for agent in [a for a in self.agents if a.name == f"agent-{host}"]:
-            agent.stop(timeout=5, sig=signal.SIGKILL)
+            # out of the list first: run() (another thread) checks every agent it lists is
+            # alive, and must not take this death for a crash between the kill and here
             self.agents.remove(agent)
+            agent.stop(timeout=5, sig=signal.SIGKILL)
         bridge = self.options.plan.bridge(self.options.plan.host_names().index(host) + 1)
         subprocess.run(
             ["ovs-vsctl", "--if-exists", "del-br", bridge], capture_output=True, timeout=30
