@@ -50,6 +50,7 @@ from controller.control_request import ControlRequestError, parse_control
 from controller.dashboard import gather, snapshot
 from controller.framework.ryu_compat import ControllerBase, Response, lookup_service_brick, route
 from controller.metrics import CONTENT_TYPE, exposition
+from typhoon.client import token_in
 from typhoon.job_report import read_job_report
 from typhoon.manager import ManagerError
 from typhoon.reconfig import ReconfigError, parse_request
@@ -98,11 +99,7 @@ def set_read_tokens(wsgi: Any, read_token: str, api_token: str) -> None:
 
 def given_token(req) -> str:
     """The token in ``X-Typhoon-Token``, else in ``Authorization: Bearer``."""
-    token = req.headers.get("X-Typhoon-Token", "")
-    if token:
-        return token
-    scheme, _, value = req.headers.get("Authorization", "").partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
+    return token_in(req.headers)
 
 
 def check_read(view: Any, req) -> None:

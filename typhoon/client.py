@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,16 @@ from typing import Any
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 DEFAULT_CONFIG = Path("~/.config/typhoon/client.ini")
 RETRY_STATUS = (502, 503, 504)  # a proxy or a controller still starting
+
+
+def token_in(headers: Mapping[str, str]) -> str:
+    """The token a request carries: ``X-Typhoon-Token``, else ``Authorization: Bearer``
+    (the controller's REST API and a tcp run's control endpoint read it the same way)."""
+    token = headers.get("X-Typhoon-Token", "")
+    if token:
+        return token
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 class ApiCallError(Exception):

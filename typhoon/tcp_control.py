@@ -41,6 +41,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Protocol, TextIO, cast
 
+from typhoon.client import token_in
 from typhoon.private_files import SecretFileError
 from typhoon.reconfig import KINDS, ReconfigError, describe, parse_request
 from typhoon.tcp_jobs import JobNameTaken, TcpJob, register, unregister
@@ -126,10 +127,7 @@ class ControlApi:
         return SDN_ONLY.format(verbs=", ".join(KINDS), name=self.name, what=what)
 
     def _check_token(self, headers: Mapping[str, str]) -> None:
-        given = headers.get("X-Typhoon-Token", "")
-        if not given:
-            scheme, _, value = headers.get("Authorization", "").partition(" ")
-            given = value.strip() if scheme.lower() == "bearer" else ""
+        given = token_in(headers)
         if not given:
             raise _Refused(
                 401,
