@@ -184,23 +184,24 @@ class EmulatedNetwork:
 
     def _jumbo_links(self) -> None:
         """Fabric links carry the workers' frames: 9000 bytes by default (links of
-        LINK_MTU), else the plan's MTU, which the workers' frames then follow."""
+        LINK_MTU), else the plan's MTU, which the workers' frames then follow.  One
+        ``ip -batch`` and one ``ovs-vsctl`` for every interface (a cluster's start
+        made two calls per interface)."""
         assert self.net is not None
-        mtu = self.plan.mtu or LINK_MTU
-        for link in self.net.links:
-            for intf in (link.intf1, link.intf2):
-                subprocess.run(
-                    ["ip", "link", "set", "dev", intf.name, "mtu", str(mtu)],
-                    check=True,
-                    capture_output=True,
-                    timeout=10,
-                )
-                subprocess.run(
-                    ["ovs-vsctl", "set", "Interface", intf.name, f"mtu_request={mtu}"],
-                    check=True,
-                    capture_output=True,
-                    timeout=10,
-                )
+        mtu = str(self.plan.mtu or LINK_MTU)
+        names = [i.name for link in self.net.links for i in (link.intf1, link.intf2)]
+        if not names:
+            return
+        subprocess.run(
+            ["ip", "-batch", "-"],
+            input="".join(f"link set dev {n} mtu {mtu}\n" for n in names),
+            text=True,
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
+        sets = [a for n in names for a in ("--", "set", "Interface", n, f"mtu_request={mtu}")]
+        subprocess.run(["ovs-vsctl", *sets], check=True, capture_output=True, timeout=10)
 
     def _check_ports(self, cluster: Cluster) -> None:
         """The plan's port numbers must be the ones Mininet gave the links."""

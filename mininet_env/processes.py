@@ -6,6 +6,7 @@ started (an agent's workers), even when the run fails half-way.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -19,6 +20,14 @@ REPO = Path(__file__).resolve().parents[1]
 CORE_APP = "apps/typhoon_core.py"
 # how often a start-up wait looks again: each look is a socket connect or one ovs-vsctl
 POLL_S = 0.02
+# The controller's environment.  Ryu monkey-patches with eventlet, which by default
+# imports dnspython for a green resolver (0.25 s of CPU here) and, for one version
+# comparison, distutils, which setuptools' shim makes a load of setuptools (0.15 s).
+# An emulated cluster's controller resolves no names (its listeners, bridges and
+# coordinator are numeric addresses or a file; a name would still resolve, through
+# the C library) and the standard library's distutils has the same LooseVersion:
+# together about a quarter of its start, on two cores it shares with every agent.
+CONTROLLER_ENV = {"EVENTLET_NO_GREENDNS": "yes", "SETUPTOOLS_USE_DISTUTILS": "stdlib"}
 
 
 class PhaseClock:
@@ -57,9 +66,10 @@ def write_controller_config(path: Path, coordinator: str, extra: str = "") -> Pa
     return path
 
 
-def start(name: str, argv: list[str], log: Path) -> Supervised:
-    """A child in the repository, in a session of its own, its output appended to ``log``."""
-    return Supervised.start(name, argv, log, cwd=REPO)
+def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> Supervised:
+    """A child in the repository, in a session of its own, its output appended to ``log``;
+    ``env``: variables added to this process's environment."""
+    return Supervised.start(name, argv, log, cwd=REPO, env={**os.environ, **env} if env else None)
 
 
 def start_controller(
@@ -84,7 +94,7 @@ def start_controller(
         CORE_APP,
         *apps,
     ]
-    return start("controller", argv, workdir / "controller.log")
+    return start("controller", argv, workdir / "controller.log", CONTROLLER_ENV)
 
 
 def start_agent(workdir: Path, coordinator: str, host: str) -> Supervised:

@@ -25,12 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
-
 from controller.rules.cookies import RuleKind, make_cookie
 from typhoon.cluster import Cluster
 from typhoon.topology.chaining import by_call
-from typhoon.topology.fabric import fabric_graph, multicast_tree, shortest_paths
+from typhoon.topology.fabric import FabricGraph, fabric_graph, multicast_tree, shortest_paths
 from typhoon.topology.model import PhysicalTopology, Topology, WorkerAssignment
 from typhoon.topology.routing import stream_pairs
 from typhoon.wire import ETHERTYPE, controller_mac, mac_str, multicast_mac, worker_mac
@@ -164,14 +162,13 @@ class _Compiler:
     def __init__(self, physical: PhysicalTopology, cluster: Cluster, ethertype: int) -> None:
         self.app = physical.app_id
         self.ethertype = ethertype
-        self.graph: nx.Graph[str] = fabric_graph(cluster)
+        self.graph: FabricGraph = fabric_graph(cluster)
         self.paths = {h: shortest_paths(self.graph, h) for h in sorted(cluster.hosts)}
         self.rules = _Rules(cluster.hosts)
         self._check_ports(physical, cluster)
 
     def _check_ports(self, physical: PhysicalTopology, cluster: Cluster) -> None:
-        links: Iterable[tuple[str, str, dict[str, int]]] = self.graph.edges(data="ports")
-        fabric = {(h, p) for a, b, ports in links for h, p in ports.items()}
+        fabric = {(h, p) for _, _, ports in self.graph.links() for h, p in ports.items()}
         seen: set[tuple[str, int]] = set()
         for w in physical.workers:
             if w.host not in cluster.hosts:
@@ -214,7 +211,7 @@ class _Compiler:
             add(src.host, RuleKind.LOCAL, src.port, dst.port)
             return
         # port[i][h]: host h's port on the link between hops[i] and hops[i + 1]
-        port = [self.graph.edges[a, b]["ports"] for a, b in zip(hops, hops[1:], strict=False)]
+        port = [self.graph.ports(a, b) for a, b in zip(hops, hops[1:], strict=False)]
         add(src.host, RuleKind.REMOTE_SEND, src.port, port[0][src.host])
         for i in range(1, len(hops) - 1):
             here = hops[i]

@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from typhoon.checkpoint.output_buffers import START
 from typhoon.checkpoint.regions import GLOBAL, REGION, rollback_set, worker_edges
 from typhoon.checkpoint.settings import partial_enabled
@@ -44,13 +42,20 @@ class PartialRollback:
 
 
 def downstream_closure(edges: Iterable[tuple[int, int]], failed: Iterable[int]) -> frozenset[int]:
-    """``failed`` and every worker reachable from one of them along ``edges``."""
-    graph = nx.DiGraph()
-    graph.add_edges_from(edges)
+    """``failed`` and every worker reachable from one of them along ``edges``.
+
+    A search of its own, not networkx: the controller imports this module, and
+    networkx would add 0.2 s of CPU to its start."""
+    after: dict[int, list[int]] = {}
+    for a, b in edges:
+        after.setdefault(a, []).append(b)
     out = set(failed)
-    for w in list(out):
-        if w in graph:
-            out |= nx.descendants(graph, w)
+    frontier = list(out)
+    while frontier:
+        for nxt in after.get(frontier.pop(), ()):
+            if nxt not in out:
+                out.add(nxt)
+                frontier.append(nxt)
     return frozenset(out)
 
 

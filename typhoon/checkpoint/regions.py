@@ -27,8 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
-
 from typhoon.topology.model import PhysicalTopology, Topology
 from typhoon.topology.routing import receivers_of
 
@@ -55,12 +53,34 @@ def failover_regions(topology: Topology, physical: PhysicalTopology) -> list[fro
     (Flink's ``full`` failover strategy; the recovery benchmark's baseline)."""
     if topology.config.get("failover") == GLOBAL:
         return [frozenset(w.worker_id for w in physical.workers)] if physical.workers else []
-    graph = nx.Graph()
-    graph.add_nodes_from(w.worker_id for w in physical.workers)
-    graph.add_edges_from(
-        (a, b) for a, b in worker_edges(topology, physical) if a in graph and b in graph
-    )
-    return sorted((frozenset(c) for c in nx.connected_components(graph)), key=min)
+    nodes = [w.worker_id for w in physical.workers]
+    return components(nodes, worker_edges(topology, physical))
+
+
+def components(nodes: Iterable[int], edges: Iterable[tuple[int, int]]) -> list[frozenset[int]]:
+    """The connected components of an undirected graph, ordered by their lowest node;
+    edges with an end outside ``nodes`` are ignored.  A search of its own, not
+    networkx: the controller imports this module, and networkx would add 0.2 s of
+    CPU to its start."""
+    peers: dict[int, set[int]] = {n: set() for n in nodes}
+    for a, b in edges:
+        if a in peers and b in peers:
+            peers[a].add(b)
+            peers[b].add(a)
+    found: list[frozenset[int]] = []
+    placed: set[int] = set()
+    for start in peers:
+        if start in placed:
+            continue
+        region, frontier = {start}, [start]
+        while frontier:
+            for peer in peers[frontier.pop()]:
+                if peer not in region:
+                    region.add(peer)
+                    frontier.append(peer)
+        placed |= region
+        found.append(frozenset(region))
+    return sorted(found, key=min)
 
 
 @dataclass(frozen=True)
