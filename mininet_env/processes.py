@@ -28,12 +28,6 @@ POLL_S = 0.02
 # the C library) and the standard library's distutils has the same LooseVersion:
 # together about a quarter of its start, on two cores it shares with every agent.
 CONTROLLER_ENV = {"EVENTLET_NO_GREENDNS": "yes", "SETUPTOOLS_USE_DISTUTILS": "stdlib"}
-# How much higher the controller's priority is than this process's until it
-# listens.  Its imports are the start's critical path (the bridges connect only
-# then), while the agents and their zygotes, importing at the same time, are
-# needed only once a job is submitted; at equal priority the seven processes
-# shared the two cores evenly.
-CONTROLLER_START_BOOST = 5  # nice values
 
 
 class PhaseClock:
@@ -70,18 +64,6 @@ def write_controller_config(path: Path, coordinator: str, extra: str = "") -> Pa
     """The Ryu config file: the ``[typhoon]`` section the controller core reads."""
     write_private(path, f"[typhoon]\ncoordinator = {coordinator}\n{extra}")  # api_token
     return path
-
-
-def set_nice(pid: int, value: int) -> bool:
-    """Give every thread of process ``pid`` the nice value ``value``; False if that is
-    not allowed (a negative value needs CAP_SYS_NICE) or the process is gone."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        for tid in tids:
-            os.setpriority(os.PRIO_PROCESS, tid, value)
-    except OSError:
-        return False
-    return True
 
 
 def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> Supervised:

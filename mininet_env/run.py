@@ -31,11 +31,9 @@ from mininet_env.drops import drop_counters, drops_between, split_dead_address_d
 from mininet_env.fabric import FabricPlan
 from mininet_env.network import EmulatedNetwork
 from mininet_env.processes import (
-    CONTROLLER_START_BOOST,
     POLL_S,
     PhaseClock,
     free_port,
-    set_nice,
     start_agent,
     start_controller,
     wait_until,
@@ -137,10 +135,8 @@ class EmulatedCluster:
         return path
 
     def _start_controller_process(self) -> Supervised:
-        """The controller, CONTROLLER_START_BOOST nice values ahead of this process
-        until ``_wait_listening`` returns (as this process if it may not raise one)."""
         o = self.options
-        controller = start_controller(
+        return start_controller(
             self.workdir,
             self.coordinator_url,
             o.apps,
@@ -148,8 +144,6 @@ class EmulatedCluster:
             self.wsapi_port,
             f"api_token = {self.token}\n{o.controller_config}",
         )
-        set_nice(controller.pid, os.getpriority(os.PRIO_PROCESS, 0) - CONTROLLER_START_BOOST)
-        return controller
 
     def _launch_controller(self) -> None:
         self.controller = self._start_controller_process()
@@ -163,8 +157,6 @@ class EmulatedCluster:
             self.children(),
             interval=POLL_S,
         )
-        if self.controller is not None:  # imports done: back to everybody's priority
-            set_nice(self.controller.pid, os.getpriority(os.PRIO_PROCESS, 0))
 
     def _wait_connected(self) -> None:
         """Until the controller holds every bridge's connection.  Asked of the controller

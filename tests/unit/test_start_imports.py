@@ -7,17 +7,14 @@ searches that replaced it are checked against networkx here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 
 import networkx as nx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mininet_env.processes import set_nice
 from typhoon.checkpoint.partial import downstream_closure
 from typhoon.checkpoint.regions import components
 
@@ -73,23 +70,3 @@ def test_components_are_networkx_connected_components(nodes, edges):
     graph.add_edges_from((a, b) for a, b in edges if a in nodes and b in nodes)
     want = sorted((frozenset(c) for c in nx.connected_components(graph)), key=min)
     assert components(sorted(nodes), edges) == want
-
-
-def test_set_nice_reaches_every_thread_of_a_process():
-    # a child with a second thread; nice values only go up (allowed without privileges)
-    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()"
-    child = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        deadline = time.monotonic() + 10
-        while len(os.listdir(f"/proc/{child.pid}/task")) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        assert set_nice(child.pid, base + 3)
-        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
-        assert len(tids) == 2
-        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {base + 3}
-    finally:
-        child.kill()
-        child.wait()
-    assert not set_nice(child.pid, base)  # gone: False, no exception
