@@ -362,6 +362,7 @@ def build_session(plan: dict[str, Any]) -> Any:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
+        "spark.python.daemon.module": "pyspark_bridge.pydaemon",  # see pydaemon.py
         **plan["conf"],
     }
     builder = SparkSession.builder.appName(f"typhoon-{plan['app']}-{plan['host']}")

@@ -12,6 +12,7 @@ as Python does by default, and every child starts with the default.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,22 @@ def tcp_jobs_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         path = tmp_path_factory.mktemp("tcp-jobs")
         mp.setenv("TYPHOON_TCP_JOBS", str(path))
         yield path
+
+
+# Every Spark driver JVM a test starts (in-process sessions, `typhoon run`, the agents'
+# drivers: they inherit the environment) compiles with C1 only.  A test's Spark work is
+# seconds of cold code, where C2's compiler threads cost more CPU than they save: a local
+# session plus three micro-batches took 38 CPU-s instead of 67 here (docs/testing.md).
+SPARK_TEST_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_driver_java_opts() -> Iterator[str]:
+    """``SPARK_SUBMIT_OPTS`` (read by spark-submit for the driver's JVM) with C1 only."""
+    with pytest.MonkeyPatch.context() as mp:
+        opts = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {SPARK_TEST_JAVA_OPTS}".strip()
+        mp.setenv("SPARK_SUBMIT_OPTS", opts)
+        yield opts
 
 
 @pytest.fixture(scope="session")

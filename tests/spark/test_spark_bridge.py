@@ -141,41 +141,17 @@ def test_windowed_counts_exact_once_with_replay(spark: Any, tmp_path: Path) -> N
     assert routed(node_dir) == []
 
 
-def test_append_mode_through_the_stream_writer(spark: Any, tmp_path: Path) -> None:
-    node_dir = tmp_path / "upper"
-    s = spec(
-        node_dir,
-        "test_spark_bridge:upper_ids",
-        ["ad", "t"],
-        "append",
-        "ad_id string, event_time bigint, ts double",
-    )
-    write_views(node_dir, [1, 2], slice(0, 400))
-    nq = NodeQuery(s)
-    nq.start(spark)
-    wait_for(lambda: (out_dir(node_dir) / f"{0:020d}.json").exists(), "batch 0", nq)
-    finish(nq, node_dir)
-    done = read_json(out_dir(node_dir) / "done")["batch"]
-    views = [e for e in generate_ad_events(COUNT, SEED) if e["event_type"] == "view"][:400]
-    want = sorted([e["ad_id"].upper(), e["event_time"] + 1] for e in views)
-    assert sorted(routed(node_dir)) == want
-    forget_commit(node_dir, done)
-    again = NodeQuery(s)
-    again.start(spark)
-    wait_for(lambda: again.finished, "the node to be done again", again)
-    assert replays(out_dir(node_dir)) == 1
-    assert routed(node_dir) == []
-
-
-def test_scale_up_reads_the_new_log_from_the_next_batch_exactly_once(
+def test_append_mode_scale_up_and_replay_through_the_stream_writer(
     spark: Any, tmp_path: Path
 ) -> None:
-    """A worker added while the query runs: its log becomes one more input partition.
+    """Append mode (the stream writer); a worker added while the query runs; a replay.
 
     The node starts with worker 1; worker 2 appears (its log directory) after
-    batch 0.  Every row is routed exactly once, through worker 1 (the output's
-    owner), worker 1's offsets continue unchanged, and the node is not done
-    before worker 2's end of input.
+    batch 0, and its log becomes one more input partition.  Every row is routed
+    exactly once, through worker 1 (the output's owner), worker 1's offsets
+    continue unchanged, and the node is not done before worker 2's end of
+    input.  Then a new query replays the last batch, whose commit Spark did not
+    log: the stream writer's outbox drops it.
     """
     node_dir = tmp_path / "upper_scaled"
     s = spec(node_dir, "test_spark_bridge:upper_ids", ["ad", "t"], "append",
@@ -213,3 +189,10 @@ def test_scale_up_reads_the_new_log_from_the_next_batch_exactly_once(
     assert owner.finished() and added.finished()
     manifests = sorted(out_dir(node_dir).glob("*.json"))
     assert all(read_json(m)["owners"] == [1] for m in manifests)
+
+    forget_commit(node_dir, read_json(out_dir(node_dir) / "done")["batch"])
+    again = NodeQuery(s)
+    again.start(spark)
+    wait_for(lambda: again.finished, "the node to be done again", again)
+    assert replays(out_dir(node_dir)) == 1
+    assert routed(node_dir) == []
