@@ -216,6 +216,7 @@ class MaxAndPrev(Bolt):
     """
 
     keyed: ClassVar[bool] = True
+    keyed_shape: ClassVar[dict[str, str] | None] = {"peaks": "[max, last]"}
 
     def __init__(self, value: str = "value") -> None:
         super().__init__(value=value)
