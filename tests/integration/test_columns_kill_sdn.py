@@ -11,60 +11,28 @@ digest must equal ``keyed_columns_reference``'s: 0 lost, 0 duplicated.
 
 from __future__ import annotations
 
-import copy
-import os
-import secrets
-import signal
-import threading
 from pathlib import Path
 
 import pytest
-from harness import ROOT, emulated_cluster, wait
+from harness import emulated_cluster, guaranteed_job, kill_first, run_checkpointed_then
 from keyed_columns_reference import check, reference
-
-from typhoon.coordinator import open_coordinator
-from typhoon.topology import load_topology
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_a_columnar_keyed_job_is_exact_after_a_killed_worker_over_sdn(tmp_path: Path) -> None:
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "keyed_columns.yaml"))
-    t.name = f"ck{secrets.token_hex(2)}"
+    t = guaranteed_job(
+        "keyed_columns.yaml", "ck", tmp_path / "ck", {"count": 60_000, "rate": 15_000},
+        guarantee="exactly_once", checkpoint_interval_ms=300,
+    )  # fmt: skip
     args = t.nodes["source"].args
-    args.update(count=60_000, rate=15_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
-    )
-    name = t.name
-    killed: dict[str, int] = {}
-
     with emulated_cluster(tmp_path / "run", "k", hosts=2, apps=()) as c:
+        report, victim = run_checkpointed_then(c, t, lambda co: kill_first(co, t.name, "peak"))
 
-        def kill() -> None:
-            coordinator = open_coordinator(c.coordinator_url)  # sqlite: one per thread
-            try:
-                wait(
-                    lambda: (coordinator.get_app_state(name) or {}).get("checkpoint"),
-                    60,
-                    "a completed global checkpoint",
-                )
-                victim = coordinator.get_physical(name).active_of_node("peak")[0].worker_id
-                os.kill(coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
-                killed["worker"] = victim
-            finally:
-                coordinator.close()
-
-        killer = threading.Thread(target=kill, daemon=True)
-        killer.start()
-        report = c.run(t)
-        killer.join(timeout=5)
-
-    assert "worker" in killed, "the kill never happened"
     check(report, reference(args))
     assert report["ok"], report["problems"]
     incidents = {i["worker"]: i for i in report["incidents"]}
-    incident = incidents[killed["worker"]]
+    incident = incidents[victim]
     assert incident["state"] == "rejoined" and incident["restore_epoch"] is not None, incident
     workers = {w["node"]: w for w in report["workers"]}
     source = workers["source"]

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 from model_net import SeededNet
-from running_max_check import check_swapped_running_max
+from running_max_check import check_swapped_running_max, swap_job
 from test_chain_ops import HOSTS, three
 
 from typhoon.operators import BUILTINS
@@ -182,18 +182,7 @@ def test_the_tcp_runner_swaps_a_keyed_node_in_place_and_refuses_a_drop():
 # ----- real framework layers, in memory -----------------------------------------------------
 
 SEED, KEYS, COUNT, SIZE = 5, 12, 900, 4
-JOB = f"""
-name: kswap
-spouts:
-  - {{id: source, operator: keyed_source, args: {{count: {COUNT}, keys: {KEYS},
-     seed: {SEED}, size: {SIZE}}}, parallelism: 1}}
-bolts:
-  - {{id: rmax, operator: running_max, parallelism: 2}}
-  - {{id: sink, operator: collect, parallelism: 1}}
-streams:
-  - {{from: source, to: rmax, grouping: {{type: fields, fields: [key]}}}}
-  - {{from: rmax, to: sink, grouping: global}}
-"""
+JOB = swap_job("kswap", SEED, KEYS, COUNT, SIZE)
 
 
 def swap_midrun(seed: int, *bodies: dict, at: int = COUNT // 3, job: str = JOB) -> SeededNet:
@@ -223,6 +212,7 @@ def test_a_running_max_swapped_mid_run_goes_on_from_its_keyed_state(seed):
 
 
 MAX_AND_PREV = JOB.replace("operator: running_max", "operator: max_and_prev")
+assert MAX_AND_PREV != JOB
 
 
 def test_max_and_prev_swaps_in_place_and_only_to_an_operator_that_keeps_its_peaks():
