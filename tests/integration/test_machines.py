@@ -210,19 +210,23 @@ class Deployment:
         return reports, sorted(set(statuses) - current), clean
 
     def close(self) -> None:
-        for proc, _ in reversed(self.procs):  # agents stop their workers, then the controller
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for proc, _ in reversed(self.procs):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        if self.zk is not None:
-            self.zk.stop()
-        self.net.close()
+        """Stop the agents (they stop their workers), the controller and ZooKeeper; the
+        machines and their underlay go whatever failed before (``Underlay.close``)."""
+        try:
+            for proc, _ in reversed(self.procs):  # agents stop their workers, then controller
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for proc, _ in reversed(self.procs):
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+            if self.zk is not None:
+                self.zk.stop()
+        finally:
+            self.net.close()
 
 
 @pytest.fixture(scope="module")
