@@ -144,12 +144,13 @@ def leftovers(workdir: Path) -> list[psutil.Process]:
     me = psutil.Process()
     spared = {me.pid, *(p.pid for p in me.parents())}
     found = []
-    for p in psutil.process_iter(["cmdline"]):
-        args = command_line(p.info["cmdline"] or [])
-        if p.pid in spared or not any(a.startswith(under) for a in args):
-            continue
+    for pid in psutil.pids():
         try:
-            if os.getsid(p.pid) == p.pid and p.status() != psutil.STATUS_ZOMBIE:
+            if pid in spared or os.getsid(pid) != pid:  # first the cheap test: one syscall
+                continue
+            p = psutil.Process(pid)
+            args = command_line(p.cmdline())
+            if any(a.startswith(under) for a in args) and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (OSError, psutil.Error):  # ended meanwhile
             continue
@@ -162,9 +163,9 @@ def reap_leftovers(workdir: Path, timeout: float = 10.0) -> list[int]:
     after ``timeout`` s, saying which still run."""
     procs = leftovers(workdir)
     for p in procs:
-        log.warning("pid %d outlived its agent: SIGKILL (%s)", p.pid, " ".join(p.info["cmdline"]))
         try:
             if p.is_running():  # not a pid reused since the scan
+                log.warning("pid %d outlived its agent: SIGKILL (%s)", p.pid, " ".join(p.cmdline()))
                 os.killpg(p.pid, signal.SIGKILL)
         except (OSError, psutil.Error):
             pass
