@@ -28,6 +28,7 @@ from mininet_env.fabric import FabricPlan
 from mininet_env.processes import free_port, ryu_manager
 from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
 from typhoon.coordinator import Coordinator, open_coordinator
+from typhoon.live import data_tuples
 from typhoon.report import read_worker_reports
 from typhoon.topology import load_topology
 from typhoon.topology.model import Topology
@@ -155,6 +156,24 @@ def run_checkpointed_then(
     killer.join(timeout=5)
     assert "act" in done, "the kill never happened"
     return report, done["act"]
+
+
+def sent_then_checkpointed(coordinator: Coordinator, name: str, n: int) -> None:
+    """Wait until the first ``source`` worker has sent ``n`` data tuples (its METRIC_RESPs
+    in the coordinator), then for the second global checkpoint completed after that:
+    a restore goes back mid-run, not to a checkpoint taken before the first tuple."""
+    physical = coordinator.get_physical(name)
+    wid = physical.of_node("source")[0].worker_id
+
+    def sent() -> int:
+        return data_tuples(coordinator.get_metrics(name).get(wid, {}).get("out", {}))
+
+    def epoch() -> int:
+        return ((coordinator.get_app_state(name) or {}).get("checkpoint") or {}).get("epoch", -1)
+
+    wait(lambda: sent() >= n, 60, f"{n} tuples sent by the source")
+    seen = epoch()
+    wait(lambda: epoch() >= seen + 2, 60, f"two global checkpoints after epoch {seen}")
 
 
 def kill_first(coordinator: Coordinator, name: str, node: str) -> int:

@@ -3,10 +3,11 @@
 ``topologies/keyed_columns.yaml`` on two emulated hosts (real OVS, Ryu running the core
 alone): ``keyed_columns`` sends column blocks, a fields grouping on the int ``key``
 deals them to ``max_and_prev`` (the largest and the last value per key, emitted with
-each tuple), ``digest`` checksums every output.  Once a global checkpoint is complete
-the first ``peak`` worker is SIGKILLed; the core's recovery replaces it and rolls the
-job back (the source in place: ``hooks.bind_operator``).  Per-key results and the
-digest must equal ``keyed_columns_reference``'s: 0 lost, 0 duplicated.
+each tuple), ``digest`` checksums every output.  Once the source sent a quarter of
+its tuples and two global checkpoints completed since (so the rollback replays from
+mid-run), the first ``peak`` worker is SIGKILLed; the core's recovery replaces it and
+rolls the job back (the source in place: ``hooks.bind_operator``).  Per-key results
+and the digest must equal ``keyed_columns_reference``'s: 0 lost, 0 duplicated.
 """
 
 from __future__ import annotations
@@ -14,8 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness import emulated_cluster, guaranteed_job, kill_first, run_checkpointed_then
+from harness import (
+    emulated_cluster,
+    guaranteed_job,
+    kill_first,
+    run_checkpointed_then,
+    sent_then_checkpointed,
+)
 from keyed_columns_reference import check, reference
+
+from typhoon.coordinator import Coordinator
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
@@ -27,7 +36,12 @@ def test_a_columnar_keyed_job_is_exact_after_a_killed_worker_over_sdn(tmp_path: 
     )  # fmt: skip
     args = t.nodes["source"].args
     with emulated_cluster(tmp_path / "run", "k", hosts=2, apps=()) as c:
-        report, victim = run_checkpointed_then(c, t, lambda co: kill_first(co, t.name, "peak"))
+
+        def kill(coordinator: Coordinator) -> int:
+            sent_then_checkpointed(coordinator, t.name, args["count"] // 4)
+            return kill_first(coordinator, t.name, "peak")
+
+        report, victim = run_checkpointed_then(c, t, kill)
 
     check(report, reference(args))
     assert report["ok"], report["problems"]
