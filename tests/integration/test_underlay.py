@@ -18,7 +18,8 @@ import pytest
 from harness import wait
 from machines import Underlay, links_named
 
-pytestmark = pytest.mark.integration
+# test_machines.py checks the same after its power cut, in the suite's time
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 CONNECT = (
     "import socket, sys, time\n"
