@@ -1,20 +1,29 @@
 """Child processes of an emulated run: the Ryu controller and one agent per host.
 
-Each starts in its own process group so that stopping it also stops what it
-started (an agent's workers), even when the run fails half-way.
+Each starts in a session of its own so that stopping it also stops what it
+started in its group.  An agent's workers are not in its group: they start
+sessions of their own (typhoon.agent_launcher) so that a restarted agent adopts
+them, and they outlive an agent that dies.  What the agents started and left
+behind is found by :func:`leftovers` and ended by :func:`reap_leftovers`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import socket
 import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from controller.framework import backend
 from typhoon.private_files import write_private
-from typhoon.supervised import Supervised
+from typhoon.supervised import Supervised, command_line
+
+log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 CORE_APP = "apps/typhoon_core.py"
@@ -127,3 +136,60 @@ def wait_until(predicate, timeout: float, what: str, children: list[Supervised] 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def leftovers(workdir: Path) -> list[psutil.Process]:
+    """The processes an emulated cluster's agents started, still running.
+
+    Whatever an agent starts -- a worker or chain (forked by its zygote, or
+    spawned), a debug worker, an engine service -- leads a session of its own
+    and names a file under the cluster's work directory on its command line (a
+    spec, a plan), whichever agent started it and whether or not that agent
+    still lives; no agent record or pid file is needed, so a worker forked a
+    moment before its agent died is found too.  This process and its ancestors
+    are never among them.
+    """
+    under = str(workdir.resolve()) + os.sep
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    found = []
+    for pid in psutil.pids():
+        try:
+            if pid in spared or os.getsid(pid) != pid:  # first the cheap test: one syscall
+                continue
+            p = psutil.Process(pid)
+            args = command_line(p.cmdline())
+            if any(a.startswith(under) for a in args) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (OSError, psutil.Error):  # ended meanwhile
+            continue
+    return found
+
+
+def reap_leftovers(workdir: Path, timeout: float = 10.0) -> list[int]:
+    """SIGKILL every process of :func:`leftovers` with its session's group (what it
+    started); returns their pids once they are gone (a worker's TAP goes with it), or
+    after ``timeout`` s, saying which still run."""
+    procs = leftovers(workdir)
+    for p in procs:
+        try:
+            if p.is_running():  # not a pid reused since the scan
+                log.warning("pid %d outlived its agent: SIGKILL (%s)", p.pid, " ".join(p.cmdline()))
+                os.killpg(p.pid, signal.SIGKILL)
+        except (OSError, psutil.Error):
+            pass
+    deadline = time.monotonic() + timeout
+    while live := [p for p in procs if _running(p)]:
+        if time.monotonic() > deadline:
+            log.error("pids %s still run %g s after SIGKILL", [p.pid for p in live], timeout)
+            break
+        time.sleep(POLL_S)
+    return [p.pid for p in procs]
+
+
+def _running(p: psutil.Process) -> bool:
+    """Not ended (a zombie has: it waits only for its new parent to reap it)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

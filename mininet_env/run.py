@@ -34,6 +34,7 @@ from mininet_env.processes import (
     POLL_S,
     PhaseClock,
     free_port,
+    reap_leftovers,
     start_agent,
     start_controller,
     wait_until,
@@ -406,8 +407,12 @@ class EmulatedCluster:
         return [{k: v for k, v in i.items() if k not in ("app", "detected")} for i in keep]
 
     def close(self) -> None:
+        """Stop everything the cluster started, also after a failure: the agents (each
+        stops its workers), the controller, then whatever an agent that died (a power
+        cut, a crash) or did not finish its shutdown left running, then the network."""
         clock = PhaseClock(self.phases)
         stop_all(list(reversed(self.children())))  # the agents, then the controller
+        reap_leftovers(self.workdir)
         clock.lap("stop processes")
         self.network.stop()
         clock.lap("network down")

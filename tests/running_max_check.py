@@ -9,7 +9,8 @@ rows in the order the running max took them.  :func:`check_swapped_running_max`
 recomputes every row from the source's generator: the maximum continues across the
 cut (the keyed state was kept), the count restarts at the cut (a mapping the new
 logic added) and there is one cut per key; every tuple once, none lost.  Shared by
-the unit model, the tcp runtime test and the sdn integration test.
+the unit model, the tcp runtime test and the sdn integration test, with the job
+itself (:func:`swap_job`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from typhoon.operators.keyed import keyed_tuple
+
+
+def swap_job(
+    name: str, seed: int, keys: int, count: int, size: int, rate: int = 0, spread: bool = False
+) -> str:
+    """The job's YAML: ``keyed_source`` -> fields on ``key`` -> ``running_max`` x2 ->
+    one ``collect`` sink; ``rate``: the source's tuples/s (0: unpaced); ``spread``: one
+    worker of each node per host (``placement: spread``)."""
+    source = {"count": count, "keys": keys, "seed": seed, "size": size}
+    if rate:
+        source["rate"] = rate
+    return yaml.safe_dump(
+        {
+            "name": name,
+            **({"config": {"placement": "spread"}} if spread else {}),
+            "spouts": [
+                {"id": "source", "operator": "keyed_source", "parallelism": 1, "args": source},
+            ],
+            "bolts": [
+                {"id": "rmax", "operator": "running_max", "parallelism": 2},
+                {"id": "sink", "operator": "collect", "parallelism": 1},
+            ],
+            "streams": [
+                {"from": "source", "to": "rmax", "grouping": {"type": "fields", "fields": ["key"]}},
+                {"from": "rmax", "to": "sink", "grouping": "global"},
+            ],
+        },
+        sort_keys=False,
+    )
 
 
 @dataclass

@@ -7,9 +7,13 @@ directory on ``sys.path``, as for ``flowdump``).
 
 from __future__ import annotations
 
+import copy
+import os
 import secrets
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +27,10 @@ from serverprocs import stop_process
 from mininet_env.fabric import FabricPlan
 from mininet_env.processes import free_port, ryu_manager
 from mininet_env.run import EmulatedCluster, SdnRunOptions, rest_call
+from typhoon.coordinator import Coordinator, open_coordinator
+from typhoon.live import data_tuples
 from typhoon.report import read_worker_reports
+from typhoon.topology import load_topology
 from typhoon.topology.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +114,73 @@ def emulated_cluster(
         yield cluster
     finally:
         cluster.close()
+
+
+def guaranteed_job(
+    file: str, prefix: str, store: Path, source: dict[str, Any] | None = None, **config: Any
+) -> Topology:
+    """``topologies/FILE`` named ``PREFIX`` and 4 random hex digits (its application ID:
+    runs side by side do not share TAP names), its ``source`` node's arguments updated
+    with ``source``, checkpoints in ``store`` and ``config`` (e.g. ``guarantee``)."""
+    t = copy.deepcopy(load_topology(ROOT / "topologies" / file))
+    t.name = f"{prefix}{secrets.token_hex(2)}"
+    if source:
+        t.nodes["source"].args.update(source)
+    t.config.update(checkpoint_store=str(store), **config)
+    return t
+
+
+def run_checkpointed_then(
+    c: EmulatedCluster, t: Topology, act: Callable[[Coordinator], T]
+) -> tuple[dict[str, Any], T]:
+    """``c.run(t)`` while another thread, once a global checkpoint of ``t`` is complete,
+    calls ``act`` with a coordinator of its own (sqlite: one per thread) to kill what it
+    kills.  The run's report and what ``act`` returned; the test fails if it never ran."""
+    done: dict[str, T] = {}
+
+    def kill() -> None:
+        coordinator = open_coordinator(c.coordinator_url)
+        try:
+            wait(
+                lambda: (coordinator.get_app_state(t.name) or {}).get("checkpoint"),
+                60,
+                "a completed global checkpoint",
+            )
+            done["act"] = act(coordinator)
+        finally:
+            coordinator.close()
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    report = c.run(t)
+    killer.join(timeout=5)
+    assert "act" in done, "the kill never happened"
+    return report, done["act"]
+
+
+def sent_then_checkpointed(coordinator: Coordinator, name: str, n: int) -> None:
+    """Wait until the first ``source`` worker has sent ``n`` data tuples (its METRIC_RESPs
+    in the coordinator), then for the second global checkpoint completed after that:
+    a restore goes back mid-run, not to a checkpoint taken before the first tuple."""
+    physical = coordinator.get_physical(name)
+    wid = physical.of_node("source")[0].worker_id
+
+    def sent() -> int:
+        return data_tuples(coordinator.get_metrics(name).get(wid, {}).get("out", {}))
+
+    def epoch() -> int:
+        return ((coordinator.get_app_state(name) or {}).get("checkpoint") or {}).get("epoch", -1)
+
+    wait(lambda: sent() >= n, 60, f"{n} tuples sent by the source")
+    seen = epoch()
+    wait(lambda: epoch() >= seen + 2, 60, f"two global checkpoints after epoch {seen}")
+
+
+def kill_first(coordinator: Coordinator, name: str, node: str) -> int:
+    """SIGKILL the first active worker of ``node``; its worker id."""
+    victim = coordinator.get_physical(name).active_of_node(node)[0].worker_id
+    os.kill(coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
+    return victim
 
 
 @dataclass

@@ -18,8 +18,13 @@ packets out of the bridge that owns the route to the remote address.  The
 Typhoon bridges of two machines reach each other only through VXLAN.
 
 Everything is removed by :meth:`Underlay.close` (every process in each
-namespace is killed, the namespaces and the LAN bridge deleted), also when a
-test fails half way.
+namespace is killed, the veth pairs, the namespaces and the LAN bridge
+deleted), also when a test fails half way.  A veth pair is deleted by its
+outer end, not left to its namespace: ``ip netns del`` only drops the
+namespace's name, and the namespace (with the pair) lives on while anything
+holds it, for instance for minutes a TCP connection of a process killed after
+its machine's link went down (a power cut: its Open vSwitch, which carried the
+address, died first), whose FIN is retransmitted as an orphan socket.
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class Underlay:
             for i in range(1, count + 1)
         ]
         self._made_lan = False
+        self._veths: list[str] = []  # outer ends of the pairs made so far
 
     def start(self, phy: bool = True) -> None:
         """The LAN and the machines; ``phy=False`` leaves each ``nic`` without an address and
@@ -136,6 +142,7 @@ class Underlay:
             outer, inner = f"{self.prefix}o{i}", f"{self.prefix}i{i}"
             run("ip", "netns", "add", m.netns)
             run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            self._veths.append(outer)
             run("ip", "link", "set", inner, "netns", m.netns)
             run("ip", "link", "set", outer, "master", self.lan, "up")
             m.run("ip", "link", "set", "lo", "up")
@@ -150,12 +157,21 @@ class Underlay:
             m.run("ip", "link", "set", UNDERLAY_BRIDGE, "up")
 
     def close(self) -> None:
-        """Kill every process of every machine, delete the namespaces and the LAN."""
+        """Kill every process of every machine, delete the veth pairs (by their outer
+        ends: see the module docstring), the namespaces and the LAN."""
         for m in self.machines:
             for _ in range(50):
                 if not m.kill(keep_switch=False):
                     break
                 time.sleep(0.1)
+        for outer in self._veths:
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+        for m in self.machines:
             subprocess.run(["ip", "netns", "del", m.netns], capture_output=True)
         if self._made_lan:
             subprocess.run(["ip", "link", "del", self.lan], capture_output=True)
+
+
+def links_named(prefix: str) -> list[str]:
+    """The root namespace's network devices whose names start with ``prefix``."""
+    return sorted(d.name for d in Path("/sys/class/net").iterdir() if d.name.startswith(prefix))

@@ -3,68 +3,50 @@
 ``topologies/keyed_columns.yaml`` on two emulated hosts (real OVS, Ryu running the core
 alone): ``keyed_columns`` sends column blocks, a fields grouping on the int ``key``
 deals them to ``max_and_prev`` (the largest and the last value per key, emitted with
-each tuple), ``digest`` checksums every output.  Once a global checkpoint is complete
-the first ``peak`` worker is SIGKILLed; the core's recovery replaces it and rolls the
-job back (the source in place: ``hooks.bind_operator``).  Per-key results and the
-digest must equal ``keyed_columns_reference``'s: 0 lost, 0 duplicated.
+each tuple), ``digest`` checksums every output.  Once the source sent a quarter of
+its tuples and two global checkpoints completed since (so the rollback replays from
+mid-run), the first ``peak`` worker is SIGKILLed; the core's recovery replaces it and
+rolls the job back (the source in place: ``hooks.bind_operator``).  Per-key results
+and the digest must equal ``keyed_columns_reference``'s: 0 lost, 0 duplicated.
 """
 
 from __future__ import annotations
 
-import copy
-import os
-import secrets
-import signal
-import threading
 from pathlib import Path
 
 import pytest
-from harness import ROOT, emulated_cluster, wait
+from harness import (
+    emulated_cluster,
+    guaranteed_job,
+    kill_first,
+    run_checkpointed_then,
+    sent_then_checkpointed,
+)
 from keyed_columns_reference import check, reference
 
-from typhoon.coordinator import open_coordinator
-from typhoon.topology import load_topology
+from typhoon.coordinator import Coordinator
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_a_columnar_keyed_job_is_exact_after_a_killed_worker_over_sdn(tmp_path: Path) -> None:
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "keyed_columns.yaml"))
-    t.name = f"ck{secrets.token_hex(2)}"
+    t = guaranteed_job(
+        "keyed_columns.yaml", "ck", tmp_path / "ck", {"count": 60_000, "rate": 15_000},
+        guarantee="exactly_once", checkpoint_interval_ms=300,
+    )  # fmt: skip
     args = t.nodes["source"].args
-    args.update(count=60_000, rate=15_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=300, checkpoint_store=str(tmp_path / "ck")
-    )
-    name = t.name
-    killed: dict[str, int] = {}
-
     with emulated_cluster(tmp_path / "run", "k", hosts=2, apps=()) as c:
 
-        def kill() -> None:
-            coordinator = open_coordinator(c.coordinator_url)  # sqlite: one per thread
-            try:
-                wait(
-                    lambda: (coordinator.get_app_state(name) or {}).get("checkpoint"),
-                    60,
-                    "a completed global checkpoint",
-                )
-                victim = coordinator.get_physical(name).active_of_node("peak")[0].worker_id
-                os.kill(coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
-                killed["worker"] = victim
-            finally:
-                coordinator.close()
+        def kill(coordinator: Coordinator) -> int:
+            sent_then_checkpointed(coordinator, t.name, args["count"] // 4)
+            return kill_first(coordinator, t.name, "peak")
 
-        killer = threading.Thread(target=kill, daemon=True)
-        killer.start()
-        report = c.run(t)
-        killer.join(timeout=5)
+        report, victim = run_checkpointed_then(c, t, kill)
 
-    assert "worker" in killed, "the kill never happened"
     check(report, reference(args))
     assert report["ok"], report["problems"]
     incidents = {i["worker"]: i for i in report["incidents"]}
-    incident = incidents[killed["worker"]]
+    incident = incidents[victim]
     assert incident["state"] == "rejoined" and incident["restore_epoch"] is not None, incident
     workers = {w["node"]: w for w in report["workers"]}
     source = workers["source"]

@@ -12,59 +12,32 @@ to the dead worker's address are listed with the incident, not as a problem.
 
 from __future__ import annotations
 
-import copy
-import os
-import secrets
-import signal
-import threading
 from pathlib import Path
 
 import pytest
-from harness import emulated_cluster, wait
+from harness import emulated_cluster, guaranteed_job, kill_first, run_checkpointed_then
 from test_guarantees import reference
 
-from typhoon.coordinator import open_coordinator
-from typhoon.topology import load_topology
-
-ROOT = Path(__file__).resolve().parents[2]
+from mininet_env.processes import leftovers
+from typhoon.coordinator import Coordinator
+from typhoon.runtime.tap import tap_name
 
 pytestmark = pytest.mark.integration
+SYS_NET = Path("/sys/class/net")
+
+
+def wordcount(tmp_path: Path, prefix: str):
+    return guaranteed_job(
+        "wordcount.yaml", prefix, tmp_path / "ck", {"count": 24_000, "rate": 2_000},
+        guarantee="exactly_once", checkpoint_interval_ms=500,
+    )  # fmt: skip
 
 
 def test_a_guaranteed_job_recovers_without_the_fault_detector_app(tmp_path: Path) -> None:
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = f"gr{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=24_000, rate=2_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=500, checkpoint_store=str(tmp_path / "ck")
-    )
-    name = t.name
-    killed: dict[str, int] = {}
-
+    t = wordcount(tmp_path, "gr")
     with emulated_cluster(tmp_path / "run", "r", apps=()) as c:
+        report, victim = run_checkpointed_then(c, t, lambda co: kill_first(co, t.name, "count"))
 
-        def kill() -> None:
-            coordinator = open_coordinator(c.coordinator_url)  # sqlite: one per thread
-            try:
-
-                def checkpointed():
-                    state = coordinator.get_app_state(name) or {}
-                    return state.get("checkpoint")
-
-                wait(checkpointed, 60, "a completed global checkpoint")
-                victim = coordinator.get_physical(name).active_of_node("count")[0].worker_id
-                os.kill(coordinator.worker_statuses(name)[victim].pid, signal.SIGKILL)
-                killed["worker"] = victim
-            finally:
-                coordinator.close()
-
-        killer = threading.Thread(target=kill, daemon=True)
-        killer.start()
-        report = c.run(t)
-        killer.join(timeout=5)
-
-    assert "worker" in killed, "the kill never happened"
-    victim = killed["worker"]
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}
     want = reference(t.nodes["source"].args)
     diff = {w: (counts.get(w, 0), n) for w, n in want.items() if counts.get(w, 0) != n}
@@ -87,42 +60,25 @@ def test_a_host_failure_under_exactly_once_recovers_on_the_other_hosts(tmp_path:
     bridge deleted): no port event comes, the heartbeat finds every worker it ran, the
     replacements go to the other hosts, the counts are exact and each incident names
     the host."""
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "wordcount.yaml"))
-    t.name = f"gh{secrets.token_hex(2)}"
-    t.nodes["source"].args.update(count=24_000, rate=2_000)
-    t.config.update(
-        guarantee="exactly_once", checkpoint_interval_ms=500, checkpoint_store=str(tmp_path / "ck")
-    )
-    name = t.name
-    failed: dict[str, object] = {}
+    t = wordcount(tmp_path, "gh")
     config = "metrics_interval = 0.25\n[fault_detector]\nheartbeat_timeout = 2.0\n"
 
     with emulated_cluster(tmp_path / "run", "h", apps=(), config=config) as c:
 
-        def power_cut() -> None:
-            coordinator = open_coordinator(c.coordinator_url)  # sqlite: one per thread
-            try:
-                wait(
-                    lambda: (coordinator.get_app_state(name) or {}).get("checkpoint"),
-                    60,
-                    "a completed global checkpoint",
-                )
-                physical = coordinator.get_physical(name)
-                source_host = physical.active_of_node("source")[0].host
-                hosts = [w.host for w in physical.active_of_node("count")]
-                host = next((h for h in hosts if h != source_host), hosts[0])
-                failed["host"] = host
-                failed["workers"] = [w.worker_id for w in physical.workers if w.host == host]
-            finally:
-                coordinator.close()
-            failed["killed"] = c.fail_host(failed["host"])
+        def power_cut(coordinator: Coordinator) -> dict[str, object]:
+            physical = coordinator.get_physical(t.name)
+            source_host = physical.active_of_node("source")[0].host
+            hosts = [w.host for w in physical.active_of_node("count")]
+            host = next((h for h in hosts if h != source_host), hosts[0])
+            workers = [w.worker_id for w in physical.workers if w.host == host]
+            return {"host": host, "workers": workers, "killed": c.fail_host(host)}
 
-        cutter = threading.Thread(target=power_cut, daemon=True)
-        cutter.start()
-        report = c.run(t)
-        cutter.join(timeout=5)
+        report, failed = run_checkpointed_then(c, t, power_cut)
 
-    assert "killed" in failed, "the power cut never happened"
+    # close() left nothing of the cut host: no worker process, no TAP
+    assert leftovers(tmp_path / "run") == []
+    taps = [tap_name(report["app_id"], w) for w in failed["workers"]]
+    assert not [tap for tap in taps if (SYS_NET / tap).exists()], taps
     host, workers = failed["host"], failed["workers"]
     assert failed["killed"] == workers, failed
     counts = {k: int(v) for k, v in report["results"]["count"]["counts"].items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from harness import emulated_cluster, finish
-from running_max_check import check_swapped_running_max
+from running_max_check import check_swapped_running_max, swap_job
 from test_chaining_sdn import reconfigure, wait_emitted
 
 from typhoon.report import build_report
@@ -22,19 +22,7 @@ from typhoon.topology import load_topology_text
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 SEED, KEYS, COUNT, SIZE = 13, 64, 12_000, 8
-JOB = f"""
-name: sdnkeyswap
-config: {{placement: spread}}
-spouts:
-  - {{id: source, operator: keyed_source, args: {{count: {COUNT}, keys: {KEYS},
-     seed: {SEED}, size: {SIZE}, rate: 2000}}, parallelism: 1}}
-bolts:
-  - {{id: rmax, operator: running_max, parallelism: 2}}
-  - {{id: sink, operator: collect, parallelism: 1}}
-streams:
-  - {{from: source, to: rmax, grouping: {{type: fields, fields: [key]}}}}
-  - {{from: rmax, to: sink, grouping: global}}
-"""
+JOB = swap_job("sdnkeyswap", SEED, KEYS, COUNT, SIZE, rate=2000, spread=True)
 
 
 def test_a_keyed_running_max_swapped_in_place_on_sdn_goes_on_from_its_state(tmp_path):

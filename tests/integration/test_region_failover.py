@@ -13,22 +13,17 @@ every pipeline's counts equal its reference exactly and the run report is ok.
 
 from __future__ import annotations
 
-import copy
 import os
-import secrets
 import signal
-import threading
 from pathlib import Path
 
 import pytest
-from harness import emulated_cluster, wait
+from harness import emulated_cluster, guaranteed_job, run_checkpointed_then
 from test_guarantees import reference
 
-from typhoon.coordinator import open_coordinator
+from typhoon.coordinator import Coordinator
 from typhoon.report import read_worker_reports, restored_epochs
-from typhoon.topology import load_topology
 
-ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = (1, 2, 3)
 
 pytestmark = pytest.mark.integration
@@ -38,40 +33,25 @@ def run_with_kills(tmp_path: Path, tag: str, victims: list[str]) -> tuple[dict, 
     """Run the pipelines job; once a global checkpoint is recorded, SIGKILL the first
     worker of each node in ``victims``.  The report, the worker reports, and
     node -> (worker killed, the workers of its pipeline before the kill)."""
-    t = copy.deepcopy(load_topology(ROOT / "topologies" / "pipelines.yaml"))
-    t.name = f"rf{tag}{secrets.token_hex(2)}"
-    t.config.update(checkpoint_store=str(tmp_path / "ck"))
-    name = t.name
-    killed: dict[str, tuple[int, set[int]]] = {}
+    t = guaranteed_job("pipelines.yaml", f"rf{tag}", tmp_path / "ck")
+
+    def kill(coordinator: Coordinator) -> dict[str, tuple[int, set[int]]]:
+        physical = coordinator.get_physical(t.name)
+        statuses = coordinator.worker_statuses(t.name)
+        killed = {}
+        for node in victims:
+            i = node.rsplit("_", 1)[1]
+            chain = {f"source_{i}", f"split_{i}", f"count_{i}"}
+            mine = {w.worker_id for w in physical.workers if w.node in chain}
+            victim = physical.active_of_node(node)[0].worker_id
+            killed[node] = (victim, mine)
+        for victim, _ in killed.values():
+            os.kill(statuses[victim].pid, signal.SIGKILL)
+        return killed
 
     with emulated_cluster(tmp_path / "run", tag, apps=()) as c:
-
-        def kill() -> None:
-            coordinator = open_coordinator(c.coordinator_url)  # sqlite: one per thread
-            try:
-                wait(
-                    lambda: (coordinator.get_app_state(name) or {}).get("checkpoint"),
-                    60,
-                    "a completed global checkpoint",
-                )
-                physical = coordinator.get_physical(name)
-                statuses = coordinator.worker_statuses(name)
-                for node in victims:
-                    i = node.rsplit("_", 1)[1]
-                    chain = {f"source_{i}", f"split_{i}", f"count_{i}"}
-                    mine = {w.worker_id for w in physical.workers if w.node in chain}
-                    victim = physical.active_of_node(node)[0].worker_id
-                    killed[node] = (victim, mine)
-                for victim, _ in killed.values():
-                    os.kill(statuses[victim].pid, signal.SIGKILL)
-            finally:
-                coordinator.close()
-
-        killer = threading.Thread(target=kill, daemon=True)
-        killer.start()
-        report = c.run(t)
-        killer.join(timeout=5)
-        reports = read_worker_reports(c.report_dir(name))
+        report, killed = run_checkpointed_then(c, t, kill)
+        reports = read_worker_reports(c.report_dir(t.name))
     assert len(killed) == len(victims), "the kills never happened"
     for i in PIPELINES:  # every pipeline exact
         counts = {k: int(v) for k, v in report["results"][f"count_{i}"]["counts"].items()}

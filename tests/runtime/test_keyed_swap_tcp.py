@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 from midrun_kill import checkpointed, run_killing
-from running_max_check import check_swapped_running_max
+from running_max_check import check_swapped_running_max, swap_job
 from tcp_verbs import no_loss, run_verbs
 
 from typhoon.checkpoint.store import open_store
@@ -28,18 +28,7 @@ from typhoon.topology import load_topology_text
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 SEED, KEYS, COUNT, SIZE = 11, 64, 8000, 8
-JOB = f"""
-name: tcpkeyswap
-spouts:
-  - {{id: source, operator: keyed_source, args: {{count: {COUNT}, keys: {KEYS},
-     seed: {SEED}, size: {SIZE}, rate: 2000}}, parallelism: 1}}
-bolts:
-  - {{id: rmax, operator: running_max, parallelism: 2}}
-  - {{id: sink, operator: collect, parallelism: 1}}
-streams:
-  - {{from: source, to: rmax, grouping: {{type: fields, fields: [key]}}}}
-  - {{from: rmax, to: sink, grouping: global}}
-"""
+JOB = swap_job("tcpkeyswap", SEED, KEYS, COUNT, SIZE, rate=2000)
 
 
 def test_a_keyed_running_max_swapped_in_place_over_tcp_goes_on_from_its_state(

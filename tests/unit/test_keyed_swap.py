@@ -10,16 +10,18 @@ from typing import Any, ClassVar
 
 import pytest
 from model_net import SeededNet
-from running_max_check import check_swapped_running_max
+from running_max_check import check_swapped_running_max, swap_job
 from test_chain_ops import HOSTS, three
 
 from typhoon.operators import BUILTINS
-from typhoon.operators.running import RunningCount, RunningMax
+from typhoon.operators.keyed import keyed_tuple
+from typhoon.operators.running import MaxAndPrev, RunningCount, RunningMax
 from typhoon.operators.sinks import CountByKey
 from typhoon.operators.swap_rules import carry_refusal, keyed_carry
 from typhoon.reconfig import ReconfigError, Swap, plan
 from typhoon.reconfig.swap_in_place import plan_swap_in_place
 from typhoon.topology import load_topology_text
+from typhoon.topology.scheduler import schedule
 from typhoon.wire import Control, ControlTuple
 
 
@@ -180,24 +182,13 @@ def test_the_tcp_runner_swaps_a_keyed_node_in_place_and_refuses_a_drop():
 # ----- real framework layers, in memory -----------------------------------------------------
 
 SEED, KEYS, COUNT, SIZE = 5, 12, 900, 4
-JOB = f"""
-name: kswap
-spouts:
-  - {{id: source, operator: keyed_source, args: {{count: {COUNT}, keys: {KEYS},
-     seed: {SEED}, size: {SIZE}}}, parallelism: 1}}
-bolts:
-  - {{id: rmax, operator: running_max, parallelism: 2}}
-  - {{id: sink, operator: collect, parallelism: 1}}
-streams:
-  - {{from: source, to: rmax, grouping: {{type: fields, fields: [key]}}}}
-  - {{from: rmax, to: sink, grouping: global}}
-"""
+JOB = swap_job("kswap", SEED, KEYS, COUNT, SIZE)
 
 
-def swap_midrun(seed: int, *bodies: dict, at: int = COUNT // 3) -> SeededNet:
-    """The job on a seeded in-memory network; SWAP each of ``bodies`` to every running
-    max worker once they took ``at`` tuples between them, then to the end."""
-    net = SeededNet(JOB, seed)
+def swap_midrun(seed: int, *bodies: dict, at: int = COUNT // 3, job: str = JOB) -> SeededNet:
+    """``job`` on a seeded in-memory network; SWAP each of ``bodies`` to every ``rmax``
+    worker once they took ``at`` tuples between them, then to the end."""
+    net = SeededNet(job, seed)
     ws = [net.fws[w.worker_id] for w in net.phys.of_node("rmax")]
     net.run(until=lambda: sum(sum(fw.tuples_in.values()) for fw in ws) >= at)
     for i, body in enumerate(bodies):
@@ -218,6 +209,40 @@ def test_a_running_max_swapped_mid_run_goes_on_from_its_keyed_state(seed):
         assert "result" not in old  # its state is the new instance's: not counted twice
         assert old["keyed"]["kept"] == ["max"] and old["keyed"]["added"] == ["count"]
         assert fw.node.args == {"count": True} and fw.keyed.operator == "running_max"
+
+
+MAX_AND_PREV = JOB.replace("operator: running_max", "operator: max_and_prev")
+assert MAX_AND_PREV != JOB
+
+
+def test_max_and_prev_swaps_in_place_and_only_to_an_operator_that_keeps_its_peaks():
+    t = load_topology_text(MAX_AND_PREV, "kswap.yaml")
+    phys = schedule(t, HOSTS, 3)
+    same = {"value": "value"}  # the default, spelt out: the same logic, a swap nonetheless
+    p = plan(Swap("rmax", "max_and_prev", same), t, phys, HOSTS, 100)
+    assert not p.added and not p.removed and p.steps[2].control == "SWAP"
+    to = carry(("max_and_prev", MaxAndPrev, {}), ("running_max", RunningMax, {}))
+    assert to.dropped == ["peaks"] and "['peaks']" in carry_refusal(to, "a", "b")
+    back = carry(("running_max", RunningMax, {}), ("max_and_prev", MaxAndPrev, {}))
+    assert back.added == ["peaks"] and "['max']" in carry_refusal(back, "a", "b")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_max_and_prev_swapped_mid_run_goes_on_from_each_keys_max_and_last(seed):
+    body = {"operator": "max_and_prev", "args": {"value": "value"}}  # the default spelt out
+    net = swap_midrun(seed, body, job=MAX_AND_PREV)
+    rows = net.results("sink")
+    assert sorted(r[1] for r in rows) == list(range(COUNT))
+    peaks: dict[str, list[int]] = {}
+    for key, seq, value, pad, mx, prev in sorted(rows, key=lambda r: r[1]):
+        assert [key, seq, value, pad] == keyed_tuple(SEED, seq, KEYS, "p" * SIZE)
+        was = peaks.get(key)  # the max so far and the last value, across the cut
+        assert [mx, prev] == ([value, -1] if was is None else [max(was[0], value), was[1]])
+        peaks[key] = [mx, value]
+    swapped = [net.fws[w.worker_id].swapped for w in net.phys.of_node("rmax")]
+    assert all(len(s) == 1 and "result" not in s[0] for s in swapped), swapped
+    assert all(s[0]["keyed"]["kept"] == ["peaks"] for s in swapped), swapped
+    assert sum(s[0]["keyed"]["keys"] for s in swapped) > 0, swapped  # keys at the cut
 
 
 def test_a_declared_migration_runs_at_the_cut():

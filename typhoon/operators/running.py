@@ -32,6 +32,14 @@ def _key_str(k: Any) -> str:
     return str(list(k)) if type(k) is tuple else str(k)
 
 
+def _value_field(args: dict[str, Any], default: str, input_fields: list[str]) -> str:
+    """The ``value`` argument (``default`` if absent), which must name an input field."""
+    value = args.get("value", default)
+    if value not in input_fields:
+        raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+    return str(value)
+
+
 class RunningCount(Bolt):
     """Emits ``[key, n]`` for every tuple: the key's running count (keyed state)."""
 
@@ -102,9 +110,7 @@ class MaxByKey(Bolt):
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        value = args.get("value", "count")
-        if value not in input_fields:
-            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        _value_field(args, "count", input_fields)
         return []
 
     def open(self, context: Context) -> None:
@@ -168,9 +174,7 @@ class RunningMax(Bolt):
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        value = args.get("value", "value")
-        if value not in input_fields:
-            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        _value_field(args, "value", input_fields)
         clash = sorted({"max", "count"} & set(input_fields))
         if clash:
             raise ValueError(f"running_max appends 'max' and 'count'; its input has {clash}")
@@ -216,6 +220,7 @@ class MaxAndPrev(Bolt):
     """
 
     keyed: ClassVar[bool] = True
+    keyed_shape: ClassVar[dict[str, str] | None] = {"peaks": "[max, last]"}
 
     def __init__(self, value: str = "value") -> None:
         super().__init__(value=value)
@@ -226,9 +231,7 @@ class MaxAndPrev(Bolt):
 
     @classmethod
     def output_fields(cls, args: dict[str, Any], input_fields: list[str]) -> list[str]:
-        value = args.get("value", "value")
-        if value not in input_fields:
-            raise ValueError(f"value field '{value}' is not one of the input fields {input_fields}")
+        _value_field(args, "value", input_fields)
         taken = [f for f in ("max", "prev") if f in input_fields]
         if taken:
             raise ValueError(f"max_and_prev adds fields {taken}, which its input already has")

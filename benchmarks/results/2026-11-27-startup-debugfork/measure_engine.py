@@ -8,14 +8,14 @@ costs: the interpreter and ``import pyspark_bridge.driver`` (no JVM).
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import write_record
 
 from typhoon.engines import plan_engines
 from typhoon.supervised import Supervised
@@ -73,19 +73,7 @@ def main() -> int:
         load = os.getloadavg()[0]
         rows.append({"load": round(load, 2), **one_start(topology), **python_part()})
         print(rows[-1], file=sys.stderr)
-    med = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-    out_path.write_text(
-        json.dumps(
-            {
-                "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                "topology": topology,
-                "rows": rows,
-                "median": med,
-            },
-            indent=1,
-        )
-    )
-    print(json.dumps(med), file=sys.stderr)
+    write_record(out_path, rows, topology=topology)
     return 0
 
 
