@@ -11,10 +11,15 @@ PY := $(VENV)/bin/python
 setup:
 	bash scripts/setup.sh
 
-## test: unit and integration tests (integration = marker `integration`, needs root)
+## test: unit and integration tests (integration = marker `integration`, needs root).
+## tests/unit on 2 processes (pytest-xdist: pure tests, no shared machine state), then the
+## rest in one; both always run, the first failing exit code is the target's
 test: setup
-	@rc=0; $(PY) -m pytest tests -m "not long" --durations=25 || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	@rc=0; $(PY) -m pytest tests/unit -n 2 -m "not long" --durations=10 || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no unit tests" >&2; rc=1; fi; \
+	rest=0; $(PY) -m pytest tests --ignore=tests/unit -m "not long" --durations=25 || rest=$$?; \
+	if [ $$rest -eq 5 ]; then echo "make test: pytest collected no tests" >&2; rest=1; fi; \
+	if [ $$rc -eq 0 ]; then rc=$$rest; fi; \
 	exit $$rc
 
 ## test-stress: tests/unit, tests/runtime and the most timing-sensitive integration files

@@ -150,7 +150,7 @@ venv_ok() {
 # Every package of the project must import from outside the repository: an editable
 # install made before a package existed does not know it (re-install then).
 PROJECT_IMPORTS='import ryu.app.wsgi, os_ken.base.app_manager, mininet.net, pyspark, typhoon_cli, controller.core, apps
-import mininet_env.run, typhoon_cli.bench
+import mininet_env.run, typhoon_cli.bench, xdist
 from pyspark_bridge import bolt_for'
 
 

@@ -9,6 +9,11 @@ worker says ``"rollback": "region"`` and lists only its own pipeline's workers a
 rolled back and as its region; it restored a checkpoint, not the start; the
 workers of the pipelines no failure touched report no restore and no rollback;
 every pipeline's counts equal its reference exactly and the run report is ok.
+
+The single kill is ``long`` (``make test-long``): the double kill, in ``make test``,
+drives the same region rollback end to end for the same count worker of pipeline 1
+and checks every assertion of the single kill (its incident, its region, an untouched
+pipeline that reports no restore, exact counts), for two regions at once.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ def check_regions(report: dict, reports: list, killed: dict) -> None:
         assert restored_epochs(replacement["metrics"])[0] == epoch, replacement["metrics"]
 
 
+@pytest.mark.long
 def test_a_failure_rolls_back_only_its_pipeline(tmp_path: Path) -> None:
     report, reports, killed = run_with_kills(tmp_path, "p", ["count_1"])
     check_regions(report, reports, killed)
