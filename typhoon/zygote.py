@@ -225,14 +225,14 @@ class Zygote:
             self._lost(f"not ready in {timeout:.0f} s")
         return self.gone is None
 
-    def fork(self, specs: Sequence[str], log_fd: int, job: ForkJob | None = None) -> ZygoteChild:
-        """One worker process for ``specs`` writing to ``log_fd`` (ZygoteGone: cannot);
-        ``job``: another program than a topology worker (a debug worker)."""
+    def fork(self, job: ForkJob, log_fd: int) -> ZygoteChild:
+        """One process running ``job`` (a topology worker or a debug worker) writing to
+        ``log_fd`` (ZygoteGone: cannot)."""
         if not self.wait_ready():
             raise ZygoteGone(self.gone)
         rid = next(self.request_ids)
-        request: dict[str, object] = {"op": "fork", "id": rid, "specs": list(specs)}
-        if job is not None and job.program != "worker":
+        request: dict[str, object] = {"op": "fork", "id": rid, "specs": list(job.specs)}
+        if job.program != "worker":
             request["program"] = job.program
             if job.coordinator is not None:
                 request["coordinator"] = job.coordinator
@@ -307,7 +307,7 @@ class ZygoteLauncher:
         if why is None:
             out = open(logfile, "ab" if self.append else "wb")  # noqa: SIM115 - close_log()
             try:
-                child = self.zygote.fork(job.specs, out.fileno(), job)
+                child = self.zygote.fork(job, out.fileno())
             except ZygoteGone as e:
                 out.close()
                 why = f"the zygote cannot fork ({e})"

@@ -62,7 +62,7 @@ def test_a_live_zygote_refuses_bad_requests_and_forks_a_worker_that_fails_as_spa
         # a spec that is not there: the forked worker fails as a spawned one does
         missing = str(tmp_path / "worker-9.spec.json")
         with open(tmp_path / "forked.log", "wb") as out:
-            child = z.fork([missing], out.fileno())
+            child = z.fork(ForkJob("worker", [missing]), out.fileno())
         assert isinstance(child, ZygoteChild)
         assert child.wait(30) == 1
         with open(tmp_path / "spawned.log", "wb") as out:
@@ -135,7 +135,7 @@ def test_an_agents_zygote_forks_a_debug_worker_that_fails_as_a_spawned_one(
     try:
         assert z.wait_ready(), z.gone
         with open(tmp_path / "forked.log", "wb") as out:
-            child = z.fork([str(spec)], out.fileno(), ForkJob("debug", [str(spec)]))
+            child = z.fork(ForkJob("debug", [str(spec)]), out.fileno())
         assert child.wait(30) == 2
         with open(tmp_path / "spawned.log", "wb") as out:
             argv = [sys.executable, "-m", "typhoon.debug.worker", str(spec)]

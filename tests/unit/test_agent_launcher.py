@@ -26,15 +26,15 @@ class FakeZygote:
     def __init__(self, why: str | None = None) -> None:
         self.why = why
         self.forks: list[list[str]] = []
-        self.jobs: list[ForkJob | None] = []
+        self.jobs: list[ForkJob] = []
         self.closed = False
 
     def usable(self) -> str | None:
         return self.why
 
-    def fork(self, specs: list[str], log_fd: int, job: ForkJob | None = None) -> ZygoteChild:
+    def fork(self, job: ForkJob, log_fd: int) -> ZygoteChild:
         os.write(log_fd, b"forked\n")
-        self.forks.append(list(specs))
+        self.forks.append(list(job.specs))
         self.jobs.append(job)
         return ZygoteChild(self, os.getpid())  # type: ignore[arg-type]
 
